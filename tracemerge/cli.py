@@ -1,0 +1,107 @@
+"""Command line: ``tracemerge PATH... -o OUT`` (the ``merge`` command is the default)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import orjson
+import typer
+from typer.core import TyperGroup
+
+from tracemerge import __version__
+from tracemerge.errors import TracemergeError
+from tracemerge.pipeline import merge as run_merge
+from tracemerge.report import EXIT_FATAL, format_found, format_outcome
+
+
+class _DefaultToMerge(TyperGroup):
+    """Lets ``tracemerge ./runs -o x`` mean ``tracemerge merge ./runs -o x``."""
+
+    def parse_args(self, ctx, args):  # type: ignore[no-untyped-def]
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+            args = ["merge", *args]
+        return super().parse_args(ctx, args)
+
+
+app = typer.Typer(
+    cls=_DefaultToMerge,
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Merge the traces of a distributed training run into one Perfetto trace.",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"tracemerge {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Merge the traces of a distributed training run into one Perfetto trace.
+
+    Exit status: 0 merged everything; 3 merged, but files were skipped or events dropped
+    (listed on stderr); 1 nothing written; 2 bad usage.
+    """
+
+
+def _err(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+@app.command()
+def merge(
+    inputs: Annotated[list[Path], typer.Argument(help="Trace files or directories (searched recursively).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Output file: .pftrace, .json or .json.gz.")],
+    format: Annotated[
+        Optional[str], typer.Option("--format", "-f", help="perfetto, json or json.gz (default: from -o).")
+    ] = None,
+    report: Annotated[
+        Optional[Path], typer.Option("--report", help="Also write the run report as JSON to this file.")
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print errors only.")] = False,
+) -> None:
+    """Merge traces into one clock-aligned trace with a process per role and rank."""
+    show = (lambda _r: None) if quiet else (lambda r: _err(format_found(r)))
+    try:
+        result = run_merge(inputs, output, format=format, on_plan=show)
+    except TracemergeError as exc:
+        _err(f"tracemerge: error: {exc}")
+        raise typer.Exit(EXIT_FATAL) from None
+    except OSError as exc:
+        _err(f"tracemerge: error: {exc}")
+        raise typer.Exit(EXIT_FATAL) from None
+    if report is not None:
+        try:
+            report.write_bytes(orjson.dumps(result.as_dict(), option=orjson.OPT_INDENT_2))
+        except OSError as exc:
+            _err(f"tracemerge: error: cannot write report {report}: {exc.strerror or exc}")
+            raise typer.Exit(EXIT_FATAL) from None
+    outcome = format_outcome(result)
+    if not quiet:
+        _err(outcome)
+    elif result.exit_code:
+        _err("\n".join(line for line in outcome.splitlines()[1:]))
+    raise typer.Exit(result.exit_code)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        _err("tracemerge: interrupted")
+        sys.exit(130)
+    except Exception as exc:  # a bug: say so in one line, keep the traceback for those who ask
+        if os.environ.get("TRACEMERGE_DEBUG"):
+            raise
+        _err(f"tracemerge: internal error: {type(exc).__name__}: {exc} (set TRACEMERGE_DEBUG=1 for a traceback)")
+        sys.exit(EXIT_FATAL)

@@ -1,0 +1,142 @@
+"""Find trace files under the given paths, recognise their format, and read role/rank from paths."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracemerge.errors import FatalError, InputError
+from tracemerge.sources import FORMATS, SourceFormat, read_head
+
+# Directory and file-name words that name an RL role.
+ROLE_WORDS = frozenset(
+    {
+        "actor", "critic", "ref", "reference", "rollout", "reward", "rm", "trainer", "master",
+        "learner", "generator", "generation", "actor_rollout", "actor_rollout_ref", "actor-rollout",
+        "actor-rollout-ref", "value-model", "teacher", "env", "eval-rollout", "policy", "inference",
+        "sampler", "driver", "controller",
+    }
+)
+# Directories that hold traces without naming a role; the role is the directory below them.
+_CONTAINER_DIRS = frozenset(
+    {
+        "perf_tracer", "session_tracer", "logs", "log", "traces", "trace", "profile", "profiles",
+        "profiler", "profiling", "outputs", "output", "tb", "tensorboard", "torch_profile",
+    }
+)
+_RANK_WORD = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
+_RANK_SUFFIX = re.compile(r"-r(\d+)(?=[._-]|$)")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A file some format claims, with what its path says about its role and rank."""
+
+    path: Path
+    format: SourceFormat
+    role_hint: str | None
+    rank_hint: int | None
+    explicit: bool  # named on the command line rather than met in a directory
+
+
+@dataclass(frozen=True)
+class Discovery:
+    candidates: list[Candidate]
+    skipped: list[InputError]  # named explicitly but unusable
+    ignored: list[Path]  # met while walking a directory; not a trace
+
+
+def discover(inputs: list[Path]) -> Discovery:
+    candidates: list[Candidate] = []
+    skipped: list[InputError] = []
+    ignored: list[Path] = []
+    seen: set[Path] = set()
+    for given in inputs:
+        if given.is_dir():
+            for path in _walk(given):
+                _consider(path, given, False, candidates, skipped, ignored, seen)
+        elif given.is_file():
+            _consider(given, given.parent, True, candidates, skipped, ignored, seen)
+        else:
+            raise FatalError(f"{given}: no such file or directory")
+    return Discovery(candidates, skipped, ignored)
+
+
+def _walk(root: Path) -> list[Path]:
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if not name.startswith("."):
+                found.append(Path(dirpath) / name)
+    return found
+
+
+def _consider(
+    path: Path,
+    root: Path,
+    explicit: bool,
+    candidates: list[Candidate],
+    skipped: list[InputError],
+    ignored: list[Path],
+    seen: set[Path],
+) -> None:
+    resolved = path.resolve()
+    if resolved in seen:
+        return
+    seen.add(resolved)
+    fmt = recognise(path)
+    if fmt is None:
+        if explicit:
+            skipped.append(InputError(path, "not a trace format tracemerge reads"))
+        else:
+            ignored.append(path)
+        return
+    role, rank = path_hints(path, root)
+    candidates.append(Candidate(path, fmt, role, rank, explicit))
+
+
+def recognise(path: Path) -> SourceFormat | None:
+    head = read_head(path)
+    if not head:
+        return None
+    for fmt in FORMATS:
+        if fmt.claims(path, head):
+            return fmt
+    return None
+
+
+def path_hints(path: Path, root: Path) -> tuple[str | None, int | None]:
+    """Role and rank as the directory layout and file name tell them (None where they don't)."""
+    try:
+        dirs = list(path.parent.relative_to(root).parts)
+    except ValueError:
+        dirs = []
+    return _role_from_path(dirs, path.name), _rank_from_path(dirs, path.name)
+
+
+def _role_from_path(dirs: list[str], filename: str) -> str | None:
+    for part in reversed(dirs):
+        if part.lower() in ROLE_WORDS:
+            return part
+    for part in dirs:
+        if part.lower() not in _CONTAINER_DIRS and not _RANK_WORD.search(part):
+            return part
+    prefix = filename.split("_", 1)[0]
+    if prefix != filename and prefix.lower() in ROLE_WORDS:
+        return prefix
+    return None
+
+
+def _rank_from_path(dirs: list[str], filename: str) -> int | None:
+    for pattern in (_RANK_WORD, _RANK_SUFFIX):
+        m = pattern.search(filename)
+        if m:
+            return int(m.group(1))
+    for part in reversed(dirs):
+        m = _RANK_WORD.search(part)
+        if m:
+            return int(m.group(1))
+    return None

@@ -1,0 +1,28 @@
+"""Errors with one-line messages that name the file and the place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class TracemergeError(Exception):
+    """Base class: the message is meant to be printed as is, on one line."""
+
+
+class InputError(TracemergeError):
+    """One input file cannot be used; the run goes on without it."""
+
+    def __init__(self, path: Path | str, reason: str, where: str | None = None) -> None:
+        self.path = Path(path)
+        self.reason = reason
+        self.where = where
+        place = f"{path}:{where}" if where else str(path)
+        super().__init__(f"{place}: {reason}")
+
+
+class NotATrace(InputError):
+    """The file is readable but holds no trace this tool knows."""
+
+
+class FatalError(TracemergeError):
+    """The run cannot produce an output; nothing is written."""

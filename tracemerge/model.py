@@ -1,0 +1,122 @@
+"""The normalized event model every source produces and every later stage consumes.
+
+A source reads one file into a :class:`SourceData`: a flat list of :class:`Event` objects whose
+timestamps are integer nanoseconds in the file's own :class:`ClockDomain`, plus the names of the
+threads those events sit on. Nothing here knows about input or output formats.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import IntEnum
+from pathlib import Path
+from typing import Any
+
+
+class Kind(IntEnum):
+    """What an event becomes in the output."""
+
+    SLICE = 0
+    INSTANT = 1
+    COUNTER = 2
+    FLOW = 3
+
+
+class FlowPhase(IntEnum):
+    """Position of a flow point in its chain (Chrome's s / t / f)."""
+
+    START = 0
+    STEP = 1
+    END = 2
+
+
+# A source-local thread identity, e.g. ("cpu", pid, tid) or ("device", "GPU 0", stream).
+ThreadKey = tuple
+# Who produced an event, as far as the file itself says: (role or None, rank or None).
+OriginKey = tuple[str | None, int | None]
+
+NO_ORIGIN: OriginKey = (None, None)
+
+
+@dataclass(slots=True)
+class Event:
+    """One input event, normalized.
+
+    ``ts`` and ``dur`` are integer nanoseconds in the source's clock domain. For counters ``name``
+    is the series name and ``value`` the sample. For flow points ``flow_id`` is the source-local
+    id (unique only within the file) and ``flow_next`` says the point binds to the next slice that
+    starts on its thread rather than to the enclosing one.
+    """
+
+    kind: Kind
+    ts: int
+    thread: ThreadKey
+    name: str = ""
+    cat: str = ""
+    dur: int = 0
+    args: dict[str, Any] | None = None
+    origin: OriginKey = NO_ORIGIN
+    value: float | int = 0
+    flow_id: Any = None
+    flow_phase: FlowPhase = FlowPhase.START
+    flow_next: bool = False
+
+
+@dataclass(frozen=True)
+class ClockDomain:
+    """The time base of a source's timestamps.
+
+    ``anchored`` sources carry Unix-epoch time and can be placed on the common timeline as they
+    are; unanchored ones (a per-process monotonic origin with no wall-clock reading) need an
+    offset chosen by :mod:`tracemerge.clock`.
+    """
+
+    name: str
+    anchored: bool
+
+
+UNIX_EPOCH = ClockDomain("unix epoch", anchored=True)
+
+
+@dataclass
+class ThreadInfo:
+    """Display facts about a source thread: its name and where it sorts inside its process."""
+
+    name: str
+    sort_key: tuple = ()
+
+
+@dataclass
+class SourceData:
+    """Everything a source read from one file."""
+
+    path: Path
+    format: str
+    clock: ClockDomain
+    events: list[Event]
+    threads: dict[ThreadKey, ThreadInfo]
+    # What the file itself says about who wrote it; used when events carry no origin of their own.
+    role_hint: str | None = None
+    rank_hint: int | None = None
+    # Input events that could not be kept, by reason.
+    dropped: Counter[str] = field(default_factory=Counter)
+    # Input records consumed as metadata (names, sort indexes): they are not events.
+    metadata_records: int = 0
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A process in the merged trace: one role and rank of the training job.
+
+    ``tag`` separates sources whose rank could not be determined (one process per file then).
+    """
+
+    role: str
+    rank: int | None
+    tag: str = ""
+
+    @property
+    def label(self) -> str:
+        who = f"rank {self.rank}" if self.rank is not None else (self.tag or "rank ?")
+        return f"{self.role} · {who}" if self.role else who

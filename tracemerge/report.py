@@ -1,0 +1,145 @@
+"""The run report: what was found, what was written, and every loss with its reason."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+EXIT_OK = 0
+EXIT_FATAL = 1
+EXIT_USAGE = 2
+EXIT_INCOMPLETE = 3
+
+
+@dataclass
+class EventCounts:
+    """Events per output kind. ``flows`` counts flow links (an s→f arrow is one link)."""
+
+    slices: int = 0
+    instants: int = 0
+    counters: int = 0
+    flows: int = 0
+
+    def add(self, other: EventCounts) -> None:
+        self.slices += other.slices
+        self.instants += other.instants
+        self.counters += other.counters
+        self.flows += other.flows
+
+    @property
+    def total(self) -> int:
+        return self.slices + self.instants + self.counters + self.flows
+
+    def as_dict(self) -> dict[str, int]:
+        return {"slices": self.slices, "instants": self.instants, "counters": self.counters, "flows": self.flows}
+
+
+@dataclass
+class ProcessReport:
+    """One (role, rank) process of the merged trace."""
+
+    label: str
+    role: str
+    rank: int | None
+    pid: int
+    files: list[Path] = field(default_factory=list)
+    clocks: set[str] = field(default_factory=set)
+    read: EventCounts = field(default_factory=EventCounts)
+    written: EventCounts = field(default_factory=EventCounts)
+
+
+@dataclass
+class RunReport:
+    output: Path | None = None
+    format: str = ""
+    processes: list[ProcessReport] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # one-line messages naming each file
+    ignored: list[Path] = field(default_factory=list)
+    dropped: Counter[str] = field(default_factory=Counter)  # reason -> input events not written
+    metadata_records: int = 0
+    moved_to_lanes: int = 0
+    output_bytes: int = 0
+    seconds: float = 0.0
+
+    @property
+    def read(self) -> EventCounts:
+        total = EventCounts()
+        for p in self.processes:
+            total.add(p.read)
+        return total
+
+    @property
+    def written(self) -> EventCounts:
+        total = EventCounts()
+        for p in self.processes:
+            total.add(p.written)
+        return total
+
+    @property
+    def exit_code(self) -> int:
+        """0 when everything was merged; 3 when a file was skipped or an event dropped."""
+        return EXIT_INCOMPLETE if self.skipped or self.dropped else EXIT_OK
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "output": str(self.output) if self.output else None,
+            "format": self.format,
+            "exit_code": self.exit_code,
+            "processes": [
+                {
+                    "label": p.label,
+                    "role": p.role,
+                    "rank": p.rank,
+                    "pid": p.pid,
+                    "files": [str(f) for f in p.files],
+                    "clocks": sorted(p.clocks),
+                    "read": p.read.as_dict(),
+                    "written": p.written.as_dict(),
+                }
+                for p in self.processes
+            ],
+            "read": self.read.as_dict(),
+            "written": self.written.as_dict(),
+            "dropped": dict(self.dropped),
+            "skipped_files": list(self.skipped),
+            "ignored_files": [str(p) for p in self.ignored],
+            "metadata_records": self.metadata_records,
+            "slices_moved_to_overlap_lanes": self.moved_to_lanes,
+            "output_bytes": self.output_bytes,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def format_found(report: RunReport) -> str:
+    """The table of what was found, one row per (role, rank) process."""
+    rows = [("role", "rank", "files", "events", "clock")]
+    for p in report.processes:
+        rank = str(p.rank) if p.rank is not None else "?"
+        rows.append((p.role or "-", rank, str(len(p.files)), f"{p.read.total:,}", "; ".join(sorted(p.clocks))))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for n, row in enumerate(rows):
+        cells = [c.rjust(w) if i in (1, 2, 3) and n else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_outcome(report: RunReport) -> str:
+    """What was written and every loss, with reasons."""
+    w = report.written
+    lines = [
+        f"wrote {report.output} ({report.format}, {report.output_bytes / 1e6:.1f} MB) in {report.seconds:.1f} s: "
+        f"{len(report.processes)} processes, {w.slices:,} slices, {w.instants:,} instants, "
+        f"{w.counters:,} counter values, {w.flows:,} flows"
+    ]
+    if report.moved_to_lanes:
+        lines.append(f"{report.moved_to_lanes:,} overlapping slices moved to overlap lanes beside their thread")
+    for reason, count in sorted(report.dropped.items(), key=lambda kv: (-kv[1], kv[0])):
+        lines.append(f"dropped {count:,} input events: {reason}")
+    for message in report.skipped:
+        lines.append(f"skipped {message}")
+    return "\n".join(lines)

@@ -1,0 +1,15 @@
+"""Input formats. Each module recognises its files and reads them into :class:`SourceData`.
+
+A new format is a new module with a :class:`~tracemerge.sources.base.SourceFormat` object added to
+:data:`FORMATS`; nothing else changes. Order matters: the first format that claims a file wins.
+"""
+
+from __future__ import annotations
+
+from tracemerge.sources.base import SourceFormat, read_head, read_bytes
+from tracemerge.sources.chrome_json import CHROME_JSON
+from tracemerge.sources.jsonl import JSONL_SPANS
+
+FORMATS: tuple[SourceFormat, ...] = (JSONL_SPANS, CHROME_JSON)
+
+__all__ = ["FORMATS", "SourceFormat", "read_bytes", "read_head"]

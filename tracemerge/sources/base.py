@@ -1,0 +1,65 @@
+"""The small interface every source module implements, and shared file helpers."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from tracemerge.errors import InputError
+from tracemerge.model import SourceData
+
+GZIP_MAGIC = b"\x1f\x8b"
+HEAD_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class SourceFormat:
+    """An input format.
+
+    ``claims(path, head)`` looks at the file name and the first (decompressed) bytes and says
+    whether the file is this format's; it must be cheap and must not raise. ``read(path)`` parses
+    the whole file; it raises :class:`~tracemerge.errors.InputError` for a file it cannot use.
+    """
+
+    name: str
+    claims: Callable[[Path, bytes], bool]
+    read: Callable[[Path], SourceData]
+
+
+def read_bytes(path: Path) -> bytes:
+    """The file's content, gunzipped when it is gzip data (whatever its name)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+    if data[:2] == GZIP_MAGIC:
+        try:
+            return gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(path, f"corrupt gzip data ({exc})") from None
+    return data
+
+
+def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
+    """Up to ``size`` leading bytes of the (decompressed) content; empty when unreadable."""
+    try:
+        with path.open("rb") as raw:
+            magic = raw.read(2)
+            raw.seek(0)
+            if magic == GZIP_MAGIC:
+                with gzip.GzipFile(fileobj=raw) as gz:
+                    return gz.read(size)
+            return raw.read(size)
+    except (OSError, EOFError, zlib.error):
+        return b""
+
+
+def line_col(data: bytes, pos: int) -> str:
+    """``line:col`` (1-based) of byte offset ``pos`` in ``data``."""
+    pos = max(0, min(pos, len(data)))
+    line = data.count(b"\n", 0, pos) + 1
+    col = pos - (data.rfind(b"\n", 0, pos) + 1) + 1
+    return f"{line}:{col}"

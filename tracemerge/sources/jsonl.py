@@ -1,0 +1,213 @@
+"""Role/rank span logs, one JSON object per line (``*.jsonl``).
+
+Two line shapes are read, and may be mixed in one file:
+
+* Chrome trace events, as AReaL's perf tracer writes them
+  (``perf_tracer/{role}/traces-r{rank}.jsonl``): ``ts``/``dur`` in integer µs from a per-process
+  ``perf_counter`` origin, ``args.rank`` and ``args.role`` on every event.
+* Generic spans, for any framework that logs spans (documented in the README)::
+
+    {"name": "generate", "start": 1732900000.25, "end": 1732900003.5,
+     "role": "rollout", "rank": 0, "thread": "engine", "cat": "phase", "args": {...}}
+
+  Times are ``start``/``end``/``duration`` in seconds, ``start_ns``/``end_ns``/``duration_ns`` in
+  integer nanoseconds, or ``ts``/``dur`` in microseconds. Values at Unix-epoch magnitude are wall
+  clock; smaller ones are taken as a monotonic clock with no anchor. A line without an end is an
+  instant.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tracemerge.errors import NotATrace
+from tracemerge.model import UNIX_EPOCH, ClockDomain, Event, Kind, SourceData, ThreadInfo
+from tracemerge.sources.base import SourceFormat, read_bytes
+from tracemerge.sources.chrome_events import ChromeEvents
+from tracemerge.sources.chrome_json import as_rank
+from tracemerge.units import seconds_to_ns, us_to_ns
+
+NAME = "jsonl-spans"
+PERF_COUNTER = ClockDomain("perf_counter µs, no wall-clock anchor", anchored=False)
+MONOTONIC_SPANS = ClockDomain("monotonic, no wall-clock anchor", anchored=False)
+# 2000-01-01 in ns: span times at or above this are Unix-epoch wall clock.
+_EPOCH_NS_FLOOR = 946_684_800 * 10**9
+_SPAN_START_KEYS = ("start_ns", "start", "ts")
+
+
+def _first_object(head: bytes) -> dict | None:
+    for line in head.split(b"\n")[:50]:
+        if not line.strip():
+            continue
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return None
+        return obj if type(obj) is dict else None
+    return None
+
+
+def _is_span_line(obj: dict) -> bool:
+    return type(obj.get("name")) is str and any(k in obj for k in _SPAN_START_KEYS)
+
+
+def claims(path: Path, head: bytes) -> bool:
+    obj = _first_object(head)
+    if obj is None or "traceEvents" in obj:
+        return False
+    return type(obj.get("ph")) is str or _is_span_line(obj)
+
+
+def read(path: Path) -> SourceData:
+    data = read_bytes(path)
+    chrome = ChromeEvents(us_to_ns, us_to_ns)
+    spans: list[Event] = []
+    span_threads: dict[Any, ThreadInfo] = {}
+    dropped: Counter[str] = Counter()
+    pid_origin: dict[Any, tuple[str | None, int | None]] = {}
+    bad_lines: list[int] = []
+    records = 0
+
+    for lineno, line in enumerate(data.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        records += 1
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            bad_lines.append(lineno)
+            continue
+        if type(obj) is not dict:
+            dropped["line is not a JSON object"] += 1
+            continue
+        if "ph" in obj:
+            origin = _chrome_origin(obj, pid_origin)
+            chrome.add(obj, origin)
+        elif _is_span_line(obj):
+            _add_span(obj, lineno, spans, span_threads, dropped)
+        else:
+            dropped["line is neither a trace event nor a span"] += 1
+
+    if records and len(bad_lines) == records:
+        raise NotATrace(path, "no line is valid JSON", where=str(bad_lines[0]))
+    if bad_lines:
+        dropped[f"invalid JSON line (first at line {bad_lines[0]})"] += len(bad_lines)
+    chrome.finish()
+    for ev in chrome.events:
+        role, rank = ev.origin
+        if role is None or rank is None:
+            p_role, p_rank = pid_origin.get(ev.thread[0], (None, None))
+            ev.origin = (role if role is not None else p_role, rank if rank is not None else p_rank)
+
+    dropped.update(chrome.dropped)
+    threads = chrome.threads()
+    threads.update(span_threads)
+    return SourceData(
+        path=path,
+        format=NAME,
+        clock=_clock(chrome.events, spans),
+        events=chrome.events + spans,
+        threads=threads,
+        dropped=dropped,
+        metadata_records=chrome.metadata_records,
+    )
+
+
+def _chrome_origin(obj: dict, pid_origin: dict) -> tuple[str | None, int | None]:
+    """(role, rank) from the event's args; remembered per pid for the events that lack them."""
+    args = obj.get("args")
+    role = rank = None
+    if type(args) is dict:
+        role = args.get("role") if type(args.get("role")) is str else None
+        rank = as_rank(args.get("rank"))
+        if obj.get("ph") == "M" and obj.get("name") == "process_name":
+            role, rank = _process_name_origin(args.get("name"))
+    pid = obj.get("pid")
+    if (role is not None or rank is not None) and type(pid) is not list and type(pid) is not dict:
+        known_role, known_rank = pid_origin.get(pid, (None, None))
+        pid_origin[pid] = (known_role or role, known_rank if known_rank is not None else rank)
+    return (role, rank)
+
+
+def _process_name_origin(name: Any) -> tuple[str | None, int | None]:
+    """AReaL names its processes ``"[role] Rank 3, Process"`` or ``"Rank 3, Process"``."""
+    if type(name) is not str:
+        return (None, None)
+    role = None
+    text = name.strip()
+    if text.startswith("[") and "]" in text:
+        role, text = text[1 : text.index("]")], text[text.index("]") + 1 :].strip()
+    rank = None
+    if text.startswith("Rank "):
+        rank = as_rank(text[5:].split(",")[0])
+    return (role, rank)
+
+
+def _add_span(obj: dict, lineno: int, out: list[Event], threads: dict, dropped: Counter) -> None:
+    try:
+        start, end = _span_times(obj)
+    except (ValueError, TypeError):
+        dropped["span with unreadable times"] += 1
+        return
+    if end is not None and end < start:
+        dropped["span ending before it starts"] += 1
+        return
+    role = obj.get("role") if type(obj.get("role")) is str else None
+    origin = (role, as_rank(obj.get("rank")))
+    thread = obj.get("thread", obj.get("tid", "main"))
+    if type(thread) not in (int, str):
+        thread = str(thread)
+    key = ("span", thread)
+    if key not in threads:
+        name = thread if type(thread) is str else f"thread {thread}"
+        threads[key] = ThreadInfo(name, (0, -1, 0, (0 if type(thread) is int else 1, str(thread))))
+    args = obj.get("args") if type(obj.get("args")) is dict and obj.get("args") else None
+    cat = obj.get("cat", obj.get("category", ""))
+    cat = cat if type(cat) is str else str(cat)
+    if end is None:
+        out.append(Event(Kind.INSTANT, start, key, obj["name"], cat, 0, args, origin))
+    else:
+        out.append(Event(Kind.SLICE, start, key, obj["name"], cat, end - start, args, origin))
+
+
+def _span_times(obj: dict) -> tuple[int, int | None]:
+    if "start_ns" in obj:
+        start = _int_ns(obj["start_ns"])
+        if "end_ns" in obj:
+            return start, _int_ns(obj["end_ns"])
+        if "duration_ns" in obj:
+            return start, start + _int_ns(obj["duration_ns"])
+        return start, None
+    if "start" in obj:
+        start = seconds_to_ns(obj["start"])
+        if obj.get("end") is not None:
+            return start, seconds_to_ns(obj["end"])
+        if obj.get("duration") is not None:
+            return start, start + seconds_to_ns(obj["duration"])
+        return start, None
+    start = us_to_ns(obj["ts"])
+    if obj.get("dur") is not None:
+        return start, start + us_to_ns(obj["dur"])
+    return start, None
+
+
+def _int_ns(value: Any) -> int:
+    if type(value) is int:
+        return value
+    if type(value) is str and value.strip().lstrip("-").isdigit():
+        return int(value)
+    raise ValueError(f"not integer nanoseconds: {value!r}")
+
+
+def _clock(chrome_events: list[Event], spans: list[Event]) -> ClockDomain:
+    sample = chrome_events[0].ts if chrome_events else (spans[0].ts if spans else 0)
+    if sample >= _EPOCH_NS_FLOOR:
+        return UNIX_EPOCH
+    return PERF_COUNTER if chrome_events else MONOTONIC_SPANS
+
+
+JSONL_SPANS = SourceFormat(NAME, claims, read)

@@ -1,0 +1,73 @@
+"""Exact conversion of trace timestamps to integer nanoseconds.
+
+Chrome-trace timestamps are microseconds written as decimals ("1712345678901234.567"). Parsed as
+a float such a value loses its nanoseconds once it exceeds 2**43 µs, so values are converted from
+their decimal text where needed and never rounded through a float product.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+
+# Below this many microseconds a float parsed from a decimal with at most three fraction digits
+# still identifies that decimal exactly (half an ulp is under half a nanosecond).
+FLOAT_EXACT_LIMIT_US = float(2**43)
+
+
+def decimal_text_to_int(text: str, digits: int) -> int:
+    """Return round-half-up(value * 10**digits) for the decimal ``text``, exactly."""
+    s = text.strip()
+    if not s:
+        raise ValueError("empty number")
+    if "e" in s or "E" in s:
+        try:
+            return int((Decimal(s) * (10**digits)).to_integral_value(rounding="ROUND_HALF_UP"))
+        except InvalidOperation:
+            raise ValueError(f"not a number: {text!r}") from None
+    negative = s[0] == "-"
+    if s[0] in "+-":
+        s = s[1:]
+    whole, _, frac = s.partition(".")
+    if not (whole or frac) or not (whole.isdigit() or whole == "") or not (frac.isdigit() or frac == ""):
+        raise ValueError(f"not a number: {text!r}")
+    kept = (frac + "0" * digits)[:digits]
+    value = int(whole or "0") * 10**digits + int(kept or "0")
+    rest = frac[digits:]
+    if rest and rest[0] >= "5":
+        value += 1
+    return -value if negative else value
+
+
+def us_to_ns(value: object) -> int:
+    """Microseconds (int, float or decimal text) to integer nanoseconds without float rounding."""
+    t = type(value)
+    if t is int:
+        return value * 1000  # type: ignore[operator]
+    if t is float:
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"not a finite number: {value!r}")
+        p, q = value.as_integer_ratio()  # type: ignore[union-attr]
+        return (p * 2000 + q) // (2 * q)
+    if t is str:
+        return decimal_text_to_int(value, 3)  # type: ignore[arg-type]
+    if t is bool or value is None:
+        raise ValueError(f"not a timestamp: {value!r}")
+    raise ValueError(f"not a timestamp: {value!r}")
+
+
+def seconds_to_ns(value: object) -> int:
+    """Seconds (int, float or decimal text) to integer nanoseconds.
+
+    A float carries about 16 significant digits, which for epoch seconds is sub-microsecond; the
+    float's shortest decimal text is converted, so ``1732900000.123456`` gives ...123456000 ns.
+    """
+    t = type(value)
+    if t is int:
+        return value * 1_000_000_000  # type: ignore[operator]
+    if t is float:
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"not a finite number: {value!r}")
+        return decimal_text_to_int(repr(value), 9)
+    if t is str:
+        return decimal_text_to_int(value, 9)  # type: ignore[arg-type]
+    raise ValueError(f"not a time in seconds: {value!r}")
