@@ -13,17 +13,51 @@ from tracemerge.sources import FORMATS, SourceFormat, read_head
 # Directory and file-name words that name an RL role.
 ROLE_WORDS = frozenset(
     {
-        "actor", "critic", "ref", "reference", "rollout", "reward", "rm", "trainer", "master",
-        "learner", "generator", "generation", "actor_rollout", "actor_rollout_ref", "actor-rollout",
-        "actor-rollout-ref", "value-model", "teacher", "env", "eval-rollout", "policy", "inference",
-        "sampler", "driver", "controller",
+        "actor",
+        "critic",
+        "ref",
+        "reference",
+        "rollout",
+        "reward",
+        "rm",
+        "trainer",
+        "master",
+        "learner",
+        "generator",
+        "generation",
+        "actor_rollout",
+        "actor_rollout_ref",
+        "actor-rollout",
+        "actor-rollout-ref",
+        "value-model",
+        "teacher",
+        "env",
+        "eval-rollout",
+        "policy",
+        "inference",
+        "sampler",
+        "driver",
+        "controller",
     }
 )
 # Directories that hold traces without naming a role; the role is the directory below them.
 _CONTAINER_DIRS = frozenset(
     {
-        "perf_tracer", "session_tracer", "logs", "log", "traces", "trace", "profile", "profiles",
-        "profiler", "profiling", "outputs", "output", "tb", "tensorboard", "torch_profile",
+        "perf_tracer",
+        "session_tracer",
+        "logs",
+        "log",
+        "traces",
+        "trace",
+        "profile",
+        "profiles",
+        "profiler",
+        "profiling",
+        "outputs",
+        "output",
+        "tb",
+        "tensorboard",
+        "torch_profile",
     }
 )
 _RANK_WORD = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 from tracemerge.clock import align
 from tracemerge.model import ClockDomain, Event, FlowPhase, Identity, Kind, OriginKey, SourceData, ThreadInfo, ThreadKey
@@ -20,9 +20,28 @@ from tracemerge.report import EventCounts
 
 # Roles in the order an RL step runs through them; other roles follow alphabetically.
 ROLE_ORDER = (
-    "master", "trainer", "driver", "controller", "rollout", "generator", "generation", "actor_rollout_ref",
-    "actor-rollout-ref", "actor_rollout", "actor-rollout", "env", "reward", "rm", "ref", "reference",
-    "teacher", "critic", "value-model", "actor", "policy", "learner",
+    "master",
+    "trainer",
+    "driver",
+    "controller",
+    "rollout",
+    "generator",
+    "generation",
+    "actor_rollout_ref",
+    "actor-rollout-ref",
+    "actor_rollout",
+    "actor-rollout",
+    "env",
+    "reward",
+    "rm",
+    "ref",
+    "reference",
+    "teacher",
+    "critic",
+    "value-model",
+    "actor",
+    "policy",
+    "learner",
 )
 TIDS_PER_PROCESS = 10_000
 
@@ -256,8 +275,12 @@ def make_plan(scans: list[FileScan]) -> MergePlan:
                     json_name, _, json_key = name.rpartition(" ")
                     full = f"{prefix}: {name}" if prefix else name
                     counters[(ident, key, name)] = CounterTrack(
-                        stable_id("counter", proc.uuid, key, name), proc.pid, full, proc.uuid,
-                        f"{prefix}: {json_name}" if prefix else json_name, json_key,
+                        stable_id("counter", proc.uuid, key, name),
+                        proc.pid,
+                        full,
+                        proc.uuid,
+                        f"{prefix}: {json_name}" if prefix else json_name,
+                        json_key,
                     )
 
     units = []

@@ -121,7 +121,8 @@ def format_found(report: RunReport) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = []
     for n, row in enumerate(rows):
-        cells = [c.rjust(w) if i in (1, 2, 3) and n else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        pairs = enumerate(zip(row, widths, strict=True))
+        cells = [c.rjust(w) if i in (1, 2, 3) and n else c.ljust(w) for i, (c, w) in pairs]
         lines.append("  ".join(cells).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))

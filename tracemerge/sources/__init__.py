@@ -6,7 +6,7 @@ A new format is a new module with a :class:`~tracemerge.sources.base.SourceForma
 
 from __future__ import annotations
 
-from tracemerge.sources.base import SourceFormat, read_head, read_bytes
+from tracemerge.sources.base import SourceFormat, read_bytes, read_head
 from tracemerge.sources.chrome_json import CHROME_JSON
 from tracemerge.sources.jsonl import JSONL_SPANS
 

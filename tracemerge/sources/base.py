@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import gzip
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from tracemerge.errors import InputError
 from tracemerge.model import SourceData

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tracemerge.model import (
     NO_ORIGIN,
@@ -169,7 +170,9 @@ class ChromeEvents:
         if ts is None:
             return
         self.events.append(
-            Event(Kind.INSTANT, ts, self._thread(e), _text(e.get("name")), _text(e.get("cat")), 0, self._args(e), origin)
+            Event(
+                Kind.INSTANT, ts, self._thread(e), _text(e.get("name")), _text(e.get("cat")), 0, self._args(e), origin
+            )
         )
 
     def _add_flow(self, e: dict, origin: OriginKey, ph: str) -> None:
@@ -215,7 +218,9 @@ class ChromeEvents:
                 if type(value) is bool or type(value) not in (int, float):
                     continue
                 self.events.append(
-                    Event(Kind.COUNTER, ts, (pid, None), f"{name} {key}", _text(e.get("cat")), origin=origin, value=value)
+                    Event(
+                        Kind.COUNTER, ts, (pid, None), f"{name} {key}", _text(e.get("cat")), origin=origin, value=value
+                    )
                 )
                 kept += 1
         if not kept:
@@ -254,11 +259,7 @@ class ChromeEvents:
     def threads(self) -> dict[ThreadKey, ThreadInfo]:
         """Readable names and an in-process order for every thread that holds events."""
         keys = {ev.thread for ev in self.events}
-        cpu_pids = {
-            pid
-            for pid, _ in keys
-            if type(pid) is int and pid >= 0 and self.device_label(pid) is None
-        }
+        cpu_pids = {pid for pid, _ in keys if type(pid) is int and pid >= 0 and self.device_label(pid) is None}
         infos: dict[ThreadKey, ThreadInfo] = {}
         for key in keys:
             pid, tid = key
@@ -277,7 +278,8 @@ class ChromeEvents:
         if pid in _SPECIAL_PIDS:
             return ThreadInfo(_SPECIAL_PIDS[pid], (2, str(pid), str(tid)))
         if type(pid) is int and pid < 0:
-            return ThreadInfo(f"Profiler overhead {tid}".rstrip(), (2, str(pid), str(tid)))
+            suffix = f" {tid}" if tid not in (0, "", None) else ""
+            return ThreadInfo(f"Profiler overhead{suffix}", (2, str(pid), str(tid)))
         label = self.device_label(pid)
         if label is not None:
             if given.startswith("stream"):

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 from tracemerge.merge import Encoder
 from tracemerge.plan import MergePlan, ThreadTrack, UnitPlan

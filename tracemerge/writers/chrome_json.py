@@ -60,7 +60,9 @@ class UnitEncoder:
             else:
                 flow = b',"bind_id":%d,"flow_in":true,"flow_out":true' % fid
             if len(flows) > 1:
-                self.dropped["JSON output: flows beyond the first on one slice (one bind_id per event)"] += len(flows) - 1
+                self.dropped["JSON output: flows beyond the first on one slice (one bind_id per event)"] += (
+                    len(flows) - 1
+                )
         self.out.write(
             b',\n{"ph":"X","pid":%d,"tid":%d,"ts":%s,"dur":%s%s%s}'
             % (track.pid, track.tid, _us(ts), _us(ev.dur), self._common(ev), flow)

@@ -1,0 +1,111 @@
+"""What a fixture holds, counted straight from its files, independently of tracemerge's readers.
+
+Times are parsed with the standard library's json and ``Decimal`` so that the expected values do
+not share code (or bugs) with the merger.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+
+
+def exact_ns(value, scale: int = 1000) -> int:
+    """A µs value (int, Decimal or numeric string) as integer ns, exactly."""
+    return int((Decimal(str(value)) * scale).to_integral_value(rounding=ROUND_HALF_UP))
+
+
+def load_json(path: Path):
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    return json.loads(data, parse_float=Decimal)
+
+
+def load_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line, parse_float=Decimal) for line in path.read_text().splitlines() if line.strip()]
+
+
+@dataclass
+class Expected:
+    """Per (role, rank): slices as (name, start ns, dur ns), instants as (name, ts ns), and counts."""
+
+    slices: Counter = field(default_factory=Counter)
+    instants: Counter = field(default_factory=Counter)
+    counters: int = 0
+    flows: int = 0
+
+    def shifted(self, delta: int) -> Expected:
+        return Expected(
+            Counter({(n, t + delta, d): c for (n, t, d), c in self.slices.items()}),
+            Counter({(n, t + delta): c for (n, t), c in self.instants.items()}),
+            self.counters,
+            self.flows,
+        )
+
+    def merge(self, other: Expected) -> None:
+        self.slices.update(other.slices)
+        self.instants.update(other.instants)
+        self.counters += other.counters
+        self.flows += other.flows
+
+
+def chrome_events(events: list[dict], base_ns: int = 0) -> Expected:
+    """Expected content of a list of Chrome trace events (µs timestamps, optional base)."""
+    out = Expected()
+    open_b: dict = defaultdict(list)
+    flows: dict = defaultdict(list)
+    for _, e in sorted(enumerate(events), key=lambda ie: (exact_ns(ie[1].get("ts", 0)), ie[0])):
+        ph = e.get("ph")
+        ts = base_ns + exact_ns(e["ts"]) if "ts" in e else None
+        if ph == "X":
+            out.slices[(e.get("name", ""), ts, exact_ns(e["dur"]))] += 1
+        elif ph == "B":
+            open_b[(e["pid"], e["tid"])].append((e.get("name", ""), ts))
+        elif ph == "E":
+            name, start = open_b[(e["pid"], e["tid"])].pop()
+            out.slices[(name, start, ts - start)] += 1
+        elif ph in ("i", "I", "R"):
+            out.instants[(e.get("name", ""), ts)] += 1
+        elif ph == "C":
+            out.counters += sum(
+                1 for v in e.get("args", {}).values() if isinstance(v, (int, Decimal)) and not isinstance(v, bool)
+            )
+        elif ph in ("s", "t", "f"):
+            flows[(e.get("cat"), e.get("name"), e["id"])].append(ph)
+    for phases in flows.values():
+        if "s" in phases and len(phases) >= 2:
+            out.flows += len(phases) - 1
+    return out
+
+
+def kineto_file(path: Path) -> Expected:
+    top = load_json(path)
+    events = top["traceEvents"] if isinstance(top, dict) else top
+    base = top.get("baseTimeNanoseconds", 0) if isinstance(top, dict) else 0
+    return chrome_events(events, base)
+
+
+def jsonl_by_rank(path: Path) -> dict[tuple[str, int], Expected]:
+    """Per (role, rank) content of a JSONL file, Chrome lines and generic span lines alike."""
+    chrome: dict = defaultdict(list)
+    out: dict = defaultdict(Expected)
+    for line in load_jsonl(path):
+        if "ph" in line:
+            args = line.get("args", {})
+            if "rank" in args:
+                chrome[(args["role"], args["rank"])].append(line)
+            continue
+        key = (line["role"], line["rank"])
+        start = int(line["start_ns"])
+        if "end_ns" in line:
+            out[key].slices[(line["name"], start, int(line["end_ns"]) - start)] += 1
+        else:
+            out[key].instants[(line["name"], start)] += 1
+    for key, events in chrome.items():
+        out[key].merge(chrome_events(events))
+    return dict(out)

@@ -1,0 +1,156 @@
+"""The command line: exit codes, one-line errors, whole-or-nothing output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from builders import kineto
+from conftest import FIXTURES
+from typer.testing import CliRunner
+
+from tracemerge import cli
+
+runner = CliRunner()
+
+
+def run(*args: str):
+    return runner.invoke(cli.app, list(args))
+
+
+def test_default_command_merges_and_prints_the_table(tmp_path: Path) -> None:
+    out = tmp_path / "merged.pftrace"
+    result = run(str(FIXTURES / "rl_run"), "-o", str(out))
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].split() == ["role", "rank", "files", "events", "clock"]
+    assert lines[2].split()[:4] == ["rollout", "0", "1", "8"]
+    assert any(line.split()[:4] == ["actor", "1", "1", "505"] for line in lines)
+    assert out.stat().st_size > 0
+    assert "wrote" in result.output
+    assert [p.name for p in tmp_path.iterdir()] == ["merged.pftrace"]  # no temporary files left
+
+
+def test_explicit_merge_subcommand_and_format_option(tmp_path: Path) -> None:
+    out = tmp_path / "merged.out"
+    result = run("merge", str(FIXTURES / "kineto_gpu"), "-o", str(out), "--format", "json", "-q")
+    assert result.exit_code == 0, result.output
+    assert result.output == ""
+    assert json.loads(out.read_text())["traceEvents"]
+
+
+def test_report_json(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    result = run(str(FIXTURES / "kineto_gpu"), "-o", str(tmp_path / "m.pftrace"), "--report", str(report), "-q")
+    assert result.exit_code == 0
+    data = json.loads(report.read_text())
+    assert data["exit_code"] == 0
+    assert data["read"] == data["written"] == {"slices": 56, "instants": 8, "counters": 12, "flows": 12}
+    assert data["slices_moved_to_overlap_lanes"] == 2
+    assert [p["label"] for p in data["processes"]] == ["rank 0", "rank 1"]
+
+
+def test_broken_file_is_skipped_with_one_line_naming_it(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    kineto(root / "actor" / "rank0.json", rank=0)
+    broken = root / "actor" / "rank1.json"
+    broken.write_text('{"traceEvents": [{"ph": "X", "ts": 1, "dur": 2},\n  {"ph": "X", "ts": ')
+    result = run(str(root), "-o", str(tmp_path / "m.pftrace"))
+    assert result.exit_code == 3
+    skipped = [line for line in result.output.splitlines() if line.startswith("skipped")]
+    assert skipped == [f"skipped {broken}:2:21: invalid JSON (unexpected end of data)"]
+    assert "Traceback" not in result.output
+    assert (tmp_path / "m.pftrace").exists()
+
+
+def test_dropped_events_are_reported_with_reasons(tmp_path: Path) -> None:
+    path = tmp_path / "rank0.json"
+    events = [
+        {"ph": "X", "name": "ok", "pid": 1, "tid": 1, "ts": 1_790_000_000_000_000, "dur": 5},
+        {"ph": "X", "name": "no dur", "pid": 1, "tid": 1, "ts": 1_790_000_000_000_000},
+        {"ph": "E", "pid": 1, "tid": 1, "ts": 1_790_000_000_000_009},
+        {"ph": "b", "name": "async", "id": 1, "pid": 1, "tid": 1, "ts": 1_790_000_000_000_001},
+        {"ph": "s", "name": "lonely", "cat": "c", "id": 4, "pid": 1, "tid": 1, "ts": 1_790_000_000_000_001},
+    ]
+    path.write_text(json.dumps({"traceEvents": events}))
+    result = run(str(path), "-o", str(tmp_path / "m.json"))
+    assert result.exit_code == 3
+    assert "dropped 1 input events: X event without dur" in result.output
+    assert "dropped 1 input events: E event without matching B" in result.output
+    assert "dropped 1 input events: unsupported phase 'b'" in result.output
+    assert "dropped 1 input events: flow start without an end" in result.output
+
+
+def test_explicit_non_trace_file_is_skipped(tmp_path: Path) -> None:
+    kineto(tmp_path / "rank0.json", rank=0)
+    other = tmp_path / "config.yaml"
+    other.write_text("lr: 0.1\n")
+    result = run(str(tmp_path / "rank0.json"), str(other), "-o", str(tmp_path / "m.pftrace"))
+    assert result.exit_code == 3
+    assert f"skipped {other}: not a trace format tracemerge reads" in result.output
+
+
+@pytest.mark.parametrize("existing", [True, False])
+def test_fatal_error_writes_nothing(tmp_path: Path, existing: bool) -> None:
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "bad.json").write_text('{"traceEvents": [')
+    out = tmp_path / "merged.pftrace"
+    if existing:
+        out.write_bytes(b"previous")
+    result = run(str(tmp_path / "in"), "-o", str(out))
+    assert result.exit_code == 1
+    [line] = result.output.splitlines()
+    assert line.startswith("tracemerge: error: no usable trace files: ")
+    assert str(tmp_path / "in" / "bad.json") in line
+    assert (out.read_bytes() == b"previous") if existing else not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["in", *(["merged.pftrace"] if existing else [])])
+
+
+def test_missing_input_and_missing_output_directory(tmp_path: Path) -> None:
+    result = run(str(tmp_path / "nope"), "-o", str(tmp_path / "m.pftrace"))
+    assert result.exit_code == 1
+    assert result.output.strip() == f"tracemerge: error: {tmp_path / 'nope'}: no such file or directory"
+    kineto(tmp_path / "rank0.json", rank=0)
+    result = run(str(tmp_path / "rank0.json"), "-o", str(tmp_path / "missing" / "m.pftrace"), "-q")
+    assert result.exit_code == 1
+    assert result.output.strip().startswith("tracemerge: error: ")
+    assert "does not exist" in result.output
+
+
+def test_empty_directory_is_fatal(tmp_path: Path) -> None:
+    result = run(str(tmp_path), "-o", str(tmp_path / "m.pftrace"))
+    assert result.exit_code == 1
+    assert result.output.strip() == f"tracemerge: error: no trace files found in {tmp_path}"
+
+
+def test_unknown_format_is_fatal(tmp_path: Path) -> None:
+    kineto(tmp_path / "rank0.json", rank=0)
+    result = run(str(tmp_path), "-o", str(tmp_path / "m.x"), "--format", "xml")
+    assert result.exit_code == 1
+    assert "unknown output format 'xml'" in result.output
+
+
+def test_internal_error_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    kineto(tmp_path / "rank0.json", rank=0)
+
+    def boom(*_a, **_k):
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setattr("tracemerge.pipeline.lay_out", boom)
+    monkeypatch.delenv("TRACEMERGE_DEBUG", raising=False)
+    monkeypatch.setattr(sys, "argv", ["tracemerge", str(tmp_path), "-o", str(tmp_path / "m.pftrace")])
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main()
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == "tracemerge: internal error: RuntimeError: kaboom (set TRACEMERGE_DEBUG=1 for a traceback)"
+    assert not (tmp_path / "m.pftrace").exists()
+
+
+def test_python_dash_m_and_version() -> None:
+    done = subprocess.run([sys.executable, "-m", "tracemerge", "--version"], capture_output=True, text=True)
+    assert done.returncode == 0
+    assert done.stdout.strip().startswith("tracemerge ")

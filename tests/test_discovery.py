@@ -1,0 +1,99 @@
+"""Discovery: formats recognised by content, role and rank inferred from layout, names and content."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from builders import EPOCH_US, areal_jsonl, kineto
+
+from tracemerge.discover import discover, path_hints
+from tracemerge.pipeline import merge
+
+
+def found(root: Path) -> dict[str, tuple]:
+    report = merge([root], root.parent / "out.pftrace")
+    return {p.label: (p.role, p.rank, sorted(f.name for f in p.files)) for p in report.processes}
+
+
+def test_role_from_directory_and_rank_from_distributed_info(tmp_path: Path) -> None:
+    kineto(tmp_path / "runs" / "actor" / "node-a.json", rank=5)
+    kineto(tmp_path / "runs" / "critic" / "rank3.pt.trace.json.gz", rank=None, gz=True)
+    assert found(tmp_path / "runs") == {
+        "critic · rank 3": ("critic", 3, ["rank3.pt.trace.json.gz"]),
+        "actor · rank 5": ("actor", 5, ["node-a.json"]),
+    }
+
+
+def test_content_rank_wins_over_file_name(tmp_path: Path) -> None:
+    kineto(tmp_path / "runs" / "actor" / "rank1.json", rank=6)
+    assert list(found(tmp_path / "runs")) == ["actor · rank 6"]
+
+
+def test_areal_perf_tracer_layout(tmp_path: Path) -> None:
+    root = tmp_path / "trial"
+    areal_jsonl(root / "perf_tracer" / "critic" / "traces-r2.jsonl")  # no rank/role in args
+    areal_jsonl(root / "perf_tracer" / "master" / "traces-r0.jsonl", rank=0, role="master")
+    areal_jsonl(root / "perf_tracer" / "traces-r1.jsonl", rank=1)  # pre-2025-12 layout, no role dir
+    assert found(root) == {
+        "master · rank 0": ("master", 0, ["traces-r0.jsonl"]),
+        "critic · rank 2": ("critic", 2, ["traces-r2.jsonl"]),
+        "rank 1": ("", 1, ["traces-r1.jsonl"]),
+    }
+
+
+def test_rank_patterns_in_file_and_directory_names() -> None:
+    root = Path("/runs")
+    assert path_hints(root / "x_rank4.json", root) == (None, 4)
+    assert path_hints(root / "prof_rank-12.json.gz", root) == (None, 12)
+    assert path_hints(root / "rank7" / "trace.json", root) == (None, 7)
+    assert path_hints(root / "rollout" / "rank_2" / "trace.json", root) == ("rollout", 2)
+    assert path_hints(root / "actor-rollout-ref_actor-update_step2_rank1-of-8_pid123_20260101.json.gz", root) == (
+        "actor-rollout-ref",
+        1,
+    )
+    assert path_hints(root / "perf_tracer" / "ref" / "traces-r3.jsonl", root) == ("ref", 3)
+    assert path_hints(root / "resnet_r50.json", root) == (None, None)
+
+
+def test_format_is_recognised_by_content_not_name(tmp_path: Path) -> None:
+    kineto(tmp_path / "runs" / "actor" / "dump.txt", rank=0)
+    (tmp_path / "runs" / "config.json").write_text(json.dumps({"lr": 0.1}))
+    (tmp_path / "runs" / "notes.md").write_text("# not a trace")
+    (tmp_path / "runs" / ".hidden").mkdir()
+    kineto(tmp_path / "runs" / ".hidden" / "rank9.json", rank=9)
+    d = discover([tmp_path / "runs"])
+    assert [c.path.name for c in d.candidates] == ["dump.txt"]
+    assert sorted(p.name for p in d.ignored) == ["config.json", "notes.md"]
+    assert d.skipped == []
+
+
+def test_several_files_for_one_rank_are_all_kept_in_time_order(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    kineto(root / "actor" / "rank0_step2.json", rank=0, t0_us=EPOCH_US + 5_000_000, names=("late",))
+    kineto(root / "actor" / "rank0_step1.json", rank=0, t0_us=EPOCH_US, names=("early",))
+    report = merge([root], tmp_path / "out.pftrace")
+    [proc] = report.processes
+    assert [f.name for f in proc.files] == ["rank0_step1.json", "rank0_step2.json"]
+    assert proc.read.slices == proc.written.slices == 2
+
+
+def test_overlapping_files_of_one_rank_keep_separate_threads(tmp_path: Path) -> None:
+    from readback import read_pftrace
+
+    root = tmp_path / "runs"
+    kineto(root / "actor" / "rank0_a.json", rank=0, names=("x", "y"))
+    kineto(root / "actor" / "rank0_b.json", rank=0, t0_us=EPOCH_US + 25, names=("z",))
+    out = tmp_path / "out.pftrace"
+    merge([root], out)
+    rb = read_pftrace(out)
+    assert rb.thread_names("actor · rank 0") == {
+        "CPU thread 11 (python)",
+        "CPU thread 11 (python) (rank0_b.json)",
+    }
+
+
+def test_file_without_any_rank_gets_a_process_of_its_own(tmp_path: Path) -> None:
+    kineto(tmp_path / "runs" / "misc" / "trace.json")
+    kineto(tmp_path / "runs" / "misc" / "other.json")
+    assert sorted(found(tmp_path / "runs")) == ["misc · other.json", "misc · trace.json"]

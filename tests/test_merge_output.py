@@ -1,0 +1,125 @@
+"""Every fixture merged to every output format, read back and compared with its input files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+from expected import Expected, jsonl_by_rank, kineto_file
+from readback import Readback, read_chrome_json, read_pftrace
+
+from tracemerge.pipeline import merge
+
+FORMATS = {".pftrace": read_pftrace, ".json": read_chrome_json, ".json.gz": read_chrome_json}
+
+
+def merged(tmp_path: Path, ext: str, *inputs: Path) -> tuple[Readback, object]:
+    out = tmp_path / f"merged{ext}"
+    report = merge(list(inputs), out)
+    return FORMATS[ext](out), report
+
+
+def assert_same(rb: Readback, label: str, expected: Expected) -> None:
+    got = rb.expected_view(label)
+    assert sum(got.slices.values()) == sum(expected.slices.values())
+    assert got.slices == expected.slices
+    assert got.instants == expected.instants
+    assert got.counters == expected.counters
+    assert got.flows == expected.flows
+
+
+@pytest.mark.parametrize("ext", list(FORMATS))
+def test_kineto_gpu_run(tmp_path: Path, ext: str) -> None:
+    rb, report = merged(tmp_path, ext, FIXTURES / "kineto_gpu")
+    rank0 = kineto_file(FIXTURES / "kineto_gpu" / "rank0.pt.trace.json")
+    rank1 = kineto_file(FIXTURES / "kineto_gpu" / "rank1.pt.trace.json.gz")
+    assert sorted(rb.processes.values()) == ["rank 0", "rank 1"]
+    assert_same(rb, "rank 0", rank0)
+    assert_same(rb, "rank 1", rank1)
+    # Exact counts the fixture was built with (2 steps per rank).
+    assert sum(rank0.slices.values()) == 2 * 13 + 2  # 12 X and one B/E pair per step, plus Spans and overhead
+    assert rank0.flows == 6 and rank0.counters == 6 and sum(rank0.instants.values()) == 4
+    assert report.exit_code == 0
+    assert report.moved_to_lanes == 2  # rank 0's "detach" ends 0.2 µs after its parent, twice
+
+    names = rb.thread_names("rank 0")
+    for expected_name in (
+        "CPU thread 4242 (pt_main_thread)",
+        "CPU thread 4250 (pt_autograd_0)",
+        "GPU 0 stream 7",
+        "GPU 0 stream 20",
+        "Profiler spans",
+        "Profiler iterations",
+        "Profiler",
+        "Profiler overhead",
+        "CPU thread 4242 (pt_main_thread) (overlap 1)",
+    ):
+        assert expected_name in names
+    # Both ranks' kernels ran on their own GPU; the same CPU pid 4242 stays two processes.
+    assert "GPU 1 stream 7" in rb.thread_names("rank 1")
+    assert rb.pid_of("rank 0") != rb.pid_of("rank 1")
+
+
+@pytest.mark.parametrize("ext", list(FORMATS))
+def test_precision_survives_to_the_nanosecond(tmp_path: Path, ext: str) -> None:
+    rb, _ = merged(tmp_path, ext, FIXTURES / "precision")
+    by_name = {s.name: s for s in rb.slices}
+    assert by_name["outer"].ts == 1732924800123456789
+    assert by_name["outer"].dur == 10001
+    assert by_name["inner"].ts == 1732924800123456790
+    assert by_name["inner"].depth == 1
+    assert by_name["next"].ts == 1732924800123466790
+    assert by_name["next"].depth == 0  # starts the nanosecond "outer" ends: a sibling, not a child
+    assert [i.ts for i in rb.instants] == [1732924800123466791]
+
+
+@pytest.mark.parametrize("ext", list(FORMATS))
+def test_rl_run(tmp_path: Path, ext: str) -> None:
+    run = FIXTURES / "rl_run"
+    rb, report = merged(tmp_path, ext, run)
+    actor0 = kineto_file(run / "actor" / "rank0.pt.trace.json")
+    actor1 = kineto_file(run / "actor" / "rank1.pt.trace.json.gz")
+    assert_same(rb, "actor · rank 0", actor0)
+    assert_same(rb, "actor · rank 1", actor1)
+    for key, expected in jsonl_by_rank(run / "reward" / "spans.jsonl").items():
+        assert_same(rb, f"reward · rank {key[1]}", expected)
+
+    # The rollout spans have no wall-clock anchor: each file starts at the run start.
+    run_start = min(
+        min(t for (_, t, _) in e.slices)
+        for e in (actor0, actor1, *jsonl_by_rank(run / "reward" / "spans.jsonl").values())
+    )
+    for rank in (0, 1):
+        [(key, expected)] = jsonl_by_rank(run / "perf_tracer" / "rollout" / f"traces-r{rank}.jsonl").items()
+        first = min(t for (_, t, _) in expected.slices)
+        assert_same(rb, f"rollout · rank {rank}", expected.shifted(run_start - first))
+
+    assert list(rb.processes.values()) == [
+        "rollout · rank 0",
+        "rollout · rank 1",
+        "reward · rank 0",
+        "reward · rank 1",
+        "actor · rank 0",
+        "actor · rank 1",
+    ]
+    assert report.exit_code == 0
+    assert (
+        report.read.slices
+        == report.written.slices
+        == sum(sum(rb.expected_view(p).slices.values()) for p in rb.processes.values())
+    )
+
+
+@pytest.mark.parametrize("ext", list(FORMATS))
+def test_nesting_is_valid_on_every_track(tmp_path: Path, ext: str) -> None:
+    """Children lie inside their parents on every track of every fixture."""
+    rb, _ = merged(tmp_path, ext, FIXTURES / "rl_run", FIXTURES / "kineto_gpu")
+    by_track: dict = {}
+    for s in sorted(rb.slices, key=lambda s: (s.track, s.ts, -s.dur)):
+        stack = by_track.setdefault(s.track, [])
+        while stack and stack[-1].ts + stack[-1].dur <= s.ts and stack[-1] is not s:
+            stack.pop()
+        if stack:
+            assert stack[-1].ts <= s.ts and s.ts + s.dur <= stack[-1].ts + stack[-1].dur
+        stack.append(s)

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import pytest
+
+from tracemerge.units import decimal_text_to_int, seconds_to_ns, us_to_ns
+
+
+@pytest.mark.parametrize(
+    ("value", "ns"),
+    [
+        (0, 0),
+        (1, 1000),
+        (1732924800123456, 1732924800123456000),
+        ("1732924800123456.789", 1732924800123456789),
+        ("1732924800123456.7895", 1732924800123456790),  # half up beyond the ns digit
+        ("-1.5", -1500),
+        ("12", 12000),
+        (".5", 500),
+        ("1e3", 1_000_000),
+        (5109642442131.612, 5109642442131612),  # below 2**43 µs a float is still exact
+        (8796093022207.999, 8796093022207999),
+        (0.001, 1),
+        (2.5, 2500),
+    ],
+)
+def test_us_to_ns_is_exact(value, ns) -> None:
+    assert us_to_ns(value) == ns
+
+
+@pytest.mark.parametrize("bad", ["", "abc", "1.2.3", None, True, [1], float("nan")])
+def test_us_to_ns_rejects_non_numbers(bad) -> None:
+    with pytest.raises(ValueError):
+        us_to_ns(bad)
+
+
+def test_seconds_to_ns() -> None:
+    assert seconds_to_ns(1732900000.123456) == 1732900000123456000
+    assert seconds_to_ns("1732900000.123456789") == 1732900000123456789
+    assert seconds_to_ns(3) == 3_000_000_000
+
+
+def test_decimal_rounding() -> None:
+    assert decimal_text_to_int("0.0004", 3) == 0
+    assert decimal_text_to_int("0.0005", 3) == 1
+    assert decimal_text_to_int("+7", 0) == 7
