@@ -109,3 +109,38 @@ def jsonl_by_rank(path: Path) -> dict[tuple[str, int], Expected]:
     for key, events in chrome.items():
         out[key].merge(chrome_events(events))
     return dict(out)
+
+
+def anchored_start(expected: list[Expected]) -> int:
+    """The run start: the earliest slice or instant among sources on the Unix-epoch clock."""
+    return min(t for e in expected for t in [*(t for (_, t, _) in e.slices), *(t for (_, t) in e.instants)])
+
+
+def fixture_expectations(fixtures: Path, name: str) -> dict[str, Expected]:
+    """Per process label, what merging ``fixtures/<name>`` must produce, from the input files alone."""
+    root = fixtures / name
+    if name == "kineto_gpu":
+        return {
+            "rank 0": kineto_file(root / "rank0.pt.trace.json"),
+            "rank 1": kineto_file(root / "rank1.pt.trace.json.gz"),
+        }
+    if name in ("precision", "edge_cases"):
+        return {"rank 0": kineto_file(root / "rank0.json")}
+    if name == "rl_run":
+        out = {
+            "actor · rank 0": kineto_file(root / "actor" / "rank0.pt.trace.json"),
+            "actor · rank 1": kineto_file(root / "actor" / "rank1.pt.trace.json.gz"),
+        }
+        for (role, rank), e in jsonl_by_rank(root / "reward" / "spans.jsonl").items():
+            out[f"{role} · rank {rank}"] = e
+        run_start = anchored_start(list(out.values()))
+        for rank in (0, 1):
+            # No wall-clock anchor: each rollout file is placed with its first event at the run start.
+            [((role, _), e)] = jsonl_by_rank(root / "perf_tracer" / "rollout" / f"traces-r{rank}.jsonl").items()
+            first = min([*(t for (_, t, _) in e.slices), *(t for (_, t) in e.instants)])
+            out[f"{role} · rank {rank}"] = e.shifted(run_start - first)
+        return out
+    raise KeyError(name)
+
+
+FIXTURE_RUNS = ("rl_run", "kineto_gpu", "precision", "edge_cases")

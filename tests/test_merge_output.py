@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from conftest import FIXTURES
-from expected import Expected, jsonl_by_rank, kineto_file
+from expected import FIXTURE_RUNS, Expected, fixture_expectations, kineto_file
 from readback import Readback, read_chrome_json, read_pftrace
 
 from tracemerge.pipeline import merge
@@ -75,26 +75,21 @@ def test_precision_survives_to_the_nanosecond(tmp_path: Path, ext: str) -> None:
 
 
 @pytest.mark.parametrize("ext", list(FORMATS))
-def test_rl_run(tmp_path: Path, ext: str) -> None:
-    run = FIXTURES / "rl_run"
-    rb, report = merged(tmp_path, ext, run)
-    actor0 = kineto_file(run / "actor" / "rank0.pt.trace.json")
-    actor1 = kineto_file(run / "actor" / "rank1.pt.trace.json.gz")
-    assert_same(rb, "actor · rank 0", actor0)
-    assert_same(rb, "actor · rank 1", actor1)
-    for key, expected in jsonl_by_rank(run / "reward" / "spans.jsonl").items():
-        assert_same(rb, f"reward · rank {key[1]}", expected)
+@pytest.mark.parametrize("run", FIXTURE_RUNS)
+def test_every_fixture_matches_its_inputs(tmp_path: Path, ext: str, run: str) -> None:
+    rb, report = merged(tmp_path, ext, FIXTURES / run)
+    expected = fixture_expectations(FIXTURES, run)
+    assert sorted(rb.processes.values()) == sorted(expected)
+    for label, e in expected.items():
+        assert_same(rb, label, e)
+    assert report.exit_code == 0
+    assert report.read.as_dict() == report.written.as_dict()
+    assert report.written.slices == sum(sum(e.slices.values()) for e in expected.values())
 
-    # The rollout spans have no wall-clock anchor: each file starts at the run start.
-    run_start = min(
-        min(t for (_, t, _) in e.slices)
-        for e in (actor0, actor1, *jsonl_by_rank(run / "reward" / "spans.jsonl").values())
-    )
-    for rank in (0, 1):
-        [(key, expected)] = jsonl_by_rank(run / "perf_tracer" / "rollout" / f"traces-r{rank}.jsonl").items()
-        first = min(t for (_, t, _) in expected.slices)
-        assert_same(rb, f"rollout · rank {rank}", expected.shifted(run_start - first))
 
+@pytest.mark.parametrize("ext", list(FORMATS))
+def test_rl_run_process_order(tmp_path: Path, ext: str) -> None:
+    rb, _ = merged(tmp_path, ext, FIXTURES / "rl_run")
     assert list(rb.processes.values()) == [
         "rollout · rank 0",
         "rollout · rank 1",
@@ -103,12 +98,6 @@ def test_rl_run(tmp_path: Path, ext: str) -> None:
         "actor · rank 0",
         "actor · rank 1",
     ]
-    assert report.exit_code == 0
-    assert (
-        report.read.slices
-        == report.written.slices
-        == sum(sum(rb.expected_view(p).slices.values()) for p in rb.processes.values())
-    )
 
 
 @pytest.mark.parametrize("ext", list(FORMATS))

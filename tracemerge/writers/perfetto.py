@@ -23,7 +23,7 @@ _BEGIN = pb.TrackEvent.TYPE_SLICE_BEGIN
 _END = pb.TrackEvent.TYPE_SLICE_END
 _INSTANT = pb.TrackEvent.TYPE_INSTANT
 _COUNTER = pb.TrackEvent.TYPE_COUNTER
-_INT64_MIN, _INT64_MAX, _UINT64_MAX = -(1 << 63), (1 << 63) - 1, (1 << 64) - 1
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def write_packet(out: BinaryIO, packet: pb.TracePacket) -> None:
@@ -126,14 +126,17 @@ def _set_value(ann: pb.DebugAnnotation, value: Any) -> None:
     elif t is bool:
         ann.bool_value = value
     elif t is int:
+        # trace_processor stores integer args as int64: larger values would display wrapped.
         if _INT64_MIN <= value <= _INT64_MAX:
             ann.int_value = value
-        elif 0 <= value <= _UINT64_MAX:
-            ann.uint_value = value
         else:
             ann.string_value = str(value)
     elif t is float:
         ann.double_value = value
+    elif value is None:
+        # A bare JSON null crashes trace_processor v52 (json_utils "Unreachable"), and an
+        # annotation without a value is dropped: show it as text.
+        ann.string_value = "null"
     else:
         try:
             ann.legacy_json_value = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
