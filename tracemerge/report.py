@@ -112,21 +112,26 @@ class RunReport:
         }
 
 
+def format_table(rows: list[tuple[str, ...]], left: frozenset[int] = frozenset()) -> str:
+    """A plain-text table: header, rule, rows; columns in ``left`` left-aligned, others right."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for n, row in enumerate(rows):
+        pairs = enumerate(zip(row, widths, strict=True))
+        cells = [c.ljust(w) if i in left or n == 0 else c.rjust(w) for i, (c, w) in pairs]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
 def format_found(report: RunReport) -> str:
     """The table of what was found, one row per (role, rank) process."""
     rows = [("role", "rank", "files", "events", "clock")]
     for p in report.processes:
         rank = str(p.rank) if p.rank is not None else "?"
         rows.append((p.role or "-", rank, str(len(p.files)), f"{p.read.total:,}", "; ".join(sorted(p.clocks))))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = []
-    for n, row in enumerate(rows):
-        pairs = enumerate(zip(row, widths, strict=True))
-        cells = [c.rjust(w) if i in (1, 2, 3) and n else c.ljust(w) for i, (c, w) in pairs]
-        lines.append("  ".join(cells).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return format_table(rows, left=frozenset({0, 4}))
 
 
 def format_outcome(report: RunReport) -> str:

@@ -139,9 +139,15 @@ class TraceProcessor:
         return data
 
     def _died(self) -> TraceProcessorError:
-        self.proc.poll()
-        tail = "; ".join(list(self.stderr)[-3:])
-        return TraceProcessorError(f"trace_processor exited ({self.proc.returncode}){': ' + tail if tail else ''}")
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        lines = list(self.stderr)
+        # trace_processor's own last words ("json_utils.cc:77 Unreachable") say more than a JS stack.
+        own = [line.split("]", 1)[-1].strip() for line in lines if ".cc:" in line]
+        why = own[-1] if own else "; ".join(lines[-3:])
+        return TraceProcessorError(f"trace_processor crashed{': ' + why if why else ''}")
 
     def _reply(self) -> Any:
         tag = self._read(1)[0]

