@@ -112,3 +112,14 @@ def test_nesting_is_valid_on_every_track(tmp_path: Path, ext: str) -> None:
         if stack:
             assert stack[-1].ts <= s.ts and s.ts + s.dur <= stack[-1].ts + stack[-1].dur
         stack.append(s)
+
+
+@pytest.mark.parametrize("ext", [".pftrace", ".json.gz"])
+def test_worker_processes_write_the_same_bytes(tmp_path: Path, ext: str) -> None:
+    """Files encoded in parallel workers concatenate to exactly the serial output."""
+    inputs = [FIXTURES / "rl_run", FIXTURES / "kineto_gpu", FIXTURES / "edge_cases"]
+    serial = merge(inputs, tmp_path / f"serial{ext}", jobs=1)
+    parallel = merge(inputs, tmp_path / f"parallel{ext}", jobs=2)
+    assert (tmp_path / f"serial{ext}").read_bytes() == (tmp_path / f"parallel{ext}").read_bytes()
+    assert serial.as_dict()["written"] == parallel.as_dict()["written"]
+    assert serial.as_dict()["dropped"] == parallel.as_dict()["dropped"]

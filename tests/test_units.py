@@ -27,7 +27,7 @@ def test_us_to_ns_is_exact(value, ns) -> None:
     assert us_to_ns(value) == ns
 
 
-@pytest.mark.parametrize("bad", ["", "abc", "1.2.3", None, True, [1], float("nan")])
+@pytest.mark.parametrize("bad", ["", "abc", "1.2.3", None, True, [1], float("nan"), float("inf"), float("-inf")])
 def test_us_to_ns_rejects_non_numbers(bad) -> None:
     with pytest.raises(ValueError):
         us_to_ns(bad)

@@ -70,12 +70,15 @@ def merge(
     report: Annotated[
         Optional[Path], typer.Option("--report", help="Also write the run report as JSON to this file.")
     ] = None,
+    jobs: Annotated[
+        int, typer.Option("--jobs", "-j", help="Worker processes reading and encoding files (0: automatic).")
+    ] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print errors only.")] = False,
 ) -> None:
     """Merge traces into one clock-aligned trace with a process per role and rank."""
     show = (lambda _r: None) if quiet else (lambda r: _err(format_found(r)))
     try:
-        result = run_merge(inputs, output, format=format, on_plan=show)
+        result = run_merge(inputs, output, format=format, jobs=jobs, on_plan=show)
     except TracemergeError as exc:
         _err(f"tracemerge: error: {exc}")
         raise typer.Exit(EXIT_FATAL) from None

@@ -44,8 +44,14 @@ def us_to_ns(value: object) -> int:
     if t is int:
         return value * 1000  # type: ignore[operator]
     if t is float:
-        if value != value or value in (float("inf"), float("-inf")):
-            raise ValueError(f"not a finite number: {value!r}")
+        try:
+            guess = round(value * 1000)  # type: ignore[operator]
+        except (OverflowError, ValueError):
+            raise ValueError(f"not a finite number: {value!r}") from None
+        # Below 2**43 µs only one 3-decimal value parses to a given float, so a guess that
+        # converts back to the same float is that value. Otherwise take the float's exact value.
+        if guess / 1000 == value:
+            return guess
         p, q = value.as_integer_ratio()  # type: ignore[union-attr]
         return (p * 2000 + q) // (2 * q)
     if t is str:

@@ -33,17 +33,24 @@ def write_packet(out: BinaryIO, packet: pb.TracePacket) -> None:
     out.write(b"\x0a" + _varint(len(body)) + body)
 
 
-def _varint(n: int) -> bytes:
-    """Protobuf varint; negative int64 values take their 64-bit two's complement (10 bytes)."""
-    n &= 0xFFFFFFFFFFFFFFFF
-    if n < 0x80:
-        return bytes((n,))
+def _encode_varint(n: int) -> bytes:
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+# Lengths, iids and small values are the most frequent varints: look them up.
+_SMALL_VARINTS = [_encode_varint(n) for n in range(1 << 14)]
+
+
+def _varint(n: int) -> bytes:
+    """Protobuf varint; negative int64 values take their 64-bit two's complement (10 bytes)."""
+    if 0 <= n < 16384:
+        return _SMALL_VARINTS[n]
+    return _encode_varint(n & 0xFFFFFFFFFFFFFFFF)
 
 
 def _field(tag: bytes, payload: bytes) -> bytes:
