@@ -45,6 +45,8 @@ class Readback:
     counter_tracks: dict[int, tuple[int, str]] = field(default_factory=dict)  # track -> (pid, name)
     flow_links: Counter = field(default_factory=Counter)  # pid of the flow's first slice -> links
     realtime_base: int | None = None
+    root_ordering: tuple[int, int] | None = None  # the root descriptor's process/thread ordering
+    process_rank: dict[int, int] = field(default_factory=dict)  # pid -> sibling_order_rank
 
     def pid_of(self, label: str) -> int:
         matches = [pid for pid, name in self.processes.items() if name == label]
@@ -102,7 +104,11 @@ def read_pftrace(path: Path) -> Readback:
             rb.realtime_base = clocks[official.BUILTIN_CLOCK_REALTIME] - clocks[official.BUILTIN_CLOCK_BOOTTIME]
         if pkt.HasField("track_descriptor"):
             td = pkt.track_descriptor
+            if td.uuid == 0:
+                rb.root_ordering = (td.process_ordering, td.thread_ordering)
+                continue
             if td.HasField("process"):
+                rb.process_rank[td.process.pid] = td.sibling_order_rank
                 assert td.process.pid not in rb.processes, f"pid {td.process.pid} described twice"
                 rb.processes[td.process.pid] = td.process.process_name
             elif td.HasField("thread"):

@@ -90,6 +90,10 @@ def test_every_fixture_matches_its_inputs(tmp_path: Path, ext: str, run: str) ->
 @pytest.mark.parametrize("ext", list(FORMATS))
 def test_rl_run_process_order(tmp_path: Path, ext: str) -> None:
     rb, _ = merged(tmp_path, ext, FIXTURES / "rl_run")
+    if ext == ".pftrace":
+        # Explicit ordering for v57+ UIs: a root descriptor and a rank per process descriptor.
+        assert rb.root_ordering == (1, 1)
+        assert [rb.process_rank[pid] for pid in rb.processes] == [0, 1, 2, 3, 4, 5]
     assert list(rb.processes.values()) == [
         "rollout · rank 0",
         "rollout · rank 1",

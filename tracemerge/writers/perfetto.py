@@ -208,6 +208,13 @@ def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> No
         snap.clock_snapshot.clocks.add(clock_id=pb.BUILTIN_CLOCK_BOOTTIME, timestamp=0)
         snap.clock_snapshot.clocks.add(clock_id=pb.BUILTIN_CLOCK_REALTIME, timestamp=plan.base_ns)
         write_packet(out, snap)
+    # The root descriptor (uuid 0) asks v57+ UIs to order processes and threads by their
+    # sibling_order_rank (role, then rank) instead of by slice count; older ones ignore it.
+    root = pb.TracePacket(timestamp=0, trusted_packet_sequence_id=seq)
+    root.track_descriptor.uuid = 0
+    root.track_descriptor.process_ordering = pb.TrackDescriptor.PROCESS_ORDERING_EXPLICIT
+    root.track_descriptor.thread_ordering = pb.TrackDescriptor.THREAD_ORDERING_EXPLICIT
+    write_packet(out, root)
     for proc in plan.processes:
         pkt = pb.TracePacket(timestamp=0, trusted_packet_sequence_id=seq)
         td = pkt.track_descriptor
