@@ -89,7 +89,14 @@ def discover(inputs: list[Path]) -> Discovery:
     seen: set[Path] = set()
     for given in inputs:
         if given.is_dir():
-            for path in _walk(given):
+            files, dirs = _walk(given)
+            for directory in dirs:
+                for fmt in FORMATS:
+                    reason = fmt.unusable_dir(directory) if fmt.unusable_dir else None
+                    if reason:
+                        skipped.append(InputError(directory, reason))
+                        break
+            for path in files:
                 _consider(path, given, False, candidates, skipped, ignored, seen)
         elif given.is_file():
             _consider(given, given.parent, True, candidates, skipped, ignored, seen)
@@ -98,14 +105,17 @@ def discover(inputs: list[Path]) -> Discovery:
     return Discovery(candidates, skipped, ignored)
 
 
-def _walk(root: Path) -> list[Path]:
-    found: list[Path] = []
+def _walk(root: Path) -> tuple[list[Path], list[Path]]:
+    """Files and directories below ``root`` (hidden ones skipped), in a stable order."""
+    files: list[Path] = []
+    dirs: list[Path] = [root]
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        dirs.extend(Path(dirpath) / d for d in dirnames)
         for name in sorted(filenames):
             if not name.startswith("."):
-                found.append(Path(dirpath) / name)
-    return found
+                files.append(Path(dirpath) / name)
+    return files, dirs
 
 
 def _consider(
@@ -128,7 +138,7 @@ def _consider(
         else:
             ignored.append(path)
         return
-    role, rank = path_hints(path, root)
+    role, rank = fmt.hints(path, root) if fmt.hints else path_hints(path, root)
     candidates.append(Candidate(path, fmt, role, rank, explicit))
 
 

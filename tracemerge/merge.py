@@ -42,6 +42,7 @@ class UnitResult:
     written: dict[Identity, EventCounts] = field(default_factory=lambda: defaultdict(EventCounts))
     dropped: Counter[str] = field(default_factory=Counter)
     moved_to_lanes: int = 0
+    reversed_flows: int = 0
 
 
 def lay_out(data: SourceData, plan: UnitPlan, enc: Encoder) -> UnitResult:
@@ -121,9 +122,14 @@ def _bind_flows(
                 result.dropped["flow left with one endpoint after binding"] += 1
             continue
         next_id += 1
-        for n, p in enumerate(kept):
-            phase = FlowPhase.START if n == 0 else FlowPhase.END if n == len(kept) - 1 else FlowPhase.STEP
-            attached[id(bound_to[id(p)])].append((next_id, phase))
+        # Perfetto links flow points in time order; a flow whose end is stamped before its start
+        # (clock skew between host and device) is drawn from the earlier slice, and counted.
+        slices = sorted((bound_to[id(p)] for p in kept), key=lambda e: e.ts)
+        if slices[0] is not bound_to[id(kept[0])]:
+            result.reversed_flows += 1
+        for n, target in enumerate(slices):
+            phase = FlowPhase.START if n == 0 else FlowPhase.END if n == len(slices) - 1 else FlowPhase.STEP
+            attached[id(target)].append((next_id, phase))
         result.written[plan.identities[chain[0].origin]].flows += len(kept) - 1
     return attached
 

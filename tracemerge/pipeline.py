@@ -113,7 +113,10 @@ def merge(
     report.skipped.extend(str(e) for e in found.skipped)
     candidates = [c for c in found.candidates if c.path.resolve() != out_path.resolve()]
     if not candidates:
-        raise FatalError(f"no trace files found in {', '.join(str(p) for p in inputs)}")
+        where = ", ".join(str(p) for p in inputs)
+        if report.skipped:
+            raise FatalError(f"no usable trace files in {where}: " + "; ".join(report.skipped))
+        raise FatalError(f"no trace files found in {where}")
 
     workers = min(jobs if jobs > 0 else _auto_jobs(candidates), len(candidates))
     with ExitStack() as stack:
@@ -219,6 +222,7 @@ def _write(
             lanes.extend(result.lanes)
             report.dropped.update(result.dropped)
             report.moved_to_lanes += result.moved_to_lanes
+            report.reversed_flows += result.reversed_flows
             for ident, counts in result.written.items():
                 procs[pid_of[ident]].written.add(counts)
 

@@ -159,7 +159,7 @@ def scan(data: SourceData, role_hint: str | None, rank_hint: int | None) -> File
             if (ev.thread, ev.name) not in series[ident]:
                 info = data.threads.get(ev.thread)
                 series[ident][(ev.thread, ev.name)] = info.name if info else ""
-        if kind != Kind.COUNTER and ev.thread not in threads[ident]:
+        if kind != Kind.COUNTER and kind != Kind.FLOW and ev.thread not in threads[ident]:
             threads[ident][ev.thread] = data.threads.get(ev.thread) or ThreadInfo(str(ev.thread))
         end = ev.ts + ev.dur
         if ts_min is None or ev.ts < ts_min:
@@ -189,7 +189,9 @@ def scan(data: SourceData, role_hint: str | None, rank_hint: int | None) -> File
 def flow_chains(events: Iterable[Event]) -> tuple[list[list[Event]], Counter[str]]:
     """Group flow points into chains (s, t..., f) by source id; report points that form no link.
 
-    A start always opens a new chain, so ids reused later in a file give separate flows.
+    An id with a single start is one flow whatever the timestamps say (a device task can be
+    stamped before the host call that launched it), and every end beyond the first fans out from
+    that start (one launch, two kernels). Ids reused for several flows are paired in time order.
     """
     by_id: dict[object, list[Event]] = defaultdict(list)
     for ev in events:
@@ -199,19 +201,30 @@ def flow_chains(events: Iterable[Event]) -> tuple[list[list[Event]], Counter[str
     dropped: Counter[str] = Counter()
     for points in by_id.values():
         points.sort(key=lambda e: (e.ts, e.flow_phase))
+        starts = [p for p in points if p.flow_phase == FlowPhase.START]
+        if len(starts) == 1:
+            start = starts[0]
+            steps = [p for p in points if p.flow_phase == FlowPhase.STEP]
+            ends = [p for p in points if p.flow_phase == FlowPhase.END]
+            chains.append([start, *steps, *ends[:1]])
+            chains.extend([start, end] for end in ends[1:])
+            continue
         current: list[Event] | None = None
+        last_start: Event | None = None
         for p in points:
             if p.flow_phase == FlowPhase.START:
                 if current is not None:
                     chains.append(current)
-                current = [p]
-            elif current is None:
-                dropped["flow step/end without a start"] += 1
-            else:
+                current, last_start = [p], p
+            elif current is not None:
                 current.append(p)
                 if p.flow_phase == FlowPhase.END:
                     chains.append(current)
                     current = None
+            elif last_start is not None and p.flow_phase == FlowPhase.END:
+                chains.append([last_start, p])
+            else:
+                dropped["flow step/end without a start"] += 1
         if current is not None:
             chains.append(current)
     kept = []

@@ -60,6 +60,7 @@ class RunReport:
     dropped: Counter[str] = field(default_factory=Counter)  # reason -> input events not written
     metadata_records: int = 0
     moved_to_lanes: int = 0
+    reversed_flows: int = 0  # flows whose end was stamped before their start
     output_bytes: int = 0
     seconds: float = 0.0
 
@@ -107,6 +108,7 @@ class RunReport:
             "ignored_files": [str(p) for p in self.ignored],
             "metadata_records": self.metadata_records,
             "slices_moved_to_overlap_lanes": self.moved_to_lanes,
+            "flows_ending_before_they_start": self.reversed_flows,
             "output_bytes": self.output_bytes,
             "seconds": round(self.seconds, 3),
         }
@@ -144,6 +146,11 @@ def format_outcome(report: RunReport) -> str:
     ]
     if report.moved_to_lanes:
         lines.append(f"{report.moved_to_lanes:,} overlapping slices moved to overlap lanes beside their thread")
+    if report.reversed_flows:
+        lines.append(
+            f"{report.reversed_flows:,} flows end before they start (host/device clock skew): "
+            "drawn from the earlier slice"
+        )
     for reason, count in sorted(report.dropped.items(), key=lambda kv: (-kv[1], kv[0])):
         lines.append(f"dropped {count:,} input events: {reason}")
     for message in report.skipped:

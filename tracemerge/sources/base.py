@@ -22,11 +22,17 @@ class SourceFormat:
     ``claims(path, head)`` looks at the file name and the first (decompressed) bytes and says
     whether the file is this format's; it must be cheap and must not raise. ``read(path)`` parses
     the whole file; it raises :class:`~tracemerge.errors.InputError` for a file it cannot use.
+    Formats whose inputs are directory trees can say where role and rank come from (``hints``)
+    and which directories hold nothing to merge (``unusable_dir``), so these are reported.
     """
 
     name: str
     claims: Callable[[Path, bytes], bool]
     read: Callable[[Path], SourceData]
+    # (path, the input root it was found under) -> (role, rank) hints; default: discover.path_hints
+    hints: Callable[[Path, Path], tuple[str | None, int | None]] | None = None
+    # A directory this format recognises but cannot use (raw data, say) -> the reason; else None.
+    unusable_dir: Callable[[Path], str | None] | None = None
 
 
 def read_bytes(path: Path) -> bytes:

@@ -1,0 +1,361 @@
+"""Ascend DB exports: ``ascend_pytorch_profiler_{rank}.db`` (torch_npu), ``ascend_mindspore_profiler_{rank}.db``
+(MindSpore) and msprof's ``msprof_*.db``.
+
+All times are integer ns of the Unix epoch (``PYTORCH_API`` keeps them as TEXT). Names and enums go
+through ``STRING_IDS``. Column sets differ between versions, so every table is read by the
+columns it has. Timeline tables and where their rows go:
+
+- ``PYTORCH_API`` → ``Python · Thread N``; ``CANN_API`` → ``CANN · Thread N``;
+- ``TASK`` → ``Ascend Hardware · Stream N``, named by ``COMPUTE_TASK_INFO`` /
+  ``COMMUNICATION_TASK_INFO`` / an MSTX message, else the task type; communication tasks also on
+  ``HCCL · Plane N``; ``COMMUNICATION_OP`` → ``HCCL · Group N Communication``;
+- ``OVERLAP_ANALYSIS`` → ``Overlap Analysis · Computing`` etc.; ``MSTX_EVENTS`` → ``MSTX``;
+- every table with a ``timestampNs`` column → counter tracks, one per numeric column;
+- flows: ``CANN_API`` → ``TASK`` by connectionId (HostToDevice), ``PYTORCH_API`` → ``TASK`` through
+  ``CONNECTION_IDS`` (torch_to_npu), and forward → backward ops sharing a connection id (fwdbwd).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import urllib.parse
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from tracemerge.errors import InputError, NotATrace
+from tracemerge.model import UNIX_EPOCH, Event, FlowPhase, Kind, SourceData, ThreadInfo, ThreadKey
+from tracemerge.sources import ascend_layout as layout
+from tracemerge.sources.ascend_text import MSTX_THREAD
+from tracemerge.sources.base import SourceFormat
+
+NAME = "ascend-db"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+OVERLAP_TYPES = {0: "Computing", 1: "Communication", 2: "Communication(Not Overlapped)", 3: "Free"}
+MSTX_POINT_TYPES = frozenset({0, 3})  # marker, marker_ex
+FWD_BWD_CONNECTION = 5 << 28  # connection ids at or above this link forward and backward ops
+# Columns that hold STRING_IDS references.
+STRING_COLUMNS = frozenset(
+    {
+        "name",
+        "opName",
+        "groupName",
+        "taskType",
+        "opType",
+        "algType",
+        "inputFormats",
+        "inputDataTypes",
+        "inputShapes",
+        "outputFormats",
+        "outputDataTypes",
+        "outputShapes",
+        "attrInfo",
+        "inputDtypes",
+        "message",
+        "domainId",
+        "hf32Eligible",
+    }
+)
+# Columns of counter tables that identify a series rather than measure it.
+SERIES_KEYS = frozenset({"hbmId", "llcId", "accId", "moduleId", "type", "mode", "component", "operatorName"})
+NOT_VALUES = frozenset({"deviceId", "timestampNs", "globalTid", "streamPtr", "addr", *SERIES_KEYS})
+# Counter tables named as the text export names their processes, and value columns as its units.
+COUNTER_LABELS = {
+    "AICORE_FREQ": "AI Core Freq",
+    "NPU_MEM": "NPU MEM",
+    "ACC_PMU": "Acc PMU",
+    "QOS": "QoS",
+    "SOC_BANDWIDTH_LEVEL": "Stars Soc Info",
+}
+VALUE_UNITS = {("AICORE_FREQ", "freq"): "MHz"}
+TIMELINE_TABLES = frozenset({"TASK", "COMMUNICATION_OP", "CANN_API", "PYTORCH_API", "MSTX_EVENTS", "OVERLAP_ANALYSIS"})
+
+
+def claims(path: Path, head: bytes) -> bool:
+    if not head.startswith(SQLITE_MAGIC) or not layout.is_timeline_db(path):
+        return False
+    # A run exported as both text and DB holds the same events twice: read trace_view.json only.
+    return not (path.parent / "trace_view.json").is_file()
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    # immutable=1: never create -wal/-shm files next to a DB we only read (some are in WAL mode).
+    uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
+    return sqlite3.connect(uri, uri=True)
+
+
+def read(path: Path) -> SourceData:
+    try:
+        con = connect(path)
+        tables = {
+            name: [row[1] for row in con.execute(f"pragma table_info('{name}')")]
+            for (name,) in con.execute("select name from sqlite_master where type = 'table'")
+        }
+    except sqlite3.DatabaseError as exc:
+        raise InputError(path, f"not a readable SQLite database ({exc})") from None
+    if not TIMELINE_TABLES & set(tables):
+        raise NotATrace(path, "SQLite database without Ascend timeline tables")
+    try:
+        reader = _DbReader(con, tables)
+        reader.read_all()
+    except sqlite3.DatabaseError as exc:
+        raise InputError(path, f"cannot read the database ({exc})") from None
+    finally:
+        con.close()
+    run = layout.run_dir_of(path)
+    return SourceData(
+        path=path,
+        format=NAME,
+        clock=UNIX_EPOCH,
+        events=reader.events,
+        threads=reader.thread_infos(),
+        role_hint=layout.metadata_role(run) if run else None,
+        rank_hint=reader.rank if reader.rank is not None else (layout.rank_of(run) if run else None),
+        dropped=reader.dropped,
+    )
+
+
+class _DbReader:
+    def __init__(self, con: sqlite3.Connection, tables: dict[str, list[str]]) -> None:
+        self.con = con
+        self.tables = tables
+        self.events: list[Event] = []
+        self.dropped: Counter[str] = Counter()
+        self.names: dict[ThreadKey, tuple[str, tuple]] = {}
+        self.strings: dict[int, str] = dict(self._rows("STRING_IDS", ("id", "value")))
+        self.rank: int | None = None
+        self.devices: set[int] = set()
+        # slice events by connection id, for flows
+        self.tasks_by_connection: dict[int, list[Event]] = defaultdict(list)
+        self.mstx_by_connection: dict[int, str] = {}
+
+    # -- table access ------------------------------------------------------------------------
+
+    def _rows(self, table: str, wanted: tuple[str, ...] | None = None) -> list[tuple]:
+        if table not in self.tables:
+            return []
+        cols = wanted or tuple(self.tables[table])
+        present = [c for c in cols if c in self.tables[table]]
+        select = ", ".join(f'"{c}"' if c in present else "NULL" for c in cols)
+        return list(self.con.execute(f'select {select} from "{table}"'))
+
+    def _dicts(self, table: str) -> list[dict[str, Any]]:
+        cols = self.tables.get(table, [])
+        return [dict(zip(cols, row, strict=True)) for row in self._rows(table)]
+
+    def _text(self, value: Any) -> Any:
+        return self.strings.get(value, value) if type(value) is int else value
+
+    def _enum(self, table: str) -> dict[int, str]:
+        return dict(self._rows(table, ("id", "name")))
+
+    def _track(self, key: ThreadKey, name: str, order: tuple) -> ThreadKey:
+        if key not in self.names:
+            self.names[key] = (name, order)
+        return key
+
+    def _slice(
+        self, key: ThreadKey, start: Any, end: Any, name: str, cat: str, args: dict | None, what: str
+    ) -> Event | None:
+        try:
+            start, end = int(start), int(end)
+        except (TypeError, ValueError):
+            self.dropped[f"{what} row with unreadable times"] += 1
+            return None
+        if end < start:
+            self.dropped[f"{what} row ending before it starts"] += 1
+            return None
+        ev = Event(Kind.SLICE, start, key, name, cat, end - start, args)
+        self.events.append(ev)
+        return ev
+
+    # -- tables --------------------------------------------------------------------------------
+
+    def read_all(self) -> None:
+        for rank, device in self._rows("RANK_DEVICE_MAP", ("rankId", "deviceId")):
+            if isinstance(rank, int) and rank >= 0:
+                self.rank = rank
+            self.devices.add(device)
+        self._mstx()
+        self._tasks()
+        self._communication_ops()
+        cann = self._cann_api()
+        self._pytorch_api(cann)
+        self._overlap()
+        self._counters()
+
+    def _mstx(self) -> None:
+        kinds = self._enum("ENUM_MSTX_EVENT_TYPE")
+        for row in self._dicts("MSTX_EVENTS"):
+            message = str(self._text(row.get("message")))
+            domain = str(self._text(row.get("domainId")) or "")
+            connection = row.get("connectionId")
+            if connection is not None:
+                self.mstx_by_connection[connection] = message
+            args = {"event_type": kinds.get(row.get("eventType"), row.get("eventType")), "domain": domain}
+            key = self._track(MSTX_THREAD, "MSTX", (3, "MSTX", 0, ""))
+            if row.get("eventType") in MSTX_POINT_TYPES:
+                self.events.append(Event(Kind.INSTANT, int(row["startNs"]), key, message, domain, 0, args))
+            else:
+                self._slice(key, row.get("startNs"), row.get("endNs"), message, domain, args, "MSTX_EVENTS")
+
+    def _tasks(self) -> None:
+        compute = {r["globalTaskId"]: r for r in self._dicts("COMPUTE_TASK_INFO")}
+        comm = {r["globalTaskId"]: r for r in self._dicts("COMMUNICATION_TASK_INFO")}
+        for row in self._dicts("TASK"):
+            device = row.get("deviceId") or 0
+            self.devices.add(device)
+            stream = row.get("streamId")
+            task_type = self._text(row.get("taskType"))
+            info = compute.get(row.get("globalTaskId")) or comm.get(row.get("globalTaskId"))
+            connection = row.get("connectionId")
+            if info is not None:
+                name = str(self._text(info.get("name")))
+            elif connection in self.mstx_by_connection:
+                name = self.mstx_by_connection[connection]
+            else:
+                name = str(task_type)
+            args = {
+                "Task Type": task_type,
+                "Stream Id": stream,
+                "Task Id": row.get("taskId"),
+                "connection_id": connection,
+            }
+            if info is not None:
+                for col, value in info.items():
+                    if col not in ("name", "globalTaskId", "depth", "waitNs") and value is not None:
+                        args[col] = self._text(value) if col in STRING_COLUMNS else value
+            key = self._track(("stream", device, stream), f"Ascend Hardware · Stream {stream}", (4, device, stream, ""))
+            ev = self._slice(key, row.get("startNs"), row.get("endNs"), name, "", args, "TASK")
+            if ev is None:
+                continue
+            if connection is not None:
+                self.tasks_by_connection[connection].append(ev)
+            plane_info = comm.get(row.get("globalTaskId"))
+            if plane_info is not None:
+                plane = plane_info.get("planeId")
+                pkey = self._track(("plane", device, plane), f"HCCL · Plane {plane}", (5, device, 1 + (plane or 0), ""))
+                self._slice(pkey, row.get("startNs"), row.get("endNs"), name, "", args, "TASK")
+
+    def _communication_ops(self) -> None:
+        rows = self._dicts("COMMUNICATION_OP")
+        groups = sorted({str(self._text(r.get("groupName"))) for r in rows})
+        default_device = min(self.devices) if self.devices else 0
+        for row in rows:
+            group = str(self._text(row.get("groupName")))
+            device = row.get("deviceId", default_device) or default_device
+            n = groups.index(group)
+            key = self._track(("group", device, n), f"HCCL · Group {n} Communication", (5, device, 0, ""))
+            args = {
+                col: (self._text(v) if col in STRING_COLUMNS else v)
+                for col, v in row.items()
+                if col not in ("opName", "startNs", "endNs", "waitNs") and v is not None
+            }
+            self._slice(
+                key,
+                row.get("startNs"),
+                row.get("endNs"),
+                str(self._text(row.get("opName"))),
+                "",
+                args,
+                "COMMUNICATION_OP",
+            )
+
+    def _cann_api(self) -> dict[int, Event]:
+        types = self._enum("ENUM_API_TYPE")
+        by_connection: dict[int, Event] = {}
+        for row in self._dicts("CANN_API"):
+            tid = (row.get("globalTid") or 0) & 0xFFFFFFFF
+            key = self._track(("cann", tid), f"CANN · Thread {tid}", (2, "CANN", tid, ""))
+            args = {"type": types.get(row.get("type"), row.get("type")), "connection_id": row.get("connectionId")}
+            ev = self._slice(
+                key, row.get("startNs"), row.get("endNs"), str(self._text(row.get("name"))), "", args, "CANN_API"
+            )
+            if ev is not None and row.get("connectionId") is not None:
+                by_connection[row["connectionId"]] = ev
+                for n, task in enumerate(self.tasks_by_connection.get(row["connectionId"], ())):
+                    self._flow("HostToDevice", (row["connectionId"], n), ev, task)
+        return by_connection
+
+    def _pytorch_api(self, cann: dict[int, Event]) -> None:
+        links: dict[int, list[int]] = defaultdict(list)
+        for link_id, connection in self._rows("CONNECTION_IDS", ("id", "connectionId")):
+            links[link_id].append(connection)
+        fwd_bwd: dict[int, list[Event]] = defaultdict(list)
+        for row in self._dicts("PYTORCH_API"):
+            tid = (row.get("globalTid") or 0) & 0xFFFFFFFF
+            key = self._track(("python", tid), f"Python · Thread {tid}", (0, "Python", tid, ""))
+            args = {
+                col: (self._text(v) if col in STRING_COLUMNS else v)
+                for col, v in row.items()
+                if col in ("sequenceNumber", "fwdThreadId", "inputDtypes", "inputShapes") and v is not None
+            }
+            ev = self._slice(
+                key,
+                row.get("startNs"),
+                row.get("endNs"),
+                str(self._text(row.get("name"))),
+                "cpu_op",
+                args or None,
+                "PYTORCH_API",
+            )
+            if ev is None or row.get("connectionId") is None:
+                continue
+            for connection in links.get(row["connectionId"], ()):
+                if connection >= FWD_BWD_CONNECTION:
+                    fwd_bwd[connection].append(ev)
+                for n, task in enumerate(self.tasks_by_connection.get(connection, ())):
+                    self._flow("torch_to_npu", (connection, n), ev, task)
+        for connection, ops in fwd_bwd.items():
+            if len(ops) >= 2:
+                ops.sort(key=lambda e: e.ts)
+                self._flow("fwdbwd", (connection, 0), ops[0], ops[-1])
+
+    def _flow(self, cat: str, fid: tuple, source: Event, target: Event) -> None:
+        flow_id = (cat, fid)
+        self.events.append(
+            Event(Kind.FLOW, source.ts, source.thread, cat, cat, flow_id=flow_id, flow_phase=FlowPhase.START)
+        )
+        self.events.append(
+            Event(Kind.FLOW, target.ts, target.thread, cat, cat, flow_id=flow_id, flow_phase=FlowPhase.END)
+        )
+
+    def _overlap(self) -> None:
+        for row in self._dicts("OVERLAP_ANALYSIS"):
+            kind = OVERLAP_TYPES.get(row.get("type"), f"type {row.get('type')}")
+            device = row.get("deviceId") or 0
+            key = self._track(
+                ("overlap", device, kind), f"Overlap Analysis · {kind}", (6, device, row.get("type") or 0, "")
+            )
+            self._slice(key, row.get("startNs"), row.get("endNs"), kind, "", None, "OVERLAP_ANALYSIS")
+
+    def _counters(self) -> None:
+        for table, cols in sorted(self.tables.items()):
+            if "timestampNs" not in cols or table in TIMELINE_TABLES:
+                continue
+            label = COUNTER_LABELS.get(table, table.replace("_", " "))
+            keys = [c for c in cols if c in SERIES_KEYS]
+            values = [c for c in cols if c not in NOT_VALUES]
+            thread = self._track(("counter", table), label, (9, table, 0, ""))
+            for row in self._dicts(table):
+                ts = row.get("timestampNs")
+                series = " ".join(str(self._text(row[k])) for k in keys)
+                for col in values:
+                    value = row.get(col)
+                    if type(value) not in (int, float):
+                        continue
+                    unit = VALUE_UNITS.get((table, col), col)
+                    name = " ".join(part for part in (label, series, unit) if part)
+                    self.events.append(Event(Kind.COUNTER, int(ts), thread, name, "", value=value))
+
+    def thread_infos(self) -> dict[ThreadKey, ThreadInfo]:
+        several = len(self.devices) > 1
+        infos = {}
+        for key, (name, order) in self.names.items():
+            if several and key[0] in ("stream", "plane", "group", "overlap"):
+                name = name.replace(" · ", f" (NPU {key[1]}) · ", 1)
+            infos[key] = ThreadInfo(name, order)
+        return infos
+
+
+ASCEND_DB = SourceFormat(NAME, claims, read, layout.path_hints)
