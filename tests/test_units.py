@@ -21,6 +21,9 @@ from tracemerge.units import decimal_text_to_int, seconds_to_ns, us_to_ns
         (8796093022207.999, 8796093022207999),
         (0.001, 1),
         (2.5, 2500),
+        (24.8015, 24802),  # half a nanosecond: rounded up, as the decimal text says
+        (55.1610625, 55161),
+        (1e-05, 0),
     ],
 )
 def test_us_to_ns_is_exact(value, ns) -> None:

@@ -23,7 +23,11 @@ Flow = tuple[int, FlowPhase]
 
 
 class Encoder(Protocol):
-    """What a writer implements to receive one file's laid-out events."""
+    """What a writer implements to receive one file's laid-out events.
+
+    An encoder may also set ``flows_per_slice`` when its format binds only so many flows to a
+    slice; flows beyond that are then dropped whole, and counted, before anything is emitted.
+    """
 
     def slice_begin(self, track: ThreadTrack, ts: int, ev: Event, flows: list[Flow] | None) -> None: ...
 
@@ -67,7 +71,7 @@ def lay_out(data: SourceData, plan: UnitPlan, enc: Encoder) -> UnitResult:
         # Parents before children: earlier start first, then longer first; slices before instants.
         group.sort(key=lambda e: (e.ts, -e.dur, e.kind))
 
-    flows = _bind_flows(data.events, by_thread, points, plan, result)
+    flows = _bind_flows(data.events, by_thread, points, plan, result, getattr(enc, "flows_per_slice", None))
 
     for (ident, thread), group in by_thread.items():
         track = plan.threads[(ident, thread)]
@@ -87,8 +91,9 @@ def _bind_flows(
     points: dict[tuple[Identity, tuple], list[Event]],
     plan: UnitPlan,
     result: UnitResult,
+    limit: int | None,
 ) -> dict[int, list[Flow]]:
-    """Map ``id(slice event)`` to the flows attached to it."""
+    """Map ``id(slice event)`` to the flows attached to it (at most ``limit`` per slice, if set)."""
     bound_to: dict[int, Event] = {}  # id(flow point) -> slice it binds to
     for key, pts in points.items():
         slices = [e for e in by_thread.get(key, ()) if e.kind == Kind.SLICE]
@@ -121,10 +126,13 @@ def _bind_flows(
             if kept:
                 result.dropped["flow left with one endpoint after binding"] += 1
             continue
-        next_id += 1
         # Perfetto links flow points in time order; a flow whose end is stamped before its start
         # (clock skew between host and device) is drawn from the earlier slice, and counted.
         slices = sorted((bound_to[id(p)] for p in kept), key=lambda e: e.ts)
+        if limit is not None and any(len(attached[id(target)]) >= limit for target in slices):
+            result.dropped[f"flows beyond {limit} on one slice (the output format binds {limit})"] += 1
+            continue
+        next_id += 1
         if slices[0] is not bound_to[id(kept[0])]:
             result.reversed_flows += 1
         for n, target in enumerate(slices):

@@ -75,7 +75,6 @@ def encode_file(
     with chunk.open("wb") as f:
         encoder = WRITERS[writer_name].unit_encoder(unit, f)
         result = lay_out(data, unit, encoder)
-    result.dropped.update(getattr(encoder, "dropped", {}))
     return result
 
 

@@ -286,6 +286,8 @@ def make_plan(scans: list[FileScan]) -> MergePlan:
             for (key, name), prefix in series.items():
                 if (ident, key, name) not in counters:
                     json_name, _, json_key = name.rpartition(" ")
+                    # A series named after its source already says where it comes from.
+                    prefix = "" if name.startswith(prefix) else prefix
                     full = f"{prefix}: {name}" if prefix else name
                     counters[(ident, key, name)] = CounterTrack(
                         stable_id("counter", proc.uuid, key, name),

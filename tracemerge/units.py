@@ -49,11 +49,12 @@ def us_to_ns(value: object) -> int:
         except (OverflowError, ValueError):
             raise ValueError(f"not a finite number: {value!r}") from None
         # Below 2**43 µs only one 3-decimal value parses to a given float, so a guess that
-        # converts back to the same float is that value. Otherwise take the float's exact value.
+        # converts back to the same float is that value. Otherwise (more decimals, as Ascend's
+        # durations have) round the float's shortest decimal text, which is the text it was
+        # parsed from whenever that had 15 significant digits or fewer.
         if guess / 1000 == value:
             return guess
-        p, q = value.as_integer_ratio()  # type: ignore[union-attr]
-        return (p * 2000 + q) // (2 * q)
+        return decimal_text_to_int(repr(value), 3)
     if t is str:
         return decimal_text_to_int(value, 3)  # type: ignore[arg-type]
     if t is bool or value is None:

@@ -8,7 +8,6 @@ own, since Chrome JSON has no child tracks.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any, BinaryIO
 
 import orjson
@@ -37,9 +36,10 @@ def _dumps(value: Any) -> bytes:
 class UnitEncoder:
     """Encodes one input file's laid-out events as JSON event objects, each preceded by ``,\\n``."""
 
+    flows_per_slice = 1  # one bind_id per event
+
     def __init__(self, plan: UnitPlan, out: BinaryIO) -> None:
         self.out = out
-        self.dropped: Counter[str] = Counter()
 
     def _common(self, ev: Event) -> bytes:
         parts = [b',"name":', orjson.dumps(ev.name)]
@@ -51,7 +51,7 @@ class UnitEncoder:
 
     def slice_begin(self, track: ThreadTrack, ts: int, ev: Event, flows: list[Flow] | None) -> None:
         flow = b""
-        if flows:
+        if flows:  # at most one: flows_per_slice
             fid, phase = flows[0]
             if phase == FlowPhase.START:
                 flow = b',"bind_id":%d,"flow_out":true' % fid
@@ -59,10 +59,6 @@ class UnitEncoder:
                 flow = b',"bind_id":%d,"flow_in":true' % fid
             else:
                 flow = b',"bind_id":%d,"flow_in":true,"flow_out":true' % fid
-            if len(flows) > 1:
-                self.dropped["JSON output: flows beyond the first on one slice (one bind_id per event)"] += (
-                    len(flows) - 1
-                )
         self.out.write(
             b',\n{"ph":"X","pid":%d,"tid":%d,"ts":%s,"dur":%s%s%s}'
             % (track.pid, track.tid, _us(ts), _us(ev.dur), self._common(ev), flow)

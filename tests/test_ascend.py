@@ -1,0 +1,185 @@
+"""Ascend profiling directories: text and DB exports, MSTX, rank/role discovery, raw-data reports."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+from expected import exact_ns, load_json
+from readback import Readback, read_chrome_json, read_pftrace
+from typer.testing import CliRunner
+
+from tracemerge import cli
+from tracemerge.pipeline import merge
+
+ASCEND = FIXTURES / "ascend"
+RUN = "host_101_20260101000000000_ascend_pt"
+TEXT = ASCEND / "text" / "actor_update" / RUN / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+DB = ASCEND / "db" / "actor_update" / RUN / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"
+T0 = 1_767_225_600_000_000_000
+
+
+def merged(tmp_path: Path, *inputs: Path, ext: str = ".pftrace") -> tuple[Readback, object]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    out = tmp_path / f"out{ext}"
+    report = merge(list(inputs), out)
+    return (read_pftrace(out) if ext == ".pftrace" else read_chrome_json(out)), report
+
+
+def per_track(rb: Readback, label: str) -> Counter:
+    pid = rb.pid_of(label)
+    return Counter(rb.threads[s.track][1] for s in rb.slices if rb.threads[s.track][0] == pid)
+
+
+def test_text_export_tracks_and_exact_times(tmp_path: Path) -> None:
+    rb, report = merged(tmp_path, ASCEND / "text")
+    assert list(rb.processes.values()) == ["actor_update · rank 0"]
+    assert per_track(rb, "actor_update · rank 0") == {
+        "Python · Thread 4101": 4,
+        "CANN · Thread 4102": 3,
+        "MSTX": 1,
+        "Ascend Hardware · Stream 2": 5,
+        "Ascend Hardware · Stream 4": 2,
+        "Ascend Hardware · Stream 4 (overlap 1)": 1,  # two SDMA copies overlap on the stream
+        "HCCL · Group 0 Communication": 1,
+        "HCCL · Plane 0": 1,
+        "HCCL · Plane 1": 1,
+        "HCCL · Plane 1 (overlap 1)": 1,
+        "Overlap Analysis · Computing": 1,
+        "Overlap Analysis · Communication": 1,
+        "Overlap Analysis · Communication(Not Overlapped)": 1,
+        "Overlap Analysis · Free": 1,
+    }
+    by_name = {s.name: s for s in rb.slices}
+    assert by_name["ProfilerStep#1"].ts == T0  # ts written without decimals
+    assert (by_name["MatMulV2"].ts, by_name["MatMulV2"].dur) == (T0 + 250_000, 55_161)
+    assert by_name["aten::addmm"].dur == 100_123
+    # MSTX: the range on the MSTX track with its domain as category, the mark as an instant
+    assert (by_name["rollout_generate"].cat, by_name["rollout_generate"].dur) == ("default", 800_000)
+    [mark] = rb.instants
+    assert (mark.name, mark.cat, mark.ts, rb.threads[mark.track][1]) == ("weights_synced", "rl", T0 + 850_000, "MSTX")
+    # torch_to_npu (id > 2**53), HostToDevice with a fan-out (one launch, two kernels), and a
+    # launch whose task is stamped earlier than the call
+    assert report.written.flows == report.read.flows == 5
+    assert report.reversed_flows == 1
+    counters = {rb.counter_tracks[t][1]: [v for _, v in vals] for t, vals in rb.counters.items()}
+    assert counters == {"AI Core Freq MHz": [1800, 1650]}
+    assert report.exit_code == 0
+
+
+def test_text_and_db_exports_of_one_run_give_the_same_tracks(tmp_path: Path) -> None:
+    text, text_report = merged(tmp_path / "t", ASCEND / "text")
+    db, db_report = merged(tmp_path / "d", ASCEND / "db")
+    assert list(db.processes.values()) == ["actor_update · rank 0"]
+    assert per_track(db, "actor_update · rank 0") == per_track(text, "actor_update · rank 0")
+    key = lambda s: (s.name, s.ts, s.dur)  # noqa: E731
+    assert sorted(map(key, db.slices)) == sorted(map(key, text.slices))
+    assert sorted(map(key, db.instants)) == sorted(map(key, text.instants))
+    assert db_report.written.as_dict() == text_report.written.as_dict()
+    assert {n for _, n in db.counter_tracks.values()} == {n for _, n in text.counter_tracks.values()}
+
+
+def test_every_db_timeline_row_is_written(tmp_path: Path) -> None:
+    """Counted straight from the DB with SQL."""
+    con = sqlite3.connect(DB)
+    count = lambda sql: con.execute(sql).fetchone()[0]  # noqa: E731
+    tasks = count("select count(*) from TASK")
+    planes = count("select count(*) from TASK join COMMUNICATION_TASK_INFO using (globalTaskId)")
+    slices = (
+        tasks
+        + planes
+        + sum(
+            count(f"select count(*) from {t}")
+            for t in ("COMMUNICATION_OP", "CANN_API", "PYTORCH_API", "OVERLAP_ANALYSIS")
+        )
+    )
+    ranges = count("select count(*) from MSTX_EVENTS where eventType = 2")
+    marks = count("select count(*) from MSTX_EVENTS where eventType in (0, 3)")
+    counters = count("select count(*) from AICORE_FREQ")
+    con.close()
+    _, report = merged(tmp_path, ASCEND / "db")
+    assert report.written.as_dict() == {"slices": slices + ranges, "instants": marks, "counters": counters, "flows": 5}
+    assert slices + ranges == 24
+
+
+def test_json_output_of_ascend_runs(tmp_path: Path) -> None:
+    rb, report = merged(tmp_path, ASCEND / "text", ext=".json")
+    assert report.written.slices == len(rb.slices) == 24
+    # the fan-out launch carries two flows; Chrome JSON binds one per slice and says so
+    assert report.dropped == {"flows beyond 1 on one slice (the output format binds 1)": 1}
+    assert report.written.flows == sum(rb.flow_links.values()) == 4
+
+
+def test_level0_prune_quirk_and_role_from_metadata(tmp_path: Path) -> None:
+    rb, report = merged(tmp_path, ASCEND / "level0")
+    # profiler_metadata.json names the role; profiler_info_1.json (rank_id an int) the rank
+    assert list(rb.processes.values()) == ["rollout_generate · rank 1"]
+    assert "CANN · Thread 4102" not in rb.thread_names("rollout_generate · rank 1")
+    # HostToDevice starts whose CANN slices were pruned cannot be drawn: counted, not hidden
+    assert report.dropped == {
+        "flow point outside any slice on its thread": 4,
+        "flow left with one endpoint after binding": 4,
+    }
+    assert report.written.flows == 1  # torch_to_npu survives
+    assert report.exit_code == 3
+
+
+def test_bare_msprof_run(tmp_path: Path) -> None:
+    rb, report = merged(tmp_path, ASCEND / "prof")
+    assert list(rb.processes.values()) == ["prof · rank 2"]  # rank from device_2/info.json.2
+    assert not any(name.startswith("Python") for name in rb.thread_names("prof · rank 2"))
+    assert report.written.flows == 4
+
+
+def test_raw_only_directory_is_reported_with_the_parse_call(tmp_path: Path) -> None:
+    raw = ASCEND / "raw" / "host_103_20260101000000000_ascend_pt"
+    result = CliRunner().invoke(cli.app, [str(ASCEND), "-o", str(tmp_path / "m.pftrace")])
+    assert result.exit_code == 3
+    assert (
+        f"skipped {raw}: raw Ascend profiling data only (no ASCEND_PROFILER_OUTPUT); parse it first with "
+        f"python -c \"from torch_npu.profiler.profiler import analyse; analyse('{raw}')\""
+    ) in result.output.splitlines()
+    alone = CliRunner().invoke(cli.app, [str(ASCEND / "raw"), "-o", str(tmp_path / "n.pftrace")])
+    assert alone.exit_code == 1
+    assert "raw Ascend profiling data only" in alone.output
+    assert not (tmp_path / "n.pftrace").exists()
+
+
+def test_text_and_db_in_one_output_directory_are_read_once(tmp_path: Path) -> None:
+    run = tmp_path / "actor_update" / RUN
+    shutil.copytree(TEXT.parent.parent, run)
+    shutil.copy(DB, run / "ASCEND_PROFILER_OUTPUT")
+    rb, report = merged(tmp_path / "out", tmp_path / "actor_update")
+    assert report.written.slices == 24
+    assert [p.name for p in report.processes[0].files] == ["trace_view.json"]
+    assert run / "ASCEND_PROFILER_OUTPUT" / DB.name in report.ignored
+
+
+def test_trace_view_events_are_all_written(tmp_path: Path) -> None:
+    """Counted straight from trace_view.json with the standard library."""
+    events = load_json(TEXT)
+    xs = [e for e in events if e["ph"] == "X"]
+    mstx_marks = [e for e in xs if e.get("args", {}).get("event_type") == "marker_ex"]
+    rb, report = merged(tmp_path, ASCEND / "text")
+    assert report.written.slices == len(xs) - len(mstx_marks)
+    assert report.written.instants == len(mstx_marks)
+    assert sorted(s.ts for s in rb.slices) == sorted(exact_ns(e["ts"]) for e in xs if e not in mstx_marks)
+
+
+@pytest.mark.parametrize("ext", [".pftrace", ".json"])
+def test_perfetto_reads_the_ascend_merge_as_written(tmp_path: Path, ext: str) -> None:
+    from test_perfetto_conformance import load
+
+    rb, report = merged(tmp_path, ASCEND, ext=ext)
+    tp = load(tmp_path / f"out{ext}")
+    assert tp["problems"] == []
+    offset = tp["realtime"][0]["offset"] if ext == ".pftrace" else rb.realtime_base
+    theirs = Counter((s["name"], s["ts"] + offset, s["dur"]) for s in tp["slices"])
+    ours = Counter((s.name, s.ts, s.dur) for s in [*rb.slices, *rb.instants])
+    assert theirs == ours
+    assert sum(f["n"] for f in tp["flows"]) == report.written.flows
+    assert sum(c["n"] for c in tp["counters"]) == report.written.counters

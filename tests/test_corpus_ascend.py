@@ -1,0 +1,197 @@
+"""Conformance over the real Ascend samples in ../shared/corpus/ascend (skipped when absent).
+
+Every event of each trace_view.json and every row of the timeline tables of each profiler DB
+must be in the merged output, on its (role, rank) process and track, at its exact nanosecond.
+Expectations are computed here with the standard library and SQL, not with tracemerge's readers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import urllib.parse
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+from expected import exact_ns, load_json
+from readback import read_pftrace
+
+from tracemerge.pipeline import merge
+
+CORPUS = ROOT.parent / "shared" / "corpus" / "ascend"
+pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"no corpus at {CORPUS}")
+LANE = re.compile(r" \(overlap \d+\)$")
+OVERLAP = {0: "Computing", 1: "Communication", 2: "Communication(Not Overlapped)", 3: "Free"}
+
+
+def _label(run: Path) -> str:
+    [info] = run.glob("profiler_info_*.json")
+    return f"{run.parent.name} · rank {int(info.stem.rsplit('_', 1)[1])}"
+
+
+def text_expectations(path: Path) -> tuple[Counter, int]:
+    """(track, name, ts, dur) of every X and i event, and the number of counter values."""
+    events = load_json(path)
+    process = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    thread = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    out: Counter = Counter()
+    counters = 0
+    for e in events:
+        if e["ph"] == "X":
+            args = e.get("args", {})
+            if "event_type" in args and "domain" in args:
+                track = "MSTX"
+            else:
+                tid = e["tid"]
+                track = f"{process[e['pid']]} · {thread.get((e['pid'], tid), f'Thread {tid}')}"
+            out[(track, e.get("name", ""), exact_ns(e["ts"]), exact_ns(e["dur"]))] += 1
+        elif e["ph"] == "C":
+            counters += sum(1 for v in e["args"].values() if not isinstance(v, (str, bool)))
+    return out, counters
+
+
+def db_expectations(path: Path) -> tuple[Counter, int]:
+    con = sqlite3.connect("file:" + urllib.parse.quote(str(path)) + "?mode=ro&immutable=1", uri=True)
+    tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
+
+    def q(sql: str) -> list:
+        # A table this DB lacks holds no rows (column sets and tables differ between versions).
+        missing = [t for t in re.findall(r"(?:from|join) (\w+)", sql) if t not in tables and t != "STRING_IDS"]
+        return [] if missing else list(con.execute(sql))
+
+    out: Counter = Counter()
+    for start, end, stream in q("select startNs, endNs, streamId from TASK"):
+        out[(f"Ascend Hardware · Stream {stream}", start, end - start)] += 1
+    for start, end, plane in q(
+        "select startNs, endNs, planeId from TASK join COMMUNICATION_TASK_INFO using (globalTaskId)"
+    ):
+        out[(f"HCCL · Plane {plane}", start, end - start)] += 1
+    groups = sorted({g for (g,) in q("select s.value from COMMUNICATION_OP c join STRING_IDS s on c.groupName = s.id")})
+    for start, end, group in q(
+        "select startNs, endNs, s.value from COMMUNICATION_OP c join STRING_IDS s on c.groupName = s.id"
+    ):
+        out[(f"HCCL · Group {groups.index(group)} Communication", start, end - start)] += 1
+    for start, end, tid in q("select startNs, endNs, globalTid & 4294967295 from CANN_API"):
+        out[(f"CANN · Thread {tid}", start, end - start)] += 1
+    for start, end, tid in q("select startNs, endNs, globalTid & 4294967295 from PYTORCH_API"):
+        out[(f"Python · Thread {tid}", int(start), int(end) - int(start))] += 1
+    for start, end, kind in q("select startNs, endNs, type from OVERLAP_ANALYSIS"):
+        out[(f"Overlap Analysis · {OVERLAP[kind]}", start, end - start)] += 1
+    if "MSTX_EVENTS" in tables:
+        for start, end, kind in q("select startNs, endNs, eventType from MSTX_EVENTS"):
+            out[("MSTX", start, 0 if kind in (0, 3) else end - start)] += 1
+    counters = 0
+    keys = {
+        "deviceId",
+        "timestampNs",
+        "globalTid",
+        "streamPtr",
+        "addr",
+        "hbmId",
+        "llcId",
+        "accId",
+        "moduleId",
+        "type",
+        "mode",
+        "component",
+        "operatorName",
+    }
+    for table in sorted(tables):
+        cols = [r[1] for r in q(f"pragma table_info('{table}')")]
+        if "timestampNs" in cols and table not in ("TASK", "MSTX_EVENTS"):
+            for col in (c for c in cols if c not in keys):
+                counters += q(f"select count(*) from \"{table}\" where typeof(\"{col}\") in ('integer', 'real')")[0][0]
+    con.close()
+    return out, counters
+
+
+@pytest.fixture(scope="module")
+def merged_corpus(tmp_path_factory):
+    out = tmp_path_factory.mktemp("corpus") / "ascend.pftrace"
+    report = merge([CORPUS], out)
+    return read_pftrace(out), report
+
+
+def test_every_event_and_row_is_on_its_process_and_track(merged_corpus) -> None:
+    rb, report = merged_corpus
+    got: dict[str, Counter] = defaultdict(Counter)
+    got_counters: Counter = Counter()
+    for s in [*rb.slices, *rb.instants]:
+        pid, track = rb.threads[s.track]
+        got[rb.processes[pid]][(LANE.sub("", track), s.name, s.ts, s.dur)] += 1
+    for track, values in rb.counters.items():
+        got_counters[rb.processes[rb.counter_tracks[track][0]]] += len(values)
+
+    want: dict[str, Counter] = defaultdict(Counter)
+    want_counters: Counter = Counter()
+    texts = sorted(CORPUS.rglob("ASCEND_PROFILER_OUTPUT/trace_view.json"))
+    dbs = sorted(CORPUS.rglob("ascend_pytorch_profiler_*.db"))
+    hand_edited = sorted(CORPUS.rglob("msprof_*.db"))
+    assert len(texts) == 4 and len(dbs) == 4 and len(hand_edited) == 1
+    for path in texts:
+        events, counters = text_expectations(path)
+        want[_label(path.parent.parent)].update(events)
+        want_counters[_label(path.parent.parent)] += counters
+    db_got: dict[str, Counter] = defaultdict(Counter)
+    for label, slices in got.items():
+        for (track, _name, ts, dur), n in slices.items():
+            db_got[label][(track, ts, dur)] += n
+    db_want: dict[str, Counter] = defaultdict(Counter)
+    for path in [*dbs, *hand_edited]:
+        label = _label(path.parent.parent) if path in dbs else f"msinsight · {path.name}"
+        rows, counters = db_expectations(path)
+        db_want[label].update(rows)
+        want_counters[label] += counters
+    for label, text_events in want.items():
+        for (track, _name, ts, dur), n in text_events.items():
+            db_want[label][(track, ts, dur)] += n
+    # Text events with names and times; text and DB events together by track and time.
+    for label, events in want.items():
+        missing = events - got[label]
+        assert not missing, f"{label}: {sum(missing.values())} trace_view events missing, e.g. {next(iter(missing))}"
+    assert dict(db_got) == dict(db_want)
+    assert got_counters == want_counters
+    assert report.read.slices + report.read.instants == sum(sum(c.values()) for c in db_want.values())
+
+
+def test_one_process_per_rank_and_reported_gaps(merged_corpus) -> None:
+    rb, report = merged_corpus
+    assert sorted(rb.processes.values()) == [
+        "level0 · rank 0",
+        "level0 · rank 1",
+        "level1 · rank 0",
+        "level1 · rank 1",
+        "msinsight · msprof_0.db",
+    ]
+    names = rb.thread_names("level1 · rank 0")
+    for expected in (
+        "Python · Thread 3096504",
+        "CANN · Thread 3099702",
+        "Ascend Hardware · Stream 2",
+        "HCCL · Group 0 Communication",
+        "HCCL · Plane 0",
+        "Overlap Analysis · Free",
+    ):
+        assert expected in names
+    assert "MSTX" in rb.thread_names("msinsight · msprof_0.db")
+    # The 4 Level2 runs hold summaries only; the Level0 exports lost their CANN launches.
+    assert len(report.skipped) == 4 and all("summaries only" in s for s in report.skipped)
+    assert report.dropped == {
+        "flow point outside any slice on its thread": 430,
+        "flow left with one endpoint after binding": 430,
+    }
+    assert json.loads(json.dumps(report.as_dict()))["exit_code"] == 3
+
+
+def test_perfetto_loads_the_corpus_merge_cleanly(merged_corpus, tmp_path: Path) -> None:
+    from test_perfetto_conformance import load
+
+    rb, report = merged_corpus
+    tp = load(report.output)
+    assert tp["problems"] == []
+    assert len(tp["slices"]) == report.written.slices + report.written.instants
+    assert sum(f["n"] for f in tp["flows"]) == report.written.flows
+    assert sum(c["n"] for c in tp["counters"]) == report.written.counters
