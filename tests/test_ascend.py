@@ -153,7 +153,7 @@ def test_text_and_db_in_one_output_directory_are_read_once(tmp_path: Path) -> No
     run = tmp_path / "actor_update" / RUN
     shutil.copytree(TEXT.parent.parent, run)
     shutil.copy(DB, run / "ASCEND_PROFILER_OUTPUT")
-    rb, report = merged(tmp_path / "out", tmp_path / "actor_update")
+    _rb, report = merged(tmp_path / "out", tmp_path / "actor_update")
     assert report.written.slices == 24
     assert [p.name for p in report.processes[0].files] == ["trace_view.json"]
     assert run / "ASCEND_PROFILER_OUTPUT" / DB.name in report.ignored

@@ -189,7 +189,7 @@ def test_one_process_per_rank_and_reported_gaps(merged_corpus) -> None:
 def test_perfetto_loads_the_corpus_merge_cleanly(merged_corpus, tmp_path: Path) -> None:
     from test_perfetto_conformance import load
 
-    rb, report = merged_corpus
+    _rb, report = merged_corpus
     tp = load(report.output)
     assert tp["problems"] == []
     assert len(tp["slices"]) == report.written.slices + report.written.instants
