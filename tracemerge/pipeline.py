@@ -33,7 +33,7 @@ from tracemerge.plan import FileScan, MergePlan, ThreadTrack, UnitPlan, make_pla
 from tracemerge.report import ProcessReport, RunReport
 from tracemerge.writers import WRITERS, Writer, writer_for
 
-DEFAULT_CACHE_EVENTS = 500_000
+DEFAULT_CACHE_EVENTS = 100_000
 # With jobs=0 (automatic), inputs smaller than this are merged in-process: a pool costs more than it saves.
 PARALLEL_MIN_BYTES = 16 << 20
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tracemerge.errors import InputError, NotATrace
-from tracemerge.model import UNIX_EPOCH, Event, FlowPhase, Kind, SourceData, ThreadInfo, ThreadKey
+from tracemerge.model import Event, FlowPhase, Kind, SourceData, ThreadInfo, ThreadKey
 from tracemerge.sources import ascend_layout as layout
 from tracemerge.sources.ascend_text import MSTX_THREAD
 from tracemerge.sources.base import SourceFormat
@@ -102,17 +102,7 @@ def read(path: Path) -> SourceData:
         raise InputError(path, f"cannot read the database ({exc})") from None
     finally:
         con.close()
-    run = layout.run_dir_of(path)
-    return SourceData(
-        path=path,
-        format=NAME,
-        clock=UNIX_EPOCH,
-        events=reader.events,
-        threads=reader.thread_infos(),
-        role_hint=layout.metadata_role(run) if run else None,
-        rank_hint=reader.rank if reader.rank is not None else (layout.rank_of(run) if run else None),
-        dropped=reader.dropped,
-    )
+    return layout.source_data(path, NAME, reader.events, reader.thread_infos(), reader.dropped, rank=reader.rank)
 
 
 class _DbReader:

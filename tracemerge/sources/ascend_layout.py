@@ -8,11 +8,13 @@ Bare msprof runs are ``PROF_*`` directories. The text and DB readers share these
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from tracemerge.model import UNIX_EPOCH, Event, SourceData, ThreadInfo, ThreadKey
 from tracemerge.sources.chrome_json import as_rank
 
 RUN_SUFFIXES = ("_ascend_pt", "_ascend_ms")
@@ -78,6 +80,32 @@ def rank_of(run: Path) -> int | None:
                 if rank is not None:
                     return rank
     return None
+
+
+def source_data(
+    path: Path,
+    fmt: str,
+    events: list[Event],
+    threads: dict[ThreadKey, ThreadInfo],
+    dropped: Counter[str],
+    metadata_records: int = 0,
+    rank: int | None = None,
+) -> SourceData:
+    """A run file's events, with the rank and role its run directory states (epoch clock)."""
+    run = run_dir_of(path)
+    if rank is None and run is not None:
+        rank = rank_of(run)
+    return SourceData(
+        path=path,
+        format=fmt,
+        clock=UNIX_EPOCH,
+        events=events,
+        threads=threads,
+        role_hint=metadata_role(run) if run else None,
+        rank_hint=rank,
+        dropped=dropped,
+        metadata_records=metadata_records,
+    )
 
 
 def metadata_role(run: Path) -> str | None:

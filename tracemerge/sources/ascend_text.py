@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tracemerge.errors import NotATrace
-from tracemerge.model import NO_ORIGIN, UNIX_EPOCH, Event, Kind, OriginKey, SourceData, ThreadInfo, ThreadKey
+from tracemerge.model import NO_ORIGIN, Event, Kind, OriginKey, SourceData, ThreadInfo, ThreadKey
 from tracemerge.sources import ascend_layout as layout
 from tracemerge.sources.base import SourceFormat, read_bytes
 from tracemerge.sources.chrome_events import ChromeEvents
@@ -100,18 +100,7 @@ def read(path: Path) -> SourceData:
     for e in events:
         reader.add(e)
     reader.finish()
-    run = layout.run_dir_of(path)
-    return SourceData(
-        path=path,
-        format=NAME,
-        clock=UNIX_EPOCH,
-        events=reader.events,
-        threads=reader.threads(),
-        role_hint=layout.metadata_role(run) if run else None,
-        rank_hint=layout.rank_of(run) if run else None,
-        dropped=reader.dropped,
-        metadata_records=reader.metadata_records,
-    )
+    return layout.source_data(path, NAME, reader.events, reader.threads(), reader.dropped, reader.metadata_records)
 
 
 ASCEND_TEXT = SourceFormat(NAME, claims, read, layout.path_hints, layout.unusable_reason)

@@ -216,39 +216,36 @@ def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> No
     root.track_descriptor.thread_ordering = pb.TrackDescriptor.THREAD_ORDERING_EXPLICIT
     write_packet(out, root)
     for proc in plan.processes:
-        pkt = pb.TracePacket(timestamp=0, trusted_packet_sequence_id=seq)
-        td = pkt.track_descriptor
-        td.uuid = proc.uuid
-        td.process.pid = proc.pid
-        td.process.process_name = proc.name
-        td.sibling_order_rank = proc.order
+        pkt = _descriptor(proc.uuid)
+        pkt.track_descriptor.process.pid = proc.pid
+        pkt.track_descriptor.process.process_name = proc.name
+        pkt.track_descriptor.sibling_order_rank = proc.order
         write_packet(out, pkt)
     for thread in plan.threads:
-        pkt = pb.TracePacket(timestamp=0, trusted_packet_sequence_id=seq)
+        pkt = _descriptor(thread.uuid, thread.process_uuid)
         td = pkt.track_descriptor
-        td.uuid = thread.uuid
-        td.parent_uuid = thread.process_uuid
-        td.thread.pid = thread.pid
-        td.thread.tid = thread.tid
-        td.thread.thread_name = thread.name
+        td.thread.pid, td.thread.tid, td.thread.thread_name = thread.pid, thread.tid, thread.name
         td.sibling_order_rank = thread.order
         write_packet(out, pkt)
     for lane in lanes:
-        pkt = pb.TracePacket(timestamp=0, trusted_packet_sequence_id=seq)
-        td = pkt.track_descriptor
-        td.uuid = lane.uuid
-        td.parent_uuid = lane.parent_uuid
-        td.name = lane.name
-        td.sibling_order_rank = lane.lane
+        pkt = _descriptor(lane.uuid, lane.parent_uuid)
+        pkt.track_descriptor.name = lane.name
+        pkt.track_descriptor.sibling_order_rank = lane.lane
         write_packet(out, pkt)
     for counter in plan.counters:
-        pkt = pb.TracePacket(timestamp=0, trusted_packet_sequence_id=seq)
-        td = pkt.track_descriptor
-        td.uuid = counter.uuid
-        td.parent_uuid = counter.process_uuid
-        td.name = counter.name
-        td.counter.SetInParent()
+        pkt = _descriptor(counter.uuid, counter.process_uuid)
+        pkt.track_descriptor.name = counter.name
+        pkt.track_descriptor.counter.SetInParent()
         write_packet(out, pkt)
+
+
+def _descriptor(uuid: int, parent: int = 0) -> pb.TracePacket:
+    """A TrackDescriptor packet on the descriptor sequence."""
+    pkt = pb.TracePacket(timestamp=0, trusted_packet_sequence_id=DESCRIPTOR_SEQUENCE)
+    pkt.track_descriptor.uuid = uuid
+    if parent:
+        pkt.track_descriptor.parent_uuid = parent
+    return pkt
 
 
 def write_footer(out: BinaryIO, plan: MergePlan) -> None:
