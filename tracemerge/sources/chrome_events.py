@@ -54,7 +54,6 @@ class ChromeEvents:
         self.device_pids: set[Any] = set()
         # B and E events per thread, paired once the whole file is read: (ts, file position, B event | E args)
         self._pending: dict[tuple, list[tuple[int, int, Any]]] = {}
-        self._counter_keys: set[tuple] = set()
 
     def add(self, e: Any, origin: OriginKey = NO_ORIGIN) -> None:
         if type(e) is not dict:
