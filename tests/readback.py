@@ -85,8 +85,14 @@ def read_pftrace(path: Path) -> Readback:
     thread_pid: dict[int, int] = {}
     counter_descs: dict[int, tuple[int, str]] = {}
     lane_names: dict[int, str] = {}
+    # Sequence-scoped clocks (ids 64-127): per sequence, the clock a packet's timestamp is on by
+    # default, and the BOOTTIME reading of each clock at a snapshot (clock -> (its time, BOOTTIME)).
+    default_clock: dict[int, int] = {}
+    seq_clocks: dict[tuple[int, int], tuple[int, int]] = {}
     for pos, pkt in enumerate(trace.packet):
         seq = pkt.trusted_packet_sequence_id
+        if pkt.HasField("trace_packet_defaults") and pkt.trace_packet_defaults.HasField("timestamp_clock_id"):
+            default_clock[seq] = pkt.trace_packet_defaults.timestamp_clock_id
         if pkt.sequence_flags & official.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED:
             cleared.add(seq)
             names[seq], cats[seq], arg_names[seq] = {}, {}, {}
@@ -101,7 +107,14 @@ def read_pftrace(path: Path) -> Readback:
                 arg_names[seq][e.iid] = e.name
         if pkt.HasField("clock_snapshot"):
             clocks = {c.clock_id: c.timestamp for c in pkt.clock_snapshot.clocks}
-            rb.realtime_base = clocks[official.BUILTIN_CLOCK_REALTIME] - clocks[official.BUILTIN_CLOCK_BOOTTIME]
+            boottime = clocks[official.BUILTIN_CLOCK_BOOTTIME]
+            if official.BUILTIN_CLOCK_REALTIME in clocks:
+                assert rb.realtime_base is None, "two REALTIME snapshots"
+                rb.realtime_base = clocks[official.BUILTIN_CLOCK_REALTIME] - boottime
+            for clock_id, value in clocks.items():
+                if 64 <= clock_id < 128:
+                    assert (seq, clock_id) not in seq_clocks, f"packet {pos}: second snapshot of clock {clock_id}"
+                    seq_clocks[(seq, clock_id)] = (value, boottime)
         if pkt.HasField("track_descriptor"):
             td = pkt.track_descriptor
             if td.uuid == 0:
@@ -123,7 +136,13 @@ def read_pftrace(path: Path) -> Readback:
         if pkt.HasField("track_event"):
             te = pkt.track_event
             assert te.track_uuid, f"packet {pos}: track event without track"
-            per_track[te.track_uuid].append((pkt.timestamp, pos, te, seq))
+            clock = pkt.timestamp_clock_id if pkt.HasField("timestamp_clock_id") else default_clock.get(seq, 6)
+            ts = pkt.timestamp
+            if clock != official.BUILTIN_CLOCK_BOOTTIME:
+                assert (seq, clock) in seq_clocks, f"packet {pos}: clock {clock} has no snapshot before it"
+                at, boottime = seq_clocks[(seq, clock)]
+                ts = ts - at + boottime
+            per_track[te.track_uuid].append((ts, pos, te, seq))
 
     process_uuid_pid = {}
     for uuid, parent in parents.items():

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
+import msgspec
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
 
-from tracemerge.model import Event, FlowPhase, Kind
-from tracemerge.plan import CounterTrack, ThreadTrack, UnitPlan
-from tracemerge.writers.perfetto import UnitEncoder
+from tracemerge.model import FlowPhase
+from tracemerge.plan import CounterTrack, ThreadTrack
+from tracemerge.writers.perfetto import SEQUENCE_CLOCK, UnitEncoder
 
 TRACK = ThreadTrack(uuid=2**63 - 5, pid=1, tid=10001, name="t", order=0, process_uuid=7)
 COUNTER = CounterTrack(uuid=300, pid=1, name="c", process_uuid=7, json_name="c", json_key="v")
@@ -17,10 +17,10 @@ COUNTER = CounterTrack(uuid=300, pid=1, name="c", process_uuid=7, json_name="c",
 
 def encode(calls) -> list:
     out = io.BytesIO()
-    plan = UnitPlan(Path("x"), "f", 77, 0, 0, {}, {}, {})
-    enc = UnitEncoder(plan, out)
+    enc = UnitEncoder(77, out)
     for call in calls:
         call(enc)
+    enc.close()
     trace = official.Trace()
     trace.ParseFromString(out.getvalue())
     return list(trace.packet)
@@ -28,11 +28,11 @@ def encode(calls) -> list:
 
 def test_slices_instants_and_counters_decode_exactly() -> None:
     args = {"i": -3, "big": 2**64 - 1, "f": 2.5, "b": False, "s": "ü", "n": None, "l": [1, {"k": "v"}]}
-    ev = Event(Kind.SLICE, 0, (1, 1), "op", "cpu", 5, args)
+    flows = [(2**64 - 1, FlowPhase.START), (9, FlowPhase.END)]
     packets = encode(
         [
-            lambda e: e.slice_begin(TRACK, 1_000_000_000_123, ev, [(2**64 - 1, FlowPhase.START), (9, FlowPhase.END)]),
-            lambda e: e.instant(TRACK, 1_000_000_000_124, Event(Kind.INSTANT, 0, (1, 1), "op", "", 0)),
+            lambda e: e.slice_begin(TRACK, 1_000_000_000_123, 5, e.describe("op", "cpu", args), flows),
+            lambda e: e.instant(TRACK, 1_000_000_000_124, e.describe("op", "", None)),
             lambda e: e.slice_end(TRACK, 1_000_000_000_128),
             lambda e: e.counter(COUNTER, 5, -7),
             lambda e: e.counter(COUNTER, 6, 0.25),
@@ -42,6 +42,7 @@ def test_slices_instants_and_counters_decode_exactly() -> None:
     first, instant, end, c1, c2, c3 = packets
     assert [p.trusted_packet_sequence_id for p in packets] == [77] * 6
     assert first.sequence_flags == 3 and first.first_packet_on_sequence
+    assert first.trace_packet_defaults.timestamp_clock_id == SEQUENCE_CLOCK
     assert all(p.sequence_flags == 2 and not p.first_packet_on_sequence for p in packets[1:])
     assert first.timestamp == 1_000_000_000_123
     te = first.track_event
@@ -73,3 +74,20 @@ def test_slices_instants_and_counters_decode_exactly() -> None:
     assert c1.track_event.counter_value == -7 and c1.track_event.track_uuid == 300
     assert c2.track_event.double_counter_value == 0.25
     assert c3.track_event.double_counter_value == float(2**70)
+
+
+def test_raw_json_args_decode_like_plain_values() -> None:
+    plain = {"i": -3, "big": 2**64 - 1, "f": 2.5, "b": False, "s": "ü", "esc": 'a"b', "n": None, "l": [1, {"k": "v"}]}
+    raw = msgspec.json.decode(msgspec.json.encode(plain), type=dict[str, msgspec.Raw])
+    assert all(type(v) is msgspec.Raw for v in raw.values())
+
+    def annotations(args: dict) -> dict:
+        [packet] = encode([lambda e: e.instant(TRACK, 1, e.describe("x", "", args))])
+        names = {a.iid: a.name for a in packet.interned_data.debug_annotation_names}
+        return {
+            names[a.name_iid]: (a.WhichOneof("value"), getattr(a, a.WhichOneof("value")))
+            for a in packet.track_event.debug_annotations
+        }
+
+    assert annotations(raw) == annotations(plain)
+    assert annotations(raw)["esc"] == ("string_value", 'a"b')

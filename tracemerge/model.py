@@ -1,8 +1,9 @@
 """The normalized event model every source produces and every later stage consumes.
 
-A source reads one file into a :class:`SourceData`: a flat list of :class:`Event` objects whose
-timestamps are integer nanoseconds in the file's own :class:`ClockDomain`, plus the names of the
-threads those events sit on. Nothing here knows about input or output formats.
+A source reads one file, handing its events to the file's layout (:mod:`tracemerge.layout`) as
+it goes, with timestamps in integer nanoseconds of the file's own clock; it returns a
+:class:`SourceData` that says what that clock is and names the threads the events sit on. Sources
+that build events one by one use :class:`Event`. Nothing here knows about output formats.
 """
 
 from __future__ import annotations
@@ -77,6 +78,10 @@ class ClockDomain:
 
 
 UNIX_EPOCH = ClockDomain("unix epoch", anchored=True)
+# A file's events are encoded on a clock of its own before the trace's time base is known: its
+# timestamps plus LOCAL_ZERO, so any time within ±146 years of the file's clock origin is a valid
+# unsigned value. A clock snapshot places that clock on the trace's timeline.
+LOCAL_ZERO = 1 << 62
 
 
 @dataclass
@@ -89,13 +94,17 @@ class ThreadInfo:
 
 @dataclass
 class SourceData:
-    """Everything a source read from one file."""
+    """What a source says about one file once it has handed over its events.
+
+    ``clock`` None means the clock is told by the magnitude of the timestamps (Unix-epoch µs, or a
+    relative origin). ``origin_ns`` is added to the file's timestamps to give its clock's time.
+    """
 
     path: Path
     format: str
-    clock: ClockDomain
-    events: list[Event]
+    clock: ClockDomain | None
     threads: dict[ThreadKey, ThreadInfo]
+    origin_ns: int = 0
     # What the file itself says about who wrote it; used when events carry no origin of their own.
     role_hint: str | None = None
     rank_hint: int | None = None

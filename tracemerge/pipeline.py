@@ -1,14 +1,16 @@
 """The public entry point: ``merge(inputs, output)`` runs discover → read → align → lay out → write.
 
-Two passes over the inputs keep memory bounded by the largest file rather than the whole run:
-the first reads and summarises every file (:func:`scan_file`), which is all the plan needs; the
-second lays each file out and encodes it into a chunk of its own (:func:`encode_file`), given
-only its :class:`~tracemerge.plan.UnitPlan`. Both are plain functions of their arguments, so with
-``jobs > 1`` they run in worker processes. The output is assembled from the chunks in a temporary
-file next to it and renamed into place only when whole.
+Each file's heavy work is :func:`process_file`, a plain function of the file and a small
+:class:`FileJob`: it reads the file once, lays its events out and encodes them into a chunk of
+its own, and returns a :class:`~tracemerge.plan.FileScan` summary. The plan is then made from the
+summaries alone, and the output assembled from the chunks in a temporary file next to it, renamed
+into place only when whole. With ``jobs > 1`` files are processed in worker processes; the
+output is byte-identical either way.
 
-Run serially, files read in the first pass are kept for the second while they fit in
-``cache_events``.
+Perfetto output needs one read per file: a chunk refers to tracks by content-derived uuids and
+stamps events on its sequence's own clock, which a clock snapshot written before the chunk places
+on the trace's timeline. Chrome JSON names pids, tids and times relative to the run start in
+every event, so it reads each file twice: once for the plan, once to encode with it.
 """
 
 from __future__ import annotations
@@ -18,64 +20,148 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import ExitStack, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tracemerge.clock import describe
 from tracemerge.discover import Candidate, discover
 from tracemerge.errors import FatalError, InputError, NotATrace
-from tracemerge.merge import UnitResult, lay_out
-from tracemerge.model import SourceData
-from tracemerge.plan import FileScan, MergePlan, ThreadTrack, UnitPlan, make_plan, scan
+from tracemerge.layout import FileLayout
+from tracemerge.model import LOCAL_ZERO, UNIX_EPOCH, ClockDomain, Identity, ThreadInfo
+from tracemerge.plan import (
+    FileScan,
+    LocalTracks,
+    MergePlan,
+    PlannedTracks,
+    UnitPlan,
+    flow_id_base,
+    lane_track,
+    make_plan,
+    resolve_identity,
+)
 from tracemerge.report import ProcessReport, RunReport
 from tracemerge.writers import WRITERS, Writer, writer_for
 
-DEFAULT_CACHE_EVENTS = 100_000
 # With jobs=0 (automatic), inputs smaller than this are merged in-process: a pool costs more than it saves.
 PARALLEL_MIN_BYTES = 16 << 20
+# Without a clock of their own, µs timestamps at least this large are Unix-epoch time (1973 on).
+EPOCH_FLOOR_NS = 10**17
+RELATIVE_NO_ANCHOR = ClockDomain("relative µs, no wall-clock anchor", anchored=False)
+
+
+@dataclass(frozen=True)
+class FileJob:
+    """What processing one file needs besides the file: all of it small and picklable."""
+
+    candidate: Candidate
+    sequence_id: int
+    writer: str = ""  # "" for a summary without output (the first of Chrome JSON's two reads)
+    chunk: Path | None = None
+    unit: UnitPlan | None = None  # Chrome JSON's second read: the planned tracks and time shift
+    salts: dict[Identity, str] = field(default_factory=dict)
 
 
 @dataclass
-class ScanOutcome:
-    """What reading one file gave: a scan, or why the file is not used."""
+class FileOutcome:
+    """What processing one file gave: a summary, or why the file is not used."""
 
     candidate: Candidate
     scan: FileScan | None = None
-    data: SourceData | None = None
     skipped: str | None = None  # one-line reason, naming the file
     ignored: bool = False  # a non-trace met while walking a directory
 
 
-def scan_file(cand: Candidate, keep_data: bool = False) -> ScanOutcome:
-    """Pass 1 for one file: read it and summarise it for the plan."""
-    try:
-        data = cand.format.read(cand.path)
-    except NotATrace as exc:
-        return ScanOutcome(cand, skipped=str(exc) if cand.explicit else None, ignored=not cand.explicit)
-    except InputError as exc:
-        return ScanOutcome(cand, skipped=str(exc))
-    s = scan(data, cand.role_hint, cand.rank_hint)
-    if s.ts_min is None:
-        return ScanOutcome(cand, scan=s, skipped=f"{cand.path}: no events")
-    return ScanOutcome(cand, scan=s, data=data if keep_data else None)
+class _NoOutput:
+    """An encoder that writes nothing: a file read only for its summary."""
+
+    def describe(self, name: str, cat: str, args: Any) -> bytes:
+        return b""
+
+    def slice_begin(self, *args: Any) -> None: ...
+
+    def slice_end(self, *args: Any) -> None: ...
+
+    def instant(self, *args: Any) -> None: ...
+
+    def counter(self, *args: Any) -> None: ...
+
+    def close(self) -> None: ...
 
 
-def encode_file(
-    cand: Candidate, unit: UnitPlan, writer_name: str, chunk: Path, data: SourceData | None = None
-) -> UnitResult:
-    """Pass 2 for one file: lay it out and encode it into ``chunk``."""
-    if data is None:
+def process_file(job: FileJob) -> FileOutcome:
+    """Read one file, lay it out, encode it into ``job.chunk``; summarise it for the plan."""
+    cand = job.candidate
+    with ExitStack() as stack:
+        if job.writer and job.chunk is not None:
+            out = stack.enter_context(job.chunk.open("wb"))
+            enc = WRITERS[job.writer].unit_encoder(job.sequence_id, out)
+        else:
+            enc = _NoOutput()
+        layout = FileLayout(enc)
         try:
-            data = cand.format.read(cand.path)
+            data = cand.format.read(cand.path, layout)
+        except NotATrace as exc:
+            return FileOutcome(cand, skipped=str(exc) if cand.explicit else None, ignored=not cand.explicit)
         except InputError as exc:
-            raise FatalError(f"{exc} (it changed while being merged)") from None
-    with chunk.open("wb") as f:
-        encoder = WRITERS[writer_name].unit_encoder(unit, f)
-        result = lay_out(data, unit, encoder)
-    return result
+            return FileOutcome(cand, skipped=str(exc))
+        identities: dict = {}
+
+        def identity_of(origin: Any) -> Identity:
+            found = identities.get(origin)
+            if found is None:
+                found = identities[origin] = resolve_identity(origin, data, cand.role_hint, cand.rank_hint)
+            return found
+
+        if job.unit is not None:
+            tracks: Any = PlannedTracks(job.unit)
+            shift = job.unit.shift_ns
+        else:
+            tracks, shift = LocalTracks(job.salts), LOCAL_ZERO
+        result = layout.finish(identity_of, tracks, shift, flow_id_base(job.sequence_id))
+        enc.close()
+    if result.ts_min is None:
+        return FileOutcome(cand, skipped=f"{cand.path}: no events")
+    clock = data.clock
+    if clock is None:
+        clock = UNIX_EPOCH if result.ts_min >= EPOCH_FLOOR_NS else RELATIVE_NO_ANCHOR
+    threads: dict[Identity, dict] = defaultdict(dict)
+    for ident, keys in result.threads.items():
+        for key in keys:
+            threads[ident][key] = data.threads.get(key) or ThreadInfo(str(key))
+    series: dict[Identity, dict] = defaultdict(dict)
+    for ident, pairs in result.counter_series.items():
+        for key, name in pairs:
+            info = data.threads.get(key)
+            series[ident][(key, name)] = info.name if info else ""
+    dropped = data.dropped
+    dropped.update(result.dropped)
+    scan = FileScan(
+        path=cand.path,
+        format=data.format,
+        clock=clock,
+        sequence_id=job.sequence_id,
+        origin_ns=data.origin_ns,
+        identities=identities,
+        counts=dict(result.read),
+        threads=dict(threads),
+        counter_series=dict(series),
+        ts_min=result.ts_min + data.origin_ns,
+        ts_max=(result.ts_max or result.ts_min) + data.origin_ns,
+        local_min=result.ts_min,
+        dropped=dropped,
+        metadata_records=data.metadata_records,
+        written=dict(result.written),
+        lanes=result.lanes,
+        moved_to_lanes=result.moved_to_lanes,
+        reversed_flows=result.reversed_flows,
+        salts=dict(job.salts),
+    )
+    return FileOutcome(cand, scan=scan)
 
 
 def merge(
@@ -84,7 +170,6 @@ def merge(
     *,
     format: str | None = None,
     jobs: int = 0,
-    cache_events: int = DEFAULT_CACHE_EVENTS,
     on_plan: Callable[[RunReport], None] | None = None,
     on_progress: Callable[[str], None] | None = None,
 ) -> RunReport:
@@ -93,7 +178,7 @@ def merge(
     ``format`` is ``"perfetto"``, ``"json"`` or ``"json.gz"``; by default the output's extension
     decides (``.json``, ``.json.gz``, anything else Perfetto protobuf). ``jobs`` worker processes
     read and encode files in parallel (0: one per CPU when the inputs are large enough to gain).
-    ``on_plan`` is called with the report of what was found before anything is written.
+    ``on_plan`` is called with the report of what was found before the output is assembled.
 
     Raises :class:`~tracemerge.errors.FatalError` when no output can be produced; then nothing
     is written. Files that cannot be used are listed in ``report.skipped`` and the run goes on.
@@ -117,21 +202,89 @@ def merge(
             raise FatalError(f"no usable trace files in {where}: " + "; ".join(report.skipped))
         raise FatalError(f"no trace files found in {where}")
 
-    workers = min(jobs if jobs > 0 else _auto_jobs(candidates), len(candidates))
-    with ExitStack() as stack:
-        pool = stack.enter_context(ProcessPoolExecutor(workers)) if workers > 1 else None
-        scans, cache = _scan_all(candidates, report, pool, cache_events, progress)
-        if not scans:
-            raise FatalError("no usable trace files: " + "; ".join(report.skipped))
-        plan = make_plan(scans)
-        _fill_found(report, plan, scans)
-        if on_plan:
-            on_plan(report)
-        candidate_of = {c.path: c for c in candidates}
-        by_path = {s.path: candidate_of[s.path] for s in scans}
-        _write(report, plan, writer, out_path, cache, by_path, pool, progress)
+    work = _work_dir(out_path)
+    try:
+        workers = min(jobs if jobs > 0 else _auto_jobs(candidates), len(candidates))
+        with ExitStack() as stack:
+            pool = stack.enter_context(ProcessPoolExecutor(workers)) if workers > 1 else None
+            run = _Runner(pool, progress)
+            # Sequence 1 carries the descriptors; each file gets the next, in discovery order.
+            jobs_ = [
+                FileJob(c, n + 2, writer.name if writer.one_pass else "", work / f"{n:06d}.chunk")
+                for n, c in enumerate(candidates)
+            ]
+            scans = _collect(run.map(jobs_, "read"), report)
+            if not scans:
+                raise FatalError("no usable trace files: " + "; ".join(report.skipped))
+            plan = make_plan(scans)
+            chunk_of = {j.candidate.path: j.chunk for j in jobs_}
+            cand_of = {j.candidate.path: j.candidate for j in jobs_}
+            # Chrome JSON encodes with the plan; Perfetto re-encodes only files whose threads
+            # overlap another file's of the same process in time and so need their own copies.
+            redo = [
+                FileJob(
+                    cand_of[u.path],
+                    u.sequence_id,
+                    writer.name,
+                    chunk_of[u.path],
+                    u if not writer.one_pass else None,
+                    u.salts,
+                )
+                for u in plan.units
+                if not writer.one_pass or u.salts != _scan_of(scans, u.path).salts
+            ]
+            if redo:
+                again = {o.candidate.path: o for o in run.map(redo, "encode")}
+                for s in scans:
+                    outcome = again.get(s.path)
+                    if outcome is None:
+                        continue
+                    if outcome.scan is None:
+                        raise FatalError(f"{s.path}: changed while being merged ({outcome.skipped})")
+                    s.written, s.lanes = outcome.scan.written, outcome.scan.lanes
+                    s.moved_to_lanes, s.reversed_flows = outcome.scan.moved_to_lanes, outcome.scan.reversed_flows
+                    s.dropped = outcome.scan.dropped
+            _fill_report(report, plan, scans)
+            if on_plan:
+                on_plan(report)
+            _assemble(plan, scans, writer, out_path, work, chunk_of)
+            report.output_bytes = out_path.stat().st_size
+    except OSError as exc:
+        raise FatalError(f"{out_path}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     report.seconds = time.perf_counter() - started
     return report
+
+
+class _Runner:
+    """Runs file jobs in-process or in the worker pool, in order."""
+
+    def __init__(self, pool: ProcessPoolExecutor | None, progress: Callable[[str], None]) -> None:
+        self.pool = pool
+        self.progress = progress
+
+    def map(self, jobs: list[FileJob], verb: str) -> Iterator[FileOutcome]:
+        outcomes: Iterable[FileOutcome] = (
+            map(process_file, jobs) if self.pool is None else self.pool.map(process_file, jobs)
+        )
+        for n, outcome in enumerate(outcomes, 1):
+            self.progress(f"{verb} {n}/{len(jobs)}: {outcome.candidate.path}")
+            yield outcome
+
+
+def _scan_of(scans: list[FileScan], path: Path) -> FileScan:
+    return next(s for s in scans if s.path == path)
+
+
+def _work_dir(out_path: Path) -> Path:
+    out_dir = out_path.parent if str(out_path.parent) else Path(".")
+    if not out_dir.is_dir():
+        raise FatalError(f"{out_path}: output directory {out_dir} does not exist")
+    try:
+        return Path(tempfile.mkdtemp(prefix=".tracemerge-", dir=out_dir))
+    except OSError as exc:
+        raise FatalError(f"{out_path}: cannot write in {out_dir} ({exc.strerror or exc})") from None
 
 
 def _auto_jobs(candidates: list[Candidate]) -> int:
@@ -142,104 +295,54 @@ def _auto_jobs(candidates: list[Candidate]) -> int:
     return (os.cpu_count() or 1) if total >= PARALLEL_MIN_BYTES else 1
 
 
-def _scan_all(
-    candidates: list[Candidate],
-    report: RunReport,
-    pool: ProcessPoolExecutor | None,
-    cache_events: int,
-    progress: Callable[[str], None],
-) -> tuple[list[FileScan], dict[Path, SourceData]]:
-    if pool is None:
-        outcomes: Iterator[ScanOutcome] = (scan_file(c, keep_data=True) for c in candidates)
-    else:
-        outcomes = pool.map(scan_file, candidates)
+def _collect(outcomes: Iterable[FileOutcome], report: RunReport) -> list[FileScan]:
     scans: list[FileScan] = []
-    cache: dict[Path, SourceData] = {}
-    cached_events = 0
-    for n, outcome in enumerate(outcomes, 1):
-        progress(f"read {n}/{len(candidates)}: {outcome.candidate.path}")
+    for outcome in outcomes:
         if outcome.ignored:
             report.ignored.append(outcome.candidate.path)
         elif outcome.skipped:
             report.skipped.append(outcome.skipped)
-            if outcome.scan:
-                report.dropped.update(outcome.scan.dropped)
         elif outcome.scan:
             scans.append(outcome.scan)
-            data = outcome.data
-            if data is not None and cached_events + len(data.events) <= cache_events:
-                cache[outcome.candidate.path] = data
-                cached_events += len(data.events)
-    return scans, cache
+    return scans
 
 
-def _fill_found(report: RunReport, plan: MergePlan, scans: list[FileScan]) -> None:
+def _fill_report(report: RunReport, plan: MergePlan, scans: list[FileScan]) -> None:
     procs = {p.identity: ProcessReport(p.name, p.identity.role, p.identity.rank, p.pid) for p in plan.processes}
     for s in scans:
         report.dropped.update(s.dropped)
         report.metadata_records += s.metadata_records
+        report.moved_to_lanes += s.moved_to_lanes
+        report.reversed_flows += s.reversed_flows
         for ident, counts in s.counts.items():
             proc = procs[ident]
             proc.files.append(s.path)
             proc.clocks.add(describe(s.clock))
             proc.read.add(counts)
+        for ident, counts in s.written.items():
+            procs[ident].written.add(counts)
     report.processes = [procs[p.identity] for p in plan.processes]
 
 
-def _write(
-    report: RunReport,
-    plan: MergePlan,
-    writer: Writer,
-    out_path: Path,
-    cache: dict[Path, SourceData],
-    by_path: dict[Path, Candidate],
-    pool: ProcessPoolExecutor | None,
-    progress: Callable[[str], None],
+def _assemble(
+    plan: MergePlan, scans: list[FileScan], writer: Writer, out_path: Path, work: Path, chunk_of: dict[Path, Path]
 ) -> None:
-    out_dir = out_path.parent if str(out_path.parent) else Path(".")
-    if not out_dir.is_dir():
-        raise FatalError(f"{out_path}: output directory {out_dir} does not exist")
-    try:
-        work = Path(tempfile.mkdtemp(prefix=".tracemerge-", dir=out_dir))
-    except OSError as exc:
-        raise FatalError(f"{out_path}: cannot write in {out_dir} ({exc.strerror or exc})") from None
-    procs = {p.pid: p for p in report.processes}
-    pid_of = {p.identity: p.pid for p in plan.processes}
-    try:
-        chunks = [work / f"{n:06d}.chunk" for n in range(len(plan.units))]
-        if pool is None:
-            results: Iterator[UnitResult] = (
-                encode_file(by_path[u.path], u, writer.name, chunk, cache.pop(u.path, None))
-                for u, chunk in zip(plan.units, chunks, strict=True)
-            )
-        else:
-            cands = [by_path[u.path] for u in plan.units]
-            results = pool.map(encode_file, cands, plan.units, [writer.name] * len(chunks), chunks)
-        lanes: list[ThreadTrack] = []
-        for n, (unit, result) in enumerate(zip(plan.units, results, strict=True), 1):
-            progress(f"encoded {n}/{len(plan.units)}: {unit.path}")
-            lanes.extend(result.lanes)
-            report.dropped.update(result.dropped)
-            report.moved_to_lanes += result.moved_to_lanes
-            report.reversed_flows += result.reversed_flows
-            for ident, counts in result.written.items():
-                procs[pid_of[ident]].written.add(counts)
-
-        assembled = work / "assembled"
-        with ExitStack() as stack:
-            raw = stack.enter_context(assembled.open("wb"))
-            out = raw
-            if writer.gzip:
-                out = stack.enter_context(gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=5, mtime=0))
-            writer.write_header(out, plan, lanes)
-            for chunk in chunks:
-                with chunk.open("rb") as f:
-                    shutil.copyfileobj(f, out, 1 << 20)
-                chunk.unlink()
-            writer.write_footer(out, plan)
-        os.replace(assembled, out_path)
-        report.output_bytes = out_path.stat().st_size
-    except OSError as exc:
-        raise FatalError(f"{out_path}: cannot write ({exc.strerror or exc})") from None
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    scan_of = {s.path: s for s in scans}
+    # Lanes opened while encoding carry no names yet: take them from their planned threads.
+    planned = {t.uuid: t for t in plan.threads}
+    lanes = [lane_track(planned[lane.parent_uuid], lane.lane) for u in plan.units for lane in scan_of[u.path].lanes]
+    assembled = work / "assembled"
+    with ExitStack() as stack:
+        raw = stack.enter_context(assembled.open("wb"))
+        out = raw
+        if writer.gzip:
+            out = stack.enter_context(gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=5, mtime=0))
+        writer.write_header(out, plan, lanes)
+        for unit in plan.units:
+            out.write(writer.prologue(unit, scan_of[unit.path].local_min or 0))
+            chunk = chunk_of[unit.path]
+            with chunk.open("rb") as f:
+                shutil.copyfileobj(f, out, 1 << 20)
+            chunk.unlink()
+        writer.write_footer(out, plan)
+    os.replace(assembled, out_path)

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracemerge.clock import align
-from tracemerge.model import ClockDomain, Event, FlowPhase, Identity, Kind, OriginKey, SourceData, ThreadInfo, ThreadKey
+from tracemerge.model import ClockDomain, Identity, OriginKey, SourceData, ThreadInfo, ThreadKey
 from tracemerge.report import EventCounts
 
 # Roles in the order an RL step runs through them; other roles follow alphabetically.
@@ -54,20 +53,29 @@ def stable_id(*parts: object) -> int:
 
 @dataclass
 class FileScan:
-    """What one file holds, in the terms the plan needs."""
+    """What one file holds, in the terms the plan needs; gathered while the file is encoded."""
 
     path: Path
     format: str
     clock: ClockDomain
+    sequence_id: int
+    origin_ns: int  # added to the file's own timestamps to give its clock's time (Kineto's base time)
     identities: dict[OriginKey, Identity]
     counts: dict[Identity, EventCounts]
     threads: dict[Identity, dict[ThreadKey, ThreadInfo]]
     # (thread key, series name) -> the name of the source process it came from ("" for the main one)
     counter_series: dict[Identity, dict[tuple[ThreadKey, str], str]]
-    ts_min: int | None
+    ts_min: int | None  # origin_ns included
     ts_max: int | None
+    local_min: int | None = None  # the file's own timestamps, before origin_ns
     dropped: Counter[str] = field(default_factory=Counter)
     metadata_records: int = 0
+    # From encoding: what was written, the overlap lanes opened, and the salt the tracks used.
+    written: dict[Identity, EventCounts] = field(default_factory=dict)
+    lanes: list[ThreadTrack] = field(default_factory=list)
+    moved_to_lanes: int = 0
+    reversed_flows: int = 0
+    salts: dict[Identity, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -111,11 +119,17 @@ class UnitPlan:
     path: Path
     format: str
     sequence_id: int
-    shift_ns: int  # added to the file's timestamps: clock offset minus the trace's time base
+    shift_ns: int  # added to the file's own timestamps: origin plus clock offset minus the time base
     flow_id_base: int
     identities: dict[OriginKey, Identity]
     threads: dict[tuple[Identity, ThreadKey], ThreadTrack]
     counters: dict[tuple[Identity, ThreadKey, str], CounterTrack]
+    salts: dict[Identity, str] = field(default_factory=dict)
+
+
+def flow_id_base(sequence_id: int) -> int:
+    """Flow ids of a file's sequence: unique across the trace without knowing the other files."""
+    return sequence_id << 32
 
 
 @dataclass
@@ -137,103 +151,68 @@ def resolve_identity(origin: OriginKey, data: SourceData, role_hint: str | None,
     return Identity(role, rank, tag)
 
 
-def scan(data: SourceData, role_hint: str | None, rank_hint: int | None) -> FileScan:
-    identities: dict[OriginKey, Identity] = {}
-    counts: dict[Identity, EventCounts] = defaultdict(EventCounts)
-    threads: dict[Identity, dict[ThreadKey, ThreadInfo]] = defaultdict(dict)
-    series: dict[Identity, dict[tuple[ThreadKey, str], str]] = defaultdict(dict)
-    ts_min: int | None = None
-    ts_max: int | None = None
-    for ev in data.events:
-        ident = identities.get(ev.origin)
-        if ident is None:
-            ident = identities[ev.origin] = resolve_identity(ev.origin, data, role_hint, rank_hint)
-        c = counts[ident]
-        kind = ev.kind
-        if kind == Kind.SLICE:
-            c.slices += 1
-        elif kind == Kind.INSTANT:
-            c.instants += 1
-        elif kind == Kind.COUNTER:
-            c.counters += 1
-            if (ev.thread, ev.name) not in series[ident]:
-                info = data.threads.get(ev.thread)
-                series[ident][(ev.thread, ev.name)] = info.name if info else ""
-        if kind != Kind.COUNTER and kind != Kind.FLOW and ev.thread not in threads[ident]:
-            threads[ident][ev.thread] = data.threads.get(ev.thread) or ThreadInfo(str(ev.thread))
-        end = ev.ts + ev.dur
-        if ts_min is None or ev.ts < ts_min:
-            ts_min = ev.ts
-        if ts_max is None or end > ts_max:
-            ts_max = end
-    dropped = Counter(data.dropped)
-    chains, chain_drops = flow_chains(data.events)
-    dropped.update(chain_drops)
-    for chain in chains:
-        counts[identities[chain[0].origin]].flows += len(chain) - 1
-    return FileScan(
-        path=data.path,
-        format=data.format,
-        clock=data.clock,
-        identities=identities,
-        counts=dict(counts),
-        threads=dict(threads),
-        counter_series=dict(series),
-        ts_min=ts_min,
-        ts_max=ts_max,
-        dropped=dropped,
-        metadata_records=data.metadata_records,
+def process_uuid(ident: Identity) -> int:
+    return stable_id("process", ident.role, ident.rank, ident.tag)
+
+
+def thread_uuid(ident: Identity, key: ThreadKey, salt: str = "") -> int:
+    return stable_id("thread", process_uuid(ident), key, salt)
+
+
+def counter_uuid(ident: Identity, key: ThreadKey, name: str) -> int:
+    return stable_id("counter", process_uuid(ident), key, name)
+
+
+def lane_track(track: ThreadTrack, n: int) -> ThreadTrack:
+    """Overlap lane ``n`` beside ``track``."""
+    # Chrome JSON has no child tracks, so a lane there is a thread of its own: its tid is drawn
+    # from the upper half of the uint32 range, away from the planned tids.
+    tid = (1 << 31) | (stable_id("lane-tid", track.uuid, n) & 0x7FFFFFFF)
+    return ThreadTrack(
+        uuid=stable_id("lane", track.uuid, n),
+        pid=track.pid,
+        tid=tid,
+        name=f"{track.name} (overlap {n})",
+        order=track.order,
+        process_uuid=track.process_uuid,
+        lane=n,
+        parent_uuid=track.uuid,
     )
 
 
-def flow_chains(events: Iterable[Event]) -> tuple[list[list[Event]], Counter[str]]:
-    """Group flow points into chains (s, t..., f) by source id; report points that form no link.
+class LocalTracks:
+    """Track identities a file can compute alone (Perfetto output): uuids derived from content.
 
-    An id with a single start is one flow whatever the timestamps say (a device task can be
-    stamped before the host call that launched it), and every end beyond the first fans out from
-    that start (one launch, two kernels). Ids reused for several flows are paired in time order.
+    Names, pids and tids are settled later by the plan and written in the descriptors; events
+    refer to tracks by uuid only. ``salts`` gives a file its own copy of a process's threads.
     """
-    by_id: dict[object, list[Event]] = defaultdict(list)
-    for ev in events:
-        if ev.kind == Kind.FLOW:
-            by_id[(ev.origin, ev.flow_id)].append(ev)
-    chains: list[list[Event]] = []
-    dropped: Counter[str] = Counter()
-    for points in by_id.values():
-        points.sort(key=lambda e: (e.ts, e.flow_phase))
-        starts = [p for p in points if p.flow_phase == FlowPhase.START]
-        if len(starts) == 1:
-            start = starts[0]
-            steps = [p for p in points if p.flow_phase == FlowPhase.STEP]
-            ends = [p for p in points if p.flow_phase == FlowPhase.END]
-            chains.append([start, *steps, *ends[:1]])
-            chains.extend([start, end] for end in ends[1:])
-            continue
-        current: list[Event] | None = None
-        last_start: Event | None = None
-        for p in points:
-            if p.flow_phase == FlowPhase.START:
-                if current is not None:
-                    chains.append(current)
-                current, last_start = [p], p
-            elif current is not None:
-                current.append(p)
-                if p.flow_phase == FlowPhase.END:
-                    chains.append(current)
-                    current = None
-            elif last_start is not None and p.flow_phase == FlowPhase.END:
-                chains.append([last_start, p])
-            else:
-                dropped["flow step/end without a start"] += 1
-        if current is not None:
-            chains.append(current)
-    kept = []
-    for chain in chains:
-        if len(chain) < 2:
-            dropped["flow start without an end"] += 1
-        else:
-            kept.append(chain)
-    return kept, dropped
+
+    def __init__(self, salts: dict[Identity, str] | None = None) -> None:
+        self.salts = salts or {}
+        self._threads: dict[tuple[Identity, ThreadKey], ThreadTrack] = {}
+
+    def thread(self, ident: Identity, key: ThreadKey) -> ThreadTrack:
+        track = self._threads.get((ident, key))
+        if track is None:
+            uuid = thread_uuid(ident, key, self.salts.get(ident, ""))
+            track = self._threads[(ident, key)] = ThreadTrack(uuid, 0, 0, "", 0, process_uuid(ident))
+        return track
+
+    def counter(self, ident: Identity, key: ThreadKey, name: str) -> CounterTrack:
+        return CounterTrack(counter_uuid(ident, key, name), 0, name, process_uuid(ident), "", "")
+
+
+class PlannedTracks:
+    """Track identities from a :class:`UnitPlan` (Chrome JSON output: pids and tids are needed)."""
+
+    def __init__(self, unit: UnitPlan) -> None:
+        self.unit = unit
+
+    def thread(self, ident: Identity, key: ThreadKey) -> ThreadTrack:
+        return self.unit.threads[(ident, key)]
+
+    def counter(self, ident: Identity, key: ThreadKey, name: str) -> CounterTrack:
+        return self.unit.counters[(ident, key, name)]
 
 
 def role_sort_key(role: str) -> tuple:
@@ -252,8 +231,7 @@ def make_plan(scans: list[FileScan]) -> MergePlan:
 
     identities = sorted({i for s in scans for i in s.counts}, key=identity_sort_key)
     processes = {
-        ident: ProcessTrack(ident, stable_id("process", ident.role, ident.rank, ident.tag), n + 1, ident.label, n)
-        for n, ident in enumerate(identities)
+        ident: ProcessTrack(ident, process_uuid(ident), n + 1, ident.label, n) for n, ident in enumerate(identities)
     }
 
     # Files of one process that overlap in time and share a thread get their own copy of it.
@@ -274,7 +252,7 @@ def make_plan(scans: list[FileScan]) -> MergePlan:
             raise OverflowError(f"{ident.label}: more than {TIDS_PER_PROCESS - 1} threads")
         ordered = _sorted_threads(thread_infos[ident])
         for n, ((key, salt), info) in enumerate(ordered):
-            uuid = stable_id("thread", proc.uuid, key, salt)
+            uuid = thread_uuid(ident, key, salt)
             threads[(ident, key, salt)] = ThreadTrack(
                 uuid, proc.pid, proc.pid * TIDS_PER_PROCESS + n + 1, info.name, n, proc.uuid
             )
@@ -290,7 +268,7 @@ def make_plan(scans: list[FileScan]) -> MergePlan:
                     prefix = "" if name.startswith(prefix) else prefix
                     full = f"{prefix}: {name}" if prefix else name
                     counters[(ident, key, name)] = CounterTrack(
-                        stable_id("counter", proc.uuid, key, name),
+                        counter_uuid(ident, key, name),
                         proc.pid,
                         full,
                         proc.uuid,
@@ -299,7 +277,7 @@ def make_plan(scans: list[FileScan]) -> MergePlan:
                     )
 
     units = []
-    for n, s in enumerate(scans):
+    for s in scans:
         unit_threads = {
             (ident, key): threads[(ident, key, salts.get((s.path, ident), ""))]
             for ident, ts in s.threads.items()
@@ -314,12 +292,13 @@ def make_plan(scans: list[FileScan]) -> MergePlan:
             UnitPlan(
                 path=s.path,
                 format=s.format,
-                sequence_id=n + 2,  # sequence 1 carries the descriptors
-                shift_ns=offsets[s.path] - base_ns,
-                flow_id_base=(n + 1) << 32,
+                sequence_id=s.sequence_id,
+                shift_ns=s.origin_ns + offsets[s.path] - base_ns,
+                flow_id_base=flow_id_base(s.sequence_id),
                 identities=s.identities,
                 threads=unit_threads,
                 counters=unit_counters,
+                salts={ident: salt for (path, ident), salt in salts.items() if path == s.path},
             )
         )
     return MergePlan(

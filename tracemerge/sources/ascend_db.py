@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from tracemerge.errors import InputError, NotATrace
+from tracemerge.layout import FileLayout
 from tracemerge.model import Event, FlowPhase, Kind, SourceData, ThreadInfo, ThreadKey
-from tracemerge.sources import ascend_layout as layout
-from tracemerge.sources.ascend_text import MSTX_THREAD
+from tracemerge.sources import ascend_layout as layout_dirs
+from tracemerge.sources.ascend_layout import MSTX_THREAD
 from tracemerge.sources.base import SourceFormat
 
 NAME = "ascend-db"
@@ -72,7 +73,7 @@ TIMELINE_TABLES = frozenset({"TASK", "COMMUNICATION_OP", "CANN_API", "PYTORCH_AP
 
 
 def claims(path: Path, head: bytes) -> bool:
-    if not head.startswith(SQLITE_MAGIC) or not layout.is_timeline_db(path):
+    if not head.startswith(SQLITE_MAGIC) or not layout_dirs.is_timeline_db(path):
         return False
     # A run exported as both text and DB holds the same events twice: read trace_view.json only.
     return not (path.parent / "trace_view.json").is_file()
@@ -84,7 +85,7 @@ def connect(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(uri, uri=True)
 
 
-def read(path: Path) -> SourceData:
+def read(path: Path, layout: FileLayout) -> SourceData:
     try:
         con = connect(path)
         tables = {
@@ -102,7 +103,10 @@ def read(path: Path) -> SourceData:
         raise InputError(path, f"cannot read the database ({exc})") from None
     finally:
         con.close()
-    return layout.source_data(path, NAME, reader.events, reader.thread_infos(), reader.dropped, rank=reader.rank)
+    add = layout.add_event
+    for ev in reader.events:
+        add(ev)
+    return layout_dirs.source_data(path, NAME, reader.thread_infos(), reader.dropped, rank=reader.rank)
 
 
 class _DbReader:
@@ -348,4 +352,4 @@ class _DbReader:
         return infos
 
 
-ASCEND_DB = SourceFormat(NAME, claims, read, layout.path_hints)
+ASCEND_DB = SourceFormat(NAME, claims, read, layout_dirs.path_hints)

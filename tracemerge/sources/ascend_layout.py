@@ -14,11 +14,13 @@ from typing import Any
 
 import orjson
 
-from tracemerge.model import UNIX_EPOCH, Event, SourceData, ThreadInfo, ThreadKey
-from tracemerge.sources.chrome_json import as_rank
+from tracemerge.model import UNIX_EPOCH, SourceData, ThreadInfo, ThreadKey
+from tracemerge.sources.common import as_rank
 
 RUN_SUFFIXES = ("_ascend_pt", "_ascend_ms")
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
+# The track MSTX markers go to, in both the text and the DB export.
+MSTX_THREAD: ThreadKey = ("MSTX", None)
 _PROF_DIR = re.compile(r"^PROF_\d+_\d+_[0-9a-zA-Z]+$")
 _INFO_FILE = re.compile(r"^profiler_info(?:_(\d+))?\.json$")
 _DB_FILE = re.compile(r"^(?:ascend_pytorch_profiler|ascend_mindspore_profiler)(?:_(\d+))?\.db$|^msprof_\d+\.db$")
@@ -85,7 +87,6 @@ def rank_of(run: Path) -> int | None:
 def source_data(
     path: Path,
     fmt: str,
-    events: list[Event],
     threads: dict[ThreadKey, ThreadInfo],
     dropped: Counter[str],
     metadata_records: int = 0,
@@ -99,7 +100,6 @@ def source_data(
         path=path,
         format=fmt,
         clock=UNIX_EPOCH,
-        events=events,
         threads=threads,
         role_hint=metadata_role(run) if run else None,
         rank_hint=rank,

@@ -12,16 +12,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tracemerge.errors import NotATrace
-from tracemerge.model import NO_ORIGIN, Event, Kind, OriginKey, SourceData, ThreadInfo, ThreadKey
-from tracemerge.sources import ascend_layout as layout
-from tracemerge.sources.base import SourceFormat, read_bytes
-from tracemerge.sources.chrome_events import ChromeEvents
-from tracemerge.sources.chrome_json import parse_json
-from tracemerge.units import us_to_ns
+from tracemerge.layout import FileLayout
+from tracemerge.model import NO_ORIGIN, OriginKey, SourceData, ThreadInfo, ThreadKey
+from tracemerge.sources import ascend_layout as layout_dirs
+from tracemerge.sources.ascend_layout import MSTX_THREAD
+from tracemerge.sources.base import SourceFormat
+from tracemerge.sources.chrome_events import (
+    INSTANT,
+    SLICE,
+    ChromeEvents,
+    LenientEvent,
+    TraceEvent,
+    plain_args,
+    us_to_ns,
+)
+from tracemerge.sources.common import read_events
 
 NAME = "ascend-text"
-MSTX_THREAD: ThreadKey = ("MSTX", None)
 _MARKERS = frozenset({"marker", "marker_ex", 0, 3, "0", "3"})
 # In-process order of the Ascend layers; others follow.
 _LAYER_ORDER = {
@@ -39,32 +46,36 @@ _LAYER_ORDER = {
 class AscendEvents(ChromeEvents):
     """Chrome events named the Ascend way: ``{process_name} · {thread_name}``."""
 
-    def add(self, e: Any, origin: OriginKey = NO_ORIGIN) -> None:
-        if type(e) is dict and e.get("ph") == "X":
-            args = e.get("args")
-            if type(args) is dict and "event_type" in args and "domain" in args:
-                self._add_mstx(e, args, origin)
-                return
-        super().add(e, origin)
+    def add_batch(self, batch: list, origin: OriginKey = NO_ORIGIN) -> None:
+        plain = []
+        for e in batch:
+            args = e.args
+            if e.ph == "X" and type(args) is dict and "event_type" in args and "domain" in args:
+                self._add_mstx(e, plain_args(args) or {}, origin)
+            else:
+                plain.append(e)
+        super().add_batch(plain, origin)
 
-    def _add_mstx(self, e: dict, args: dict, origin: OriginKey) -> None:
+    def _add_mstx(self, e: Any, args: dict, origin: OriginKey) -> None:
         ts = self._ts(e)
         if ts is None:
             return
-        name, domain = str(e.get("name", "")), str(args.get("domain", ""))
-        if args.get("event_type") in _MARKERS:
-            self.events.append(Event(Kind.INSTANT, ts, MSTX_THREAD, name, domain, 0, args, origin))
-            return
-        try:
-            dur = us_to_ns(e.get("dur", 0))
-        except ValueError:
-            self.dropped["MSTX range with unreadable dur"] += 1
-            return
-        self.events.append(Event(Kind.SLICE, ts, MSTX_THREAD, name, domain, dur, args, origin))
+        name, domain = str(e.name or ""), str(args.get("domain", ""))
+        kind = INSTANT if args.get("event_type") in _MARKERS else SLICE
+        dur = 0
+        if kind == SLICE:
+            try:
+                dur = us_to_ns(e.dur if e.dur is not None else 0)
+            except ValueError:
+                self.dropped["MSTX range with unreadable dur"] += 1
+                return
+        self.threads_seen.add(MSTX_THREAD)
+        body = self.layout.describe(name, domain, args)
+        self.layout.buffer(origin, MSTX_THREAD).append((ts, -dur, kind, self.layout.ordinal(), body))
 
     def threads(self) -> dict[ThreadKey, ThreadInfo]:
         infos: dict[ThreadKey, ThreadInfo] = {}
-        for key in {ev.thread for ev in self.events}:
+        for key in self.threads_seen | self.counter_threads:
             if key == MSTX_THREAD:
                 infos[key] = ThreadInfo("MSTX", (_LAYER_ORDER["MSTX"], "", 0, ""))
                 continue
@@ -81,26 +92,23 @@ class AscendEvents(ChromeEvents):
 
 
 def claims(path: Path, head: bytes) -> bool:
-    in_run = (path.name == "trace_view.json" and path.parent.name == layout.OUTPUT_DIR) or layout.is_msprof_json(path)
+    in_run = (
+        path.name == "trace_view.json" and path.parent.name == layout_dirs.OUTPUT_DIR
+    ) or layout_dirs.is_msprof_json(path)
     if not in_run or not head.lstrip().startswith(b"["):
         return False
-    if layout.is_msprof_json(path):
+    if layout_dirs.is_msprof_json(path):
         # trace_view.json already holds every msprof event of the run: read one of them, not both.
-        run = layout.run_dir_of(path)
-        return not (run is not None and (run / layout.OUTPUT_DIR / "trace_view.json").is_file())
+        run = layout_dirs.run_dir_of(path)
+        return not (run is not None and (run / layout_dirs.OUTPUT_DIR / "trace_view.json").is_file())
     return True
 
 
-def read(path: Path) -> SourceData:
-    data = read_bytes(path)
-    events = parse_json(path, data)
-    if type(events) is not list:
-        raise NotATrace(path, "not an event array")
-    reader = AscendEvents(us_to_ns, us_to_ns)
-    for e in events:
-        reader.add(e)
+def read(path: Path, layout: FileLayout) -> SourceData:
+    reader = AscendEvents(layout)
+    read_events(path, reader, TraceEvent, LenientEvent)
     reader.finish()
-    return layout.source_data(path, NAME, reader.events, reader.threads(), reader.dropped, reader.metadata_records)
+    return layout_dirs.source_data(path, NAME, reader.threads(), reader.dropped, reader.metadata_records)
 
 
-ASCEND_TEXT = SourceFormat(NAME, claims, read, layout.path_hints, layout.unusable_reason)
+ASCEND_TEXT = SourceFormat(NAME, claims, read, layout_dirs.path_hints, layout_dirs.unusable_reason)

@@ -7,9 +7,13 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tracemerge.errors import InputError
 from tracemerge.model import SourceData
+
+if TYPE_CHECKING:
+    from tracemerge.layout import FileLayout
 
 GZIP_MAGIC = b"\x1f\x8b"
 HEAD_BYTES = 64 * 1024
@@ -20,15 +24,17 @@ class SourceFormat:
     """An input format.
 
     ``claims(path, head)`` looks at the file name and the first (decompressed) bytes and says
-    whether the file is this format's; it must be cheap and must not raise. ``read(path)`` parses
-    the whole file; it raises :class:`~tracemerge.errors.InputError` for a file it cannot use.
+    whether the file is this format's; it must be cheap and must not raise. ``read(path, layout)``
+    reads the file once, handing every event to ``layout`` (a
+    :class:`~tracemerge.layout.FileLayout`); it raises :class:`~tracemerge.errors.InputError` for a
+    file it cannot use.
     Formats whose inputs are directory trees can say where role and rank come from (``hints``)
     and which directories hold nothing to merge (``unusable_dir``), so these are reported.
     """
 
     name: str
     claims: Callable[[Path, bytes], bool]
-    read: Callable[[Path], SourceData]
+    read: Callable[[Path, FileLayout], SourceData]
     # (path, the input root it was found under) -> (role, rank) hints; default: discover.path_hints
     hints: Callable[[Path, Path], tuple[str | None, int | None]] | None = None
     # A directory this format recognises but cannot use (raw data, say) -> the reason; else None.

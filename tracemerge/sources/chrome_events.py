@@ -1,8 +1,10 @@
 """Normalization of Chrome trace-event objects, shared by every source that carries them.
 
-Kineto (torch.profiler) JSON, AReaL's perf-tracer JSONL and plain Chrome traces all hold the same
-event objects; this module turns them into :class:`~tracemerge.model.Event` objects, keeping every
-event or counting it under a reason.
+Kineto (torch.profiler) JSON, Ascend's ``trace_view.json`` and AReaL's perf-tracer JSONL all hold
+the same event objects. They are decoded by msgspec into :class:`TraceEvent` structs (args stay
+raw JSON per key), and :class:`ChromeEvents` hands them to the file's
+:class:`~tracemerge.layout.FileLayout`, keeping every event or counting it under a reason.
+Timestamps become integer nanoseconds of the file's own clock.
 """
 
 from __future__ import annotations
@@ -12,15 +14,11 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from tracemerge.model import (
-    NO_ORIGIN,
-    Event,
-    FlowPhase,
-    Kind,
-    OriginKey,
-    ThreadInfo,
-    ThreadKey,
-)
+import msgspec
+
+from tracemerge.layout import FileLayout
+from tracemerge.model import NO_ORIGIN, FlowPhase, Kind, OriginKey, ThreadInfo, ThreadKey
+from tracemerge.units import FLOAT_EXACT_LIMIT_US, decimal_text_to_int
 
 # Categories Kineto puts on device (GPU/XPU/MTIA) timelines.
 DEVICE_CATEGORIES = frozenset(
@@ -32,36 +30,159 @@ _SPECIAL_PIDS = {"Spans": "Profiler spans", "Traces": "Profiler iterations", "":
 _METADATA_NAMES = frozenset(
     {"process_name", "process_labels", "process_sort_index", "thread_name", "thread_sort_index"}
 )
+SLICE, INSTANT = int(Kind.SLICE), int(Kind.INSTANT)
+
+
+class TraceEvent(msgspec.Struct, gc=False):
+    """One Chrome trace event as Kineto writes it; args values stay raw JSON."""
+
+    ph: str | None = None
+    name: str = ""
+    cat: str = ""
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: int | float | str | None = None
+    dur: int | float | str | None = None
+    id: int | str | None = None
+    bp: str | None = None
+    args: dict[str, msgspec.Raw] | None = None
+
+
+class LenientEvent(msgspec.Struct, gc=False):
+    """Any JSON object: the fallback for a batch whose fields do not have the usual types."""
+
+    ph: Any = None
+    name: Any = ""
+    cat: Any = ""
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    id: Any = None
+    id2: Any = None
+    bp: Any = None
+    args: Any = None
+
+
+class NeedsExactTimes(Exception):
+    """A float timestamp too large to hold its nanoseconds: the file must be decoded from text."""
+
+
+def us_to_ns(value: Any) -> int:
+    """Microseconds (int, float or decimal text) to integer ns; exact (see tracemerge.units)."""
+    t = type(value)
+    if t is float:
+        guess = round(value * 1000)
+        if guess / 1000 == value and -FLOAT_EXACT_LIMIT_US < value < FLOAT_EXACT_LIMIT_US:
+            return guess
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"not a finite number: {value!r}")
+        if abs(value) >= FLOAT_EXACT_LIMIT_US:
+            raise NeedsExactTimes
+        return decimal_text_to_int(repr(value), 3)
+    if t is int:
+        return value * 1000
+    if t is str:
+        return decimal_text_to_int(value, 3)
+    if t is msgspec.Raw:
+        text = bytes(value)
+        if text == b"null":
+            raise ValueError("no timestamp")
+        if text[:1] == b'"':
+            text = msgspec.json.decode(text)
+            return decimal_text_to_int(text, 3)
+        return decimal_text_to_int(text.decode(), 3)
+    raise ValueError(f"not a timestamp: {value!r}")
+
+
+def _hashable(value: Any) -> Any:
+    if type(value) is list or type(value) is dict:
+        return str(value)
+    if type(value) is str and value.isdigit() and (len(value) == 1 or value[0] != "0"):
+        return int(value)  # Perfetto's JSON importer takes "25738" and 25738 for one thread
+    return value
 
 
 class ChromeEvents:
-    """Accumulates Chrome trace events of one file into normalized events and thread names.
+    """Hands Chrome trace events of one file to its layout and collects thread names.
 
-    ``to_ns`` converts an event's ``ts`` (µs) into nanoseconds of the file's clock domain.
-    Thread keys are the raw ``(pid, tid)`` pairs; :meth:`threads` names them once all metadata
-    events, wherever they were in the file, have been seen.
+    ``base_ns`` is added to every converted timestamp (0 for sources whose times are the
+    file's clock as written). Thread keys are the raw ``(pid, tid)`` pairs; :meth:`threads`
+    names them once all metadata events, wherever they were in the file, have been seen.
     """
 
-    def __init__(self, to_ns: Callable[[Any], int], dur_to_ns: Callable[[Any], int]) -> None:
+    def __init__(self, layout: FileLayout, to_ns: Callable[[Any], int] = us_to_ns) -> None:
+        self.layout = layout
         self.to_ns = to_ns
-        self.dur_to_ns = dur_to_ns
-        self.events: list[Event] = []
         self.dropped: Counter[str] = Counter()
         self.metadata_records = 0
         self.process_names: dict[Any, str] = {}
         self.process_labels: dict[Any, str] = {}
         self.thread_names: dict[tuple, str] = {}
         self.device_pids: set[Any] = set()
-        # B and E events per thread, paired once the whole file is read: (ts, file position, B event | E args)
+        self.threads_seen: set[ThreadKey] = set()
+        self.counter_threads: set[ThreadKey] = set()
+        # B and E events per thread, paired once the whole file is read: (ts, file position, B | E args)
         self._pending: dict[tuple, list[tuple[int, int, Any]]] = {}
+        self._buffers: dict[tuple, list] = {}
+
+    def add_batch(self, batch: list, origin: OriginKey = NO_ORIGIN) -> None:
+        """The hot path: complete events inline, every other phase through :meth:`add`."""
+        to_ns = self.to_ns
+        describe = self.layout.describe
+        ordinal = self.layout.ordinal
+        buffers = self._buffers
+        add = self.add
+        for e in batch:
+            if e.ph != "X":
+                add(e, origin)
+                continue
+            pid, tid = e.pid, e.tid
+            if type(tid) is str or type(pid) is str:
+                pid, tid = _hashable(pid), _hashable(tid)
+            key = (origin, pid, tid)
+            buf = buffers.get(key)
+            if buf is None:
+                buf = self._new_buffer(origin, pid, tid)
+            try:
+                ts = to_ns(e.ts)
+                dur = to_ns(e.dur)
+            except NeedsExactTimes:
+                raise
+            except (ValueError, TypeError):
+                self._bad_complete(e)
+                continue
+            if dur < 0:
+                self.dropped["X event with negative dur"] += 1
+                continue
+            cat = e.cat
+            if cat in DEVICE_CATEGORIES:
+                self.device_pids.add(pid)
+            buf.append((ts, -dur, SLICE, ordinal(), describe(_text(e.name), _text(cat), e.args)))
+
+    def _new_buffer(self, origin: OriginKey, pid: Any, tid: Any) -> list:
+        thread = (pid, tid)
+        self.threads_seen.add(thread)
+        buf = self._buffers[(origin, pid, tid)] = self.layout.buffer(origin, thread)
+        return buf
+
+    def _bad_complete(self, e: Any) -> None:
+        if e.ts is None:
+            self.dropped["X event without ts"] += 1
+        elif e.dur is None:
+            self.dropped["X event without dur"] += 1
+        else:
+            try:
+                self.to_ns(e.ts)
+            except (ValueError, TypeError):
+                self.dropped["X event with unreadable ts"] += 1
+                return
+            self.dropped["X event with unreadable dur"] += 1
 
     def add(self, e: Any, origin: OriginKey = NO_ORIGIN) -> None:
-        if type(e) is not dict:
-            self.dropped["not an event object"] += 1
-            return
-        ph = e.get("ph")
+        ph = e.ph
         if ph == "X":
-            self._add_complete(e, origin)
+            self.add_batch([e], origin)
         elif ph == "M":
             self._add_metadata(e)
         elif ph in ("i", "I", "R"):
@@ -81,161 +202,121 @@ class ChromeEvents:
 
     # -- event kinds -------------------------------------------------------------------------
 
-    def _ts(self, e: dict) -> int | None:
-        ts = e.get("ts")
+    def _ts(self, e: Any) -> int | None:
+        ts = e.ts
         if ts is None:
-            self.dropped[f"{e.get('ph')} event without ts"] += 1
+            self.dropped[f"{e.ph} event without ts"] += 1
             return None
         try:
             return self.to_ns(ts)
+        except NeedsExactTimes:
+            raise
         except (ValueError, TypeError):
-            self.dropped[f"{e.get('ph')} event with unreadable ts"] += 1
+            self.dropped[f"{e.ph} event with unreadable ts"] += 1
             return None
 
     @staticmethod
-    def _args(e: dict) -> dict | None:
-        args = e.get("args")
-        return args if type(args) is dict and args else None
+    def _thread(e: Any) -> ThreadKey:
+        return (_hashable(e.pid), _hashable(e.tid))
 
-    def _thread(self, e: dict) -> ThreadKey:
-        pid = e.get("pid")
-        tid = e.get("tid")
-        if type(pid) is list or type(pid) is dict:
-            pid = str(pid)
-        if type(tid) is list or type(tid) is dict:
-            tid = str(tid)
-        return (pid, tid)
-
-    def _add_complete(self, e: dict, origin: OriginKey) -> None:
-        ts = self._ts(e)
-        if ts is None:
-            return
-        dur = e.get("dur")
-        if dur is None:
-            self.dropped["X event without dur"] += 1
-            return
-        try:
-            dur_ns = self.dur_to_ns(dur)
-        except (ValueError, TypeError):
-            self.dropped["X event with unreadable dur"] += 1
-            return
-        if dur_ns < 0:
-            self.dropped["X event with negative dur"] += 1
-            return
-        cat = e.get("cat")
-        thread = self._thread(e)
-        if cat in DEVICE_CATEGORIES:
-            self.device_pids.add(thread[0])
-        self.events.append(
-            Event(Kind.SLICE, ts, thread, _text(e.get("name")), _text(cat), dur_ns, self._args(e), origin)
-        )
-
-    def _add_begin(self, e: dict, origin: OriginKey) -> None:
-        ts = self._ts(e)
-        if ts is None:
-            return
-        ev = Event(Kind.SLICE, ts, self._thread(e), _text(e.get("name")), _text(e.get("cat")), 0, self._args(e), origin)
-        self._pending.setdefault(ev.thread, []).append((ts, len(self._pending[ev.thread]), ev))
-
-    def _add_end(self, e: dict) -> None:
+    def _add_instant(self, e: Any, origin: OriginKey) -> None:
         ts = self._ts(e)
         if ts is None:
             return
         thread = self._thread(e)
-        self._pending.setdefault(thread, []).append((ts, len(self._pending[thread]), self._args(e)))
+        self.threads_seen.add(thread)
+        body = self.layout.describe(_text(e.name), _text(e.cat), plain_args(e.args))
+        self.layout.buffer(origin, thread).append((ts, 0, INSTANT, self.layout.ordinal(), body))
+
+    def _add_begin(self, e: Any, origin: OriginKey) -> None:
+        ts = self._ts(e)
+        if ts is None:
+            return
+        thread = self._thread(e)
+        pending = self._pending.setdefault(thread, [])
+        pending.append((ts, len(pending), (origin, _text(e.name), _text(e.cat), plain_args(e.args))))
+
+    def _add_end(self, e: Any) -> None:
+        ts = self._ts(e)
+        if ts is None:
+            return
+        thread = self._thread(e)
+        pending = self._pending.setdefault(thread, [])
+        pending.append((ts, len(pending), plain_args(e.args)))
 
     def _pair_begin_end(self) -> None:
         """Match B and E events per thread in time order (file order breaks ties), as viewers do."""
-        for records in self._pending.values():
+        for thread, records in self._pending.items():
             records.sort(key=lambda r: (r[0], r[1]))
-            stack: list[Event] = []
+            stack: list[tuple[int, tuple]] = []
             for ts, _, item in records:
-                if type(item) is Event:
-                    stack.append(item)
+                if type(item) is tuple:
+                    stack.append((ts, item))
                 elif not stack:
                     self.dropped["E event without matching B"] += 1
                 else:
-                    ev = stack.pop()
-                    ev.dur = ts - ev.ts
+                    start, (origin, name, cat, args) = stack.pop()
                     if item:
-                        ev.args = {**(ev.args or {}), **item}
-                    self.events.append(ev)
+                        args = {**(args or {}), **item}
+                    self.threads_seen.add(thread)
+                    body = self.layout.describe(name, cat, args)
+                    self.layout.buffer(origin, thread).append((start, start - ts, SLICE, self.layout.ordinal(), body))
             if stack:
                 self.dropped["B event without matching E"] += len(stack)
         self._pending.clear()
 
-    def _add_instant(self, e: dict, origin: OriginKey) -> None:
+    def _add_flow(self, e: Any, origin: OriginKey, ph: str) -> None:
         ts = self._ts(e)
         if ts is None:
             return
-        self.events.append(
-            Event(
-                Kind.INSTANT, ts, self._thread(e), _text(e.get("name")), _text(e.get("cat")), 0, self._args(e), origin
-            )
-        )
-
-    def _add_flow(self, e: dict, origin: OriginKey, ph: str) -> None:
-        ts = self._ts(e)
-        if ts is None:
-            return
-        fid = e.get("id")
+        fid = e.id
         if fid is None:
-            fid = e.get("id2")
+            fid = getattr(e, "id2", None)
         if fid is None or type(fid) is list:
             self.dropped[f"{ph} flow event without id"] += 1
             return
         if type(fid) is dict:
-            fid = tuple(sorted(fid.items()))
-        name = _text(e.get("name"))
-        cat = _text(e.get("cat"))
-        self.events.append(
-            Event(
-                Kind.FLOW,
-                ts,
-                self._thread(e),
-                name,
-                cat,
-                origin=origin,
-                flow_id=(cat, name, fid),
-                flow_phase=_FLOW_PHASES[ph],
-                flow_next=(ph == "f" and e.get("bp") != "e"),
-            )
-        )
+            fid = tuple(sorted((str(k), str(v)) for k, v in fid.items()))
+        name, cat = _text(e.name), _text(e.cat)
+        thread = self._thread(e)
+        self.threads_seen.add(thread)
+        bind_next = ph == "f" and e.bp != "e"
+        self.layout.flow_point(origin, thread, ts, _FLOW_PHASES[ph], (cat, name, fid), bind_next)
 
-    def _add_counter(self, e: dict, origin: OriginKey) -> None:
+    def _add_counter(self, e: Any, origin: OriginKey) -> None:
         ts = self._ts(e)
         if ts is None:
             return
-        args = e.get("args")
-        pid = e.get("pid")
-        name = _text(e.get("name"))
-        if e.get("id") is not None:
-            name = f"{name} {e.get('id')}"
+        args = plain_args(e.args)
+        pid = _hashable(e.pid)
+        name = _text(e.name)
+        if e.id is not None:
+            name = f"{name} {e.id}"
         kept = 0
-        if type(args) is dict:
+        if args:
+            samples = self.layout.samples
+            thread = (pid, None)
             for key, value in args.items():
                 if type(value) is bool or type(value) not in (int, float):
                     continue
-                self.events.append(
-                    Event(
-                        Kind.COUNTER, ts, (pid, None), f"{name} {key}", _text(e.get("cat")), origin=origin, value=value
-                    )
-                )
+                samples[(origin, thread, f"{name} {key}")].append((ts, value))
                 kept += 1
+            if kept:
+                self.counter_threads.add(thread)
         if not kept:
             self.dropped["C event without a numeric value"] += 1
 
-    def _add_metadata(self, e: dict) -> None:
+    def _add_metadata(self, e: Any) -> None:
         self.metadata_records += 1
-        name = e.get("name")
-        args = e.get("args") if type(e.get("args")) is dict else {}
-        pid = e.get("pid")
+        name = e.name
+        args = plain_args(e.args) or {}
+        pid = _hashable(e.pid)
         if name == "process_name":
             self.process_names[pid] = _text(args.get("name"))
         elif name == "process_labels":
             self.process_labels[pid] = _text(args.get("labels"))
         elif name == "thread_name":
-            self.thread_names[(pid, e.get("tid"))] = _text(args.get("name"))
+            self.thread_names[(pid, _hashable(e.tid))] = _text(args.get("name"))
         elif name not in _METADATA_NAMES:
             self.dropped[f"unsupported metadata record {name!r}"] += 1
             self.metadata_records -= 1
@@ -257,13 +338,9 @@ class ChromeEvents:
 
     def threads(self) -> dict[ThreadKey, ThreadInfo]:
         """Readable names and an in-process order for every thread that holds events."""
-        keys = {ev.thread for ev in self.events}
+        keys = self.threads_seen | self.counter_threads
         cpu_pids = {pid for pid, _ in keys if type(pid) is int and pid >= 0 and self.device_label(pid) is None}
-        infos: dict[ThreadKey, ThreadInfo] = {}
-        for key in keys:
-            pid, tid = key
-            infos[key] = self._thread_info(pid, tid, len(cpu_pids) > 1)
-        return infos
+        return {key: self._thread_info(key[0], key[1], len(cpu_pids) > 1) for key in keys}
 
     def _thread_info(self, pid: Any, tid: Any, several_cpu_pids: bool) -> ThreadInfo:
         given = self.thread_names.get((pid, tid), "").strip()
@@ -300,6 +377,13 @@ class ChromeEvents:
             name += f" · pid {pid}"
         main_first = 0 if tid == pid else 1
         return ThreadInfo(name, (0, pid, main_first, _order(tid)))
+
+
+def plain_args(args: Any) -> dict | None:
+    """An event's args as a dict of plain values (raw JSON values decoded)."""
+    if not args or type(args) is not dict:
+        return None
+    return {k: msgspec.json.decode(v) if type(v) is msgspec.Raw else v for k, v in args.items()}
 
 
 def _order(value: Any) -> tuple:

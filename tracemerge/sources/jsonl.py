@@ -22,14 +22,19 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 
 from tracemerge.errors import NotATrace
+from tracemerge.layout import FileLayout
 from tracemerge.model import UNIX_EPOCH, ClockDomain, Event, Kind, SourceData, ThreadInfo
 from tracemerge.sources.base import SourceFormat, read_bytes
-from tracemerge.sources.chrome_events import ChromeEvents
-from tracemerge.sources.chrome_json import as_rank
+from tracemerge.sources.chrome_events import ChromeEvents, LenientEvent, TraceEvent
+from tracemerge.sources.common import as_rank
 from tracemerge.units import seconds_to_ns, us_to_ns
+
+_EVENT = msgspec.json.Decoder(TraceEvent)
+_LENIENT = msgspec.json.Decoder(LenientEvent)
 
 NAME = "jsonl-spans"
 PERF_COUNTER = ClockDomain("perf_counter µs, no wall-clock anchor", anchored=False)
@@ -62,17 +67,16 @@ def claims(path: Path, head: bytes) -> bool:
     return type(obj.get("ph")) is str or _is_span_line(obj)
 
 
-def read(path: Path) -> SourceData:
-    data = read_bytes(path)
-    chrome = ChromeEvents(us_to_ns, us_to_ns)
-    spans: list[Event] = []
+def read(path: Path, layout: FileLayout) -> SourceData:
+    chrome = ChromeEvents(layout)
     span_threads: dict[Any, ThreadInfo] = {}
     dropped: Counter[str] = Counter()
     pid_origin: dict[Any, tuple[str | None, int | None]] = {}
     bad_lines: list[int] = []
     records = 0
+    to_event = _EVENT.decode
 
-    for lineno, line in enumerate(data.split(b"\n"), 1):
+    for lineno, line in enumerate(read_bytes(path).split(b"\n"), 1):
         if not line.strip():
             continue
         records += 1
@@ -86,9 +90,13 @@ def read(path: Path) -> SourceData:
             continue
         if "ph" in obj:
             origin = _chrome_origin(obj, pid_origin)
-            chrome.add(obj, origin)
+            try:
+                ev = to_event(line)
+            except msgspec.ValidationError:
+                ev = _LENIENT.decode(line)
+            chrome.add(ev, origin)
         elif _is_span_line(obj):
-            _add_span(obj, lineno, spans, span_threads, dropped)
+            _add_span(obj, layout, span_threads, dropped)
         else:
             dropped["line is neither a trace event nor a span"] += 1
 
@@ -97,20 +105,22 @@ def read(path: Path) -> SourceData:
     if bad_lines:
         dropped[f"invalid JSON line (first at line {bad_lines[0]})"] += len(bad_lines)
     chrome.finish()
-    for ev in chrome.events:
-        role, rank = ev.origin
-        if role is None or rank is None:
-            p_role, p_rank = pid_origin.get(ev.thread[0], (None, None))
-            ev.origin = (role if role is not None else p_role, rank if rank is not None else p_rank)
 
+    def origin_of(origin: tuple, thread: tuple) -> tuple:
+        role, rank = origin
+        if (role is None or rank is None) and thread and thread[0] != "span":
+            p_role, p_rank = pid_origin.get(thread[0], (None, None))
+            return (role if role is not None else p_role, rank if rank is not None else p_rank)
+        return origin
+
+    layout.regroup(origin_of)
     dropped.update(chrome.dropped)
     threads = chrome.threads()
     threads.update(span_threads)
     return SourceData(
         path=path,
         format=NAME,
-        clock=_clock(chrome.events, spans),
-        events=chrome.events + spans,
+        clock=_clock(layout, bool(chrome.threads_seen or chrome.counter_threads)),
         threads=threads,
         dropped=dropped,
         metadata_records=chrome.metadata_records,
@@ -147,7 +157,7 @@ def _process_name_origin(name: Any) -> tuple[str | None, int | None]:
     return (role, rank)
 
 
-def _add_span(obj: dict, lineno: int, out: list[Event], threads: dict, dropped: Counter) -> None:
+def _add_span(obj: dict, layout: FileLayout, threads: dict, dropped: Counter) -> None:
     try:
         start, end = _span_times(obj)
     except (ValueError, TypeError):
@@ -168,10 +178,8 @@ def _add_span(obj: dict, lineno: int, out: list[Event], threads: dict, dropped: 
     args = obj.get("args") if type(obj.get("args")) is dict and obj.get("args") else None
     cat = obj.get("cat", obj.get("category", ""))
     cat = cat if type(cat) is str else str(cat)
-    if end is None:
-        out.append(Event(Kind.INSTANT, start, key, obj["name"], cat, 0, args, origin))
-    else:
-        out.append(Event(Kind.SLICE, start, key, obj["name"], cat, end - start, args, origin))
+    kind = Kind.INSTANT if end is None else Kind.SLICE
+    layout.add_event(Event(kind, start, key, obj["name"], cat, 0 if end is None else end - start, args, origin))
 
 
 def _span_times(obj: dict) -> tuple[int, int | None]:
@@ -203,11 +211,11 @@ def _int_ns(value: Any) -> int:
     raise ValueError(f"not integer nanoseconds: {value!r}")
 
 
-def _clock(chrome_events: list[Event], spans: list[Event]) -> ClockDomain:
-    sample = chrome_events[0].ts if chrome_events else (spans[0].ts if spans else 0)
-    if sample >= _EPOCH_NS_FLOOR:
+def _clock(layout: FileLayout, chrome: bool) -> ClockDomain:
+    first = min((items[0][0] for items in layout.entries.values() if items), default=0)
+    if first >= _EPOCH_NS_FLOOR:
         return UNIX_EPOCH
-    return PERF_COUNTER if chrome_events else MONOTONIC_SPANS
+    return PERF_COUNTER if chrome else MONOTONIC_SPANS
 
 
 JSONL_SPANS = SourceFormat(NAME, claims, read)

@@ -1,4 +1,4 @@
-"""Output formats, all fed by the same laid-out event stream (:mod:`tracemerge.merge`)."""
+"""Output formats, all fed by the same laid-out event stream (:mod:`tracemerge.layout`)."""
 
 from __future__ import annotations
 
@@ -7,28 +7,66 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from tracemerge.merge import Encoder
+from tracemerge.layout import Encoder
 from tracemerge.plan import MergePlan, ThreadTrack, UnitPlan
 from tracemerge.writers import chrome_json, perfetto
 
 
 @dataclass(frozen=True)
 class Writer:
-    """An output format: a per-file encoder plus the header and footer around the encoded files."""
+    """An output format: a per-file encoder, and what goes around and between the encoded files.
+
+    ``one_pass`` formats encode a file before the plan exists (events refer to content-derived
+    track ids and a per-file clock); the others are encoded with the file's :class:`UnitPlan`.
+    ``prologue(unit, local_min)`` is written before each file's chunk.
+    """
 
     name: str
-    unit_encoder: Callable[[UnitPlan, BinaryIO], Encoder]
+    extensions: tuple[str, ...]
+    unit_encoder: Callable[[int, BinaryIO], Encoder]
     write_header: Callable[[BinaryIO, MergePlan, list[ThreadTrack]], None]
     write_footer: Callable[[BinaryIO, MergePlan], None]
+    prologue: Callable[[UnitPlan, int], bytes]
+    one_pass: bool = False
     gzip: bool = False
 
 
-PERFETTO = Writer("perfetto", perfetto.UnitEncoder, perfetto.write_header, perfetto.write_footer)
-CHROME_JSON = Writer("json", chrome_json.UnitEncoder, chrome_json.write_header, chrome_json.write_footer)
-CHROME_JSON_GZ = Writer(
-    "json.gz", chrome_json.UnitEncoder, chrome_json.write_header, chrome_json.write_footer, gzip=True
+def _no_prologue(unit: UnitPlan, local_min: int) -> bytes:
+    return b""
+
+
+PERFETTO = Writer(
+    "perfetto",
+    (".pftrace", ".perfetto-trace", ".pb"),
+    perfetto.UnitEncoder,
+    perfetto.write_header,
+    perfetto.write_footer,
+    perfetto.prologue,
+    one_pass=True,
 )
-WRITERS = {w.name: w for w in (PERFETTO, CHROME_JSON, CHROME_JSON_GZ)}
+PERFETTO_GZ = Writer(
+    "perfetto.gz",
+    (".pftrace.gz", ".perfetto-trace.gz", ".pb.gz"),
+    perfetto.UnitEncoder,
+    perfetto.write_header,
+    perfetto.write_footer,
+    perfetto.prologue,
+    one_pass=True,
+    gzip=True,
+)
+CHROME_JSON = Writer(
+    "json", (".json",), chrome_json.UnitEncoder, chrome_json.write_header, chrome_json.write_footer, _no_prologue
+)
+CHROME_JSON_GZ = Writer(
+    "json.gz",
+    (".json.gz",),
+    chrome_json.UnitEncoder,
+    chrome_json.write_header,
+    chrome_json.write_footer,
+    _no_prologue,
+    gzip=True,
+)
+WRITERS = {w.name: w for w in (PERFETTO, PERFETTO_GZ, CHROME_JSON, CHROME_JSON_GZ)}
 
 
 def writer_for(output: Path, format: str | None = None) -> Writer:
@@ -39,8 +77,7 @@ def writer_for(output: Path, format: str | None = None) -> Writer:
         except KeyError:
             raise ValueError(f"unknown output format {format!r} (choose from {', '.join(WRITERS)})") from None
     name = output.name.lower()
-    if name.endswith(".json.gz"):
-        return CHROME_JSON_GZ
-    if name.endswith(".json"):
-        return CHROME_JSON
+    for writer in sorted(WRITERS.values(), key=lambda w: -max(len(e) for e in w.extensions)):
+        if name.endswith(writer.extensions):
+            return writer
     return PERFETTO

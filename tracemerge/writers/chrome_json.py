@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any, BinaryIO
 
+import msgspec
 import orjson
 
-from tracemerge.merge import Flow
-from tracemerge.model import Event, FlowPhase
-from tracemerge.plan import CounterTrack, MergePlan, ThreadTrack, UnitPlan
+from tracemerge.layout import Flow
+from tracemerge.model import FlowPhase
+from tracemerge.plan import CounterTrack, MergePlan, ThreadTrack
 
 _OPTS = orjson.OPT_NON_STR_KEYS
 
@@ -38,18 +39,25 @@ class UnitEncoder:
 
     flows_per_slice = 1  # one bind_id per event
 
-    def __init__(self, plan: UnitPlan, out: BinaryIO) -> None:
-        self.out = out
+    def __init__(self, sequence_id: int, out: BinaryIO) -> None:
+        self.write = out.write
 
-    def _common(self, ev: Event) -> bytes:
-        parts = [b',"name":', orjson.dumps(ev.name)]
-        if ev.cat:
-            parts += [b',"cat":', orjson.dumps(ev.cat)]
-        if ev.args:
-            parts += [b',"args":', _dumps(ev.args)]
+    def describe(self, name: str, cat: str, args: dict[str, Any] | None) -> bytes:
+        parts = [b',"name":', orjson.dumps(name)]
+        if cat:
+            parts += [b',"cat":', orjson.dumps(cat)]
+        if args and type(args) is dict:
+            parts.append(b',"args":{')
+            parts.append(
+                b",".join(
+                    orjson.dumps(k) + b":" + (bytes(v) if type(v) is msgspec.Raw else _dumps(v))
+                    for k, v in args.items()
+                )
+            )
+            parts.append(b"}")
         return b"".join(parts)
 
-    def slice_begin(self, track: ThreadTrack, ts: int, ev: Event, flows: list[Flow] | None) -> None:
+    def slice_begin(self, track: ThreadTrack, ts: int, dur: int, body: bytes, flows: list[Flow] | None) -> None:
         flow = b""
         if flows:  # at most one: flows_per_slice
             fid, phase = flows[0]
@@ -59,24 +67,25 @@ class UnitEncoder:
                 flow = b',"bind_id":%d,"flow_in":true' % fid
             else:
                 flow = b',"bind_id":%d,"flow_in":true,"flow_out":true' % fid
-        self.out.write(
+        self.write(
             b',\n{"ph":"X","pid":%d,"tid":%d,"ts":%s,"dur":%s%s%s}'
-            % (track.pid, track.tid, _us(ts), _us(ev.dur), self._common(ev), flow)
+            % (track.pid, track.tid, _us(ts), _us(dur), body, flow)
         )
 
     def slice_end(self, track: ThreadTrack, ts: int) -> None:
         """Complete events carry their duration; nothing to write."""
 
-    def instant(self, track: ThreadTrack, ts: int, ev: Event) -> None:
-        self.out.write(
-            b',\n{"ph":"i","s":"t","pid":%d,"tid":%d,"ts":%s%s}' % (track.pid, track.tid, _us(ts), self._common(ev))
-        )
+    def instant(self, track: ThreadTrack, ts: int, body: bytes) -> None:
+        self.write(b',\n{"ph":"i","s":"t","pid":%d,"tid":%d,"ts":%s%s}' % (track.pid, track.tid, _us(ts), body))
 
     def counter(self, track: CounterTrack, ts: int, value: float | int) -> None:
-        self.out.write(
+        self.write(
             b',\n{"ph":"C","pid":%d,"ts":%s,"name":%s,"args":{%s:%s}}'
-            % (track.pid, _us(ts), orjson.dumps(track.json_name), orjson.dumps(track.json_key), orjson.dumps(value))
+            % (track.pid, _us(ts), orjson.dumps(track.json_name), orjson.dumps(track.json_key), _dumps(value))
         )
+
+    def close(self) -> None:
+        """Every event was written as it came."""
 
 
 def _meta(name: str, pid: int, tid: int | None, args: dict) -> bytes:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import struct
 from typing import Any, BinaryIO
 
+import msgspec
 import orjson
 
-from tracemerge.merge import Flow
-from tracemerge.model import Event, FlowPhase
+from tracemerge.layout import Flow
+from tracemerge.model import LOCAL_ZERO, FlowPhase
 from tracemerge.plan import CounterTrack, MergePlan, ThreadTrack, UnitPlan
 from tracemerge.writers import perfetto_trace_pb2 as pb
 
@@ -81,6 +82,12 @@ _K_TERMINATING_FLOW = b"\x81\x03"  # TrackEvent.terminating_flow_ids = 48, fixed
 _K_INTERNED_CATEGORY = b"\x0a"  # InternedData.event_categories = 1
 _K_INTERNED_NAME = b"\x12"  # InternedData.event_names = 2
 _K_INTERNED_ARG = b"\x1a"  # InternedData.debug_annotation_names = 3
+_BEGIN_TYPE = b"\x48\x01"
+# Packets of a chunk are stamped on a clock of their sequence (ids 64-127 are sequence-scoped),
+# set once as the sequence's default (TracePacketDefaults.timestamp_clock_id = 58).
+SEQUENCE_CLOCK = 64
+_SEQUENCE_DEFAULTS = b"\xda\x03\x03\xd0\x03\x40"
+_NUMBER_START = frozenset(b"-0123456789"[i : i + 1] for i in range(11))
 _pack_q = struct.Struct("<Q").pack
 _pack_d = struct.Struct("<d").pack
 
@@ -120,28 +127,42 @@ class UnitEncoder:
 
     The packets are encoded by hand (the schema's field numbers are spelled out above): on
     this path that is several times faster than building messages, and tests check the bytes
-    against the official schema.
+    against the official schema. Timestamps are on the sequence's own clock
+    (:data:`SEQUENCE_CLOCK`), which the assembled trace relates to the trace clock with a clock
+    snapshot written just before the chunk (:func:`sequence_start`): a chunk is encoded before
+    the time base of the whole trace is known.
     """
 
-    def __init__(self, plan: UnitPlan, out: BinaryIO) -> None:
-        self.write = out.write
-        seq = _K_SEQ + _varint(plan.sequence_id)
+    def __init__(self, sequence_id: int, out: BinaryIO) -> None:
+        self.out = out
+        seq = _K_SEQ + _varint(sequence_id)
         self.head = seq + _K_FLAGS + _varint(_NEEDS)
-        self.first_head: bytes | None = seq + _K_FLAGS + _varint(_CLEARED | _NEEDS) + _FIRST_PACKET
-        self.names: dict[str, bytes] = {}
+        self.first_head: bytes | None = seq + _K_FLAGS + _varint(_CLEARED | _NEEDS) + _FIRST_PACKET + _SEQUENCE_DEFAULTS
+        self.prefixes: dict[tuple[str, str], bytes] = {}
+        self.names: dict[str, int] = {}
         self.cats: dict[str, bytes] = {}
         self.arg_names: dict[str, bytes] = {}
         self.uuids: dict[int, bytes] = {}
         self.ends: dict[int, bytes] = {}
+        self.interned: list[bytes] = []
+        self.parts: list[bytes] = []
 
-    def _emit(self, ts: int, event: bytes, interned: bytes = b"") -> None:
+    def flush(self) -> None:
+        self.out.write(b"".join(self.parts))
+        self.parts.clear()
+
+    def _emit(self, ts: int, event: bytes) -> None:
         head = self.head
         if self.first_head is not None:
             head, self.first_head = self.first_head, None
-        body = head + _K_TIMESTAMP + _varint(ts) + _field(_K_TRACK_EVENT, event)
-        if interned:
-            body += _field(_K_INTERNED, interned)
-        self.write(b"\x0a" + _varint(len(body)) + body)
+        body = head + _K_TIMESTAMP + _varint(ts) + _K_TRACK_EVENT + _varint(len(event)) + event
+        if self.interned:
+            body += _field(_K_INTERNED, b"".join(self.interned))
+            self.interned.clear()
+        parts = self.parts
+        parts.append(b"\x0a" + _varint(len(body)) + body)
+        if len(parts) >= 4096:
+            self.flush()
 
     def _uuid(self, uuid: int) -> bytes:
         encoded = self.uuids.get(uuid)
@@ -149,39 +170,47 @@ class UnitEncoder:
             encoded = self.uuids[uuid] = _K_TRACK_UUID + _varint(uuid)
         return encoded
 
-    def _described(self, kind: int, track_uuid: int, ev: Event, flows: list[Flow] | None) -> tuple[bytes, bytes]:
-        """The TrackEvent bytes of a described event, and the InternedData entries it introduces."""
-        interned = []
-        name = self.names.get(ev.name)
-        if name is None:
-            iid = len(self.names) + 1
-            name = self.names[ev.name] = _K_NAME_IID + _varint(iid)
-            interned.append(_interned_entry(_K_INTERNED_NAME, iid, ev.name))
-        parts = []
-        if ev.cat:
-            cat = self.cats.get(ev.cat)
-            if cat is None:
-                cid = len(self.cats) + 1
-                cat = self.cats[ev.cat] = _K_CATEGORY_IID + _varint(cid)
-                interned.append(_interned_entry(_K_INTERNED_CATEGORY, cid, ev.cat))
-            parts.append(cat)
-        if ev.args:
-            arg_names = self.arg_names
-            for key, value in ev.args.items():
-                aname = arg_names.get(key)
-                if aname is None:
-                    aid = len(arg_names) + 1
-                    aname = arg_names[key] = b"\x08" + _varint(aid)
-                    interned.append(_interned_entry(_K_INTERNED_ARG, aid, key))
-                parts.append(_field(_K_ANNOTATION, aname + _annotation_value(value)))
-        parts += (_TYPE[kind], name, self._uuid(track_uuid))
-        if flows:
-            for fid, phase in flows:
-                parts.append((_K_TERMINATING_FLOW if phase == FlowPhase.END else _K_FLOW) + _pack_q(fid))
-        return b"".join(parts), b"".join(interned)
+    def describe(self, name: str, cat: str, args: dict[str, Any] | None) -> bytes:
+        """Name, category and args as TrackEvent fields, interning what is new on this sequence."""
+        prefix = self.prefixes.get((name, cat))
+        if prefix is None:
+            prefix = self.prefixes[(name, cat)] = self._prefix(name, cat)
+        if not args or type(args) is not dict:
+            return prefix
+        parts = [prefix]
+        arg_names = self.arg_names
+        for key, value in args.items():
+            aname = arg_names.get(key)
+            if aname is None:
+                aid = len(arg_names) + 1
+                aname = arg_names[key] = b"\x08" + _varint(aid)
+                self.interned.append(_interned_entry(_K_INTERNED_ARG, aid, key))
+            encoded = aname + (_raw_value(value) if type(value) is msgspec.Raw else _annotation_value(value))
+            parts.append(_K_ANNOTATION + _varint(len(encoded)) + encoded)
+        return b"".join(parts)
 
-    def slice_begin(self, track: ThreadTrack, ts: int, ev: Event, flows: list[Flow] | None) -> None:
-        self._emit(ts, *self._described(_BEGIN, track.uuid, ev, flows))
+    def _prefix(self, name: str, cat: str) -> bytes:
+        iid = self.names.get(name)
+        if iid is None:
+            iid = self.names[name] = len(self.names) + 1
+            self.interned.append(_interned_entry(_K_INTERNED_NAME, iid, name))
+        prefix = _K_NAME_IID + _varint(iid)
+        if cat:
+            cat_field = self.cats.get(cat)
+            if cat_field is None:
+                cid = len(self.cats) + 1
+                cat_field = self.cats[cat] = _K_CATEGORY_IID + _varint(cid)
+                self.interned.append(_interned_entry(_K_INTERNED_CATEGORY, cid, cat))
+            prefix += cat_field
+        return prefix
+
+    def slice_begin(self, track: ThreadTrack, ts: int, dur: int, body: bytes, flows: list[Flow] | None) -> None:
+        event = _BEGIN_TYPE + body + self._uuid(track.uuid)
+        if flows:
+            event += b"".join(
+                (_K_TERMINATING_FLOW if phase == FlowPhase.END else _K_FLOW) + _pack_q(fid) for fid, phase in flows
+            )
+        self._emit(ts, event)
 
     def slice_end(self, track: ThreadTrack, ts: int) -> None:
         end = self.ends.get(track.uuid)
@@ -189,8 +218,8 @@ class UnitEncoder:
             end = self.ends[track.uuid] = _TYPE[_END] + self._uuid(track.uuid)
         self._emit(ts, end)
 
-    def instant(self, track: ThreadTrack, ts: int, ev: Event) -> None:
-        self._emit(ts, *self._described(_INSTANT, track.uuid, ev, None))
+    def instant(self, track: ThreadTrack, ts: int, body: bytes) -> None:
+        self._emit(ts, _TYPE[_INSTANT] + body + self._uuid(track.uuid))
 
     def counter(self, track: CounterTrack, ts: int, value: float | int) -> None:
         if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:
@@ -198,6 +227,45 @@ class UnitEncoder:
         else:
             sample = _K_COUNTER_DOUBLE + _pack_d(float(value))
         self._emit(ts, _TYPE[_COUNTER] + self._uuid(track.uuid) + sample)
+
+    def close(self) -> None:
+        if self.interned:  # names interned for events that were all dropped: keep the bytes valid
+            self.parts.append(_packet(self.head + _field(_K_INTERNED, b"".join(self.interned))))
+            self.interned.clear()
+        self.flush()
+
+
+def _raw_value(raw: msgspec.Raw) -> bytes:
+    """A DebugAnnotation value for a raw JSON value, typed where the JSON says the type."""
+    text = bytes(raw)
+    first = text[:1]
+    if first == b'"':
+        if b"\\" not in text:
+            return _field(b"\x32", text[1:-1])  # string_value = 6
+        return _annotation_value(msgspec.json.decode(text))
+    if first in _NUMBER_START and len(text) < 19:
+        try:
+            return b"\x20" + _varint(int(text))  # int_value = 4
+        except ValueError:
+            pass
+    return _annotation_value(msgspec.json.decode(text))
+
+
+def _packet(body: bytes) -> bytes:
+    return b"\x0a" + _varint(len(body)) + body
+
+
+def prologue(unit: UnitPlan, local_min: int) -> bytes:
+    """The clock snapshot that places a file's chunk on the trace's timeline.
+
+    The chunk's timestamps are the file's own ns plus ``LOCAL_ZERO``; the trace time of a file
+    timestamp ``t`` is ``t + unit.shift_ns``. The snapshot is taken at the file's first timestamp,
+    where both readings are non-negative.
+    """
+    snap = pb.TracePacket(trusted_packet_sequence_id=unit.sequence_id)
+    snap.clock_snapshot.clocks.add(clock_id=SEQUENCE_CLOCK, timestamp=local_min + LOCAL_ZERO)
+    snap.clock_snapshot.clocks.add(clock_id=pb.BUILTIN_CLOCK_BOOTTIME, timestamp=local_min + unit.shift_ns)
+    return _packet(snap.SerializeToString())
 
 
 def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> None:
