@@ -170,7 +170,9 @@ def test_wall_clock_time_of_the_first_event(loaded, run: str) -> None:
 
 
 def test_args_survive_as_perfetto_shows_them(tmp_path: Path) -> None:
-    """Caught only by trace_processor: a bare JSON null arg crashed v52, uint64 args showed wrapped."""
+    """Caught only by trace_processor: a bare JSON null arg crashed v52, a null inside an object
+    is dropped, uint64 args showed wrapped. Args are written as one JSON object, which
+    trace_processor flattens under ``debug.args``."""
     out = tmp_path / "edge.pftrace"
     merge([FIXTURES / "edge_cases"], out)
     with open_trace_processor() as tp:
@@ -180,11 +182,12 @@ def test_args_survive_as_perfetto_shows_them(tmp_path: Path) -> None:
             "where s.name = 'args' and a.key like 'debug.%' order by a.key"
         )
     assert {r["key"]: r["display_value"] for r in rows} == {
-        "debug.big": "18446744073709551615",
-        "debug.flag": "true",
-        "debug.flt": "1.0e+300",
-        "debug.neg": "-5",
-        "debug.nested.a[0]": "1",
-        "debug.none": "null",
-        "debug.text": "ünïcode",
+        "debug.args.big": "18446744073709551615",
+        "debug.args.flag": "true",
+        "debug.args.flt": "1.0e+300",
+        "debug.args.neg": "-5",
+        "debug.args.nested.a[0]": "1",
+        "debug.args.nested.a[1].b": "null",  # trace_processor drops a null even inside an object
+        "debug.args.none": "null",
+        "debug.args.text": "ünïcode",
     }

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import io
+import json
 
-import msgspec
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
 
 from tracemerge.model import FlowPhase
@@ -27,12 +27,12 @@ def encode(calls) -> list:
 
 
 def test_slices_instants_and_counters_decode_exactly() -> None:
-    args = {"i": -3, "big": 2**64 - 1, "f": 2.5, "b": False, "s": "ü", "n": None, "l": [1, {"k": "v"}]}
+    args = b'{"i":-3,"s":"\xc3\xbc","l":[1,{"k":"v"}]}'
     flows = [(2**64 - 1, FlowPhase.START), (9, FlowPhase.END)]
     packets = encode(
         [
-            lambda e: e.slice_begin(TRACK, 1_000_000_000_123, 5, e.describe("op", "cpu", args), flows),
-            lambda e: e.instant(TRACK, 1_000_000_000_124, e.describe("op", "", None)),
+            lambda e: e.slice_begin(TRACK, 1_000_000_000_123, 5, e.prefix("op", "cpu") + e.args(args), flows),
+            lambda e: e.instant(TRACK, 1_000_000_000_124, e.prefix("op", "")),
             lambda e: e.slice_end(TRACK, 1_000_000_000_128),
             lambda e: e.counter(COUNTER, 5, -7),
             lambda e: e.counter(COUNTER, 6, 0.25),
@@ -52,42 +52,31 @@ def test_slices_instants_and_counters_decode_exactly() -> None:
     cats = {c.iid: c.name for c in first.interned_data.event_categories}
     arg_names = {a.iid: a.name for a in first.interned_data.debug_annotation_names}
     assert names[te.name_iid] == "op" and [cats[c] for c in te.category_iids] == ["cpu"]
-    decoded = {
-        arg_names[a.name_iid]: (a.WhichOneof("value"), getattr(a, a.WhichOneof("value"))) for a in te.debug_annotations
-    }
-    assert decoded == {
-        "i": ("int_value", -3),
-        "big": ("string_value", "18446744073709551615"),
-        "f": ("double_value", 2.5),
-        "b": ("bool_value", False),
-        "s": ("string_value", "ü"),
-        "n": ("string_value", "null"),
-        "l": ("legacy_json_value", '[1,{"k":"v"}]'),
-    }
+    [annotation] = te.debug_annotations
+    assert arg_names[annotation.name_iid] == "args"
+    assert annotation.legacy_json_value.encode() == args
     assert list(te.flow_ids) == [2**64 - 1] and list(te.terminating_flow_ids) == [9]
     # The second event reuses the interned name and has no category.
     assert not instant.HasField("interned_data")
     assert instant.track_event.name_iid == te.name_iid and not instant.track_event.category_iids
     assert instant.track_event.type == official.TrackEvent.TYPE_INSTANT
+    assert instant.track_event.track_uuid == 2**63 - 5
     assert end.track_event.type == official.TrackEvent.TYPE_SLICE_END and end.timestamp == 1_000_000_000_128
+    assert end.track_event.track_uuid == 2**63 - 5
     assert not end.track_event.HasField("name_iid")
     assert c1.track_event.counter_value == -7 and c1.track_event.track_uuid == 300
     assert c2.track_event.double_counter_value == 0.25
     assert c3.track_event.double_counter_value == float(2**70)
 
 
-def test_raw_json_args_decode_like_plain_values() -> None:
-    plain = {"i": -3, "big": 2**64 - 1, "f": 2.5, "b": False, "s": "ü", "esc": 'a"b', "n": None, "l": [1, {"k": "v"}]}
-    raw = msgspec.json.decode(msgspec.json.encode(plain), type=dict[str, msgspec.Raw])
-    assert all(type(v) is msgspec.Raw for v in raw.values())
-
-    def annotations(args: dict) -> dict:
-        [packet] = encode([lambda e: e.instant(TRACK, 1, e.describe("x", "", args))])
-        names = {a.iid: a.name for a in packet.interned_data.debug_annotation_names}
-        return {
-            names[a.name_iid]: (a.WhichOneof("value"), getattr(a, a.WhichOneof("value")))
-            for a in packet.track_event.debug_annotations
-        }
-
-    assert annotations(raw) == annotations(plain)
-    assert annotations(raw)["esc"] == ("string_value", 'a"b')
+def test_args_trace_processor_cannot_show_become_text() -> None:
+    """trace_processor v52 drops nulls and wraps integers beyond int64: those become strings."""
+    args = b'{"n":null,"big":18446744073709551615,"ok":[1,{"m":null}],"t":"nullable"}'
+    [packet] = encode([lambda e: e.instant(TRACK, 1, e.prefix("x", "") + e.args(args))])
+    [annotation] = packet.track_event.debug_annotations
+    assert json.loads(annotation.legacy_json_value) == {
+        "n": "null",
+        "big": "18446744073709551615",
+        "ok": [1, {"m": "null"}],
+        "t": "nullable",
+    }

@@ -20,6 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import msgspec
+import orjson
+
 from tracemerge.model import NO_ORIGIN, Event, FlowPhase, Identity, Kind, OriginKey, ThreadKey
 from tracemerge.plan import CounterTrack, ThreadTrack, lane_track
 from tracemerge.report import EventCounts
@@ -33,12 +36,16 @@ START, STEP, END = FlowPhase.START, FlowPhase.STEP, FlowPhase.END
 class Encoder(Protocol):
     """What a writer implements to receive one file's laid-out events.
 
-    ``describe`` encodes what a slice or instant says (name, category, args) into the writer's
-    bytes once, when the event is read. An encoder may set ``flows_per_slice`` when its format
-    binds only so many flows to a slice; flows beyond that are dropped whole, and counted.
+    What a slice or instant says is encoded once, when the event is read: ``prefix`` encodes a
+    name and category (the layout caches it per pair), ``args`` an args object given as JSON
+    text; an event's body is the two concatenated. An encoder may set ``flows_per_slice`` when
+    its format binds only so many flows to a slice; flows beyond that are dropped whole, and
+    counted.
     """
 
-    def describe(self, name: str, cat: str, args: dict[str, Any] | None) -> bytes: ...
+    def prefix(self, name: str, cat: str) -> bytes: ...
+
+    def args(self, text: bytes) -> bytes: ...
 
     def slice_begin(self, track: ThreadTrack, ts: int, dur: int, body: bytes, flows: list[Flow] | None) -> None: ...
 
@@ -78,11 +85,31 @@ class FileLayout:
 
     def __init__(self, enc: Encoder) -> None:
         self.enc = enc
-        self.describe = enc.describe
+        self.prefixes: dict[tuple[str, str], bytes] = {}
         self.ordinal = itertools.count().__next__
         self.entries: dict[tuple[OriginKey, ThreadKey], list[tuple]] = {}
         self.points: dict[tuple[OriginKey, ThreadKey], list[tuple]] = defaultdict(list)
         self.samples: dict[tuple[OriginKey, ThreadKey, str], list[tuple[int, Any]]] = defaultdict(list)
+
+    def prefix(self, name: str, cat: str) -> bytes:
+        """The encoded name and category (cached: names repeat)."""
+        found = self.prefixes.get((name, cat))
+        if found is None:
+            found = self.prefixes[(name, cat)] = self.enc.prefix(name, cat)
+        return found
+
+    def describe(self, name: str, cat: str, args: Any) -> bytes:
+        """An event's encoded body; ``args`` is a dict, its raw JSON text, or None."""
+        prefix = self.prefix(name, cat)
+        if not args:
+            return prefix
+        if type(args) is msgspec.Raw:
+            text = bytes(args)
+        elif type(args) is dict:
+            text = orjson.dumps(args, default=str, option=orjson.OPT_NON_STR_KEYS)
+        else:
+            return prefix
+        return prefix + self.enc.args(text) if text != b"{}" else prefix
 
     def reset(self) -> None:
         """Forget every event handed over so far (the source reads the file again)."""
@@ -136,10 +163,13 @@ class FileLayout:
         self,
         identity_of: Callable[[OriginKey], Identity],
         tracks: Tracks,
-        ts_shift: int,
+        ts_shift: int | None,
         flow_id_base: int,
     ) -> LayoutResult:
-        """Emit every track in order; timestamps are written as ``ts + ts_shift``."""
+        """Emit every track in order; timestamps are written as ``ts + ts_shift``.
+
+        ``ts_shift`` None writes them relative to the file's earliest timestamp (``ts_min``).
+        """
         result = LayoutResult()
         idents: dict[OriginKey, Identity] = {}
 
@@ -151,34 +181,36 @@ class FileLayout:
 
         for items in self.entries.values():
             items.sort()
+        for samples in self.samples.values():
+            samples.sort(key=_first)
+        firsts = [items[0][0] for items in self.entries.values() if items]
+        firsts += [samples[0][0] for samples in self.samples.values() if samples]
+        if not firsts:
+            return result
+        result.ts_min = min(firsts)
+        shift = -result.ts_min if ts_shift is None else ts_shift
         flows = self._bind_flows(ident, result, flow_id_base)
-        lo: int | None = None
-        hi: int | None = None
+        hi = result.ts_min
         for (origin, thread), items in self.entries.items():
             if not items:
                 continue
             who = ident(origin)
             result.threads[who].add(thread)
             track = tracks.thread(who, thread)
-            read, written = result.read[who], result.written[who]
-            first, last = self._walk(items, track, flows, ts_shift, result, written)
-            lo = first if lo is None or first < lo else lo
-            hi = last if hi is None or last > hi else hi
+            hi = max(hi, self._walk(items, track, flows, shift, result, result.written[who]))
+        counter = self.enc.counter
         for (origin, thread, name), samples in self.samples.items():
             who = ident(origin)
             result.counter_series[who].add((thread, name))
             track = tracks.counter(who, thread, name)
-            samples.sort(key=_first)
-            counter = self.enc.counter
             for ts, value in samples:
-                counter(track, ts + ts_shift, value)
+                counter(track, ts + shift, value)
             result.written[who].counters += len(samples)
-            lo = samples[0][0] if lo is None or samples[0][0] < lo else lo
-            hi = samples[-1][0] if hi is None or samples[-1][0] > hi else hi
+            hi = max(hi, samples[-1][0])
         for who, counts in result.written.items():
             read = result.read[who]
             read.slices, read.instants, read.counters = counts.slices, counts.instants, counts.counters
-        result.ts_min, result.ts_max = lo, hi
+        result.ts_max = hi
         return result
 
     def _walk(
@@ -189,8 +221,9 @@ class FileLayout:
         shift: int,
         result: LayoutResult,
         counts: EventCounts,
-    ) -> tuple[int, int]:
-        """Emit one thread's slices and instants, opening overlap lanes where nesting breaks."""
+    ) -> int:
+        """Emit one thread's slices and instants, opening overlap lanes where nesting breaks;
+        returns the latest time on the thread."""
         enc = self.enc
         begin, end_slice, instant = enc.slice_begin, enc.slice_end, enc.instant
         lanes: list[ThreadTrack] = [track]
@@ -221,9 +254,7 @@ class FileLayout:
                 end_slice(lanes[n], lane_stack.pop() + shift)
         counts.slices += slices
         counts.instants += instants
-        if items[-1][0] > hi:
-            hi = items[-1][0]
-        return items[0][0], hi
+        return max(hi, items[-1][0])
 
     def _lane_for(
         self, stacks: list[list[int]], lanes: list[ThreadTrack], start: int, end: int, shift: int, result: LayoutResult

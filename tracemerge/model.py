@@ -78,10 +78,6 @@ class ClockDomain:
 
 
 UNIX_EPOCH = ClockDomain("unix epoch", anchored=True)
-# A file's events are encoded on a clock of its own before the trace's time base is known: its
-# timestamps plus LOCAL_ZERO, so any time within ±146 years of the file's clock origin is a valid
-# unsigned value. A clock snapshot places that clock on the trace's timeline.
-LOCAL_ZERO = 1 << 62
 
 
 @dataclass

@@ -32,7 +32,7 @@ from tracemerge.clock import describe
 from tracemerge.discover import Candidate, discover
 from tracemerge.errors import FatalError, InputError, NotATrace
 from tracemerge.layout import FileLayout
-from tracemerge.model import LOCAL_ZERO, UNIX_EPOCH, ClockDomain, Identity, ThreadInfo
+from tracemerge.model import UNIX_EPOCH, ClockDomain, Identity, ThreadInfo
 from tracemerge.plan import (
     FileScan,
     LocalTracks,
@@ -79,7 +79,10 @@ class FileOutcome:
 class _NoOutput:
     """An encoder that writes nothing: a file read only for its summary."""
 
-    def describe(self, name: str, cat: str, args: Any) -> bytes:
+    def prefix(self, name: str, cat: str) -> bytes:
+        return b""
+
+    def args(self, text: bytes) -> bytes:
         return b""
 
     def slice_begin(self, *args: Any) -> None: ...
@@ -121,7 +124,7 @@ def process_file(job: FileJob) -> FileOutcome:
             tracks: Any = PlannedTracks(job.unit)
             shift = job.unit.shift_ns
         else:
-            tracks, shift = LocalTracks(job.salts), LOCAL_ZERO
+            tracks, shift = LocalTracks(job.salts), None
         result = layout.finish(identity_of, tracks, shift, flow_id_base(job.sequence_id))
         enc.close()
     if result.ts_min is None:

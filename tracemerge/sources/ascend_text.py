@@ -50,10 +50,12 @@ class AscendEvents(ChromeEvents):
         plain = []
         for e in batch:
             args = e.args
-            if e.ph == "X" and type(args) is dict and "event_type" in args and "domain" in args:
-                self._add_mstx(e, plain_args(args) or {}, origin)
-            else:
-                plain.append(e)
+            if e.ph == "X" and args and b'"event_type"' in bytes(args):
+                decoded = plain_args(args) or {}
+                if "event_type" in decoded and "domain" in decoded:
+                    self._add_mstx(e, decoded, origin)
+                    continue
+            plain.append(e)
         super().add_batch(plain, origin)
 
     def _add_mstx(self, e: Any, args: dict, origin: OriginKey) -> None:

@@ -31,10 +31,14 @@ _METADATA_NAMES = frozenset(
     {"process_name", "process_labels", "process_sort_index", "thread_name", "thread_sort_index"}
 )
 SLICE, INSTANT = int(Kind.SLICE), int(Kind.INSTANT)
+_LIMIT = FLOAT_EXACT_LIMIT_US
+
+
+_NO_ARGS = msgspec.Raw(b"")
 
 
 class TraceEvent(msgspec.Struct, gc=False):
-    """One Chrome trace event as Kineto writes it; args values stay raw JSON."""
+    """One Chrome trace event as Kineto writes it; args stay raw JSON text."""
 
     ph: str | None = None
     name: str = ""
@@ -45,7 +49,7 @@ class TraceEvent(msgspec.Struct, gc=False):
     dur: int | float | str | None = None
     id: int | str | None = None
     bp: str | None = None
-    args: dict[str, msgspec.Raw] | None = None
+    args: msgspec.Raw = _NO_ARGS
 
 
 class LenientEvent(msgspec.Struct, gc=False):
@@ -128,11 +132,13 @@ class ChromeEvents:
 
     def add_batch(self, batch: list, origin: OriginKey = NO_ORIGIN) -> None:
         """The hot path: complete events inline, every other phase through :meth:`add`."""
-        to_ns = self.to_ns
-        describe = self.layout.describe
-        ordinal = self.layout.ordinal
+        layout = self.layout
+        prefixes, prefix = layout.prefixes, layout.prefix
+        args_field = layout.enc.args
+        ordinal = layout.ordinal
         buffers = self._buffers
         add = self.add
+        device_pids = self.device_pids
         for e in batch:
             if e.ph != "X":
                 add(e, origin)
@@ -140,25 +146,41 @@ class ChromeEvents:
             pid, tid = e.pid, e.tid
             if type(tid) is str or type(pid) is str:
                 pid, tid = _hashable(pid), _hashable(tid)
-            key = (origin, pid, tid)
-            buf = buffers.get(key)
+            buf = buffers.get((origin, pid, tid))
             if buf is None:
                 buf = self._new_buffer(origin, pid, tid)
-            try:
-                ts = to_ns(e.ts)
-                dur = to_ns(e.dur)
-            except NeedsExactTimes:
-                raise
-            except (ValueError, TypeError):
-                self._bad_complete(e)
-                continue
-            if dur < 0:
-                self.dropped["X event with negative dur"] += 1
-                continue
-            cat = e.cat
+            ts, dur = e.ts, e.dur
+            # Float µs below 2**43 identify their 3-decimal text: check the rounded guess.
+            if type(ts) is float and type(dur) is float and -_LIMIT < ts < _LIMIT and 0 <= dur < _LIMIT:
+                start, length = round(ts * 1000), round(dur * 1000)
+                if start / 1000 != ts or length / 1000 != dur:
+                    start, length = self.to_ns(ts), self.to_ns(dur)
+            else:
+                try:
+                    start, length = self.to_ns(ts), self.to_ns(dur)
+                except NeedsExactTimes:
+                    raise
+                except (ValueError, TypeError):
+                    self._bad_complete(e)
+                    continue
+                if length < 0:
+                    self.dropped["X event with negative dur"] += 1
+                    continue
+            name, cat = e.name, e.cat
             if cat in DEVICE_CATEGORIES:
-                self.device_pids.add(pid)
-            buf.append((ts, -dur, SLICE, ordinal(), describe(_text(e.name), _text(cat), e.args)))
+                device_pids.add(pid)
+            body = prefixes.get((name, cat))
+            if body is None:
+                body = prefix(_text(name), _text(cat))
+            args = e.args
+            if args:
+                if type(args) is msgspec.Raw:
+                    text = bytes(args)
+                    if text != b"{}":
+                        body += args_field(text)
+                else:
+                    body = layout.describe(_text(name), _text(cat), args)
+            buf.append((start, -length, SLICE, ordinal(), body))
 
     def _new_buffer(self, origin: OriginKey, pid: Any, tid: Any) -> list:
         thread = (pid, tid)
@@ -380,10 +402,10 @@ class ChromeEvents:
 
 
 def plain_args(args: Any) -> dict | None:
-    """An event's args as a dict of plain values (raw JSON values decoded)."""
-    if not args or type(args) is not dict:
-        return None
-    return {k: msgspec.json.decode(v) if type(v) is msgspec.Raw else v for k, v in args.items()}
+    """An event's args as a dict of plain values (raw JSON text decoded)."""
+    if type(args) is msgspec.Raw:
+        args = msgspec.json.decode(args) if args else None
+    return args if type(args) is dict and args else None
 
 
 def _order(value: Any) -> tuple:

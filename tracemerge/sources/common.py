@@ -37,7 +37,7 @@ class ExactEvent(msgspec.Struct, gc=False):
     id: Any = None
     id2: Any = None
     bp: Any = None
-    args: dict[str, msgspec.Raw] | Any = None
+    args: msgspec.Raw = msgspec.Raw(b"")
 
 
 def read_events(path: Path, reader: ChromeEvents, struct: type, lenient: type) -> dict[str, Any]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any, BinaryIO
 
-import msgspec
 import orjson
 
 from tracemerge.layout import Flow
@@ -42,20 +41,11 @@ class UnitEncoder:
     def __init__(self, sequence_id: int, out: BinaryIO) -> None:
         self.write = out.write
 
-    def describe(self, name: str, cat: str, args: dict[str, Any] | None) -> bytes:
-        parts = [b',"name":', orjson.dumps(name)]
-        if cat:
-            parts += [b',"cat":', orjson.dumps(cat)]
-        if args and type(args) is dict:
-            parts.append(b',"args":{')
-            parts.append(
-                b",".join(
-                    orjson.dumps(k) + b":" + (bytes(v) if type(v) is msgspec.Raw else _dumps(v))
-                    for k, v in args.items()
-                )
-            )
-            parts.append(b"}")
-        return b"".join(parts)
+    def prefix(self, name: str, cat: str) -> bytes:
+        return b',"name":' + orjson.dumps(name) + (b',"cat":' + orjson.dumps(cat) if cat else b"")
+
+    def args(self, text: bytes) -> bytes:
+        return b',"args":' + text
 
     def slice_begin(self, track: ThreadTrack, ts: int, dur: int, body: bytes, flows: list[Flow] | None) -> None:
         flow = b""

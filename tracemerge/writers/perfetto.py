@@ -7,6 +7,7 @@ names, categories and argument names interned per sequence.
 
 from __future__ import annotations
 
+import re
 import struct
 from typing import Any, BinaryIO
 
@@ -14,7 +15,7 @@ import msgspec
 import orjson
 
 from tracemerge.layout import Flow
-from tracemerge.model import LOCAL_ZERO, FlowPhase
+from tracemerge.model import FlowPhase
 from tracemerge.plan import CounterTrack, MergePlan, ThreadTrack, UnitPlan
 from tracemerge.writers import perfetto_trace_pb2 as pb
 
@@ -51,7 +52,16 @@ def _varint(n: int) -> bytes:
     """Protobuf varint; negative int64 values take their 64-bit two's complement (10 bytes)."""
     if 0 <= n < 16384:
         return _SMALL_VARINTS[n]
+    if 0 < n < 1 << 35:  # timestamps within a file: unrolled, the loop costs 4x more
+        if n < 1 << 21:
+            return bytes((n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14))
+        if n < 1 << 28:
+            return bytes((n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14 & 0x7F | 0x80, n >> 21))
+        return bytes((n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14 & 0x7F | 0x80, n >> 21 & 0x7F | 0x80, n >> 28))
     return _encode_varint(n & 0xFFFFFFFFFFFFFFFF)
+
+
+_PACKET_KEYS = [b"\x0a" + v for v in _SMALL_VARINTS]  # Trace.packet key + length
 
 
 def _field(tag: bytes, payload: bytes) -> bytes:
@@ -87,7 +97,9 @@ _BEGIN_TYPE = b"\x48\x01"
 # set once as the sequence's default (TracePacketDefaults.timestamp_clock_id = 58).
 SEQUENCE_CLOCK = 64
 _SEQUENCE_DEFAULTS = b"\xda\x03\x03\xd0\x03\x40"
-_NUMBER_START = frozenset(b"-0123456789"[i : i + 1] for i in range(11))
+_ARGS_IID = 1
+_ARGS_NAME = b"\x08\x01"  # DebugAnnotation.name_iid = 1: "args", interned when a sequence starts
+_BIG_INT = re.compile(rb"\d{19}")
 _pack_q = struct.Struct("<Q").pack
 _pack_d = struct.Struct("<d").pack
 
@@ -97,31 +109,6 @@ def _interned_entry(tag: bytes, iid: int, name: str) -> bytes:
     return _field(tag, b"\x08" + _varint(iid) + _field(b"\x12", name.encode()))
 
 
-def _annotation_value(value: Any) -> bytes:
-    """A DebugAnnotation's value field."""
-    t = type(value)
-    if t is str:
-        return _field(b"\x32", value.encode())  # string_value = 6
-    if t is bool:
-        return b"\x10\x01" if value else b"\x10\x00"  # bool_value = 2
-    if t is int:
-        # trace_processor stores integer args as int64: larger values would display wrapped.
-        if _INT64_MIN <= value <= _INT64_MAX:
-            return b"\x20" + _varint(value)  # int_value = 4
-        return _field(b"\x32", str(value).encode())
-    if t is float:
-        return b"\x29" + _pack_d(value)  # double_value = 5
-    if value is None:
-        # A bare JSON null crashes trace_processor v52 (json_utils "Unreachable"), and an
-        # annotation without a value is dropped: show it as text.
-        return _field(b"\x32", b"null")
-    try:
-        text = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
-    except TypeError:
-        return _field(b"\x32", str(value).encode())
-    return _field(b"\x4a", text)  # legacy_json_value = 9
-
-
 class UnitEncoder:
     """Encodes one input file's laid-out events onto its own packet sequence.
 
@@ -129,22 +116,29 @@ class UnitEncoder:
     this path that is several times faster than building messages, and tests check the bytes
     against the official schema. Timestamps are on the sequence's own clock
     (:data:`SEQUENCE_CLOCK`), which the assembled trace relates to the trace clock with a clock
-    snapshot written just before the chunk (:func:`sequence_start`): a chunk is encoded before
-    the time base of the whole trace is known.
+    snapshot written just before the chunk (:func:`prologue`): a chunk is encoded before the
+    time base of the whole trace is known.
+
+    An event's args are written as one annotation named ``args`` holding the JSON object as it
+    was read (``legacy_json_value``); trace_processor flattens it into typed args
+    (``debug.args.<key>``). Passing the text through keeps the read path free of per-argument
+    work (bench/RESULTS.md has the measurement).
     """
 
     def __init__(self, sequence_id: int, out: BinaryIO) -> None:
         self.out = out
         seq = _K_SEQ + _varint(sequence_id)
         self.head = seq + _K_FLAGS + _varint(_NEEDS)
+        # Packet bytes: key and length, head and timestamp key, timestamp, track-event key and
+        # length, event. ``fixed`` counts the bytes of the length that do not vary.
+        self.stamped_head = self.head + _K_TIMESTAMP
+        self.fixed = len(self.stamped_head) + len(_K_TRACK_EVENT)
         self.first_head: bytes | None = seq + _K_FLAGS + _varint(_CLEARED | _NEEDS) + _FIRST_PACKET + _SEQUENCE_DEFAULTS
-        self.prefixes: dict[tuple[str, str], bytes] = {}
         self.names: dict[str, int] = {}
         self.cats: dict[str, bytes] = {}
-        self.arg_names: dict[str, bytes] = {}
-        self.uuids: dict[int, bytes] = {}
-        self.ends: dict[int, bytes] = {}
-        self.interned: list[bytes] = []
+        self.begin_tails: dict[int, bytes] = {}
+        self.end_events: dict[int, bytes] = {}
+        self.interned: list[bytes] = [_interned_entry(_K_INTERNED_ARG, _ARGS_IID, "args")]
         self.parts: list[bytes] = []
 
     def flush(self) -> None:
@@ -152,6 +146,19 @@ class UnitEncoder:
         self.parts.clear()
 
     def _emit(self, ts: int, event: bytes) -> None:
+        if self.first_head is not None or self.interned:
+            self._emit_first(ts, event)
+            return
+        stamp = _varint(ts)
+        size = _varint(len(event))
+        length = self.fixed + len(stamp) + len(size) + len(event)
+        parts = self.parts
+        parts += (_PACKET_KEYS[length] if length < 16384 else b"\x0a" + _varint(length), self.stamped_head, stamp)
+        parts += (_K_TRACK_EVENT, size, event)
+        if len(parts) >= 24576:
+            self.flush()
+
+    def _emit_first(self, ts: int, event: bytes) -> None:
         head = self.head
         if self.first_head is not None:
             head, self.first_head = self.first_head, None
@@ -159,37 +166,10 @@ class UnitEncoder:
         if self.interned:
             body += _field(_K_INTERNED, b"".join(self.interned))
             self.interned.clear()
-        parts = self.parts
-        parts.append(b"\x0a" + _varint(len(body)) + body)
-        if len(parts) >= 4096:
-            self.flush()
+        self.parts.append(b"\x0a" + _varint(len(body)) + body)
 
-    def _uuid(self, uuid: int) -> bytes:
-        encoded = self.uuids.get(uuid)
-        if encoded is None:
-            encoded = self.uuids[uuid] = _K_TRACK_UUID + _varint(uuid)
-        return encoded
-
-    def describe(self, name: str, cat: str, args: dict[str, Any] | None) -> bytes:
-        """Name, category and args as TrackEvent fields, interning what is new on this sequence."""
-        prefix = self.prefixes.get((name, cat))
-        if prefix is None:
-            prefix = self.prefixes[(name, cat)] = self._prefix(name, cat)
-        if not args or type(args) is not dict:
-            return prefix
-        parts = [prefix]
-        arg_names = self.arg_names
-        for key, value in args.items():
-            aname = arg_names.get(key)
-            if aname is None:
-                aid = len(arg_names) + 1
-                aname = arg_names[key] = b"\x08" + _varint(aid)
-                self.interned.append(_interned_entry(_K_INTERNED_ARG, aid, key))
-            encoded = aname + (_raw_value(value) if type(value) is msgspec.Raw else _annotation_value(value))
-            parts.append(_K_ANNOTATION + _varint(len(encoded)) + encoded)
-        return b"".join(parts)
-
-    def _prefix(self, name: str, cat: str) -> bytes:
+    def prefix(self, name: str, cat: str) -> bytes:
+        """Name and category as TrackEvent fields, interning what is new on this sequence."""
         iid = self.names.get(name)
         if iid is None:
             iid = self.names[name] = len(self.names) + 1
@@ -204,8 +184,22 @@ class UnitEncoder:
             prefix += cat_field
         return prefix
 
+    def args(self, text: bytes) -> bytes:
+        """An args object (JSON text) as the event's ``args`` annotation."""
+        if b"null" in text or _BIG_INT.search(text):
+            text = _displayable(text)
+        value = _ARGS_NAME + b"\x4a" + _varint(len(text)) + text  # legacy_json_value = 9
+        return _K_ANNOTATION + _varint(len(value)) + value
+
+    def _tails(self, uuid: int) -> bytes:
+        track = _K_TRACK_UUID + _varint(uuid)
+        self.begin_tails[uuid] = tail = track + _BEGIN_TYPE
+        self.end_events[uuid] = _TYPE[_END] + track
+        return tail
+
     def slice_begin(self, track: ThreadTrack, ts: int, dur: int, body: bytes, flows: list[Flow] | None) -> None:
-        event = _BEGIN_TYPE + body + self._uuid(track.uuid)
+        tail = self.begin_tails.get(track.uuid) or self._tails(track.uuid)
+        event = body + tail
         if flows:
             event += b"".join(
                 (_K_TERMINATING_FLOW if phase == FlowPhase.END else _K_FLOW) + _pack_q(fid) for fid, phase in flows
@@ -213,42 +207,47 @@ class UnitEncoder:
         self._emit(ts, event)
 
     def slice_end(self, track: ThreadTrack, ts: int) -> None:
-        end = self.ends.get(track.uuid)
-        if end is None:
-            end = self.ends[track.uuid] = _TYPE[_END] + self._uuid(track.uuid)
-        self._emit(ts, end)
+        self._emit(ts, self.end_events[track.uuid])
 
     def instant(self, track: ThreadTrack, ts: int, body: bytes) -> None:
-        self._emit(ts, _TYPE[_INSTANT] + body + self._uuid(track.uuid))
+        if track.uuid not in self.begin_tails:
+            self._tails(track.uuid)
+        self._emit(ts, _TYPE[_INSTANT] + body + self.end_events[track.uuid][2:])
 
     def counter(self, track: CounterTrack, ts: int, value: float | int) -> None:
         if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:
             sample = _K_COUNTER_INT + _varint(value)
         else:
             sample = _K_COUNTER_DOUBLE + _pack_d(float(value))
-        self._emit(ts, _TYPE[_COUNTER] + self._uuid(track.uuid) + sample)
+        self._emit(ts, _TYPE[_COUNTER] + _K_TRACK_UUID + _varint(track.uuid) + sample)
 
     def close(self) -> None:
-        if self.interned:  # names interned for events that were all dropped: keep the bytes valid
+        if self.interned and self.first_head is None:  # names of events that were all dropped
             self.parts.append(_packet(self.head + _field(_K_INTERNED, b"".join(self.interned))))
             self.interned.clear()
         self.flush()
 
 
-def _raw_value(raw: msgspec.Raw) -> bytes:
-    """A DebugAnnotation value for a raw JSON value, typed where the JSON says the type."""
-    text = bytes(raw)
-    first = text[:1]
-    if first == b'"':
-        if b"\\" not in text:
-            return _field(b"\x32", text[1:-1])  # string_value = 6
-        return _annotation_value(msgspec.json.decode(text))
-    if first in _NUMBER_START and len(text) < 19:
-        try:
-            return b"\x20" + _varint(int(text))  # int_value = 4
-        except ValueError:
-            pass
-    return _annotation_value(msgspec.json.decode(text))
+def _displayable(text: bytes) -> bytes:
+    """Args with what trace_processor cannot show as written made text: nulls (it drops them)
+    and integers beyond int64 (it shows them wrapped)."""
+    try:
+        value = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return orjson.dumps(text.decode("utf-8", "replace"))
+    return orjson.dumps(_as_displayed(value))
+
+
+def _as_displayed(value: Any) -> Any:
+    if value is None:
+        return "null"
+    if type(value) is int and not _INT64_MIN <= value <= _INT64_MAX:
+        return str(value)
+    if type(value) is dict:
+        return {k: _as_displayed(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_as_displayed(v) for v in value]
+    return value
 
 
 def _packet(body: bytes) -> bytes:
@@ -258,12 +257,11 @@ def _packet(body: bytes) -> bytes:
 def prologue(unit: UnitPlan, local_min: int) -> bytes:
     """The clock snapshot that places a file's chunk on the trace's timeline.
 
-    The chunk's timestamps are the file's own ns plus ``LOCAL_ZERO``; the trace time of a file
-    timestamp ``t`` is ``t + unit.shift_ns``. The snapshot is taken at the file's first timestamp,
-    where both readings are non-negative.
+    The chunk's timestamps count from the file's earliest one (``local_min``, in the file's own
+    clock), whose trace time is ``local_min + unit.shift_ns``.
     """
     snap = pb.TracePacket(trusted_packet_sequence_id=unit.sequence_id)
-    snap.clock_snapshot.clocks.add(clock_id=SEQUENCE_CLOCK, timestamp=local_min + LOCAL_ZERO)
+    snap.clock_snapshot.clocks.add(clock_id=SEQUENCE_CLOCK, timestamp=0)
     snap.clock_snapshot.clocks.add(clock_id=pb.BUILTIN_CLOCK_BOOTTIME, timestamp=local_min + unit.shift_ns)
     return _packet(snap.SerializeToString())
 
