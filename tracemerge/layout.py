@@ -30,7 +30,8 @@ from tracemerge.report import EventCounts
 # A flow attached to a slice: (trace-wide flow id, its phase at this slice).
 Flow = tuple[int, FlowPhase]
 SLICE, INSTANT = int(Kind.SLICE), int(Kind.INSTANT)
-START, STEP, END = FlowPhase.START, FlowPhase.STEP, FlowPhase.END
+_FLUSH_AT = 1 << 16  # packets an encoder collects before encoding them
+START, STEP, END = int(FlowPhase.START), int(FlowPhase.STEP), int(FlowPhase.END)
 
 
 class Encoder(Protocol):
@@ -46,6 +47,9 @@ class Encoder(Protocol):
     def prefix(self, name: str, cat: str) -> bytes: ...
 
     def args(self, text: bytes) -> bytes: ...
+
+    # ``args_heads[len(text)] + text`` encodes args text that ``args`` would not need to change.
+    args_heads: list[bytes]
 
     def slice_begin(self, track: ThreadTrack, ts: int, dur: int, body: bytes, flows: list[Flow] | None) -> None: ...
 
@@ -129,7 +133,7 @@ class FileLayout:
         self, origin: OriginKey, thread: ThreadKey, ts: int, phase: FlowPhase, flow_key: Any, bind_next: bool
     ) -> None:
         """A flow point; ``bind_next`` binds it to the next slice starting on its thread."""
-        self.points[(origin, thread)].append((ts, phase, flow_key, bind_next, self.ordinal()))
+        self.points[(origin, thread)].append((ts, int(phase), self.ordinal(), flow_key, bind_next))
 
     def add_event(self, ev: Event) -> None:
         """One :class:`~tracemerge.model.Event` (sources that build them: span logs, Ascend DBs)."""
@@ -223,7 +227,11 @@ class FileLayout:
         counts: EventCounts,
     ) -> int:
         """Emit one thread's slices and instants, opening overlap lanes where nesting breaks;
-        returns the latest time on the thread."""
+        returns the latest time on the thread.
+
+        Encoders that collect packets in lists (``packets``) get the thread's own slices appended
+        directly: this loop runs once per input slice.
+        """
         enc = self.enc
         begin, end_slice, instant = enc.slice_begin, enc.slice_end, enc.instant
         lanes: list[ThreadTrack] = [track]
@@ -232,7 +240,28 @@ class FileLayout:
         get_flows = flows.get if flows else None
         hi = items[0][0]
         slices = instants = 0
+        packets = getattr(enc, "packets", None)
+        if packets is not None:
+            times, events, begin_tail, end_event = packets(track)
+            add_time, add_event = times.append, events.append
         for start, negdur, kind, ordinal, body in items:
+            if packets is not None and kind == SLICE:
+                while stack and stack[-1] <= start:
+                    add_time(stack.pop() + shift)
+                    add_event(end_event)
+                end = start - negdur
+                if not stack or stack[-1] >= end:
+                    flow = get_flows(ordinal) if get_flows else None
+                    if flow is None:
+                        stack.append(end)
+                        add_time(start + shift)
+                        add_event(body + begin_tail)
+                        slices += 1
+                        if end > hi:
+                            hi = end
+                        if len(times) >= _FLUSH_AT:
+                            enc.flush()
+                        continue
             while stack and stack[-1] <= start:
                 end_slice(track, stack.pop() + shift)
             if kind == INSTANT:
@@ -287,72 +316,90 @@ class FileLayout:
         """
         if not self.points:
             return {}
-        limit = getattr(self.enc, "flows_per_slice", None)
         bound: dict[int, tuple[int, int]] = {}  # point ordinal -> (slice ordinal, slice start)
-        by_id: dict[tuple, list[tuple]] = defaultdict(list)
+        by_id: dict[tuple, list[tuple]] = {}
         for (origin, thread), pts in self.points.items():
-            pts.sort(key=_first)
+            pts.sort()
             items = [e for e in self.entries.get((origin, thread), ()) if e[2] == SLICE]
+            n_items = len(items)
             stack: list[tuple] = []
             i = 0
             starts: list[int] | None = None
             for p in pts:
                 ts = p[0]
-                by_id[(origin, p[2])].append(p)
-                if p[3]:
+                key = (origin, p[3])
+                group = by_id.get(key)
+                if group is None:
+                    by_id[key] = [p]
+                else:
+                    group.append(p)
+                if p[4]:
                     if starts is None:
                         starts = [e[0] for e in items]
                     j = bisect_left(starts, ts)
-                    if j < len(items):
-                        bound[p[4]] = (items[j][3], items[j][0])
+                    if j < n_items:
+                        bound[p[2]] = (items[j][3], items[j][0])
                     continue
-                while i < len(items) and items[i][0] <= ts:
+                while i < n_items and items[i][0] <= ts:
                     stack.append(items[i])
                     i += 1
                 while stack and stack[-1][0] - stack[-1][1] < ts:
                     stack.pop()
                 if stack:
-                    bound[p[4]] = (stack[-1][3], stack[-1][0])
+                    bound[p[2]] = (stack[-1][3], stack[-1][0])
 
+        limit = getattr(self.enc, "flows_per_slice", None)
         attached: dict[int, list[Flow]] = defaultdict(list)
         next_id = flow_id_base
+        dropped = result.dropped
         for (origin, _), points in by_id.items():
             who = ident(origin)
-            chains, dropped = _chains(points)
-            result.dropped.update(dropped)
+            if len(points) == 2 and points[0][1] != points[1][1] and points[0][1] + points[1][1] == END:  # s, f
+                chains = [points] if points[0][1] == START else [[points[1], points[0]]]
+            else:
+                chains = _chains(points, dropped)
+            read, written = result.read[who], result.written[who]
             for chain in chains:
-                result.read[who].flows += len(chain) - 1
-                kept = [p for p in chain if p[4] in bound]
-                if len(kept) < len(chain):
-                    result.dropped["flow point outside any slice on its thread"] += len(chain) - len(kept)
-                if len(kept) < 2:
-                    if kept:
-                        result.dropped["flow left with one endpoint after binding"] += 1
-                    continue
+                read.flows += len(chain) - 1
+                targets = [bound.get(p[2]) for p in chain]
+                if None in targets:
+                    kept = [t for t in targets if t is not None]
+                    dropped["flow point outside any slice on its thread"] += len(chain) - len(kept)
+                    if len(kept) < 2:
+                        if kept:
+                            dropped["flow left with one endpoint after binding"] += 1
+                        continue
+                    first = kept[0]
+                else:
+                    kept = targets
+                    first = targets[0]
                 # Perfetto links flow points in time order; a flow whose end is stamped before its
                 # start (clock skew between host and device) is drawn from the earlier slice.
-                targets = sorted((bound[p[4]] for p in kept), key=lambda t: t[1])
-                if limit is not None and any(len(attached[t[0]]) >= limit for t in targets):
-                    result.dropped[f"flows beyond {limit} on one slice (the output format binds {limit})"] += 1
+                kept.sort(key=_second)
+                if limit is not None and any(len(attached[t[0]]) >= limit for t in kept):
+                    dropped[f"flows beyond {limit} on one slice (the output format binds {limit})"] += 1
                     continue
                 next_id += 1
-                if targets[0][0] != bound[kept[0][4]][0]:
+                if kept[0][0] != first[0]:
                     result.reversed_flows += 1
-                last = len(targets) - 1
-                for n, (slice_ordinal, _) in enumerate(targets):
+                last = len(kept) - 1
+                for n, (slice_ordinal, _) in enumerate(kept):
                     attached[slice_ordinal].append((next_id, START if n == 0 else END if n == last else STEP))
-                result.written[who].flows += len(kept) - 1
+                written.flows += last
         return attached
+
+
+def _second(item: tuple) -> Any:
+    return item[1]
 
 
 def _first(item: tuple) -> Any:
     return item[0]
 
 
-def _chains(points: list[tuple]) -> tuple[list[list[tuple]], Counter[str]]:
-    """Group one id's flow points ``(ts, phase, key, bind_next, ordinal)`` into chains."""
-    points.sort(key=lambda p: (p[0], p[1]))
-    dropped: Counter[str] = Counter()
+def _chains(points: list[tuple], dropped: Counter[str]) -> list[list[tuple]]:
+    """Group one id's flow points ``(ts, phase, ordinal, key, bind_next)`` into chains."""
+    points.sort()
     chains: list[list[tuple]] = []
     starts = [p for p in points if p[1] == START]
     if len(starts) == 1:
@@ -386,7 +433,7 @@ def _chains(points: list[tuple]) -> tuple[list[list[tuple]], Counter[str]]:
             dropped["flow start without an end"] += 1
         else:
             kept.append(chain)
-    return kept, dropped
+    return kept
 
 
 __all__ = ["NO_ORIGIN", "Encoder", "FileLayout", "Flow", "LayoutResult", "Tracks"]

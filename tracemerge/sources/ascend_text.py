@@ -46,7 +46,7 @@ _LAYER_ORDER = {
 class AscendEvents(ChromeEvents):
     """Chrome events named the Ascend way: ``{process_name} · {thread_name}``."""
 
-    def add_batch(self, batch: list, origin: OriginKey = NO_ORIGIN) -> None:
+    def add_batch(self, batch: list, origin: OriginKey = NO_ORIGIN, plain_text: bool = False) -> None:
         plain = []
         for e in batch:
             args = e.args
@@ -56,7 +56,7 @@ class AscendEvents(ChromeEvents):
                     self._add_mstx(e, decoded, origin)
                     continue
             plain.append(e)
-        super().add_batch(plain, origin)
+        super().add_batch(plain, origin, plain_text)
 
     def _add_mstx(self, e: Any, args: dict, origin: OriginKey) -> None:
         ts = self._ts(e)

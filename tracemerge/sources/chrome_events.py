@@ -26,6 +26,7 @@ DEVICE_CATEGORIES = frozenset(
 )
 _DEVICE_LABEL = re.compile(r"^([A-Za-z]+) (\d+)$")
 _FLOW_PHASES = {"s": FlowPhase.START, "t": FlowPhase.STEP, "f": FlowPhase.END}
+_FLOW_PHASE_NUMBERS = {ph: int(phase) for ph, phase in _FLOW_PHASES.items()}
 _SPECIAL_PIDS = {"Spans": "Profiler spans", "Traces": "Profiler iterations", "": "Profiler"}
 _METADATA_NAMES = frozenset(
     {"process_name", "process_labels", "process_sort_index", "thread_name", "thread_sort_index"}
@@ -129,19 +130,44 @@ class ChromeEvents:
         # B and E events per thread, paired once the whole file is read: (ts, file position, B | E args)
         self._pending: dict[tuple, list[tuple[int, int, Any]]] = {}
         self._buffers: dict[tuple, list] = {}
+        self._points: dict[tuple, list] = {}
 
-    def add_batch(self, batch: list, origin: OriginKey = NO_ORIGIN) -> None:
-        """The hot path: complete events inline, every other phase through :meth:`add`."""
+    def add_batch(self, batch: list, origin: OriginKey = NO_ORIGIN, plain_text: bool = False) -> None:
+        """The hot path: complete events and flow points inline, every other phase through :meth:`add`.
+
+        ``plain_text`` says the batch's JSON holds no ``null`` and no integer too large for
+        int64, so args text can be written as it is.
+        """
         layout = self.layout
         prefixes, prefix = layout.prefixes, layout.prefix
         args_field = layout.enc.args
+        heads = layout.enc.args_heads if plain_text else ()
+        n_heads = len(heads)
         ordinal = layout.ordinal
         buffers = self._buffers
         add = self.add
         device_pids = self.device_pids
+        points = self._points
+        flow_phases = _FLOW_PHASE_NUMBERS
         for e in batch:
-            if e.ph != "X":
-                add(e, origin)
+            ph = e.ph
+            if ph != "X":
+                phase = flow_phases.get(ph)
+                ts, fid = e.ts, e.id
+                if phase is None or type(ts) is not float or type(fid) is not int or not -_LIMIT < ts < _LIMIT:
+                    add(e, origin)
+                    continue
+                start = round(ts * 1000)
+                if start / 1000 != ts:
+                    add(e, origin)
+                    continue
+                pid, tid = e.pid, e.tid
+                if type(tid) is str or type(pid) is str:
+                    pid, tid = _hashable(pid), _hashable(tid)
+                pts = points.get((origin, pid, tid))
+                if pts is None:
+                    pts = self._new_points(origin, pid, tid)
+                pts.append((start, phase, ordinal(), (e.cat, e.name, fid), ph == "f" and e.bp != "e"))
                 continue
             pid, tid = e.pid, e.tid
             if type(tid) is str or type(pid) is str:
@@ -176,11 +202,20 @@ class ChromeEvents:
             if args:
                 if type(args) is msgspec.Raw:
                     text = bytes(args)
-                    if text != b"{}":
+                    if len(text) < n_heads:
+                        if text != b"{}":
+                            body += heads[len(text)] + text
+                    elif text != b"{}":
                         body += args_field(text)
                 else:
                     body = layout.describe(_text(name), _text(cat), args)
             buf.append((start, -length, SLICE, ordinal(), body))
+
+    def _new_points(self, origin: OriginKey, pid: Any, tid: Any) -> list:
+        thread = (pid, tid)
+        self.threads_seen.add(thread)
+        pts = self._points[(origin, pid, tid)] = self.layout.points[(origin, thread)]
+        return pts
 
     def _new_buffer(self, origin: OriginKey, pid: Any, tid: Any) -> list:
         thread = (pid, tid)
@@ -299,6 +334,7 @@ class ChromeEvents:
             return
         if type(fid) is dict:
             fid = tuple(sorted((str(k), str(v)) for k, v in fid.items()))
+        fid = _hashable(fid)
         name, cat = _text(e.name), _text(e.cat)
         thread = self._thread(e)
         self.threads_seen.add(thread)

@@ -59,7 +59,7 @@ def _stream(path: Path, reader: ChromeEvents, struct: type, lenient: type) -> di
     stream = EventStream(path, struct, lenient)
     add_batch = reader.add_batch
     for batch in stream.batches():
-        add_batch(batch)
+        add_batch(batch, plain_text=stream.plain_text)
     if stream.damage is not None:
         raise InputError(path, stream.damage.reason, stream.damage.where or None)
     return stream.meta

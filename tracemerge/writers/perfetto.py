@@ -12,6 +12,7 @@ import struct
 from typing import Any, BinaryIO
 
 import msgspec
+import numpy as np
 import orjson
 
 from tracemerge.layout import Flow
@@ -140,22 +141,30 @@ class UnitEncoder:
         self.end_events: dict[int, bytes] = {}
         self.interned: list[bytes] = [_interned_entry(_K_INTERNED_ARG, _ARGS_IID, "args")]
         self.parts: list[bytes] = []
+        # Packets are collected as (timestamp, TrackEvent bytes) and encoded in batches.
+        self.times: list[int] = []
+        self.events: list[bytes] = []
 
     def flush(self) -> None:
+        times, events = self.times, self.events
+        if times:
+            if self.first_head is not None or self.interned:
+                self._emit_first(times[0], events[0])
+                times, events = times[1:], events[1:]
+            self.out.write(b"".join(self.parts))
+            self.parts.clear()
+            if times:
+                self.out.write(pack_packets(self.stamped_head, times, events))
+            # Cleared in place: the layout's walk holds on to these lists.
+            self.times.clear()
+            self.events.clear()
         self.out.write(b"".join(self.parts))
         self.parts.clear()
 
     def _emit(self, ts: int, event: bytes) -> None:
-        if self.first_head is not None or self.interned:
-            self._emit_first(ts, event)
-            return
-        stamp = _varint(ts)
-        size = _varint(len(event))
-        length = self.fixed + len(stamp) + len(size) + len(event)
-        parts = self.parts
-        parts += (_PACKET_KEYS[length] if length < 16384 else b"\x0a" + _varint(length), self.stamped_head, stamp)
-        parts += (_K_TRACK_EVENT, size, event)
-        if len(parts) >= 24576:
+        self.times.append(ts)
+        self.events.append(event)
+        if len(self.times) >= _BATCH:
             self.flush()
 
     def _emit_first(self, ts: int, event: bytes) -> None:
@@ -184,6 +193,12 @@ class UnitEncoder:
             prefix += cat_field
         return prefix
 
+    # ``args_heads[len(text)] + text`` is the annotation of an args text known to need no
+    # rewriting (:meth:`args` checks): the layout's hot path uses it without a call.
+    args_heads = [
+        _K_ANNOTATION + _varint(3 + len(_varint(n)) + n) + _ARGS_NAME + b"\x4a" + _varint(n) for n in range(4096)
+    ]
+
     def args(self, text: bytes) -> bytes:
         """An args object (JSON text) as the event's ``args`` annotation."""
         if b"null" in text or _BIG_INT.search(text):
@@ -197,17 +212,26 @@ class UnitEncoder:
         self.end_events[uuid] = _TYPE[_END] + track
         return tail
 
+    def packets(self, track: ThreadTrack) -> tuple[list[int], list[bytes], bytes, bytes]:
+        """Where a thread's packets go, for the layout's walk to append to directly: the packet
+        timestamps, the TrackEvent bytes, what follows a body in a BEGIN, and the END event."""
+        tail = self.begin_tails.get(track.uuid) or self._tails(track.uuid)
+        return self.times, self.events, tail, self.end_events[track.uuid]
+
     def slice_begin(self, track: ThreadTrack, ts: int, dur: int, body: bytes, flows: list[Flow] | None) -> None:
         tail = self.begin_tails.get(track.uuid) or self._tails(track.uuid)
-        event = body + tail
+        self.times.append(ts)
         if flows:
-            event += b"".join(
+            tail += b"".join(
                 (_K_TERMINATING_FLOW if phase == FlowPhase.END else _K_FLOW) + _pack_q(fid) for fid, phase in flows
             )
-        self._emit(ts, event)
+        self.events.append(body + tail)
 
     def slice_end(self, track: ThreadTrack, ts: int) -> None:
-        self._emit(ts, self.end_events[track.uuid])
+        self.times.append(ts)
+        self.events.append(self.end_events[track.uuid])
+        if len(self.times) >= _BATCH:
+            self.flush()
 
     def instant(self, track: ThreadTrack, ts: int, body: bytes) -> None:
         if track.uuid not in self.begin_tails:
@@ -222,10 +246,64 @@ class UnitEncoder:
         self._emit(ts, _TYPE[_COUNTER] + _K_TRACK_UUID + _varint(track.uuid) + sample)
 
     def close(self) -> None:
-        if self.interned and self.first_head is None:  # names of events that were all dropped
-            self.parts.append(_packet(self.head + _field(_K_INTERNED, b"".join(self.interned))))
-            self.interned.clear()
         self.flush()
+        if self.interned and self.first_head is None:  # names of events that were all dropped
+            self.out.write(_packet(self.head + _field(_K_INTERNED, b"".join(self.interned))))
+            self.interned.clear()
+
+
+_BATCH = 1 << 16
+
+
+def _varint_sizes(values: np.ndarray) -> np.ndarray:
+    sizes = np.ones(len(values), np.int64)
+    for k in range(1, 10):
+        sizes += values >= np.uint64(1 << (7 * k))
+    return sizes
+
+
+def _put_varints(out: np.ndarray, at: np.ndarray, values: np.ndarray, sizes: np.ndarray) -> None:
+    values = values.astype(np.uint64)
+    for k in range(int(sizes.max())):
+        todo = sizes > k
+        if not todo.all():
+            at, values, sizes = at[todo], values[todo], sizes[todo]
+        byte = (values >> np.uint64(7 * k)) & np.uint64(0x7F)
+        byte |= np.where(sizes > k + 1, np.uint64(0x80), np.uint64(0))
+        out[at + k] = byte
+
+
+def pack_packets(stamped_head: bytes, times: list[int], events: list[bytes]) -> bytes:
+    """``Trace.packet`` records of TrackEvents: per packet ``stamped_head`` (sequence id, flags and
+    the timestamp key), the timestamp, and the TrackEvent bytes. Vectorised: per packet, Python
+    only appends to the two lists."""
+    n = len(times)
+    stamps = np.array(times, dtype=np.uint64)
+    lengths = np.fromiter(map(len, events), np.int64, n)
+    stamp_sizes = _varint_sizes(stamps)
+    length_sizes = _varint_sizes(lengths.astype(np.uint64))
+    body = len(stamped_head) + stamp_sizes + 1 + length_sizes + lengths
+    body_sizes = _varint_sizes(body.astype(np.uint64))
+    total = 1 + body_sizes + body
+    ends = np.cumsum(total)
+    at = ends - total
+    out = np.empty(int(ends[-1]), np.uint8)
+    out[at] = 0x0A  # Trace.packet = 1, length-delimited
+    _put_varints(out, at + 1, body, body_sizes)
+    at = at + 1 + body_sizes
+    head = np.frombuffer(stamped_head, np.uint8)
+    out[at[:, None] + np.arange(len(head))] = head
+    at += len(head)
+    _put_varints(out, at, stamps, stamp_sizes)
+    at += stamp_sizes
+    out[at] = _K_TRACK_EVENT[0]
+    at += 1
+    _put_varints(out, at, lengths, length_sizes)
+    at += length_sizes
+    blob = np.frombuffer(b"".join(events), np.uint8)
+    starts = np.cumsum(lengths) - lengths
+    out[np.repeat(at - starts, lengths) + np.arange(len(blob))] = blob
+    return out.tobytes()
 
 
 def _displayable(text: bytes) -> bytes:
