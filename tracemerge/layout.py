@@ -49,7 +49,7 @@ class Encoder(Protocol):
     def args(self, text: bytes) -> bytes: ...
 
     # ``args_heads[len(text)] + text`` encodes args text that ``args`` would not need to change.
-    args_heads: list[bytes]
+    args_heads: tuple[bytes, ...]
 
     def slice_begin(self, track: ThreadTrack, ts: int, dur: int, body: bytes, flows: list[Flow] | None) -> None: ...
 

@@ -83,7 +83,7 @@ class _NoOutput:
     def prefix(self, name: str, cat: str) -> bytes:
         return b""
 
-    args_heads = [b""] * 4096
+    args_heads = (b"",) * 4096
 
     def args(self, text: bytes) -> bytes:
         return b""

@@ -195,9 +195,9 @@ class UnitEncoder:
 
     # ``args_heads[len(text)] + text`` is the annotation of an args text known to need no
     # rewriting (:meth:`args` checks): the layout's hot path uses it without a call.
-    args_heads = [
+    args_heads = tuple(
         _K_ANNOTATION + _varint(3 + len(_varint(n)) + n) + _ARGS_NAME + b"\x4a" + _varint(n) for n in range(4096)
-    ]
+    )
 
     def args(self, text: bytes) -> bytes:
         """An args object (JSON text) as the event's ``args`` annotation."""
