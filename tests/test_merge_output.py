@@ -9,7 +9,9 @@ from conftest import FIXTURES
 from expected import FIXTURE_RUNS, Expected, fixture_expectations, kineto_file
 from readback import Readback, read_chrome_json, read_pftrace
 
+from tracemerge import spill
 from tracemerge.pipeline import merge
+from tracemerge.sources import json_stream
 
 FORMATS = {".pftrace": read_pftrace, ".json": read_chrome_json, ".json.gz": read_chrome_json}
 
@@ -127,3 +129,19 @@ def test_worker_processes_write_the_same_bytes(tmp_path: Path, ext: str) -> None
     assert (tmp_path / f"serial{ext}").read_bytes() == (tmp_path / f"parallel{ext}").read_bytes()
     assert serial.as_dict()["written"] == parallel.as_dict()["written"]
     assert serial.as_dict()["dropped"] == parallel.as_dict()["dropped"]
+
+
+@pytest.mark.parametrize("ext", [".pftrace", ".json"])
+def test_spilling_to_disk_writes_the_same_bytes(tmp_path: Path, ext: str, monkeypatch) -> None:
+    """A file whose events exceed the memory budget is laid out from sorted runs on disk:
+    with small read batches and a budget of a few events, every fixture spills into many runs,
+    and the output is byte for byte the in-memory one."""
+    inputs = [FIXTURES / "rl_run", FIXTURES / "kineto_gpu", FIXTURES / "edge_cases", FIXTURES / "precision"]
+    inputs.append(FIXTURES / "ascend" / "text")
+    in_memory = merge(inputs, tmp_path / f"memory{ext}", jobs=1)
+    monkeypatch.setattr(json_stream, "BLOCK", 700)
+    monkeypatch.setattr(spill, "BLOCK_ITEMS", 3)
+    spilled = merge(inputs, tmp_path / f"spilled{ext}", jobs=1, memory_budget=5)
+    assert (tmp_path / f"memory{ext}").read_bytes() == (tmp_path / f"spilled{ext}").read_bytes()
+    assert in_memory.as_dict()["written"] == spilled.as_dict()["written"]
+    assert in_memory.as_dict()["dropped"] == spilled.as_dict()["dropped"]

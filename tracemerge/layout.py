@@ -14,10 +14,10 @@ belong to and numbered into ids unique across the whole trace.
 from __future__ import annotations
 
 import itertools
-from bisect import bisect_left
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import msgspec
@@ -26,10 +26,13 @@ import orjson
 from tracemerge.model import NO_ORIGIN, Event, FlowPhase, Identity, Kind, OriginKey, ThreadKey
 from tracemerge.plan import CounterTrack, ThreadTrack, lane_track
 from tracemerge.report import EventCounts
+from tracemerge.spill import RunStore, SortedBuffer
 
 # A flow attached to a slice: (trace-wide flow id, its phase at this slice).
 Flow = tuple[int, FlowPhase]
 SLICE, INSTANT = int(Kind.SLICE), int(Kind.INSTANT)
+# Items a file's buffers may hold in memory (about 200 bytes each) before they spill to disk.
+DEFAULT_BUDGET = 500_000
 _FLUSH_AT = 1 << 16  # packets an encoder collects before encoding them
 START, STEP, END = int(FlowPhase.START), int(FlowPhase.STEP), int(FlowPhase.END)
 
@@ -85,15 +88,22 @@ class LayoutResult:
 
 
 class FileLayout:
-    """Collects one file's events by track while the source reads, then emits them in order."""
+    """Collects one file's events by track while the source reads, then emits them in order.
 
-    def __init__(self, enc: Encoder) -> None:
+    Memory is bounded: when the buffers hold more than ``budget`` items, they are written to a
+    temporary file as sorted runs (:mod:`tracemerge.spill`) and merged back when emitted.
+    Sources call :meth:`check_memory` between batches.
+    """
+
+    def __init__(self, enc: Encoder, budget: int = DEFAULT_BUDGET, spill_dir: Path | None = None) -> None:
         self.enc = enc
+        self.budget = budget
+        self.store = RunStore(spill_dir)
         self.prefixes: dict[tuple[str, str], bytes] = {}
         self.ordinal = itertools.count().__next__
-        self.entries: dict[tuple[OriginKey, ThreadKey], list[tuple]] = {}
-        self.points: dict[tuple[OriginKey, ThreadKey], list[tuple]] = defaultdict(list)
-        self.samples: dict[tuple[OriginKey, ThreadKey, str], list[tuple[int, Any]]] = defaultdict(list)
+        self.entries: dict[tuple[OriginKey, ThreadKey], SortedBuffer] = {}
+        self.points: dict[tuple[OriginKey, ThreadKey], SortedBuffer] = defaultdict(SortedBuffer)
+        self.samples: dict[tuple[OriginKey, ThreadKey, str], SortedBuffer] = defaultdict(SortedBuffer)
 
     def prefix(self, name: str, cat: str) -> bytes:
         """The encoded name and category (cached: names repeat)."""
@@ -117,16 +127,18 @@ class FileLayout:
 
     def reset(self) -> None:
         """Forget every event handed over so far (the source reads the file again)."""
-        self.entries.clear()
-        self.points.clear()
-        self.samples.clear()
+        for buffers in (self.entries, self.points, self.samples):
+            for buf in buffers.values():
+                buf.clear()
+                buf.runs.clear()
+                buf.spilled, buf.first = 0, None
 
-    def buffer(self, origin: OriginKey, thread: ThreadKey) -> list[tuple]:
+    def buffer(self, origin: OriginKey, thread: ThreadKey) -> SortedBuffer:
         """The entry list of one (origin, thread); sources append ``(start, -dur, kind, ordinal, body)``."""
         key = (origin, thread)
         found = self.entries.get(key)
         if found is None:
-            found = self.entries[key] = []
+            found = self.entries[key] = SortedBuffer()
         return found
 
     def flow_point(
@@ -135,31 +147,38 @@ class FileLayout:
         """A flow point; ``bind_next`` binds it to the next slice starting on its thread."""
         self.points[(origin, thread)].append((ts, int(phase), self.ordinal(), flow_key, bind_next))
 
+    def counter_sample(self, origin: OriginKey, thread: ThreadKey, series: str, ts: int, value: Any) -> None:
+        self.samples[(origin, thread, series)].append((ts, self.ordinal(), value))
+
     def add_event(self, ev: Event) -> None:
         """One :class:`~tracemerge.model.Event` (sources that build them: span logs, Ascend DBs)."""
         kind = ev.kind
         if kind == Kind.COUNTER:
-            self.samples[(ev.origin, ev.thread, ev.name)].append((ev.ts, ev.value))
+            self.counter_sample(ev.origin, ev.thread, ev.name, ev.ts, ev.value)
         elif kind == Kind.FLOW:
             self.flow_point(ev.origin, ev.thread, ev.ts, ev.flow_phase, ev.flow_id, ev.flow_next)
         else:
             body = self.describe(ev.name, ev.cat, ev.args)
             self.buffer(ev.origin, ev.thread).append((ev.ts, -ev.dur, int(kind), self.ordinal(), body))
 
+    def check_memory(self) -> None:
+        """Spill every buffer to disk when together they hold more than the budget."""
+        buffers = [*self.entries.values(), *self.points.values(), *self.samples.values()]
+        if sum(map(len, buffers)) > self.budget:
+            for buf in buffers:
+                buf.spill(self.store)
+
+    @property
+    def spilled_bytes(self) -> int:
+        return self.store.size
+
     def regroup(self, origin_of: Callable[[OriginKey, ThreadKey], OriginKey]) -> None:
         """Re-key events whose origin is only known once the whole file is read (per-pid roles)."""
-        entries: dict[tuple[OriginKey, ThreadKey], list[tuple]] = {}
-        for (origin, thread), items in self.entries.items():
-            entries.setdefault((origin_of(origin, thread), thread), []).extend(items)
-        self.entries = entries
-        points: dict[tuple[OriginKey, ThreadKey], list[tuple]] = defaultdict(list)
-        for (origin, thread), items in self.points.items():
-            points[(origin_of(origin, thread), thread)].extend(items)
-        self.points = points
-        samples: dict[tuple[OriginKey, ThreadKey, str], list[tuple[int, Any]]] = defaultdict(list)
-        for (origin, thread, name), items in self.samples.items():
-            samples[(origin_of(origin, thread), thread, name)].extend(items)
-        self.samples = samples
+        self.entries = _regrouped(self.entries, lambda k: (origin_of(k[0], k[1]), k[1]))
+        self.points = defaultdict(SortedBuffer, _regrouped(self.points, lambda k: (origin_of(k[0], k[1]), k[1])))
+        self.samples = defaultdict(
+            SortedBuffer, _regrouped(self.samples, lambda k: (origin_of(k[0], k[1]), k[1], k[2]))
+        )
 
     # -- the walk ------------------------------------------------------------------------------
 
@@ -174,6 +193,18 @@ class FileLayout:
 
         ``ts_shift`` None writes them relative to the file's earliest timestamp (``ts_min``).
         """
+        try:
+            return self._finish(identity_of, tracks, ts_shift, flow_id_base)
+        finally:
+            self.store.close()
+
+    def _finish(
+        self,
+        identity_of: Callable[[OriginKey], Identity],
+        tracks: Tracks,
+        ts_shift: int | None,
+        flow_id_base: int,
+    ) -> LayoutResult:
         result = LayoutResult()
         idents: dict[OriginKey, Identity] = {}
 
@@ -183,34 +214,44 @@ class FileLayout:
                 found = idents[origin] = identity_of(origin)
             return found
 
-        for items in self.entries.values():
-            items.sort()
-        for samples in self.samples.values():
-            samples.sort(key=_first)
-        firsts = [items[0][0] for items in self.entries.values() if items]
-        firsts += [samples[0][0] for samples in self.samples.values() if samples]
+        firsts = [buf.smallest() for buf in (*self.entries.values(), *self.samples.values()) if buf.total]
         if not firsts:
             return result
-        result.ts_min = min(firsts)
+        result.ts_min = min(first[0] for first in firsts if first is not None)
         shift = -result.ts_min if ts_shift is None else ts_shift
-        flows = self._bind_flows(ident, result, flow_id_base)
+        attached = self._bind_flows(ident, result, flow_id_base)
         hi = result.ts_min
+        store = self.store
         for (origin, thread), items in self.entries.items():
-            if not items:
+            if not items.total:
                 continue
             who = ident(origin)
             result.threads[who].add(thread)
             track = tracks.thread(who, thread)
-            hi = max(hi, self._walk(items, track, flows, shift, result, result.written[who]))
+            flows = attached.get((origin, thread))
+            hi = max(
+                hi,
+                self._walk(
+                    items.ordered(store),
+                    track,
+                    flows.ordered(store) if flows is not None else (),
+                    shift,
+                    result,
+                    result.written[who],
+                ),
+            )
         counter = self.enc.counter
         for (origin, thread, name), samples in self.samples.items():
+            if not samples.total:
+                continue
             who = ident(origin)
             result.counter_series[who].add((thread, name))
             track = tracks.counter(who, thread, name)
-            for ts, value in samples:
+            ts = 0
+            for ts, _, value in samples.ordered(store):
                 counter(track, ts + shift, value)
-            result.written[who].counters += len(samples)
-            hi = max(hi, samples[-1][0])
+            result.written[who].counters += samples.total
+            hi = max(hi, ts)
         for who, counts in result.written.items():
             read = result.read[who]
             read.slices, read.instants, read.counters = counts.slices, counts.instants, counts.counters
@@ -219,9 +260,9 @@ class FileLayout:
 
     def _walk(
         self,
-        items: list[tuple],
+        items: Iterable[tuple],
         track: ThreadTrack,
-        flows: dict[int, list[Flow]],
+        attached: Iterable[tuple],
         shift: int,
         result: LayoutResult,
         counts: EventCounts,
@@ -229,45 +270,54 @@ class FileLayout:
         """Emit one thread's slices and instants, opening overlap lanes where nesting breaks;
         returns the latest time on the thread.
 
-        Encoders that collect packets in lists (``packets``) get the thread's own slices appended
-        directly: this loop runs once per input slice.
+        ``attached`` holds the thread's flow attachments ``(start, -dur, kind, ordinal, flow id,
+        phase)`` in the order of the entries. Encoders that collect packets in lists
+        (``packets``) get the thread's own slices appended directly: this loop runs once per
+        input slice.
         """
         enc = self.enc
         begin, end_slice, instant = enc.slice_begin, enc.slice_end, enc.instant
         lanes: list[ThreadTrack] = [track]
         stack: list[int] = []  # end timestamps of the open slices on the thread itself
         stacks: list[list[int]] = [stack]
-        get_flows = flows.get if flows else None
-        hi = items[0][0]
+        flows_of = iter(attached)
+        pending = next(flows_of, None)
+        hi = -(1 << 63)
         slices = instants = 0
         packets = getattr(enc, "packets", None)
         if packets is not None:
             times, events, begin_tail, end_event = packets(track)
             add_time, add_event = times.append, events.append
         for start, negdur, kind, ordinal, body in items:
-            if packets is not None and kind == SLICE:
+            if packets is not None and kind == SLICE and (pending is None or pending[3] != ordinal):
                 while stack and stack[-1] <= start:
                     add_time(stack.pop() + shift)
                     add_event(end_event)
                 end = start - negdur
                 if not stack or stack[-1] >= end:
-                    flow = get_flows(ordinal) if get_flows else None
-                    if flow is None:
-                        stack.append(end)
-                        add_time(start + shift)
-                        add_event(body + begin_tail)
-                        slices += 1
-                        if end > hi:
-                            hi = end
-                        if len(times) >= _FLUSH_AT:
-                            enc.flush()
-                        continue
+                    stack.append(end)
+                    add_time(start + shift)
+                    add_event(body + begin_tail)
+                    slices += 1
+                    if end > hi:
+                        hi = end
+                    if len(times) >= _FLUSH_AT:
+                        enc.flush()
+                    continue
             while stack and stack[-1] <= start:
                 end_slice(track, stack.pop() + shift)
             if kind == INSTANT:
                 instant(track, start + shift, body)
                 instants += 1
+                if start > hi:
+                    hi = start
                 continue
+            flows: list[Flow] | None = None
+            while pending is not None and pending[3] == ordinal:
+                if flows is None:
+                    flows = []
+                flows.append((pending[4], pending[5]))
+                pending = next(flows_of, None)
             end = start - negdur
             if end > hi:
                 hi = end
@@ -276,14 +326,14 @@ class FileLayout:
                 n = self._lane_for(stacks, lanes, start, end, shift, result)
                 result.moved_to_lanes += 1
             stacks[n].append(end)
-            begin(lanes[n], start + shift, -negdur, body, get_flows(ordinal) if get_flows else None)
+            begin(lanes[n], start + shift, -negdur, body, flows)
             slices += 1
         for n, lane_stack in enumerate(stacks):
             while lane_stack:
                 end_slice(lanes[n], lane_stack.pop() + shift)
         counts.slices += slices
         counts.instants += instants
-        return max(hi, items[-1][0])
+        return hi
 
     def _lane_for(
         self, stacks: list[list[int]], lanes: list[ThreadTrack], start: int, end: int, shift: int, result: LayoutResult
@@ -304,8 +354,9 @@ class FileLayout:
 
     def _bind_flows(
         self, ident: Callable[[OriginKey], Identity], result: LayoutResult, flow_id_base: int
-    ) -> dict[int, list[Flow]]:
-        """Map each slice's ordinal to the flows attached to it.
+    ) -> dict[tuple[OriginKey, ThreadKey], SortedBuffer]:
+        """Bind flow points to slices and number the flows; per thread, the attachments
+        ``(start, -dur, kind, ordinal, flow id, phase)`` of its slices, in entry order.
 
         A point binds to the innermost slice enclosing it on its thread (or, for a Chrome ``f``
         without ``bp: "e"``, to the next slice starting there). Points are grouped into chains
@@ -314,92 +365,114 @@ class FileLayout:
         beyond the first fans out from that start (one launch, two kernels). Ids reused for
         several flows are paired in time order.
         """
-        if not self.points:
+        if not any(buf.total for buf in self.points.values()):
             return {}
-        bound: dict[int, tuple[int, int]] = {}  # point ordinal -> (slice ordinal, slice start)
-        by_id: dict[tuple, list[tuple]] = {}
+        store = self.store
+        # Every point with its binding, sortable by source id: (role, rank, id key, ts, phase,
+        # ordinal, origin, thread, slice entry or None). Ordinals are unique: nothing after them
+        # is ever compared.
+        bound = SortedBuffer()
         for (origin, thread), pts in self.points.items():
-            pts.sort()
-            items = [e for e in self.entries.get((origin, thread), ()) if e[2] == SLICE]
-            n_items = len(items)
+            if not pts.total:
+                continue
+            sort_origin = (origin[0] or "", -1 if origin[1] is None else origin[1])
+            slices = (e for e in self.entries.get((origin, thread), SortedBuffer()).ordered(store) if e[2] == SLICE)
             stack: list[tuple] = []
-            i = 0
-            starts: list[int] | None = None
-            for p in pts:
-                ts = p[0]
-                key = (origin, p[3])
-                group = by_id.get(key)
-                if group is None:
-                    by_id[key] = [p]
+            upcoming = next(slices, None)
+            for ts, phase, ordinal, key, bind_next in pts.ordered(store):
+                target = None
+                if bind_next:
+                    while upcoming is not None and upcoming[0] < ts:
+                        stack.append(upcoming)
+                        upcoming = next(slices, None)
+                    target = upcoming
                 else:
-                    group.append(p)
-                if p[4]:
-                    if starts is None:
-                        starts = [e[0] for e in items]
-                    j = bisect_left(starts, ts)
-                    if j < n_items:
-                        bound[p[2]] = (items[j][3], items[j][0])
-                    continue
-                while i < n_items and items[i][0] <= ts:
-                    stack.append(items[i])
-                    i += 1
-                while stack and stack[-1][0] - stack[-1][1] < ts:
-                    stack.pop()
-                if stack:
-                    bound[p[2]] = (stack[-1][3], stack[-1][0])
+                    while upcoming is not None and upcoming[0] <= ts:
+                        stack.append(upcoming)
+                        upcoming = next(slices, None)
+                    while stack and stack[-1][0] - stack[-1][1] < ts:
+                        stack.pop()
+                    if stack:
+                        target = stack[-1]
+                bound.append((*sort_origin, _sortable(key), ts, phase, ordinal, origin, thread, target and target[:4]))
+            if len(bound) > self.budget:
+                bound.spill(store)
 
         limit = getattr(self.enc, "flows_per_slice", None)
-        attached: dict[int, list[Flow]] = defaultdict(list)
+        per_slice: Counter[int] = Counter()
+        attached: dict[tuple[OriginKey, ThreadKey], SortedBuffer] = defaultdict(SortedBuffer)
         next_id = flow_id_base
         dropped = result.dropped
-        for (origin, _), points in by_id.items():
+        for _, group in itertools.groupby(bound.ordered(store), key=_id_of):
+            points = [(r[3], r[4], r[5], (r[7], r[8]), r[6]) for r in group]  # ts, phase, ordinal, target, origin
+            origin = points[0][4]
             who = ident(origin)
-            if len(points) == 2 and points[0][1] != points[1][1] and points[0][1] + points[1][1] == END:  # s, f
+            if len(points) == 2 and points[0][1] != points[1][1] and points[0][1] + points[1][1] == END:
                 chains = [points] if points[0][1] == START else [[points[1], points[0]]]
             else:
                 chains = _chains(points, dropped)
             read, written = result.read[who], result.written[who]
             for chain in chains:
                 read.flows += len(chain) - 1
-                targets = [bound.get(p[2]) for p in chain]
-                if None in targets:
-                    kept = [t for t in targets if t is not None]
+                kept = [p[3] for p in chain if p[3][1] is not None]
+                if len(kept) < len(chain):
                     dropped["flow point outside any slice on its thread"] += len(chain) - len(kept)
                     if len(kept) < 2:
                         if kept:
                             dropped["flow left with one endpoint after binding"] += 1
                         continue
-                    first = kept[0]
-                else:
-                    kept = targets
-                    first = targets[0]
+                first = kept[0]
                 # Perfetto links flow points in time order; a flow whose end is stamped before its
                 # start (clock skew between host and device) is drawn from the earlier slice.
-                kept.sort(key=_second)
-                if limit is not None and any(len(attached[t[0]]) >= limit for t in kept):
-                    dropped[f"flows beyond {limit} on one slice (the output format binds {limit})"] += 1
-                    continue
+                kept.sort(key=_slice_start)
+                if limit is not None:
+                    if any(per_slice[t[1][3]] >= limit for t in kept):
+                        dropped[f"flows beyond {limit} on one slice (the output format binds {limit})"] += 1
+                        continue
+                    per_slice.update(t[1][3] for t in kept)
                 next_id += 1
-                if kept[0][0] != first[0]:
+                if kept[0] is not first and kept[0][1][3] != first[1][3]:
                     result.reversed_flows += 1
                 last = len(kept) - 1
-                for n, (slice_ordinal, _) in enumerate(kept):
-                    attached[slice_ordinal].append((next_id, START if n == 0 else END if n == last else STEP))
+                for n, (thread, entry) in enumerate(kept):
+                    phase = START if n == 0 else END if n == last else STEP
+                    target = attached[(origin, thread)]
+                    target.append((*entry, next_id, phase))
+                    if len(target) > self.budget:
+                        target.spill(store)
                 written.flows += last
         return attached
 
 
-def _second(item: tuple) -> Any:
-    return item[1]
+def _regrouped(buffers: dict, rekey: Callable[[tuple], tuple]) -> dict:
+    out: dict[tuple, SortedBuffer] = {}
+    for key, buf in buffers.items():
+        target = out.get(rekey(key))
+        if target is None:
+            out[rekey(key)] = buf
+        else:
+            target.absorb(buf)
+    return out
 
 
-def _first(item: tuple) -> Any:
-    return item[0]
+def _sortable(key: Any) -> tuple:
+    """A flow id key, comparable with any other: (cat, name, id) with the id tagged by type."""
+    cat, name, fid = key if type(key) is tuple and len(key) == 3 else ("", "", key)
+    if type(fid) is int:
+        return (str(cat), str(name), 0, fid, "")
+    return (str(cat), str(name), 1, 0, repr(fid))
+
+
+def _id_of(record: tuple) -> tuple:
+    return record[:3]
+
+
+def _slice_start(target: tuple) -> int:
+    return target[1][0]
 
 
 def _chains(points: list[tuple], dropped: Counter[str]) -> list[list[tuple]]:
-    """Group one id's flow points ``(ts, phase, ordinal, key, bind_next)`` into chains."""
-    points.sort()
+    """Group one id's flow points ``(ts, phase, ordinal, ...)``, in time order, into chains."""
     chains: list[list[tuple]] = []
     starts = [p for p in points if p[1] == START]
     if len(starts) == 1:

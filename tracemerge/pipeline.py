@@ -32,7 +32,7 @@ from typing import Any
 from tracemerge.clock import describe
 from tracemerge.discover import Candidate, discover
 from tracemerge.errors import FatalError, InputError, NotATrace
-from tracemerge.layout import FileLayout
+from tracemerge.layout import DEFAULT_BUDGET, FileLayout
 from tracemerge.model import UNIX_EPOCH, ClockDomain, Identity, ThreadInfo
 from tracemerge.plan import (
     FileScan,
@@ -65,6 +65,7 @@ class FileJob:
     chunk: Path | None = None
     unit: UnitPlan | None = None  # Chrome JSON's second read: the planned tracks and time shift
     salts: dict[Identity, str] = field(default_factory=dict)
+    budget: int = DEFAULT_BUDGET  # events held in memory before they spill to disk
 
 
 @dataclass
@@ -120,7 +121,7 @@ def _process_file(job: FileJob) -> FileOutcome:
             enc = WRITERS[job.writer].unit_encoder(job.sequence_id, out)
         else:
             enc = _NoOutput()
-        layout = FileLayout(enc)
+        layout = FileLayout(enc, job.budget, job.chunk.parent if job.chunk else None)
         try:
             data = cand.format.read(cand.path, layout)
         except NotATrace as exc:
@@ -188,6 +189,7 @@ def merge(
     *,
     format: str | None = None,
     jobs: int = 0,
+    memory_budget: int = DEFAULT_BUDGET,
     on_plan: Callable[[RunReport], None] | None = None,
     on_progress: Callable[[str], None] | None = None,
 ) -> RunReport:
@@ -196,6 +198,8 @@ def merge(
     ``format`` is ``"perfetto"``, ``"json"`` or ``"json.gz"``; by default the output's extension
     decides (``.json``, ``.json.gz``, anything else Perfetto protobuf). ``jobs`` worker processes
     read and encode files in parallel (0: one per CPU when the inputs are large enough to gain).
+    ``memory_budget`` is how many events a file's layout holds in memory before it spills sorted
+    runs to a temporary file beside the output (about 200 bytes each).
     ``on_plan`` is called with the report of what was found before the output is assembled.
 
     Raises :class:`~tracemerge.errors.FatalError` when no output can be produced; then nothing
@@ -228,7 +232,7 @@ def merge(
             run = _Runner(pool, progress)
             # Sequence 1 carries the descriptors; each file gets the next, in discovery order.
             jobs_ = [
-                FileJob(c, n + 2, writer.name if writer.one_pass else "", work / f"{n:06d}.chunk")
+                FileJob(c, n + 2, writer.name if writer.one_pass else "", work / f"{n:06d}.chunk", budget=memory_budget)
                 for n, c in enumerate(candidates)
             ]
             scans = _collect(run.map(jobs_, "read"), report)

@@ -47,12 +47,15 @@ class AscendEvents(ChromeEvents):
     """Chrome events named the Ascend way: ``{process_name} · {thread_name}``."""
 
     def add_batch(self, batch: list, origin: OriginKey = NO_ORIGIN, plain_text: bool = False) -> None:
-        plain = []
+        plain: list = []
         for e in batch:
             args = e.args
             if e.ph == "X" and args and b'"event_type"' in bytes(args):
                 decoded = plain_args(args) or {}
                 if "event_type" in decoded and "domain" in decoded:
+                    # In file order, so that names are interned the same whatever the batches.
+                    super().add_batch(plain, origin, plain_text)
+                    plain = []
                     self._add_mstx(e, decoded, origin)
                     continue
             plain.append(e)

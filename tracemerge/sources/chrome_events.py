@@ -66,7 +66,7 @@ class LenientEvent(msgspec.Struct, gc=False):
     id: Any = None
     id2: Any = None
     bp: Any = None
-    args: Any = None
+    args: msgspec.Raw = _NO_ARGS
 
 
 class NeedsExactTimes(Exception):
@@ -352,12 +352,11 @@ class ChromeEvents:
             name = f"{name} {e.id}"
         kept = 0
         if args:
-            samples = self.layout.samples
             thread = (pid, None)
             for key, value in args.items():
                 if type(value) is bool or type(value) not in (int, float):
                     continue
-                samples[(origin, thread, f"{name} {key}")].append((ts, value))
+                self.layout.counter_sample(origin, thread, f"{name} {key}", ts, value)
                 kept += 1
             if kept:
                 self.counter_threads.add(thread)

@@ -58,8 +58,10 @@ def read_events(path: Path, reader: ChromeEvents, struct: type, lenient: type) -
 def _stream(path: Path, reader: ChromeEvents, struct: type, lenient: type) -> dict[str, Any]:
     stream = EventStream(path, struct, lenient)
     add_batch = reader.add_batch
+    check_memory = reader.layout.check_memory
     for batch in stream.batches():
         add_batch(batch, plain_text=stream.plain_text)
+        check_memory()
     if stream.damage is not None:
         raise InputError(path, stream.damage.reason, stream.damage.where or None)
     return stream.meta

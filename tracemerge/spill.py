@@ -1,0 +1,97 @@
+"""Bounded memory for one file's layout: lists of tuples that spill to disk as sorted runs.
+
+A :class:`SortedBuffer` is a plain list that sources append to. When the buffers of a file hold
+more items than a budget, each is sorted and written to a :class:`RunStore` (a temporary file) as
+a run of marshal blocks, and emptied. :meth:`SortedBuffer.ordered` then yields every item in
+order, merging the runs with what is still in memory, reading one block of each run at a time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import marshal
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+BLOCK_ITEMS = 4096
+
+
+class RunStore:
+    """The temporary file that holds the runs of one file's buffers (created when first needed)."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self.directory = directory
+        self._file = None
+        self.size = 0
+
+    def write(self, items: list) -> list[tuple[int, int]]:
+        """Writes sorted ``items``; returns the (offset, length) of each block."""
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(prefix=".tracemerge-run-", dir=self.directory)
+        blocks = []
+        for n in range(0, len(items), BLOCK_ITEMS):
+            data = marshal.dumps(items[n : n + BLOCK_ITEMS])
+            os.pwrite(self._file.fileno(), data, self.size)
+            blocks.append((self.size, len(data)))
+            self.size += len(data)
+        return blocks
+
+    def read(self, blocks: list[tuple[int, int]]) -> Iterator:
+        assert self._file is not None
+        fd = self._file.fileno()
+        for offset, length in blocks:
+            yield from marshal.loads(os.pread(fd, length, offset))
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class SortedBuffer(list):
+    """A list of comparable tuples; sorted runs of it may live in a :class:`RunStore`."""
+
+    __slots__ = ("first", "runs", "spilled")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: list[list[tuple[int, int]]] = []
+        self.spilled = 0
+        self.first = None  # the smallest item spilled so far
+
+    def spill(self, store: RunStore) -> None:
+        if not self:
+            return
+        self.sort()
+        if self.first is None or self[0] < self.first:
+            self.first = self[0]
+        self.runs.append(store.write(self))
+        self.spilled += len(self)
+        self.clear()
+
+    @property
+    def total(self) -> int:
+        return self.spilled + len(self)
+
+    def smallest(self) -> tuple | None:
+        """The first item in order (the buffer is sorted as a side effect)."""
+        self.sort()
+        candidates = [x for x in (self.first, self[0] if self else None) if x is not None]
+        return min(candidates) if candidates else None
+
+    def absorb(self, other: SortedBuffer) -> None:
+        """Takes ``other``'s items and runs (both must use the same store)."""
+        self.extend(other)
+        self.runs.extend(other.runs)
+        self.spilled += other.spilled
+        if other.first is not None and (self.first is None or other.first < self.first):
+            self.first = other.first
+
+    def ordered(self, store: RunStore) -> Iterable:
+        """Every item, in order."""
+        self.sort()
+        if not self.runs:
+            return self
+        return heapq.merge(*(store.read(run) for run in self.runs), self)
