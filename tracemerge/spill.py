@@ -29,7 +29,8 @@ class RunStore:
     def write(self, items: list) -> list[tuple[int, int]]:
         """Writes sorted ``items``; returns the (offset, length) of each block."""
         if self._file is None:
-            self._file = tempfile.TemporaryFile(prefix=".tracemerge-run-", dir=self.directory)
+            # Kept open across calls and closed by close(): a context manager cannot span them.
+            self._file = tempfile.TemporaryFile(prefix=".tracemerge-run-", dir=self.directory)  # noqa: SIM115
         blocks = []
         for n in range(0, len(items), BLOCK_ITEMS):
             data = marshal.dumps(items[n : n + BLOCK_ITEMS])
