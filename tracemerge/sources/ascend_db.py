@@ -20,6 +20,7 @@ from __future__ import annotations
 import sqlite3
 import urllib.parse
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -97,45 +98,51 @@ def read(path: Path, layout: FileLayout) -> SourceData:
     if not TIMELINE_TABLES & set(tables):
         raise NotATrace(path, "SQLite database without Ascend timeline tables")
     try:
-        reader = _DbReader(con, tables)
+        reader = _DbReader(con, tables, layout)
         reader.read_all()
     except sqlite3.DatabaseError as exc:
         raise InputError(path, f"cannot read the database ({exc})") from None
     finally:
         con.close()
-    add = layout.add_event
-    for ev in reader.events:
-        add(ev)
     return layout_dirs.source_data(path, NAME, reader.thread_infos(), reader.dropped, rank=reader.rank)
 
 
 class _DbReader:
-    def __init__(self, con: sqlite3.Connection, tables: dict[str, list[str]]) -> None:
+    def __init__(self, con: sqlite3.Connection, tables: dict[str, list[str]], layout: FileLayout) -> None:
         self.con = con
         self.tables = tables
-        self.events: list[Event] = []
+        self.layout = layout
+        self.emitted = 0
         self.dropped: Counter[str] = Counter()
         self.names: dict[ThreadKey, tuple[str, tuple]] = {}
         self.strings: dict[int, str] = dict(self._rows("STRING_IDS", ("id", "value")))
         self.rank: int | None = None
         self.devices: set[int] = set()
         # slice events by connection id, for flows
-        self.tasks_by_connection: dict[int, list[Event]] = defaultdict(list)
+        # (start, track) of the slices a connection id links, for flows
+        self.tasks_by_connection: dict[int, list[tuple[int, ThreadKey]]] = defaultdict(list)
         self.mstx_by_connection: dict[int, str] = {}
 
     # -- table access ------------------------------------------------------------------------
 
-    def _rows(self, table: str, wanted: tuple[str, ...] | None = None) -> list[tuple]:
+    def _rows(self, table: str, wanted: tuple[str, ...] | None = None) -> Iterator[tuple]:
+        """The table's rows, fetched as they are consumed (a cursor, not a list)."""
         if table not in self.tables:
-            return []
+            return iter(())
         cols = wanted or tuple(self.tables[table])
         present = [c for c in cols if c in self.tables[table]]
         select = ", ".join(f'"{c}"' if c in present else "NULL" for c in cols)
-        return list(self.con.execute(f'select {select} from "{table}"'))
+        return self.con.execute(f'select {select} from "{table}"')
 
-    def _dicts(self, table: str) -> list[dict[str, Any]]:
+    def _dicts(self, table: str) -> Iterator[dict[str, Any]]:
         cols = self.tables.get(table, [])
-        return [dict(zip(cols, row, strict=True)) for row in self._rows(table)]
+        return (dict(zip(cols, row, strict=True)) for row in self._rows(table))
+
+    def emit(self, ev: Event) -> None:
+        self.layout.add_event(ev)
+        self.emitted += 1
+        if self.emitted % 65536 == 0:
+            self.layout.check_memory()
 
     def _text(self, value: Any) -> Any:
         return self.strings.get(value, value) if type(value) is int else value
@@ -160,7 +167,7 @@ class _DbReader:
             self.dropped[f"{what} row ending before it starts"] += 1
             return None
         ev = Event(Kind.SLICE, start, key, name, cat, end - start, args)
-        self.events.append(ev)
+        self.emit(ev)
         return ev
 
     # -- tables --------------------------------------------------------------------------------
@@ -189,7 +196,7 @@ class _DbReader:
             args = {"event_type": kinds.get(row.get("eventType"), row.get("eventType")), "domain": domain}
             key = self._track(MSTX_THREAD, "MSTX", (3, "MSTX", 0, ""))
             if row.get("eventType") in MSTX_POINT_TYPES:
-                self.events.append(Event(Kind.INSTANT, int(row["startNs"]), key, message, domain, 0, args))
+                self.emit(Event(Kind.INSTANT, int(row["startNs"]), key, message, domain, 0, args))
             else:
                 self._slice(key, row.get("startNs"), row.get("endNs"), message, domain, args, "MSTX_EVENTS")
 
@@ -224,7 +231,7 @@ class _DbReader:
             if ev is None:
                 continue
             if connection is not None:
-                self.tasks_by_connection[connection].append(ev)
+                self.tasks_by_connection[connection].append((ev.ts, ev.thread))
             plane_info = comm.get(row.get("globalTaskId"))
             if plane_info is not None:
                 plane = plane_info.get("planeId")
@@ -232,7 +239,7 @@ class _DbReader:
                 self._slice(pkey, row.get("startNs"), row.get("endNs"), name, "", args, "TASK")
 
     def _communication_ops(self) -> None:
-        rows = self._dicts("COMMUNICATION_OP")
+        rows = list(self._dicts("COMMUNICATION_OP"))  # read twice: group names first
         groups = sorted({str(self._text(r.get("groupName"))) for r in rows})
         default_device = min(self.devices) if self.devices else 0
         for row in rows:
@@ -257,7 +264,7 @@ class _DbReader:
 
     def _cann_api(self) -> dict[int, Event]:
         types = self._enum("ENUM_API_TYPE")
-        by_connection: dict[int, Event] = {}
+        by_connection: dict[int, tuple[int, ThreadKey]] = {}
         for row in self._dicts("CANN_API"):
             tid = (row.get("globalTid") or 0) & 0xFFFFFFFF
             key = self._track(("cann", tid), f"CANN · Thread {tid}", (2, "CANN", tid, ""))
@@ -266,16 +273,16 @@ class _DbReader:
                 key, row.get("startNs"), row.get("endNs"), str(self._text(row.get("name"))), "", args, "CANN_API"
             )
             if ev is not None and row.get("connectionId") is not None:
-                by_connection[row["connectionId"]] = ev
+                by_connection[row["connectionId"]] = (ev.ts, ev.thread)
                 for n, task in enumerate(self.tasks_by_connection.get(row["connectionId"], ())):
-                    self._flow("HostToDevice", (row["connectionId"], n), ev, task)
+                    self._flow("HostToDevice", (row["connectionId"], n), (ev.ts, ev.thread), task)
         return by_connection
 
     def _pytorch_api(self, cann: dict[int, Event]) -> None:
         links: dict[int, list[int]] = defaultdict(list)
         for link_id, connection in self._rows("CONNECTION_IDS", ("id", "connectionId")):
             links[link_id].append(connection)
-        fwd_bwd: dict[int, list[Event]] = defaultdict(list)
+        fwd_bwd: dict[int, list[tuple[int, ThreadKey]]] = defaultdict(list)
         for row in self._dicts("PYTORCH_API"):
             tid = (row.get("globalTid") or 0) & 0xFFFFFFFF
             key = self._track(("python", tid), f"Python · Thread {tid}", (0, "Python", tid, ""))
@@ -297,22 +304,18 @@ class _DbReader:
                 continue
             for connection in links.get(row["connectionId"], ()):
                 if connection >= FWD_BWD_CONNECTION:
-                    fwd_bwd[connection].append(ev)
+                    fwd_bwd[connection].append((ev.ts, ev.thread))
                 for n, task in enumerate(self.tasks_by_connection.get(connection, ())):
-                    self._flow("torch_to_npu", (connection, n), ev, task)
+                    self._flow("torch_to_npu", (connection, n), (ev.ts, ev.thread), task)
         for connection, ops in fwd_bwd.items():
             if len(ops) >= 2:
-                ops.sort(key=lambda e: e.ts)
+                ops.sort(key=lambda op: op[0])
                 self._flow("fwdbwd", (connection, 0), ops[0], ops[-1])
 
-    def _flow(self, cat: str, fid: tuple, source: Event, target: Event) -> None:
+    def _flow(self, cat: str, fid: tuple, source: tuple[int, ThreadKey], target: tuple[int, ThreadKey]) -> None:
         flow_id = (cat, fid)
-        self.events.append(
-            Event(Kind.FLOW, source.ts, source.thread, cat, cat, flow_id=flow_id, flow_phase=FlowPhase.START)
-        )
-        self.events.append(
-            Event(Kind.FLOW, target.ts, target.thread, cat, cat, flow_id=flow_id, flow_phase=FlowPhase.END)
-        )
+        self.emit(Event(Kind.FLOW, source[0], source[1], cat, cat, flow_id=flow_id, flow_phase=FlowPhase.START))
+        self.emit(Event(Kind.FLOW, target[0], target[1], cat, cat, flow_id=flow_id, flow_phase=FlowPhase.END))
 
     def _overlap(self) -> None:
         for row in self._dicts("OVERLAP_ANALYSIS"):
@@ -340,7 +343,7 @@ class _DbReader:
                         continue
                     unit = VALUE_UNITS.get((table, col), col)
                     name = " ".join(part for part in (label, series, unit) if part)
-                    self.events.append(Event(Kind.COUNTER, int(ts), thread, name, "", value=value))
+                    self.emit(Event(Kind.COUNTER, int(ts), thread, name, "", value=value))
 
     def thread_infos(self) -> dict[ThreadKey, ThreadInfo]:
         several = len(self.devices) > 1

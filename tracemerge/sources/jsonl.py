@@ -80,6 +80,8 @@ def read(path: Path, layout: FileLayout) -> SourceData:
         if not line.strip():
             continue
         records += 1
+        if records % 65536 == 0:
+            layout.check_memory()
         try:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError:
