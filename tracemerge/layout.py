@@ -32,8 +32,8 @@ from tracemerge.spill import RunStore, SortedBuffer
 Flow = tuple[int, FlowPhase]
 SLICE, INSTANT = int(Kind.SLICE), int(Kind.INSTANT)
 # Items a file's buffers may hold in memory (about 200 bytes each) before they spill to disk.
-DEFAULT_BUDGET = 500_000
-_FLUSH_AT = 1 << 16  # packets an encoder collects before encoding them
+DEFAULT_BUDGET = 400_000
+_FLUSH_AT = 1 << 14  # packets an encoder collects before encoding them
 START, STEP, END = int(FlowPhase.START), int(FlowPhase.STEP), int(FlowPhase.END)
 
 
@@ -161,12 +161,13 @@ class FileLayout:
             body = self.describe(ev.name, ev.cat, ev.args)
             self.buffer(ev.origin, ev.thread).append((ev.ts, -ev.dur, int(kind), self.ordinal(), body))
 
-    def check_memory(self) -> None:
-        """Spill every buffer to disk when together they hold more than the budget."""
-        buffers = [*self.entries.values(), *self.points.values(), *self.samples.values()]
-        if sum(map(len, buffers)) > self.budget:
-            for buf in buffers:
-                buf.spill(self.store)
+    def check_memory(self, limit: int | None = None) -> None:
+        """Spill every buffer to disk when together they hold more than ``limit`` (the budget)."""
+        _spill_over(
+            [*self.entries.values(), *self.points.values(), *self.samples.values()],
+            self.budget if limit is None else limit,
+            self.store,
+        )
 
     @property
     def spilled_bytes(self) -> int:
@@ -214,6 +215,9 @@ class FileLayout:
                 found = idents[origin] = identity_of(origin)
             return found
 
+        # What the read left in memory goes to disk too, unless it is small: the bindings and the
+        # walk below need room of their own.
+        self.check_memory(self.budget // 4)
         firsts = [buf.smallest() for buf in (*self.entries.values(), *self.samples.values()) if buf.total]
         if not firsts:
             return result
@@ -368,44 +372,61 @@ class FileLayout:
         if not any(buf.total for buf in self.points.values()):
             return {}
         store = self.store
-        # Every point with its binding, sortable by source id: (role, rank, id key, ts, phase,
-        # ordinal, origin, thread, slice entry or None). Ordinals are unique: nothing after them
-        # is ever compared.
+        # Every point with its binding, sortable by source id: (namespace, id type, int id, other
+        # id, ts, phase, ordinal, thread, slice entry or None), where a namespace numbers an
+        # (origin, cat, name). Ordinals are unique: nothing after them is ever compared.
+        namespaces: dict[tuple, int] = {}
+        origins: list[OriginKey] = []
         bound = SortedBuffer()
+        add = bound.append
         for (origin, thread), pts in self.points.items():
             if not pts.total:
                 continue
-            sort_origin = (origin[0] or "", -1 if origin[1] is None else origin[1])
-            slices = (e for e in self.entries.get((origin, thread), SortedBuffer()).ordered(store) if e[2] == SLICE)
+            entries = self.entries.get((origin, thread))
+            slices = iter(entries.ordered(store)) if entries is not None else iter(())
             stack: list[tuple] = []
             upcoming = next(slices, None)
+            while upcoming is not None and upcoming[2] != SLICE:
+                upcoming = next(slices, None)
             for ts, phase, ordinal, key, bind_next in pts.ordered(store):
+                # The stack holds the slices open at ``ts``, outermost first (a slice that ended
+                # before the next one starts leaves it, so it stays as deep as the nesting).
+                while upcoming is not None and (upcoming[0] < ts or (upcoming[0] == ts and not bind_next)):
+                    start = upcoming[0]
+                    while stack and stack[-1][0] - stack[-1][1] < start:
+                        stack.pop()
+                    stack.append(upcoming)
+                    upcoming = next(slices, None)
+                    while upcoming is not None and upcoming[2] != SLICE:
+                        upcoming = next(slices, None)
                 target = None
                 if bind_next:
-                    while upcoming is not None and upcoming[0] < ts:
-                        stack.append(upcoming)
-                        upcoming = next(slices, None)
                     target = upcoming
                 else:
-                    while upcoming is not None and upcoming[0] <= ts:
-                        stack.append(upcoming)
-                        upcoming = next(slices, None)
                     while stack and stack[-1][0] - stack[-1][1] < ts:
                         stack.pop()
                     if stack:
                         target = stack[-1]
-                bound.append((*sort_origin, _sortable(key), ts, phase, ordinal, origin, thread, target and target[:4]))
-            if len(bound) > self.budget:
-                bound.spill(store)
+                cat, name, fid = key if type(key) is tuple and len(key) == 3 else ("", "", key)
+                ns = namespaces.get((origin, cat, name))
+                if ns is None:
+                    ns = namespaces[(origin, cat, name)] = len(origins)
+                    origins.append(origin)
+                if type(fid) is int:
+                    add((ns, 0, fid, "", ts, phase, ordinal, thread, target and target[:4]))
+                else:
+                    add((ns, 1, 0, repr(fid), ts, phase, ordinal, thread, target and target[:4]))
+                if len(bound) > self.budget // 4:
+                    bound.spill(store)
 
         limit = getattr(self.enc, "flows_per_slice", None)
         per_slice: Counter[int] = Counter()
         attached: dict[tuple[OriginKey, ThreadKey], SortedBuffer] = defaultdict(SortedBuffer)
         next_id = flow_id_base
         dropped = result.dropped
-        for _, group in itertools.groupby(bound.ordered(store), key=_id_of):
-            points = [(r[3], r[4], r[5], (r[7], r[8]), r[6]) for r in group]  # ts, phase, ordinal, target, origin
-            origin = points[0][4]
+        for (ns, *_), group in itertools.groupby(bound.ordered(store), key=_id_of):
+            points = [(r[4], r[5], r[6], (r[7], r[8])) for r in group]  # ts, phase, ordinal, (thread, target)
+            origin = origins[ns]
             who = ident(origin)
             if len(points) == 2 and points[0][1] != points[1][1] and points[0][1] + points[1][1] == END:
                 chains = [points] if points[0][1] == START else [[points[1], points[0]]]
@@ -436,12 +457,18 @@ class FileLayout:
                 last = len(kept) - 1
                 for n, (thread, entry) in enumerate(kept):
                     phase = START if n == 0 else END if n == last else STEP
-                    target = attached[(origin, thread)]
-                    target.append((*entry, next_id, phase))
-                    if len(target) > self.budget:
-                        target.spill(store)
+                    attached[(origin, thread)].append((*entry, next_id, phase))
+                if next_id & 0x3FFF == 0:
+                    _spill_over(attached.values(), self.budget // 4, store)
                 written.flows += last
         return attached
+
+
+def _spill_over(buffers: Iterable[SortedBuffer], limit: int, store: RunStore) -> None:
+    buffers = list(buffers)
+    if sum(map(len, buffers)) > limit:
+        for buf in buffers:
+            buf.spill(store)
 
 
 def _regrouped(buffers: dict, rekey: Callable[[tuple], tuple]) -> dict:
@@ -455,16 +482,8 @@ def _regrouped(buffers: dict, rekey: Callable[[tuple], tuple]) -> dict:
     return out
 
 
-def _sortable(key: Any) -> tuple:
-    """A flow id key, comparable with any other: (cat, name, id) with the id tagged by type."""
-    cat, name, fid = key if type(key) is tuple and len(key) == 3 else ("", "", key)
-    if type(fid) is int:
-        return (str(cat), str(name), 0, fid, "")
-    return (str(cat), str(name), 1, 0, repr(fid))
-
-
 def _id_of(record: tuple) -> tuple:
-    return record[:3]
+    return record[:4]
 
 
 def _slice_start(target: tuple) -> int:

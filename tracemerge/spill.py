@@ -9,6 +9,8 @@ order, merging the runs with what is still in memory, reading one block of each 
 from __future__ import annotations
 
 import heapq
+import itertools
+import itertools
 import marshal
 import os
 import tempfile
@@ -58,7 +60,8 @@ class SortedBuffer(list):
 
     def __init__(self) -> None:
         super().__init__()
-        self.runs: list[list[tuple[int, int]]] = []
+        # Per run: its blocks, its first and its last item.
+        self.runs: list[tuple[list[tuple[int, int]], tuple, tuple]] = []
         self.spilled = 0
         self.first = None  # the smallest item spilled so far
 
@@ -68,7 +71,7 @@ class SortedBuffer(list):
         self.sort()
         if self.first is None or self[0] < self.first:
             self.first = self[0]
-        self.runs.append(store.write(self))
+        self.runs.append((store.write(self), self[0], self[-1]))
         self.spilled += len(self)
         self.clear()
 
@@ -91,8 +94,20 @@ class SortedBuffer(list):
             self.first = other.first
 
     def ordered(self, store: RunStore) -> Iterable:
-        """Every item, in order."""
+        """Every item, in order.
+
+        Runs that follow one another (a trace written in time order spills that way) are read
+        one after the other; only overlapping ones are merged item by item.
+        """
         self.sort()
         if not self.runs:
             return self
-        return heapq.merge(*(store.read(run) for run in self.runs), self)
+        sources: list[tuple[Iterable, tuple, tuple]] = [
+            (store.read(blocks), first, last) for blocks, first, last in self.runs
+        ]
+        if self:
+            sources.append((self, self[0], self[-1]))
+        sources.sort(key=lambda source: source[1])
+        if all(a[2] <= b[1] for a, b in zip(sources, sources[1:])):
+            return itertools.chain.from_iterable(source[0] for source in sources)
+        return heapq.merge(*(source[0] for source in sources))

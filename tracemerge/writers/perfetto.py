@@ -252,7 +252,7 @@ class UnitEncoder:
             self.interned.clear()
 
 
-_BATCH = 1 << 16
+_BATCH = 1 << 14
 
 
 def _varint_sizes(values: np.ndarray) -> np.ndarray:
@@ -302,7 +302,10 @@ def pack_packets(stamped_head: bytes, times: list[int], events: list[bytes]) -> 
     at += length_sizes
     blob = np.frombuffer(b"".join(events), np.uint8)
     starts = np.cumsum(lengths) - lengths
-    out[np.repeat(at - starts, lengths) + np.arange(len(blob))] = blob
+    # Each event byte's place in the output (32-bit indices: a batch is far below 2 GB).
+    places = np.repeat((at - starts).astype(np.int32), lengths)
+    places += np.arange(len(blob), dtype=np.int32)
+    out[places] = blob
     return out.tobytes()
 
 

@@ -24,55 +24,57 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14perfetto_trace.proto\x12\x12tracemerge.pftrace\"8\n\x05Trace\x12/\n\x06packet\x18\x01 \x03(\x0b\x32\x1f.tracemerge.pftrace.TracePacket\"\xda\x04\n\x0bTracePacket\x12\x11\n\ttimestamp\x18\x08 \x01(\x04\x12\x1a\n\x12timestamp_clock_id\x18: \x01(\r\x12;\n\x0e\x63lock_snapshot\x18\x06 \x01(\x0b\x32!.tracemerge.pftrace.ClockSnapshotH\x00\x12\x35\n\x0btrack_event\x18\x0b \x01(\x0b\x32\x1e.tracemerge.pftrace.TrackEventH\x00\x12?\n\x10track_descriptor\x18< \x01(\x0b\x32#.tracemerge.pftrace.TrackDescriptorH\x00\x12$\n\x1atrusted_packet_sequence_id\x18\n \x01(\rH\x01\x12\x37\n\rinterned_data\x18\x0c \x01(\x0b\x32 .tracemerge.pftrace.InternedData\x12\x16\n\x0esequence_flags\x18\r \x01(\r\x12!\n\x19incremental_state_cleared\x18) \x01(\x08\x12 \n\x18\x66irst_packet_on_sequence\x18W \x01(\x08\x12\x12\n\nmachine_id\x18\x62 \x01(\r\"h\n\rSequenceFlags\x12\x13\n\x0fSEQ_UNSPECIFIED\x10\x00\x12!\n\x1dSEQ_INCREMENTAL_STATE_CLEARED\x10\x01\x12\x1f\n\x1bSEQ_NEEDS_INCREMENTAL_STATE\x10\x02\x42\x06\n\x04\x64\x61taB%\n#optional_trusted_packet_sequence_id\"\xe9\x01\n\rClockSnapshot\x12\x37\n\x06\x63locks\x18\x01 \x03(\x0b\x32\'.tracemerge.pftrace.ClockSnapshot.Clock\x12=\n\x13primary_trace_clock\x18\x02 \x01(\x0e\x32 .tracemerge.pftrace.BuiltinClock\x1a`\n\x05\x43lock\x12\x10\n\x08\x63lock_id\x18\x01 \x01(\r\x12\x11\n\ttimestamp\x18\x02 \x01(\x04\x12\x16\n\x0eis_incremental\x18\x03 \x01(\x08\x12\x1a\n\x12unit_multiplier_ns\x18\x04 \x01(\x04\"\xb0\x01\n\x11ProcessDescriptor\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x0f\n\x07\x63mdline\x18\x02 \x03(\t\x12\x14\n\x0cprocess_name\x18\x06 \x01(\t\x12\x18\n\x10process_priority\x18\x05 \x01(\x05\x12\x1a\n\x12start_timestamp_ns\x18\x07 \x01(\x03\x12\x19\n\x11legacy_sort_index\x18\x03 \x01(\x05\x12\x16\n\x0eprocess_labels\x18\x08 \x03(\t\"\\\n\x10ThreadDescriptor\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x0b\n\x03tid\x18\x02 \x01(\x03\x12\x13\n\x0bthread_name\x18\x05 \x01(\t\x12\x19\n\x11legacy_sort_index\x18\x03 \x01(\x05\"\x80\x02\n\x11\x43ounterDescriptor\x12\x38\n\x04unit\x18\x03 \x01(\x0e\x32*.tracemerge.pftrace.CounterDescriptor.Unit\x12\x11\n\tunit_name\x18\x06 \x01(\t\x12\x17\n\x0funit_multiplier\x18\x04 \x01(\x03\x12\x16\n\x0eis_incremental\x18\x05 \x01(\x08\x12\x18\n\x10y_axis_share_key\x18\x07 \x01(\t\"S\n\x04Unit\x12\x14\n\x10UNIT_UNSPECIFIED\x10\x00\x12\x10\n\x0cUNIT_TIME_NS\x10\x01\x12\x0e\n\nUNIT_COUNT\x10\x02\x12\x13\n\x0fUNIT_SIZE_BYTES\x10\x03\"\xb2\t\n\x0fTrackDescriptor\x12\x0c\n\x04uuid\x18\x01 \x01(\x04\x12\x13\n\x0bparent_uuid\x18\x05 \x01(\x04\x12\x0e\n\x04name\x18\x02 \x01(\tH\x00\x12\x15\n\x0bstatic_name\x18\n \x01(\tH\x00\x12\x13\n\x0b\x64\x65scription\x18\x0e \x01(\t\x12\x36\n\x07process\x18\x03 \x01(\x0b\x32%.tracemerge.pftrace.ProcessDescriptor\x12\x34\n\x06thread\x18\x04 \x01(\x0b\x32$.tracemerge.pftrace.ThreadDescriptor\x12\x36\n\x07\x63ounter\x18\x08 \x01(\x0b\x32%.tracemerge.pftrace.CounterDescriptor\x12+\n#disallow_merging_with_system_tracks\x18\t \x01(\x08\x12O\n\x0e\x63hild_ordering\x18\x0b \x01(\x0e\x32\x37.tracemerge.pftrace.TrackDescriptor.ChildTracksOrdering\x12\x1a\n\x12sibling_order_rank\x18\x0c \x01(\x05\x12X\n\x16sibling_merge_behavior\x18\x0f \x01(\x0e\x32\x38.tracemerge.pftrace.TrackDescriptor.SiblingMergeBehavior\x12\x1b\n\x11sibling_merge_key\x18\x10 \x01(\tH\x01\x12M\n\x10process_ordering\x18\x13 \x01(\x0e\x32\x33.tracemerge.pftrace.TrackDescriptor.ProcessOrdering\x12K\n\x0fthread_ordering\x18\x14 \x01(\x0e\x32\x32.tracemerge.pftrace.TrackDescriptor.ThreadOrdering\"V\n\x13\x43hildTracksOrdering\x12\x0b\n\x07UNKNOWN\x10\x00\x12\x11\n\rLEXICOGRAPHIC\x10\x01\x12\x11\n\rCHRONOLOGICAL\x10\x02\x12\x0c\n\x08\x45XPLICIT\x10\x03\"\xba\x01\n\x14SiblingMergeBehavior\x12&\n\"SIBLING_MERGE_BEHAVIOR_UNSPECIFIED\x10\x00\x12(\n$SIBLING_MERGE_BEHAVIOR_BY_TRACK_NAME\x10\x01\x12\x1f\n\x1bSIBLING_MERGE_BEHAVIOR_NONE\x10\x02\x12/\n+SIBLING_MERGE_BEHAVIOR_BY_SIBLING_MERGE_KEY\x10\x03\"R\n\x0fProcessOrdering\x12 \n\x1cPROCESS_ORDERING_UNSPECIFIED\x10\x00\x12\x1d\n\x19PROCESS_ORDERING_EXPLICIT\x10\x01\"O\n\x0eThreadOrdering\x12\x1f\n\x1bTHREAD_ORDERING_UNSPECIFIED\x10\x00\x12\x1c\n\x18THREAD_ORDERING_EXPLICIT\x10\x01\x42\x18\n\x16static_or_dynamic_nameB\x19\n\x17sibling_merge_key_field\"\xd0\x02\n\x0f\x44\x65\x62ugAnnotation\x12\x12\n\x08name_iid\x18\x01 \x01(\x04H\x00\x12\x0e\n\x04name\x18\n \x01(\tH\x00\x12\x14\n\nbool_value\x18\x02 \x01(\x08H\x01\x12\x14\n\nuint_value\x18\x03 \x01(\x04H\x01\x12\x13\n\tint_value\x18\x04 \x01(\x03H\x01\x12\x16\n\x0c\x64ouble_value\x18\x05 \x01(\x01H\x01\x12\x16\n\x0cstring_value\x18\x06 \x01(\tH\x01\x12\x1b\n\x11legacy_json_value\x18\t \x01(\tH\x01\x12\x39\n\x0c\x64ict_entries\x18\x0b \x03(\x0b\x32#.tracemerge.pftrace.DebugAnnotation\x12\x39\n\x0c\x61rray_values\x18\x0c \x03(\x0b\x32#.tracemerge.pftrace.DebugAnnotationB\x0c\n\nname_fieldB\x07\n\x05value\"\xdc\x03\n\nTrackEvent\x12\x15\n\rcategory_iids\x18\x03 \x03(\x04\x12\x12\n\ncategories\x18\x16 \x03(\t\x12\x12\n\x08name_iid\x18\n \x01(\x04H\x00\x12\x0e\n\x04name\x18\x17 \x01(\tH\x00\x12\x31\n\x04type\x18\t \x01(\x0e\x32#.tracemerge.pftrace.TrackEvent.Type\x12\x12\n\ntrack_uuid\x18\x0b \x01(\x04\x12\x17\n\rcounter_value\x18\x1e \x01(\x03H\x01\x12\x1e\n\x14\x64ouble_counter_value\x18, \x01(\x01H\x01\x12\x10\n\x08\x66low_ids\x18/ \x03(\x06\x12\x1c\n\x14terminating_flow_ids\x18\x30 \x03(\x06\x12>\n\x11\x64\x65\x62ug_annotations\x18\x04 \x03(\x0b\x32#.tracemerge.pftrace.DebugAnnotation\"j\n\x04Type\x12\x14\n\x10TYPE_UNSPECIFIED\x10\x00\x12\x14\n\x10TYPE_SLICE_BEGIN\x10\x01\x12\x12\n\x0eTYPE_SLICE_END\x10\x02\x12\x10\n\x0cTYPE_INSTANT\x10\x03\x12\x10\n\x0cTYPE_COUNTER\x10\x04\x42\x0c\n\nname_fieldB\x15\n\x13\x63ounter_value_field\"*\n\rEventCategory\x12\x0b\n\x03iid\x18\x01 \x01(\x04\x12\x0c\n\x04name\x18\x02 \x01(\t\"&\n\tEventName\x12\x0b\n\x03iid\x18\x01 \x01(\x04\x12\x0c\n\x04name\x18\x02 \x01(\t\"0\n\x13\x44\x65\x62ugAnnotationName\x12\x0b\n\x03iid\x18\x01 \x01(\x04\x12\x0c\n\x04name\x18\x02 \x01(\t\"\xc8\x01\n\x0cInternedData\x12;\n\x10\x65vent_categories\x18\x01 \x03(\x0b\x32!.tracemerge.pftrace.EventCategory\x12\x32\n\x0b\x65vent_names\x18\x02 \x03(\x0b\x32\x1d.tracemerge.pftrace.EventName\x12G\n\x16\x64\x65\x62ug_annotation_names\x18\x03 \x03(\x0b\x32\'.tracemerge.pftrace.DebugAnnotationName*\xcd\x02\n\x0c\x42uiltinClock\x12\x19\n\x15\x42UILTIN_CLOCK_UNKNOWN\x10\x00\x12\x1a\n\x16\x42UILTIN_CLOCK_REALTIME\x10\x01\x12!\n\x1d\x42UILTIN_CLOCK_REALTIME_COARSE\x10\x02\x12\x1b\n\x17\x42UILTIN_CLOCK_MONOTONIC\x10\x03\x12\"\n\x1e\x42UILTIN_CLOCK_MONOTONIC_COARSE\x10\x04\x12\x1f\n\x1b\x42UILTIN_CLOCK_MONOTONIC_RAW\x10\x05\x12\x1a\n\x16\x42UILTIN_CLOCK_BOOTTIME\x10\x06\x12\x15\n\x11\x42UILTIN_CLOCK_TSC\x10\t\x12\x16\n\x12\x42UILTIN_CLOCK_PERF\x10\n\x12\x1c\n\x18\x42UILTIN_CLOCK_TRACE_FILE\x10\x0b\x12\x18\n\x14\x42UILTIN_CLOCK_MAX_ID\x10?')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14perfetto_trace.proto\x12\x12tracemerge.pftrace\"8\n\x05Trace\x12/\n\x06packet\x18\x01 \x03(\x0b\x32\x1f.tracemerge.pftrace.TracePacket\"\xa2\x05\n\x0bTracePacket\x12\x11\n\ttimestamp\x18\x08 \x01(\x04\x12\x1a\n\x12timestamp_clock_id\x18: \x01(\r\x12;\n\x0e\x63lock_snapshot\x18\x06 \x01(\x0b\x32!.tracemerge.pftrace.ClockSnapshotH\x00\x12\x35\n\x0btrack_event\x18\x0b \x01(\x0b\x32\x1e.tracemerge.pftrace.TrackEventH\x00\x12?\n\x10track_descriptor\x18< \x01(\x0b\x32#.tracemerge.pftrace.TrackDescriptorH\x00\x12$\n\x1atrusted_packet_sequence_id\x18\n \x01(\rH\x01\x12\x37\n\rinterned_data\x18\x0c \x01(\x0b\x32 .tracemerge.pftrace.InternedData\x12\x16\n\x0esequence_flags\x18\r \x01(\r\x12!\n\x19incremental_state_cleared\x18) \x01(\x08\x12 \n\x18\x66irst_packet_on_sequence\x18W \x01(\x08\x12\x46\n\x15trace_packet_defaults\x18; \x01(\x0b\x32\'.tracemerge.pftrace.TracePacketDefaults\x12\x12\n\nmachine_id\x18\x62 \x01(\r\"h\n\rSequenceFlags\x12\x13\n\x0fSEQ_UNSPECIFIED\x10\x00\x12!\n\x1dSEQ_INCREMENTAL_STATE_CLEARED\x10\x01\x12\x1f\n\x1bSEQ_NEEDS_INCREMENTAL_STATE\x10\x02\x42\x06\n\x04\x64\x61taB%\n#optional_trusted_packet_sequence_id\"1\n\x13TracePacketDefaults\x12\x1a\n\x12timestamp_clock_id\x18: \x01(\r\"\xe9\x01\n\rClockSnapshot\x12\x37\n\x06\x63locks\x18\x01 \x03(\x0b\x32\'.tracemerge.pftrace.ClockSnapshot.Clock\x12=\n\x13primary_trace_clock\x18\x02 \x01(\x0e\x32 .tracemerge.pftrace.BuiltinClock\x1a`\n\x05\x43lock\x12\x10\n\x08\x63lock_id\x18\x01 \x01(\r\x12\x11\n\ttimestamp\x18\x02 \x01(\x04\x12\x16\n\x0eis_incremental\x18\x03 \x01(\x08\x12\x1a\n\x12unit_multiplier_ns\x18\x04 \x01(\x04\"\xb0\x01\n\x11ProcessDescriptor\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x0f\n\x07\x63mdline\x18\x02 \x03(\t\x12\x14\n\x0cprocess_name\x18\x06 \x01(\t\x12\x18\n\x10process_priority\x18\x05 \x01(\x05\x12\x1a\n\x12start_timestamp_ns\x18\x07 \x01(\x03\x12\x19\n\x11legacy_sort_index\x18\x03 \x01(\x05\x12\x16\n\x0eprocess_labels\x18\x08 \x03(\t\"\\\n\x10ThreadDescriptor\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x0b\n\x03tid\x18\x02 \x01(\x03\x12\x13\n\x0bthread_name\x18\x05 \x01(\t\x12\x19\n\x11legacy_sort_index\x18\x03 \x01(\x05\"\x80\x02\n\x11\x43ounterDescriptor\x12\x38\n\x04unit\x18\x03 \x01(\x0e\x32*.tracemerge.pftrace.CounterDescriptor.Unit\x12\x11\n\tunit_name\x18\x06 \x01(\t\x12\x17\n\x0funit_multiplier\x18\x04 \x01(\x03\x12\x16\n\x0eis_incremental\x18\x05 \x01(\x08\x12\x18\n\x10y_axis_share_key\x18\x07 \x01(\t\"S\n\x04Unit\x12\x14\n\x10UNIT_UNSPECIFIED\x10\x00\x12\x10\n\x0cUNIT_TIME_NS\x10\x01\x12\x0e\n\nUNIT_COUNT\x10\x02\x12\x13\n\x0fUNIT_SIZE_BYTES\x10\x03\"\xb2\t\n\x0fTrackDescriptor\x12\x0c\n\x04uuid\x18\x01 \x01(\x04\x12\x13\n\x0bparent_uuid\x18\x05 \x01(\x04\x12\x0e\n\x04name\x18\x02 \x01(\tH\x00\x12\x15\n\x0bstatic_name\x18\n \x01(\tH\x00\x12\x13\n\x0b\x64\x65scription\x18\x0e \x01(\t\x12\x36\n\x07process\x18\x03 \x01(\x0b\x32%.tracemerge.pftrace.ProcessDescriptor\x12\x34\n\x06thread\x18\x04 \x01(\x0b\x32$.tracemerge.pftrace.ThreadDescriptor\x12\x36\n\x07\x63ounter\x18\x08 \x01(\x0b\x32%.tracemerge.pftrace.CounterDescriptor\x12+\n#disallow_merging_with_system_tracks\x18\t \x01(\x08\x12O\n\x0e\x63hild_ordering\x18\x0b \x01(\x0e\x32\x37.tracemerge.pftrace.TrackDescriptor.ChildTracksOrdering\x12\x1a\n\x12sibling_order_rank\x18\x0c \x01(\x05\x12X\n\x16sibling_merge_behavior\x18\x0f \x01(\x0e\x32\x38.tracemerge.pftrace.TrackDescriptor.SiblingMergeBehavior\x12\x1b\n\x11sibling_merge_key\x18\x10 \x01(\tH\x01\x12M\n\x10process_ordering\x18\x13 \x01(\x0e\x32\x33.tracemerge.pftrace.TrackDescriptor.ProcessOrdering\x12K\n\x0fthread_ordering\x18\x14 \x01(\x0e\x32\x32.tracemerge.pftrace.TrackDescriptor.ThreadOrdering\"V\n\x13\x43hildTracksOrdering\x12\x0b\n\x07UNKNOWN\x10\x00\x12\x11\n\rLEXICOGRAPHIC\x10\x01\x12\x11\n\rCHRONOLOGICAL\x10\x02\x12\x0c\n\x08\x45XPLICIT\x10\x03\"\xba\x01\n\x14SiblingMergeBehavior\x12&\n\"SIBLING_MERGE_BEHAVIOR_UNSPECIFIED\x10\x00\x12(\n$SIBLING_MERGE_BEHAVIOR_BY_TRACK_NAME\x10\x01\x12\x1f\n\x1bSIBLING_MERGE_BEHAVIOR_NONE\x10\x02\x12/\n+SIBLING_MERGE_BEHAVIOR_BY_SIBLING_MERGE_KEY\x10\x03\"R\n\x0fProcessOrdering\x12 \n\x1cPROCESS_ORDERING_UNSPECIFIED\x10\x00\x12\x1d\n\x19PROCESS_ORDERING_EXPLICIT\x10\x01\"O\n\x0eThreadOrdering\x12\x1f\n\x1bTHREAD_ORDERING_UNSPECIFIED\x10\x00\x12\x1c\n\x18THREAD_ORDERING_EXPLICIT\x10\x01\x42\x18\n\x16static_or_dynamic_nameB\x19\n\x17sibling_merge_key_field\"\xd0\x02\n\x0f\x44\x65\x62ugAnnotation\x12\x12\n\x08name_iid\x18\x01 \x01(\x04H\x00\x12\x0e\n\x04name\x18\n \x01(\tH\x00\x12\x14\n\nbool_value\x18\x02 \x01(\x08H\x01\x12\x14\n\nuint_value\x18\x03 \x01(\x04H\x01\x12\x13\n\tint_value\x18\x04 \x01(\x03H\x01\x12\x16\n\x0c\x64ouble_value\x18\x05 \x01(\x01H\x01\x12\x16\n\x0cstring_value\x18\x06 \x01(\tH\x01\x12\x1b\n\x11legacy_json_value\x18\t \x01(\tH\x01\x12\x39\n\x0c\x64ict_entries\x18\x0b \x03(\x0b\x32#.tracemerge.pftrace.DebugAnnotation\x12\x39\n\x0c\x61rray_values\x18\x0c \x03(\x0b\x32#.tracemerge.pftrace.DebugAnnotationB\x0c\n\nname_fieldB\x07\n\x05value\"\xdc\x03\n\nTrackEvent\x12\x15\n\rcategory_iids\x18\x03 \x03(\x04\x12\x12\n\ncategories\x18\x16 \x03(\t\x12\x12\n\x08name_iid\x18\n \x01(\x04H\x00\x12\x0e\n\x04name\x18\x17 \x01(\tH\x00\x12\x31\n\x04type\x18\t \x01(\x0e\x32#.tracemerge.pftrace.TrackEvent.Type\x12\x12\n\ntrack_uuid\x18\x0b \x01(\x04\x12\x17\n\rcounter_value\x18\x1e \x01(\x03H\x01\x12\x1e\n\x14\x64ouble_counter_value\x18, \x01(\x01H\x01\x12\x10\n\x08\x66low_ids\x18/ \x03(\x06\x12\x1c\n\x14terminating_flow_ids\x18\x30 \x03(\x06\x12>\n\x11\x64\x65\x62ug_annotations\x18\x04 \x03(\x0b\x32#.tracemerge.pftrace.DebugAnnotation\"j\n\x04Type\x12\x14\n\x10TYPE_UNSPECIFIED\x10\x00\x12\x14\n\x10TYPE_SLICE_BEGIN\x10\x01\x12\x12\n\x0eTYPE_SLICE_END\x10\x02\x12\x10\n\x0cTYPE_INSTANT\x10\x03\x12\x10\n\x0cTYPE_COUNTER\x10\x04\x42\x0c\n\nname_fieldB\x15\n\x13\x63ounter_value_field\"*\n\rEventCategory\x12\x0b\n\x03iid\x18\x01 \x01(\x04\x12\x0c\n\x04name\x18\x02 \x01(\t\"&\n\tEventName\x12\x0b\n\x03iid\x18\x01 \x01(\x04\x12\x0c\n\x04name\x18\x02 \x01(\t\"0\n\x13\x44\x65\x62ugAnnotationName\x12\x0b\n\x03iid\x18\x01 \x01(\x04\x12\x0c\n\x04name\x18\x02 \x01(\t\"\xc8\x01\n\x0cInternedData\x12;\n\x10\x65vent_categories\x18\x01 \x03(\x0b\x32!.tracemerge.pftrace.EventCategory\x12\x32\n\x0b\x65vent_names\x18\x02 \x03(\x0b\x32\x1d.tracemerge.pftrace.EventName\x12G\n\x16\x64\x65\x62ug_annotation_names\x18\x03 \x03(\x0b\x32\'.tracemerge.pftrace.DebugAnnotationName*\xcd\x02\n\x0c\x42uiltinClock\x12\x19\n\x15\x42UILTIN_CLOCK_UNKNOWN\x10\x00\x12\x1a\n\x16\x42UILTIN_CLOCK_REALTIME\x10\x01\x12!\n\x1d\x42UILTIN_CLOCK_REALTIME_COARSE\x10\x02\x12\x1b\n\x17\x42UILTIN_CLOCK_MONOTONIC\x10\x03\x12\"\n\x1e\x42UILTIN_CLOCK_MONOTONIC_COARSE\x10\x04\x12\x1f\n\x1b\x42UILTIN_CLOCK_MONOTONIC_RAW\x10\x05\x12\x1a\n\x16\x42UILTIN_CLOCK_BOOTTIME\x10\x06\x12\x15\n\x11\x42UILTIN_CLOCK_TSC\x10\t\x12\x16\n\x12\x42UILTIN_CLOCK_PERF\x10\n\x12\x1c\n\x18\x42UILTIN_CLOCK_TRACE_FILE\x10\x0b\x12\x18\n\x14\x42UILTIN_CLOCK_MAX_ID\x10?')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'perfetto_trace_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_BUILTINCLOCK']._serialized_start=3836
-  _globals['_BUILTINCLOCK']._serialized_end=4169
+  _globals['_BUILTINCLOCK']._serialized_start=3959
+  _globals['_BUILTINCLOCK']._serialized_end=4292
   _globals['_TRACE']._serialized_start=44
   _globals['_TRACE']._serialized_end=100
   _globals['_TRACEPACKET']._serialized_start=103
-  _globals['_TRACEPACKET']._serialized_end=705
-  _globals['_TRACEPACKET_SEQUENCEFLAGS']._serialized_start=554
-  _globals['_TRACEPACKET_SEQUENCEFLAGS']._serialized_end=658
-  _globals['_CLOCKSNAPSHOT']._serialized_start=708
-  _globals['_CLOCKSNAPSHOT']._serialized_end=941
-  _globals['_CLOCKSNAPSHOT_CLOCK']._serialized_start=845
-  _globals['_CLOCKSNAPSHOT_CLOCK']._serialized_end=941
-  _globals['_PROCESSDESCRIPTOR']._serialized_start=944
-  _globals['_PROCESSDESCRIPTOR']._serialized_end=1120
-  _globals['_THREADDESCRIPTOR']._serialized_start=1122
-  _globals['_THREADDESCRIPTOR']._serialized_end=1214
-  _globals['_COUNTERDESCRIPTOR']._serialized_start=1217
-  _globals['_COUNTERDESCRIPTOR']._serialized_end=1473
-  _globals['_COUNTERDESCRIPTOR_UNIT']._serialized_start=1390
-  _globals['_COUNTERDESCRIPTOR_UNIT']._serialized_end=1473
-  _globals['_TRACKDESCRIPTOR']._serialized_start=1476
-  _globals['_TRACKDESCRIPTOR']._serialized_end=2678
-  _globals['_TRACKDESCRIPTOR_CHILDTRACKSORDERING']._serialized_start=2185
-  _globals['_TRACKDESCRIPTOR_CHILDTRACKSORDERING']._serialized_end=2271
-  _globals['_TRACKDESCRIPTOR_SIBLINGMERGEBEHAVIOR']._serialized_start=2274
-  _globals['_TRACKDESCRIPTOR_SIBLINGMERGEBEHAVIOR']._serialized_end=2460
-  _globals['_TRACKDESCRIPTOR_PROCESSORDERING']._serialized_start=2462
-  _globals['_TRACKDESCRIPTOR_PROCESSORDERING']._serialized_end=2544
-  _globals['_TRACKDESCRIPTOR_THREADORDERING']._serialized_start=2546
-  _globals['_TRACKDESCRIPTOR_THREADORDERING']._serialized_end=2625
-  _globals['_DEBUGANNOTATION']._serialized_start=2681
-  _globals['_DEBUGANNOTATION']._serialized_end=3017
-  _globals['_TRACKEVENT']._serialized_start=3020
-  _globals['_TRACKEVENT']._serialized_end=3496
-  _globals['_TRACKEVENT_TYPE']._serialized_start=3353
-  _globals['_TRACKEVENT_TYPE']._serialized_end=3459
-  _globals['_EVENTCATEGORY']._serialized_start=3498
-  _globals['_EVENTCATEGORY']._serialized_end=3540
-  _globals['_EVENTNAME']._serialized_start=3542
-  _globals['_EVENTNAME']._serialized_end=3580
-  _globals['_DEBUGANNOTATIONNAME']._serialized_start=3582
-  _globals['_DEBUGANNOTATIONNAME']._serialized_end=3630
-  _globals['_INTERNEDDATA']._serialized_start=3633
-  _globals['_INTERNEDDATA']._serialized_end=3833
+  _globals['_TRACEPACKET']._serialized_end=777
+  _globals['_TRACEPACKET_SEQUENCEFLAGS']._serialized_start=626
+  _globals['_TRACEPACKET_SEQUENCEFLAGS']._serialized_end=730
+  _globals['_TRACEPACKETDEFAULTS']._serialized_start=779
+  _globals['_TRACEPACKETDEFAULTS']._serialized_end=828
+  _globals['_CLOCKSNAPSHOT']._serialized_start=831
+  _globals['_CLOCKSNAPSHOT']._serialized_end=1064
+  _globals['_CLOCKSNAPSHOT_CLOCK']._serialized_start=968
+  _globals['_CLOCKSNAPSHOT_CLOCK']._serialized_end=1064
+  _globals['_PROCESSDESCRIPTOR']._serialized_start=1067
+  _globals['_PROCESSDESCRIPTOR']._serialized_end=1243
+  _globals['_THREADDESCRIPTOR']._serialized_start=1245
+  _globals['_THREADDESCRIPTOR']._serialized_end=1337
+  _globals['_COUNTERDESCRIPTOR']._serialized_start=1340
+  _globals['_COUNTERDESCRIPTOR']._serialized_end=1596
+  _globals['_COUNTERDESCRIPTOR_UNIT']._serialized_start=1513
+  _globals['_COUNTERDESCRIPTOR_UNIT']._serialized_end=1596
+  _globals['_TRACKDESCRIPTOR']._serialized_start=1599
+  _globals['_TRACKDESCRIPTOR']._serialized_end=2801
+  _globals['_TRACKDESCRIPTOR_CHILDTRACKSORDERING']._serialized_start=2308
+  _globals['_TRACKDESCRIPTOR_CHILDTRACKSORDERING']._serialized_end=2394
+  _globals['_TRACKDESCRIPTOR_SIBLINGMERGEBEHAVIOR']._serialized_start=2397
+  _globals['_TRACKDESCRIPTOR_SIBLINGMERGEBEHAVIOR']._serialized_end=2583
+  _globals['_TRACKDESCRIPTOR_PROCESSORDERING']._serialized_start=2585
+  _globals['_TRACKDESCRIPTOR_PROCESSORDERING']._serialized_end=2667
+  _globals['_TRACKDESCRIPTOR_THREADORDERING']._serialized_start=2669
+  _globals['_TRACKDESCRIPTOR_THREADORDERING']._serialized_end=2748
+  _globals['_DEBUGANNOTATION']._serialized_start=2804
+  _globals['_DEBUGANNOTATION']._serialized_end=3140
+  _globals['_TRACKEVENT']._serialized_start=3143
+  _globals['_TRACKEVENT']._serialized_end=3619
+  _globals['_TRACKEVENT_TYPE']._serialized_start=3476
+  _globals['_TRACKEVENT_TYPE']._serialized_end=3582
+  _globals['_EVENTCATEGORY']._serialized_start=3621
+  _globals['_EVENTCATEGORY']._serialized_end=3663
+  _globals['_EVENTNAME']._serialized_start=3665
+  _globals['_EVENTNAME']._serialized_end=3703
+  _globals['_DEBUGANNOTATIONNAME']._serialized_start=3705
+  _globals['_DEBUGANNOTATIONNAME']._serialized_end=3753
+  _globals['_INTERNEDDATA']._serialized_start=3756
+  _globals['_INTERNEDDATA']._serialized_end=3956
 # @@protoc_insertion_point(module_scope)
