@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import itertools
 import marshal
 import os
 import tempfile
@@ -108,6 +107,6 @@ class SortedBuffer(list):
         if self:
             sources.append((self, self[0], self[-1]))
         sources.sort(key=lambda source: source[1])
-        if all(a[2] <= b[1] for a, b in zip(sources, sources[1:])):
+        if all(a[2] <= b[1] for a, b in itertools.pairwise(sources)):
             return itertools.chain.from_iterable(source[0] for source in sources)
         return heapq.merge(*(source[0] for source in sources))
