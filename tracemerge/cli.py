@@ -15,7 +15,9 @@ from typer.core import TyperGroup
 from tracemerge import __version__
 from tracemerge.errors import TracemergeError
 from tracemerge.pipeline import merge as run_merge
-from tracemerge.report import EXIT_FATAL, EXIT_INCOMPLETE, EXIT_OK, format_found, format_outcome
+from tracemerge.progress import progress_bar
+from tracemerge.report import EXIT_FATAL, EXIT_INCOMPLETE, EXIT_OK, RunReport, format_found, format_outcome
+from tracemerge.select import Selection, parse_duration, parse_ranks, parse_roles, parse_window
 
 
 class _DefaultToMerge(TyperGroup):
@@ -63,9 +65,12 @@ def _err(message: str) -> None:
 @app.command()
 def merge(
     inputs: Annotated[list[Path], typer.Argument(help="Trace files or directories (searched recursively).")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Output file: .pftrace, .json or .json.gz.")],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Output file: .pftrace, .pftrace.gz, .json or .json.gz.")
+    ],
     format: Annotated[
-        Optional[str], typer.Option("--format", "-f", help="perfetto, json or json.gz (default: from -o).")
+        Optional[str],
+        typer.Option("--format", "-f", help="perfetto, perfetto.gz, json or json.gz (default: from -o)."),
     ] = None,
     report: Annotated[
         Optional[Path], typer.Option("--report", help="Also write the run report as JSON to this file.")
@@ -73,18 +78,52 @@ def merge(
     jobs: Annotated[
         int, typer.Option("--jobs", "-j", help="Worker processes reading and encoding files (0: automatic).")
     ] = 0,
+    roles: Annotated[Optional[str], typer.Option("--roles", help="Keep only these roles, e.g. actor,rollout.")] = None,
+    ranks: Annotated[Optional[str], typer.Option("--ranks", help="Keep only these ranks, e.g. 0-7,12.")] = None,
+    window: Annotated[
+        Optional[str],
+        typer.Option("--window", help="Keep START:END after the run start, e.g. 10s:25s, 500ms:, :2min."),
+    ] = None,
+    min_dur: Annotated[
+        Optional[str], typer.Option("--min-dur", help="Leave out slices shorter than this, e.g. 10us.")
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print errors only.")] = False,
 ) -> None:
     """Merge traces into one clock-aligned trace with a process per role and rank."""
-    show = (lambda _r: None) if quiet else (lambda r: _err(format_found(r)))
     try:
-        result = run_merge(inputs, output, format=format, jobs=jobs, on_plan=show)
-    except TracemergeError as exc:
-        _err(f"tracemerge: error: {exc}")
-        raise typer.Exit(EXIT_FATAL) from None
-    except OSError as exc:
-        _err(f"tracemerge: error: {exc}")
-        raise typer.Exit(EXIT_FATAL) from None
+        selection = Selection(
+            roles=parse_roles(roles) if roles is not None else None,
+            ranks=parse_ranks(ranks) if ranks is not None else None,
+            window=parse_window(window) if window is not None else None,
+            min_dur=parse_duration(min_dur) if min_dur is not None else 0,
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    with progress_bar(enabled=not quiet) as on_progress:
+
+        def show(r: RunReport) -> None:
+            if not quiet:
+                on_progress.pause()
+                _err(format_found(r))
+
+        try:
+            result = run_merge(
+                inputs,
+                output,
+                format=format,
+                jobs=jobs,
+                selection=selection,
+                on_plan=show,
+                on_progress=on_progress,
+            )
+        except TracemergeError as exc:
+            on_progress.pause()
+            _err(f"tracemerge: error: {exc}")
+            raise typer.Exit(EXIT_FATAL) from None
+        except OSError as exc:
+            on_progress.pause()
+            _err(f"tracemerge: error: {exc}")
+            raise typer.Exit(EXIT_FATAL) from None
     if report is not None:
         try:
             report.write_bytes(orjson.dumps(result.as_dict(), option=orjson.OPT_INDENT_2))

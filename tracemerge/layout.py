@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,6 +26,7 @@ import orjson
 from tracemerge.model import NO_ORIGIN, Event, FlowPhase, Identity, Kind, OriginKey, ThreadKey
 from tracemerge.plan import CounterTrack, ThreadTrack, lane_track
 from tracemerge.report import EventCounts
+from tracemerge.select import TimeFilter
 from tracemerge.spill import RunStore, SortedBuffer
 
 # A flow attached to a slice: (trace-wide flow id, its phase at this slice).
@@ -33,6 +34,9 @@ Flow = tuple[int, FlowPhase]
 SLICE, INSTANT = int(Kind.SLICE), int(Kind.INSTANT)
 # Items a file's buffers may hold in memory (about 200 bytes each) before they spill to disk.
 DEFAULT_BUDGET = 400_000
+FILTERED_TIME = "events outside --window"
+FILTERED_SHORT = "slices shorter than --min-dur"
+FILTERED_FLOW = "flows with an end left out by --window/--min-dur"
 _FLUSH_AT = 1 << 14  # packets an encoder collects before encoding them
 START, STEP, END = int(FlowPhase.START), int(FlowPhase.STEP), int(FlowPhase.END)
 
@@ -81,6 +85,7 @@ class LayoutResult:
     counter_series: dict[Identity, set[tuple[ThreadKey, str]]] = field(default_factory=lambda: defaultdict(set))
     lanes: list[ThreadTrack] = field(default_factory=list)
     dropped: Counter[str] = field(default_factory=Counter)
+    filtered: Counter[str] = field(default_factory=Counter)  # left out on request: not a loss
     moved_to_lanes: int = 0
     reversed_flows: int = 0
     ts_min: int | None = None  # in the file's own clock
@@ -189,13 +194,17 @@ class FileLayout:
         tracks: Tracks,
         ts_shift: int | None,
         flow_id_base: int,
+        keep: Callable[[Identity], bool] | None = None,
+        times: TimeFilter | None = None,
     ) -> LayoutResult:
         """Emit every track in order; timestamps are written as ``ts + ts_shift``.
 
         ``ts_shift`` None writes them relative to the file's earliest timestamp (``ts_min``).
+        Processes ``keep`` rejects and events ``times`` rejects are left out and counted in
+        ``result.filtered``.
         """
         try:
-            return self._finish(identity_of, tracks, ts_shift, flow_id_base)
+            return self._finish(identity_of, tracks, ts_shift, flow_id_base, keep, times)
         finally:
             self.store.close()
 
@@ -205,6 +214,8 @@ class FileLayout:
         tracks: Tracks,
         ts_shift: int | None,
         flow_id_base: int,
+        keep: Callable[[Identity], bool] | None,
+        times: TimeFilter | None,
     ) -> LayoutResult:
         result = LayoutResult()
         idents: dict[OriginKey, Identity] = {}
@@ -223,7 +234,9 @@ class FileLayout:
             return result
         result.ts_min = min(first[0] for first in firsts if first is not None)
         shift = -result.ts_min if ts_shift is None else ts_shift
-        attached = self._bind_flows(ident, result, flow_id_base)
+        if keep is not None:
+            self._leave_out(ident, keep, result)
+        attached = self._bind_flows(ident, result, flow_id_base, times)
         hi = result.ts_min
         store = self.store
         for (origin, thread), items in self.entries.items():
@@ -231,12 +244,15 @@ class FileLayout:
                 continue
             who = ident(origin)
             result.threads[who].add(thread)
+            ordered = items.ordered(store)
+            if times is not None:
+                ordered = _kept_entries(ordered, times, result.filtered, result.read[who])
             track = tracks.thread(who, thread)
             flows = attached.get((origin, thread))
             hi = max(
                 hi,
                 self._walk(
-                    items.ordered(store),
+                    ordered,
                     track,
                     flows.ordered(store) if flows is not None else (),
                     shift,
@@ -251,16 +267,35 @@ class FileLayout:
             who = ident(origin)
             result.counter_series[who].add((thread, name))
             track = tracks.counter(who, thread, name)
-            ts = 0
+            ts = written = 0
             for ts, _, value in samples.ordered(store):
+                if times is not None and not times.keeps_point(ts):
+                    result.filtered[FILTERED_TIME] += 1
+                    result.read[who].counters += 1
+                    continue
                 counter(track, ts + shift, value)
-            result.written[who].counters += samples.total
+                written += 1
+            result.written[who].counters += written
             hi = max(hi, ts)
         for who, counts in result.written.items():
-            read = result.read[who]
-            read.slices, read.instants, read.counters = counts.slices, counts.instants, counts.counters
+            read = result.read[who]  # holds what the selection left out so far
+            read.slices += counts.slices
+            read.instants += counts.instants
+            read.counters += counts.counters
         result.ts_max = hi
         return result
+
+    def _leave_out(
+        self, ident: Callable[[OriginKey], Identity], keep: Callable[[Identity], bool], result: LayoutResult
+    ) -> None:
+        """Drops the buffers of processes the selection leaves out, counting their events."""
+        for buffers, what in (
+            (self.entries, "slices and instants"),
+            (self.points, "flow points"),
+            (self.samples, "counter values"),
+        ):
+            for key in [k for k in buffers if not keep(ident(k[0]))]:
+                result.filtered[f"{what} of processes outside --roles/--ranks"] += buffers.pop(key).total
 
     def _walk(
         self,
@@ -357,7 +392,7 @@ class FileLayout:
         return n
 
     def _bind_flows(
-        self, ident: Callable[[OriginKey], Identity], result: LayoutResult, flow_id_base: int
+        self, ident: Callable[[OriginKey], Identity], result: LayoutResult, flow_id_base: int, times: TimeFilter | None
     ) -> dict[tuple[OriginKey, ThreadKey], SortedBuffer]:
         """Bind flow points to slices and number the flows; per thread, the attachments
         ``(start, -dur, kind, ordinal, flow id, phase)`` of its slices, in entry order.
@@ -442,6 +477,9 @@ class FileLayout:
                         if kept:
                             dropped["flow left with one endpoint after binding"] += 1
                         continue
+                if times is not None and not all(times.keeps_slice(t[1][0], -t[1][1]) for t in kept):
+                    result.filtered[FILTERED_FLOW] += 1
+                    continue
                 first = kept[0]
                 # Perfetto links flow points in time order; a flow whose end is stamped before its
                 # start (clock skew between host and device) is drawn from the earlier slice.
@@ -462,6 +500,24 @@ class FileLayout:
                     _spill_over(attached.values(), self.budget // 4, store)
                 written.flows += last
         return attached
+
+
+def _kept_entries(
+    items: Iterable[tuple], times: TimeFilter, filtered: Counter[str], left_out: EventCounts
+) -> Iterator[tuple]:
+    keeps_slice, keeps_point = times.keeps_slice, times.keeps_point
+    for item in items:
+        if item[2] == SLICE:
+            if keeps_slice(item[0], -item[1]):
+                yield item
+                continue
+            filtered[FILTERED_SHORT if -item[1] < times.min_dur else FILTERED_TIME] += 1
+            left_out.slices += 1
+        elif keeps_point(item[0]):
+            yield item
+        else:
+            filtered[FILTERED_TIME] += 1
+            left_out.instants += 1
 
 
 def _spill_over(buffers: Iterable[SortedBuffer], limit: int, store: RunStore) -> None:

@@ -46,6 +46,7 @@ from tracemerge.plan import (
     resolve_identity,
 )
 from tracemerge.report import ProcessReport, RunReport
+from tracemerge.select import EVERYTHING, Selection, TimeFilter
 from tracemerge.writers import WRITERS, Writer, writer_for
 
 # With jobs=0 (automatic), inputs smaller than this are merged in-process: a pool costs more than it saves.
@@ -66,6 +67,8 @@ class FileJob:
     unit: UnitPlan | None = None  # Chrome JSON's second read: the planned tracks and time shift
     salts: dict[Identity, str] = field(default_factory=dict)
     budget: int = DEFAULT_BUDGET  # events held in memory before they spill to disk
+    selection: Selection = EVERYTHING
+    window: tuple[int | None, int | None] | None = None  # in the file's own timestamps
 
 
 @dataclass
@@ -141,7 +144,13 @@ def _process_file(job: FileJob) -> FileOutcome:
             shift = job.unit.shift_ns
         else:
             tracks, shift = LocalTracks(job.salts), None
-        result = layout.finish(identity_of, tracks, shift, flow_id_base(job.sequence_id))
+        sel = job.selection
+        times = None
+        if job.window is not None or sel.min_dur:
+            lo, hi = job.window or (None, None)
+            times = TimeFilter(lo, hi, sel.min_dur)
+        keep = None if sel.roles is None and sel.ranks is None else sel.keeps
+        result = layout.finish(identity_of, tracks, shift, flow_id_base(job.sequence_id), keep, times)
         enc.close()
     if result.ts_min is None:
         return FileOutcome(cand, skipped=f"{cand.path}: no events")
@@ -179,6 +188,7 @@ def _process_file(job: FileJob) -> FileOutcome:
         moved_to_lanes=result.moved_to_lanes,
         reversed_flows=result.reversed_flows,
         salts=dict(job.salts),
+        filtered=result.filtered,
     )
     return FileOutcome(cand, scan=scan)
 
@@ -190,6 +200,7 @@ def merge(
     format: str | None = None,
     jobs: int = 0,
     memory_budget: int = DEFAULT_BUDGET,
+    selection: Selection = EVERYTHING,
     on_plan: Callable[[RunReport], None] | None = None,
     on_progress: Callable[[str], None] | None = None,
 ) -> RunReport:
@@ -199,7 +210,8 @@ def merge(
     decides (``.json``, ``.json.gz``, anything else Perfetto protobuf). ``jobs`` worker processes
     read and encode files in parallel (0: one per CPU when the inputs are large enough to gain).
     ``memory_budget`` is how many events a file's layout holds in memory before it spills sorted
-    runs to a temporary file beside the output (about 200 bytes each).
+    runs to a temporary file beside the output (about 200 bytes each). ``selection`` says which
+    processes, time window and slice durations to keep (everything by default).
     ``on_plan`` is called with the report of what was found before the output is assembled.
 
     Raises :class:`~tracemerge.errors.FatalError` when no output can be produced; then nothing
@@ -232,7 +244,14 @@ def merge(
             run = _Runner(pool, progress)
             # Sequence 1 carries the descriptors; each file gets the next, in discovery order.
             jobs_ = [
-                FileJob(c, n + 2, writer.name if writer.one_pass else "", work / f"{n:06d}.chunk", budget=memory_budget)
+                FileJob(
+                    c,
+                    n + 2,
+                    writer.name if writer.one_pass else "",
+                    work / f"{n:06d}.chunk",
+                    budget=memory_budget,
+                    selection=selection,
+                )
                 for n, c in enumerate(candidates)
             ]
             scans = _collect(run.map(jobs_, "read"), report)
@@ -241,31 +260,44 @@ def merge(
             plan = make_plan(scans)
             chunk_of = {j.candidate.path: j.chunk for j in jobs_}
             cand_of = {j.candidate.path: j.candidate for j in jobs_}
-            # Chrome JSON encodes with the plan; Perfetto re-encodes only files whose threads
-            # overlap another file's of the same process in time and so need their own copies.
-            redo = [
-                FileJob(
-                    cand_of[u.path],
-                    u.sequence_id,
-                    writer.name,
-                    chunk_of[u.path],
-                    u if not writer.one_pass else None,
-                    u.salts,
+            # Chrome JSON encodes with the plan. Perfetto re-encodes only files whose threads overlap
+            # another file's of the same process in time (they need their own copies), and files
+            # that a --window cuts; files wholly outside the window are left out.
+            scan_of = {sc.path: sc for sc in scans}
+            redo = []
+            for u in plan.units:
+                sc = scan_of[u.path]
+                window = _local_window(selection, u, sc)
+                if window == "outside":
+                    _leave_out_file(sc, chunk_of[u.path])
+                    continue
+                if writer.one_pass and u.salts == sc.salts and window is None:
+                    continue
+                unit = None if writer.one_pass else u
+                redo.append(
+                    FileJob(
+                        cand_of[u.path],
+                        u.sequence_id,
+                        writer.name,
+                        chunk_of[u.path],
+                        unit,
+                        u.salts,
+                        memory_budget,
+                        selection,
+                        window,
+                    )
                 )
-                for u in plan.units
-                if not writer.one_pass or u.salts != _scan_of(scans, u.path).salts
-            ]
             if redo:
                 again = {o.candidate.path: o for o in run.map(redo, "encode")}
-                for s in scans:
-                    outcome = again.get(s.path)
+                for sc in scans:
+                    outcome = again.get(sc.path)
                     if outcome is None:
                         continue
                     if outcome.scan is None:
-                        raise FatalError(f"{s.path}: changed while being merged ({outcome.skipped})")
-                    s.written, s.lanes = outcome.scan.written, outcome.scan.lanes
-                    s.moved_to_lanes, s.reversed_flows = outcome.scan.moved_to_lanes, outcome.scan.reversed_flows
-                    s.dropped = outcome.scan.dropped
+                        raise FatalError(f"{sc.path}: changed while being merged ({outcome.skipped})")
+                    new = outcome.scan
+                    sc.written, sc.lanes, sc.dropped, sc.filtered = new.written, new.lanes, new.dropped, new.filtered
+                    sc.moved_to_lanes, sc.reversed_flows = new.moved_to_lanes, new.reversed_flows
             _fill_report(report, plan, scans)
             if on_plan:
                 on_plan(report)
@@ -295,8 +327,30 @@ class _Runner:
             yield outcome
 
 
-def _scan_of(scans: list[FileScan], path: Path) -> FileScan:
-    return next(s for s in scans if s.path == path)
+def _local_window(selection: Selection, unit: UnitPlan, scan: FileScan) -> tuple[int | None, int | None] | str | None:
+    """The selection's window in a file's own timestamps: None when the file lies wholly inside
+    it (or there is none), "outside" when wholly outside."""
+    if selection.window is None or scan.local_min is None:
+        return None
+    start, end = selection.window
+    lo = None if start is None else start - unit.shift_ns
+    hi = None if end is None else end - unit.shift_ns
+    first, last = scan.local_min, scan.local_min + (scan.ts_max - scan.ts_min if scan.ts_max is not None else 0)
+    if (lo is not None and last < lo) or (hi is not None and first > hi):
+        return "outside"
+    if (lo is None or first >= lo) and (hi is None or last <= hi):
+        return None
+    return (lo, hi)
+
+
+def _leave_out_file(scan: FileScan, chunk: Path) -> None:
+    """A file wholly outside the --window: nothing of it is written."""
+    for counts in scan.written.values():
+        scan.filtered["events outside --window"] += counts.slices + counts.instants + counts.counters
+        scan.filtered["flows outside --window"] += counts.flows
+    scan.written = {}
+    scan.lanes = []
+    chunk.write_bytes(b"")
 
 
 def _work_dir(out_path: Path) -> Path:
@@ -343,6 +397,7 @@ def _fill_report(report: RunReport, plan: MergePlan, scans: list[FileScan]) -> N
             proc.read.add(counts)
         for ident, counts in s.written.items():
             procs[ident].written.add(counts)
+        report.filtered.update(s.filtered)
     report.processes = [procs[p.identity] for p in plan.processes]
 
 

@@ -76,6 +76,7 @@ class FileScan:
     moved_to_lanes: int = 0
     reversed_flows: int = 0
     salts: dict[Identity, str] = field(default_factory=dict)
+    filtered: Counter[str] = field(default_factory=Counter)  # left out on request
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,7 @@ class RunReport:
     skipped: list[str] = field(default_factory=list)  # one-line messages naming each file
     ignored: list[Path] = field(default_factory=list)
     dropped: Counter[str] = field(default_factory=Counter)  # reason -> input events not written
+    filtered: Counter[str] = field(default_factory=Counter)  # left out by --roles/--ranks/--window/--min-dur
     metadata_records: int = 0
     moved_to_lanes: int = 0
     reversed_flows: int = 0  # flows whose end was stamped before their start
@@ -104,6 +105,7 @@ class RunReport:
             "read": self.read.as_dict(),
             "written": self.written.as_dict(),
             "dropped": dict(self.dropped),
+            "filtered": dict(self.filtered),
             "skipped_files": list(self.skipped),
             "ignored_files": [str(p) for p in self.ignored],
             "metadata_records": self.metadata_records,
@@ -151,6 +153,8 @@ def format_outcome(report: RunReport) -> str:
             f"{report.reversed_flows:,} flows end before they start (host/device clock skew): "
             "drawn from the earlier slice"
         )
+    for reason, count in sorted(report.filtered.items(), key=lambda kv: (-kv[1], kv[0])):
+        lines.append(f"left out {count:,} {reason} (as asked)")
     for reason, count in sorted(report.dropped.items(), key=lambda kv: (-kv[1], kv[0])):
         lines.append(f"dropped {count:,} input events: {reason}")
     for message in report.skipped:
