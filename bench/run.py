@@ -1,11 +1,21 @@
-"""Benchmark tracemerge against baselines measured in the same run.
+"""Benchmark tracemerge against its peers and baselines, measured in the same run.
 
-    python bench/run.py [--ranks 8] [--steps 400] [--repeat 3] [--jobs 2]
+    python bench/run.py [--suite main|scaling|big|all] [--repeat 3] [--ranks 8] [--mb 23] [--keep]
 
-Writes a synthetic Kineto workload (bench/make_workload.py) to a temporary directory, then runs
-each command --repeat times, interleaved, as child processes, and reports the median wall time and
-the median peak RSS (from wait4) of each, and ratios against the naive-concatenation baseline.
-The machine may be shared and noisy: compare ratios from one run, not absolute seconds across runs.
+Writes synthetic workloads (bench/make_workload.py) to a temporary directory and times every
+command as a child process, the commands interleaved, ``--repeat`` times each; it reports the
+median wall time, CPU time (user + system, children included) and peak RSS (largest process,
+from wait4), the output size, and ratios against ``viztracer --combine`` (the baseline; run
+where viztracer is installed). The machine may be shared: compare ratios from one run, not
+seconds across runs.
+
+Suites:
+  main     8 ranks × 23 MB Kineto (GPU streams, ac2g flows, args on every event, pids shared by
+           ranks r and r+8): tracemerge to .pftrace and to .json, viztracer --combine,
+           HolisticTraceAnalysis's loader (where installed), a msgspec decode floor and a naive
+           json.load/json.dump concatenation; plus 8 ranks of AReaL JSONL and of Ascend text.
+  scaling  1, 8, 32 and 64 ranks of the same per-rank size: tracemerge and viztracer.
+  big      one Kineto file of 0.2, 0.5 and 1 GB: tracemerge and viztracer.
 """
 
 from __future__ import annotations
@@ -18,13 +28,25 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+PY = sys.executable
 
 
-def measure(cmd: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of one run of ``cmd``."""
+@dataclass
+class Runs:
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    rss: list[float] = field(default_factory=list)
+    out_mb: float = 0.0
+
+
+def measure(cmd: list[str], output: Path | None) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds and peak RSS (MB) of one run of ``cmd``."""
+    if output is not None and output.exists():
+        output.unlink()
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -32,91 +54,121 @@ def measure(cmd: list[str]) -> tuple[float, float]:
     err = proc.stderr.read().decode() if proc.stderr else ""
     code = os.waitstatus_to_exitcode(status)
     if code not in (0, 3):
-        raise SystemExit(f"{cmd[0]} failed ({code}): {err.strip()}")
-    return wall, usage.ru_maxrss / 1024
+        raise SystemExit(f"{' '.join(cmd[:3])} failed ({code}): {err.strip()[-500:]}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+
+
+def make(out: Path, *args: str) -> tuple[list[str], float]:
+    subprocess.run([PY, str(HERE / "make_workload.py"), str(out), *args], check=True, stdout=subprocess.DEVNULL)
+    files = sorted(str(p) for p in out.rglob("*") if p.is_file() and not p.name.startswith("profiler_info"))
+    return files, sum(Path(f).stat().st_size for f in files) / 1e6
+
+
+def commands(work: Path, run: Path, files: list[str], *, full: bool) -> dict[str, tuple[list[str], Path | None]]:
+    tm = [PY, "-m", "tracemerge", str(run), "-q"]
+    cmds: dict[str, tuple[list[str], Path | None]] = {
+        "tracemerge -o .pftrace": ([*tm, "-o", str(work / "out.pftrace")], work / "out.pftrace"),
+    }
+    if full:
+        cmds["tracemerge -o .json"] = ([*tm, "-o", str(work / "out.json")], work / "out.json")
+    if shutil.which("viztracer"):
+        viz = work / "viz.json"
+        cmds["viztracer --combine"] = (["viztracer", "--combine", *files, "-o", str(viz)], viz)
+    if full:
+        try:
+            import hta  # noqa: F401
+
+            cmds["HolisticTraceAnalysis loader"] = ([PY, str(HERE / "hta_load.py"), str(run / "trainer")], None)
+        except ImportError:
+            pass
+        cmds["msgspec decode floor"] = ([PY, str(HERE / "decode_floor.py"), *files], None)
+        naive = work / "naive.json"
+        cmds["naive json.load + dump"] = ([PY, str(HERE / "naive_concat.py"), str(naive), *files], naive)
+    return cmds
+
+
+def bench(title: str, work: Path, run: Path, files: list[str], size: float, repeat: int, full: bool) -> None:
+    cmds = commands(work, run, files, full=full)
+    results = {name: Runs() for name in cmds}
+    for _ in range(repeat):
+        for name, (cmd, output) in cmds.items():
+            wall, cpu, rss = measure(cmd, output)
+            r = results[name]
+            r.wall.append(wall)
+            r.cpu.append(cpu)
+            r.rss.append(rss)
+            if output is not None and output.exists():
+                r.out_mb = output.stat().st_size / 1e6
+    base = results.get("viztracer --combine")
+    print(f"\n### {title}: {len(files)} files, {size:,.1f} MB; median of {repeat}; {os.cpu_count()} cores\n")
+    print("| command | wall s | CPU s | peak RSS MB | output MB | wall vs viztracer | RSS vs viztracer |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, r in results.items():
+        wall, cpu, rss = statistics.median(r.wall), statistics.median(r.cpu), statistics.median(r.rss)
+        ratios = ("", "")
+        if base is not None:
+            ratios = (
+                f"{wall / statistics.median(base.wall):.2f}x",
+                f"{rss / statistics.median(base.rss):.2f}x",
+            )
+        out = f"{r.out_mb:,.1f}" if r.out_mb else "-"
+        print(f"| {name} | {wall:.2f} | {cpu:.2f} | {rss:.0f} | {out} | {ratios[0]} | {ratios[1]} |")
+    sys.stdout.flush()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--suite", choices=("main", "scaling", "big", "all"), default="main")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--keep", action="store_true", help="keep the workload and outputs")
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--mb", type=float, default=23.0, help="size of one rank's file")
+    parser.add_argument("--keep", action="store_true", help="keep the workloads and outputs")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="tracemerge-bench-"))
     try:
-        subprocess.run(
-            [
-                sys.executable,
-                str(HERE / "make_workload.py"),
-                str(work / "run"),
-                "--ranks",
-                str(args.ranks),
-                "--steps",
-                str(args.steps),
-            ],
-            check=True,
-        )
-        files = sorted(str(p) for p in (work / "run").rglob("*.json"))
-        size = sum(Path(f).stat().st_size for f in files) / 1e6
-        tm = [sys.executable, "-m", "tracemerge", str(work / "run"), "-q"]
-        commands = {
-            "naive concat (json.load + dump)": [
-                sys.executable,
-                str(HERE / "naive_concat.py"),
-                str(work / "naive.json"),
-                *files,
-            ],
-            "tracemerge -o .pftrace": [*tm, "-o", str(work / "out.pftrace"), "--jobs", "1"],
-            "tracemerge -o .json": [*tm, "-o", str(work / "out.json"), "--jobs", "1"],
-            f"tracemerge -o .pftrace --jobs {args.jobs}": [
-                *tm,
-                "-o",
-                str(work / "outj.pftrace"),
-                "--jobs",
-                str(args.jobs),
-            ],
-        }
-        if shutil.which("viztracer"):
-            commands["viztracer --combine"] = ["viztracer", "--combine", *files, "-o", str(work / "viz.json")]
-        results: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
-        for _ in range(args.repeat):
-            for name, cmd in commands.items():
-                results[name].append(measure(cmd))
-
-        events = _count_events(files)
-        base_wall = statistics.median(w for w, _ in results["naive concat (json.load + dump)"])
-        base_rss = statistics.median(r for _, r in results["naive concat (json.load + dump)"])
-        print(
-            f"workload: {args.ranks} ranks, {len(files)} files, {size:.1f} MB, {events:,} events; "
-            f"median of {args.repeat} interleaved runs; {os.cpu_count()} cores"
-        )
-        print("| command | wall s (median) | peak RSS MB (median) | events/s | wall vs baseline | RSS vs baseline |")
-        print("|---|---:|---:|---:|---:|---:|")
-        for name, runs in results.items():
-            wall = statistics.median(w for w, _ in runs)
-            rss = statistics.median(r for _, r in runs)
-            print(
-                f"| {name} | {wall:.2f} | {rss:.0f} | {events / wall:,.0f} | {wall / base_wall:.2f}x | "
-                f"{rss / base_rss:.2f}x |"
-            )
-        for out in ("out.pftrace", "out.json", "naive.json"):
-            path = work / out
-            if path.exists():
-                print(f"output {out}: {path.stat().st_size / 1e6:.1f} MB")
+        if args.suite in ("main", "all"):
+            run = work / "kineto"
+            files, size = make(run, "--ranks", str(args.ranks), "--mb", str(args.mb))
+            bench(f"Kineto, {args.ranks} ranks × {args.mb:g} MB", work, run, files, size, args.repeat, True)
+            for kind in ("areal", "ascend"):
+                run = work / kind
+                files, size = make(run, "--ranks", str(args.ranks), "--mb", str(args.mb), "--kind", kind)
+                tm_only = {"tracemerge -o .pftrace"}
+                cmds = commands(work, run, files, full=False)
+                results = {name: Runs() for name in cmds if name in tm_only}
+                for _ in range(args.repeat):
+                    for name in results:
+                        cmd, output = cmds[name]
+                        wall, cpu, rss = measure(cmd, output)
+                        results[name].wall.append(wall)
+                        results[name].cpu.append(cpu)
+                        results[name].rss.append(rss)
+                        results[name].out_mb = output.stat().st_size / 1e6 if output else 0
+                for name, r in results.items():
+                    wall, cpu, rss = (statistics.median(x) for x in (r.wall, r.cpu, r.rss))
+                    print(
+                        f"\n{kind}: {len(files)} files, {size:,.1f} MB: {name}: wall {wall:.2f} s, "
+                        f"CPU {cpu:.2f} s, peak RSS {rss:.0f} MB, output {r.out_mb:,.1f} MB"
+                    )
+                shutil.rmtree(run)
+        if args.suite in ("scaling", "all"):
+            for ranks in (1, 8, 32, 64):
+                run = work / f"scale{ranks}"
+                files, size = make(run, "--ranks", str(ranks), "--mb", str(args.mb))
+                bench(f"Scaling: {ranks} ranks × {args.mb:g} MB", work, run, files, size, args.repeat, False)
+                shutil.rmtree(run)
+        if args.suite in ("big", "all"):
+            for mb in (200, 500, 1000):
+                run = work / f"big{mb}"
+                files, size = make(run, "--ranks", "1", "--mb", str(mb))
+                bench(f"One file of {mb} MB", work, run, files, size, args.repeat, False)
+                shutil.rmtree(run)
     finally:
         if args.keep:
             print(f"kept {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
-
-
-def _count_events(files: list[str]) -> int:
-    import orjson
-
-    return sum(sum(1 for e in orjson.loads(Path(f).read_bytes())["traceEvents"] if e.get("ph") != "M") for f in files)
 
 
 if __name__ == "__main__":

@@ -226,9 +226,10 @@ class FileLayout:
                 found = idents[origin] = identity_of(origin)
             return found
 
-        # What the read left in memory goes to disk too, unless it is small: the bindings and the
-        # walk below need room of their own.
-        self.check_memory(self.budget // 4)
+        # A file that spilled while it was read spills the rest too: the bindings and the walk
+        # below need room of their own. One that fits stays in memory.
+        if self.store.size:
+            self.check_memory(0)
         firsts = [buf.smallest() for buf in (*self.entries.values(), *self.samples.values()) if buf.total]
         if not firsts:
             return result
@@ -327,8 +328,9 @@ class FileLayout:
         if packets is not None:
             times, events, begin_tail, end_event = packets(track)
             add_time, add_event = times.append, events.append
+            flow_fields = enc.flow_fields
         for start, negdur, kind, ordinal, body in items:
-            if packets is not None and kind == SLICE and (pending is None or pending[3] != ordinal):
+            if packets is not None and kind == SLICE:
                 while stack and stack[-1] <= start:
                     add_time(stack.pop() + shift)
                     add_event(end_event)
@@ -336,7 +338,14 @@ class FileLayout:
                 if not stack or stack[-1] >= end:
                     stack.append(end)
                     add_time(start + shift)
-                    add_event(body + begin_tail)
+                    if pending is not None and pending[3] == ordinal:
+                        flows = []
+                        while pending is not None and pending[3] == ordinal:
+                            flows.append((pending[4], pending[5]))
+                            pending = next(flows_of, None)
+                        add_event(body + begin_tail + flow_fields(flows))
+                    else:
+                        add_event(body + begin_tail)
                     slices += 1
                     if end > hi:
                         hi = end
@@ -459,15 +468,43 @@ class FileLayout:
         attached: dict[tuple[OriginKey, ThreadKey], SortedBuffer] = defaultdict(SortedBuffer)
         next_id = flow_id_base
         dropped = result.dropped
+        counts: dict[int, tuple[EventCounts, EventCounts]] = {}
+        fast = limit is None and times is None
         for (ns, *_), group in itertools.groupby(bound.ordered(store), key=_id_of):
-            points = [(r[4], r[5], r[6], (r[7], r[8])) for r in group]  # ts, phase, ordinal, (thread, target)
             origin = origins[ns]
-            who = ident(origin)
+            found = counts.get(ns)
+            if found is None:
+                who = ident(origin)
+                found = counts[ns] = (result.read[who], result.written[who])
+            read, written = found
+            records = list(group)
+            if fast and len(records) == 2:
+                # The common case, one start and one end (Kineto's ac2g): no chain to assemble.
+                a, b = records
+                if a[5] == START and b[5] == END:
+                    start_rec, end_rec = a, b
+                elif b[5] == START and a[5] == END:
+                    start_rec, end_rec = b, a
+                else:
+                    start_rec = None
+                if start_rec is not None and start_rec[8] is not None and end_rec[8] is not None:
+                    read.flows += 1
+                    written.flows += 1
+                    next_id += 1
+                    source, target = start_rec[8], end_rec[8]
+                    if target[0] < source[0]:  # drawn from the earlier slice (host/device clock skew)
+                        result.reversed_flows += 1
+                        start_rec, end_rec, source, target = end_rec, start_rec, target, source
+                    attached[(origin, start_rec[7])].append((*source, next_id, START))
+                    attached[(origin, end_rec[7])].append((*target, next_id, END))
+                    if next_id & 0x3FFF == 0:
+                        _spill_over(attached.values(), self.budget // 4, store)
+                    continue
+            points = [(r[4], r[5], r[6], (r[7], r[8])) for r in records]  # ts, phase, ordinal, (thread, target)
             if len(points) == 2 and points[0][1] != points[1][1] and points[0][1] + points[1][1] == END:
                 chains = [points] if points[0][1] == START else [[points[1], points[0]]]
             else:
                 chains = _chains(points, dropped)
-            read, written = result.read[who], result.written[who]
             for chain in chains:
                 read.flows += len(chain) - 1
                 kept = [p[3] for p in chain if p[3][1] is not None]

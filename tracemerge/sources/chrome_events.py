@@ -129,7 +129,7 @@ class ChromeEvents:
         self.counter_threads: set[ThreadKey] = set()
         # B and E events per thread, paired once the whole file is read: (ts, file position, B | E args)
         self._pending: dict[tuple, list[tuple[int, int, Any]]] = {}
-        self._buffers: dict[tuple, list] = {}
+        self._buffers: dict[OriginKey, dict[tuple, list]] = {}
         self._points: dict[tuple, list] = {}
 
     def add_batch(self, batch: list, origin: OriginKey = NO_ORIGIN, plain_text: bool = False) -> None:
@@ -144,7 +144,9 @@ class ChromeEvents:
         heads = layout.enc.args_heads if plain_text else ()
         n_heads = len(heads)
         ordinal = layout.ordinal
-        buffers = self._buffers
+        buffers = self._buffers.get(origin)
+        if buffers is None:
+            buffers = self._buffers[origin] = {}
         add = self.add
         device_pids = self.device_pids
         points = self._points
@@ -172,9 +174,9 @@ class ChromeEvents:
             pid, tid = e.pid, e.tid
             if type(tid) is str or type(pid) is str:
                 pid, tid = _hashable(pid), _hashable(tid)
-            buf = buffers.get((origin, pid, tid))
+            buf = buffers.get((pid, tid))
             if buf is None:
-                buf = self._new_buffer(origin, pid, tid)
+                buf = buffers[(pid, tid)] = self._new_buffer(origin, pid, tid)
             ts, dur = e.ts, e.dur
             # Float µs below 2**43 identify their 3-decimal text: check the rounded guess.
             if type(ts) is float and type(dur) is float and -_LIMIT < ts < _LIMIT and 0 <= dur < _LIMIT:
@@ -198,17 +200,14 @@ class ChromeEvents:
             body = prefixes.get((name, cat))
             if body is None:
                 body = prefix(_text(name), _text(cat))
-            args = e.args
+            args = e.args  # raw JSON text
             if args:
-                if type(args) is msgspec.Raw:
-                    text = bytes(args)
-                    if len(text) < n_heads:
-                        if text != b"{}":
-                            body += heads[len(text)] + text
-                    elif text != b"{}":
-                        body += args_field(text)
-                else:
-                    body = layout.describe(_text(name), _text(cat), args)
+                text = bytes(args)
+                n = len(text)
+                if 2 < n < n_heads:
+                    body += heads[n] + text
+                elif n > 2:
+                    body += args_field(text)
             buf.append((start, -length, SLICE, ordinal(), body))
 
     def _new_points(self, origin: OriginKey, pid: Any, tid: Any) -> list:
@@ -220,8 +219,7 @@ class ChromeEvents:
     def _new_buffer(self, origin: OriginKey, pid: Any, tid: Any) -> list:
         thread = (pid, tid)
         self.threads_seen.add(thread)
-        buf = self._buffers[(origin, pid, tid)] = self.layout.buffer(origin, thread)
-        return buf
+        return self.layout.buffer(origin, thread)
 
     def _bad_complete(self, e: Any) -> None:
         if e.ts is None:

@@ -218,14 +218,17 @@ class UnitEncoder:
         tail = self.begin_tails.get(track.uuid) or self._tails(track.uuid)
         return self.times, self.events, tail, self.end_events[track.uuid]
 
+    @staticmethod
+    def flow_fields(flows: list[Flow]) -> bytes:
+        """A BEGIN's flow ids: the last point of a flow terminates it."""
+        return b"".join(
+            (_K_TERMINATING_FLOW if phase == FlowPhase.END else _K_FLOW) + _pack_q(fid) for fid, phase in flows
+        )
+
     def slice_begin(self, track: ThreadTrack, ts: int, dur: int, body: bytes, flows: list[Flow] | None) -> None:
         tail = self.begin_tails.get(track.uuid) or self._tails(track.uuid)
         self.times.append(ts)
-        if flows:
-            tail += b"".join(
-                (_K_TERMINATING_FLOW if phase == FlowPhase.END else _K_FLOW) + _pack_q(fid) for fid, phase in flows
-            )
-        self.events.append(body + tail)
+        self.events.append(body + tail + self.flow_fields(flows) if flows else body + tail)
 
     def slice_end(self, track: ThreadTrack, ts: int) -> None:
         self.times.append(ts)
