@@ -121,14 +121,15 @@ class EventStream:
                 yield from self._finish(buf)
                 return
             cut = _last_boundary(buf)
-            if cut is None:
+            decoded = self._decode_prefix(buf, cut) if cut is not None else None
+            if decoded is None:  # not one whole event yet: read on
                 more = next(blocks, None)
                 if more is None:
                     eof = True
                 else:
                     buf += more
                 continue
-            events, used = self._decode_prefix(buf, cut)
+            events, used = decoded
             yield events
             buf = self._advance(buf, used)
 
@@ -165,8 +166,7 @@ class EventStream:
             lead = len(buf) - len(head)
             if head[:1] == b"[":
                 self.bare = True
-                self._advance(buf, lead + 1)
-                return head[1:]
+                return self._advance(buf, lead + 1)
             if head[:1] != b"{":
                 break
             pos = head.find(b'"traceEvents"')
@@ -176,10 +176,7 @@ class EventStream:
                     value = after[1:].lstrip(_WS)
                     if value[:1] == b"[":
                         self._read_object(head[:pos].rstrip(_WS).rstrip(b",") + b"}", buf, lead)
-                        used = len(buf) - len(value) + 1
-                        rest = buf[used:]
-                        self._advance(buf, used)
-                        return rest
+                        return self._advance(buf, len(buf) - len(value) + 1)
                     if value:
                         raise InputError(self.path, "traceEvents is not an array")
             if len(buf) > _HEAD_LIMIT:
@@ -198,8 +195,9 @@ class EventStream:
         if type(value) is dict:
             self.meta.update(value)
 
-    def _decode_prefix(self, buf: bytes, cut: int) -> tuple[list, int]:
-        """Events of ``buf[:cut + 1]``, cut earlier when that boundary lies inside a string."""
+    def _decode_prefix(self, buf: bytes, cut: int) -> tuple[list, int] | None:
+        """Events of ``buf[:cut + 1]``, cut earlier when that boundary lies inside a string;
+        None when no boundary before ``cut`` ends an event."""
         while True:
             doc = b"[" + buf[: cut + 1] + b"]"
             try:
@@ -209,7 +207,7 @@ class EventStream:
                     raise Damage(f"invalid JSON ({_reason(exc)})", self._where(buf, _pos(exc, doc) - 1)) from None
             earlier = _last_boundary(buf, 0, cut)
             if earlier is None:
-                raise Damage("invalid JSON (unexpected end of data)", self._where(buf, cut))
+                return None
             cut = earlier
 
     def _finish(self, buf: bytes) -> Iterator[list]:
@@ -234,9 +232,10 @@ class EventStream:
         # The array never closes: keep every complete event, then say where the file stopped.
         while True:
             cut = _last_boundary(buf)
-            if cut is None:
+            decoded = self._decode_prefix(buf, cut) if cut is not None else None
+            if decoded is None:
                 break
-            events, used = self._decode_prefix(buf, cut)
+            events, used = decoded
             yield events
             buf = self._advance(buf, used)
         last = buf.rstrip(_WS)
