@@ -36,6 +36,7 @@ from tracemerge.layout import DEFAULT_BUDGET, FileLayout
 from tracemerge.model import UNIX_EPOCH, ClockDomain, Identity, ThreadInfo
 from tracemerge.plan import (
     FileScan,
+    IdCollision,
     LocalTracks,
     MergePlan,
     PlannedTracks,
@@ -69,6 +70,7 @@ class FileJob:
     budget: int = DEFAULT_BUDGET  # events held in memory before they spill to disk
     selection: Selection = EVERYTHING
     window: tuple[int | None, int | None] | None = None  # in the file's own timestamps
+    wide_ids: bool = False  # 63-bit track uuids (after narrow ones collided)
 
 
 @dataclass
@@ -143,7 +145,7 @@ def _process_file(job: FileJob) -> FileOutcome:
             tracks: Any = PlannedTracks(job.unit)
             shift = job.unit.shift_ns
         else:
-            tracks, shift = LocalTracks(job.salts), None
+            tracks, shift = LocalTracks(job.salts, job.wide_ids), None
         sel = job.selection
         times = None
         if job.window is not None or sel.min_dur:
@@ -243,21 +245,30 @@ def merge(
             pool = stack.enter_context(ProcessPoolExecutor(workers)) if workers > 1 else None
             run = _Runner(pool, progress)
             # Sequence 1 carries the descriptors; each file gets the next, in discovery order.
-            jobs_ = [
-                FileJob(
-                    c,
-                    n + 2,
-                    writer.name if writer.one_pass else "",
-                    work / f"{n:06d}.chunk",
-                    budget=memory_budget,
-                    selection=selection,
-                )
-                for n, c in enumerate(candidates)
-            ]
-            scans = _collect(run.map(jobs_, "read"), report)
-            if not scans:
-                raise FatalError("no usable trace files: " + "; ".join(report.skipped))
-            plan = make_plan(scans)
+            found_skipped, found_ignored = len(report.skipped), len(report.ignored)
+            for wide in (False, True):
+                jobs_ = [
+                    FileJob(
+                        c,
+                        n + 2,
+                        writer.name if writer.one_pass else "",
+                        work / f"{n:06d}.chunk",
+                        budget=memory_budget,
+                        selection=selection,
+                        wide_ids=wide,
+                    )
+                    for n, c in enumerate(candidates)
+                ]
+                del report.skipped[found_skipped:], report.ignored[found_ignored:]
+                scans = _collect(run.map(jobs_, "read"), report)
+                if not scans:
+                    raise FatalError("no usable trace files: " + "; ".join(report.skipped))
+                try:
+                    plan = make_plan(scans, wide)
+                    break
+                except IdCollision:  # as rare as two equal 35-bit hashes: encode again, wide
+                    if wide:
+                        raise FatalError("two tracks hash to one 63-bit uuid") from None
             chunk_of = {j.candidate.path: j.chunk for j in jobs_}
             cand_of = {j.candidate.path: j.candidate for j in jobs_}
             # Chrome JSON encodes with the plan. Perfetto re-encodes only files whose threads overlap
@@ -285,6 +296,7 @@ def merge(
                         memory_budget,
                         selection,
                         window,
+                        wide,
                     )
                 )
             if redo:

@@ -152,16 +152,31 @@ def resolve_identity(origin: OriginKey, data: SourceData, role_hint: str | None,
     return Identity(role, rank, tag)
 
 
-def process_uuid(ident: Identity) -> int:
-    return stable_id("process", ident.role, ident.rank, ident.tag)
+# Track uuids are hashes of what the track is, so that a file can be encoded before the plan
+# exists. Every event names its track, so their size counts: 35 bits make 5-byte varints (63 bits
+# make 9). A plan whose uuids collide is made again with 63-bit ones (IdCollision).
+NARROW_ID_BITS = 35
 
 
-def thread_uuid(ident: Identity, key: ThreadKey, salt: str = "") -> int:
-    return stable_id("thread", process_uuid(ident), key, salt)
+class IdCollision(Exception):
+    """Two tracks of the merged trace hashed to one narrow uuid."""
 
 
-def counter_uuid(ident: Identity, key: ThreadKey, name: str) -> int:
-    return stable_id("counter", process_uuid(ident), key, name)
+def track_id(wide: bool, *parts: object) -> int:
+    uuid = stable_id(*parts)
+    return uuid if wide else (uuid & ((1 << NARROW_ID_BITS) - 1)) or 1
+
+
+def process_uuid(ident: Identity, wide: bool = False) -> int:
+    return track_id(wide, "process", ident.role, ident.rank, ident.tag)
+
+
+def thread_uuid(ident: Identity, key: ThreadKey, salt: str = "", wide: bool = False) -> int:
+    return track_id(wide, "thread", process_uuid(ident, wide), key, salt)
+
+
+def counter_uuid(ident: Identity, key: ThreadKey, name: str, wide: bool = False) -> int:
+    return track_id(wide, "counter", process_uuid(ident, wide), key, name)
 
 
 def lane_track(track: ThreadTrack, n: int) -> ThreadTrack:
@@ -170,7 +185,7 @@ def lane_track(track: ThreadTrack, n: int) -> ThreadTrack:
     # from the upper half of the uint32 range, away from the planned tids.
     tid = (1 << 31) | (stable_id("lane-tid", track.uuid, n) & 0x7FFFFFFF)
     return ThreadTrack(
-        uuid=stable_id("lane", track.uuid, n),
+        uuid=track_id(track.uuid >= 1 << NARROW_ID_BITS, "lane", track.uuid, n),
         pid=track.pid,
         tid=tid,
         name=f"{track.name} (overlap {n})",
@@ -188,19 +203,22 @@ class LocalTracks:
     refer to tracks by uuid only. ``salts`` gives a file its own copy of a process's threads.
     """
 
-    def __init__(self, salts: dict[Identity, str] | None = None) -> None:
+    def __init__(self, salts: dict[Identity, str] | None = None, wide: bool = False) -> None:
         self.salts = salts or {}
+        self.wide = wide
         self._threads: dict[tuple[Identity, ThreadKey], ThreadTrack] = {}
 
     def thread(self, ident: Identity, key: ThreadKey) -> ThreadTrack:
         track = self._threads.get((ident, key))
         if track is None:
-            uuid = thread_uuid(ident, key, self.salts.get(ident, ""))
-            track = self._threads[(ident, key)] = ThreadTrack(uuid, 0, 0, "", 0, process_uuid(ident))
+            uuid = thread_uuid(ident, key, self.salts.get(ident, ""), self.wide)
+            process = process_uuid(ident, self.wide)
+            track = self._threads[(ident, key)] = ThreadTrack(uuid, 0, 0, "", 0, process)
         return track
 
     def counter(self, ident: Identity, key: ThreadKey, name: str) -> CounterTrack:
-        return CounterTrack(counter_uuid(ident, key, name), 0, name, process_uuid(ident), "", "")
+        uuid = counter_uuid(ident, key, name, self.wide)
+        return CounterTrack(uuid, 0, name, process_uuid(ident, self.wide), "", "")
 
 
 class PlannedTracks:
@@ -225,14 +243,18 @@ def identity_sort_key(ident: Identity) -> tuple:
     return (role_sort_key(ident.role), ident.rank is None, ident.rank or 0, ident.tag)
 
 
-def make_plan(scans: list[FileScan]) -> MergePlan:
-    """Fix pids, track ids, names and time shifts for the whole merged trace."""
+def make_plan(scans: list[FileScan], wide: bool = False) -> MergePlan:
+    """Fix pids, track ids, names and time shifts for the whole merged trace.
+
+    Raises :class:`IdCollision` when two tracks share a narrow uuid (then encode with ``wide``).
+    """
     offsets, base_ns, wall_clock = align(scans)
     scans = sorted(scans, key=lambda s: (s.ts_min is None, (s.ts_min or 0) + offsets[s.path], str(s.path)))
 
     identities = sorted({i for s in scans for i in s.counts}, key=identity_sort_key)
     processes = {
-        ident: ProcessTrack(ident, process_uuid(ident), n + 1, ident.label, n) for n, ident in enumerate(identities)
+        ident: ProcessTrack(ident, process_uuid(ident, wide), n + 1, ident.label, n)
+        for n, ident in enumerate(identities)
     }
 
     # Files of one process that overlap in time and share a thread get their own copy of it.
@@ -253,7 +275,7 @@ def make_plan(scans: list[FileScan]) -> MergePlan:
             raise OverflowError(f"{ident.label}: more than {TIDS_PER_PROCESS - 1} threads")
         ordered = _sorted_threads(thread_infos[ident])
         for n, ((key, salt), info) in enumerate(ordered):
-            uuid = thread_uuid(ident, key, salt)
+            uuid = thread_uuid(ident, key, salt, wide)
             threads[(ident, key, salt)] = ThreadTrack(
                 uuid, proc.pid, proc.pid * TIDS_PER_PROCESS + n + 1, info.name, n, proc.uuid
             )
@@ -269,7 +291,7 @@ def make_plan(scans: list[FileScan]) -> MergePlan:
                     prefix = "" if name.startswith(prefix) else prefix
                     full = f"{prefix}: {name}" if prefix else name
                     counters[(ident, key, name)] = CounterTrack(
-                        counter_uuid(ident, key, name),
+                        counter_uuid(ident, key, name, wide),
                         proc.pid,
                         full,
                         proc.uuid,
@@ -302,6 +324,16 @@ def make_plan(scans: list[FileScan]) -> MergePlan:
                 salts={ident: salt for (path, ident), salt in salts.items() if path == s.path},
             )
         )
+    planned = {t.uuid: t for t in threads.values()}
+    uuids = [p.uuid for p in processes.values()] + list(planned) + [c.uuid for c in counters.values()]
+    uuids += [
+        lane_track(planned[lane.parent_uuid], lane.lane).uuid
+        for s in scans
+        for lane in s.lanes
+        if lane.parent_uuid in planned
+    ]
+    if len(set(uuids)) < len(uuids) or len(planned) < len(threads):
+        raise IdCollision("two tracks share a uuid")
     return MergePlan(
         units=units,
         processes=list(processes.values()),
