@@ -196,15 +196,17 @@ class FileLayout:
         flow_id_base: int,
         keep: Callable[[Identity], bool] | None = None,
         times: TimeFilter | None = None,
+        summary_only: bool = False,
     ) -> LayoutResult:
         """Emit every track in order; timestamps are written as ``ts + ts_shift``.
 
         ``ts_shift`` None writes them relative to the file's earliest timestamp (``ts_min``).
         Processes ``keep`` rejects and events ``times`` rejects are left out and counted in
-        ``result.filtered``.
+        ``result.filtered``. ``summary_only`` emits nothing and says only which tracks there are
+        and the time range (what a plan needs).
         """
         try:
-            return self._finish(identity_of, tracks, ts_shift, flow_id_base, keep, times)
+            return self._finish(identity_of, tracks, ts_shift, flow_id_base, keep, times, summary_only)
         finally:
             self.store.close()
 
@@ -216,6 +218,7 @@ class FileLayout:
         flow_id_base: int,
         keep: Callable[[Identity], bool] | None,
         times: TimeFilter | None,
+        summary_only: bool,
     ) -> LayoutResult:
         result = LayoutResult()
         idents: dict[OriginKey, Identity] = {}
@@ -237,6 +240,8 @@ class FileLayout:
         shift = -result.ts_min if ts_shift is None else ts_shift
         if keep is not None:
             self._leave_out(ident, keep, result)
+        if summary_only:
+            return self._summary(ident, result)
         attached = self._bind_flows(ident, result, flow_id_base, times)
         hi = result.ts_min
         store = self.store
@@ -283,6 +288,20 @@ class FileLayout:
             read.slices += counts.slices
             read.instants += counts.instants
             read.counters += counts.counters
+        result.ts_max = hi
+        return result
+
+    def _summary(self, ident: Callable[[OriginKey], Identity], result: LayoutResult) -> LayoutResult:
+        """The tracks and the time range, without laying anything out."""
+        hi = result.ts_min
+        for (origin, thread), items in self.entries.items():
+            if items.total:
+                result.threads[ident(origin)].add(thread)
+                hi = max(hi, max(start - negdur for start, negdur, *_ in items.ordered(self.store)))
+        for (origin, thread, name), samples in self.samples.items():
+            if samples.total:
+                result.counter_series[ident(origin)].add((thread, name))
+                hi = max(hi, max(ts for ts, *_ in samples.ordered(self.store)))
         result.ts_max = hi
         return result
 

@@ -152,7 +152,9 @@ def _process_file(job: FileJob) -> FileOutcome:
             lo, hi = job.window or (None, None)
             times = TimeFilter(lo, hi, sel.min_dur)
         keep = None if sel.roles is None and sel.ranks is None else sel.keeps
-        result = layout.finish(identity_of, tracks, shift, flow_id_base(job.sequence_id), keep, times)
+        result = layout.finish(
+            identity_of, tracks, shift, flow_id_base(job.sequence_id), keep, times, summary_only=not job.writer
+        )
         enc.close()
     if result.ts_min is None:
         return FileOutcome(cand, skipped=f"{cand.path}: no events")
@@ -280,8 +282,10 @@ def merge(
                 sc = scan_of[u.path]
                 window = _local_window(selection, u, sc)
                 if window == "outside":
-                    _leave_out_file(sc, chunk_of[u.path])
-                    continue
+                    if writer.one_pass:  # its chunk is written: drop it
+                        _leave_out_file(sc, chunk_of[u.path])
+                        continue
+                    window = _local_window(selection, u, sc, cut=True)
                 if writer.one_pass and u.salts == sc.salts and window is None:
                     continue
                 unit = None if writer.one_pass else u
@@ -309,6 +313,8 @@ def merge(
                         raise FatalError(f"{sc.path}: changed while being merged ({outcome.skipped})")
                     new = outcome.scan
                     sc.written, sc.lanes, sc.dropped, sc.filtered = new.written, new.lanes, new.dropped, new.filtered
+                    if not writer.one_pass:  # the first read only summarised the file
+                        sc.counts = new.counts
                     sc.moved_to_lanes, sc.reversed_flows = new.moved_to_lanes, new.reversed_flows
             _fill_report(report, plan, scans)
             if on_plan:
@@ -339,14 +345,18 @@ class _Runner:
             yield outcome
 
 
-def _local_window(selection: Selection, unit: UnitPlan, scan: FileScan) -> tuple[int | None, int | None] | str | None:
+def _local_window(
+    selection: Selection, unit: UnitPlan, scan: FileScan, cut: bool = False
+) -> tuple[int | None, int | None] | str | None:
     """The selection's window in a file's own timestamps: None when the file lies wholly inside
-    it (or there is none), "outside" when wholly outside."""
+    it (or there is none), "outside" when wholly outside (unless ``cut``: the window then)."""
     if selection.window is None or scan.local_min is None:
         return None
     start, end = selection.window
     lo = None if start is None else start - unit.shift_ns
     hi = None if end is None else end - unit.shift_ns
+    if cut:
+        return (lo, hi)
     first, last = scan.local_min, scan.local_min + (scan.ts_max - scan.ts_min if scan.ts_max is not None else 0)
     if (lo is not None and last < lo) or (hi is not None and first > hi):
         return "outside"

@@ -251,7 +251,7 @@ def make_plan(scans: list[FileScan], wide: bool = False) -> MergePlan:
     offsets, base_ns, wall_clock = align(scans)
     scans = sorted(scans, key=lambda s: (s.ts_min is None, (s.ts_min or 0) + offsets[s.path], str(s.path)))
 
-    identities = sorted({i for s in scans for i in s.counts}, key=identity_sort_key)
+    identities = sorted({i for s in scans for i in (*s.counts, *s.threads, *s.counter_series)}, key=identity_sort_key)
     processes = {
         ident: ProcessTrack(ident, process_uuid(ident, wide), n + 1, ident.label, n)
         for n, ident in enumerate(identities)
