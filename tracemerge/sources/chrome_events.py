@@ -69,6 +69,13 @@ class LenientEvent(msgspec.Struct, gc=False):
     args: msgspec.Raw = _NO_ARGS
 
 
+class ExactEvent(LenientEvent, gc=False):
+    """A Chrome event whose times are kept as their JSON text (absolute µs with decimals)."""
+
+    ts: msgspec.Raw = msgspec.Raw(b"null")
+    dur: msgspec.Raw = msgspec.Raw(b"null")
+
+
 class NeedsExactTimes(Exception):
     """A float timestamp too large to hold its nanoseconds: the file must be decoded from text."""
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from tracemerge.errors import InputError
-from tracemerge.sources.chrome_events import ChromeEvents, NeedsExactTimes
+from tracemerge.sources.chrome_events import ChromeEvents, ExactEvent, NeedsExactTimes
 from tracemerge.sources.json_stream import EventStream
 
 
@@ -19,25 +17,6 @@ def as_rank(value: Any) -> int | None:
     if type(value) is str and value.strip().isdigit():
         return int(value)
     return None
-
-
-_MISSING = msgspec.Raw(b"null")
-
-
-class ExactEvent(msgspec.Struct, gc=False):
-    """A Chrome event whose times are kept as their JSON text (absolute µs with decimals)."""
-
-    ph: Any = None
-    name: Any = ""
-    cat: Any = ""
-    pid: Any = None
-    tid: Any = None
-    ts: msgspec.Raw = _MISSING
-    dur: msgspec.Raw = _MISSING
-    id: Any = None
-    id2: Any = None
-    bp: Any = None
-    args: msgspec.Raw = msgspec.Raw(b"")
 
 
 def read_events(path: Path, reader: ChromeEvents, struct: type, lenient: type) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -44,28 +44,13 @@ PERFETTO = Writer(
     perfetto.prologue,
     one_pass=True,
 )
-PERFETTO_GZ = Writer(
-    "perfetto.gz",
-    (".pftrace.gz", ".perfetto-trace.gz", ".pb.gz"),
-    perfetto.UnitEncoder,
-    perfetto.write_header,
-    perfetto.write_footer,
-    perfetto.prologue,
-    one_pass=True,
-    gzip=True,
+PERFETTO_GZ = replace(
+    PERFETTO, name="perfetto.gz", extensions=(".pftrace.gz", ".perfetto-trace.gz", ".pb.gz"), gzip=True
 )
 CHROME_JSON = Writer(
     "json", (".json",), chrome_json.UnitEncoder, chrome_json.write_header, chrome_json.write_footer, _no_prologue
 )
-CHROME_JSON_GZ = Writer(
-    "json.gz",
-    (".json.gz",),
-    chrome_json.UnitEncoder,
-    chrome_json.write_header,
-    chrome_json.write_footer,
-    _no_prologue,
-    gzip=True,
-)
+CHROME_JSON_GZ = replace(CHROME_JSON, name="json.gz", extensions=(".json.gz",), gzip=True)
 WRITERS = {w.name: w for w in (PERFETTO, PERFETTO_GZ, CHROME_JSON, CHROME_JSON_GZ)}
 
 
