@@ -91,8 +91,11 @@ def commands(work: Path, run: Path, files: list[str], *, full: bool) -> dict[str
 ONCE = frozenset({"HolisticTraceAnalysis loader"})
 
 
+SKIP: set[str] = set()
+
+
 def bench(title: str, work: Path, run: Path, files: list[str], size: float, repeat: int, full: bool) -> None:
-    cmds = commands(work, run, files, full=full)
+    cmds = {name: cmd for name, cmd in commands(work, run, files, full=full).items() if name not in SKIP}
     results = {name: Runs() for name in cmds}
     for n in range(repeat):
         for name, (cmd, output) in cmds.items():
@@ -131,7 +134,9 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--mb", type=float, default=23.0, help="size of one rank's file")
     parser.add_argument("--keep", action="store_true", help="keep the workloads and outputs")
+    parser.add_argument("--skip", action="append", default=[], help="a command not to run (repeatable)")
     args = parser.parse_args()
+    SKIP.update(args.skip)
 
     work = Path(tempfile.mkdtemp(prefix="tracemerge-bench-"))
     try:
