@@ -110,3 +110,11 @@ class SortedBuffer(list):
         if all(a[2] <= b[1] for a, b in itertools.pairwise(sources)):
             return itertools.chain.from_iterable(source[0] for source in sources)
         return heapq.merge(*(source[0] for source in sources))
+
+
+def spill_over(buffers: Iterable[SortedBuffer], limit: int, store: RunStore) -> None:
+    """Spill every buffer when together they hold more than ``limit`` items."""
+    buffers = list(buffers)
+    if sum(map(len, buffers)) > limit:
+        for buf in buffers:
+            buf.spill(store)
