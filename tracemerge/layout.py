@@ -37,7 +37,6 @@ SLICE, INSTANT = int(Kind.SLICE), int(Kind.INSTANT)
 DEFAULT_BUDGET = 400_000
 FILTERED_TIME = "events outside --window"
 FILTERED_SHORT = "slices shorter than --min-dur"
-_FLUSH_AT = 1 << 14  # packets an encoder collects before encoding them
 
 
 class Encoder(Protocol):
@@ -327,8 +326,8 @@ class FileLayout:
 
         ``attached`` holds the thread's flow attachments ``(start, -dur, kind, ordinal, flow id,
         phase)`` in the order of the entries. Encoders that collect packets in lists
-        (``packets``) get the thread's own slices appended directly: this loop runs once per
-        input slice.
+        (``packets``, flushed at ``batch`` packets) get the thread's own slices appended
+        directly: this loop runs once per input slice.
         """
         enc = self.enc
         begin, end_slice, instant = enc.slice_begin, enc.slice_end, enc.instant
@@ -343,8 +342,14 @@ class FileLayout:
         if packets is not None:
             times, events, begin_tail, end_event = packets(track)
             add_time, add_event = times.append, events.append
-            flow_fields = enc.flow_fields
+            flow_fields, flush_at = enc.flow_fields, enc.batch
         for start, negdur, kind, ordinal, body in items:
+            flows: list[Flow] | None = None
+            if pending is not None and pending[3] == ordinal:
+                flows = []
+                while pending is not None and pending[3] == ordinal:
+                    flows.append((pending[4], pending[5]))
+                    pending = next(flows_of, None)
             if packets is not None and kind == SLICE:
                 while stack and stack[-1] <= start:
                     add_time(stack.pop() + shift)
@@ -353,18 +358,11 @@ class FileLayout:
                 if not stack or stack[-1] >= end:
                     stack.append(end)
                     add_time(start + shift)
-                    if pending is not None and pending[3] == ordinal:
-                        flows = []
-                        while pending is not None and pending[3] == ordinal:
-                            flows.append((pending[4], pending[5]))
-                            pending = next(flows_of, None)
-                        add_event(body + begin_tail + flow_fields(flows))
-                    else:
-                        add_event(body + begin_tail)
+                    add_event(body + begin_tail + flow_fields(flows) if flows else body + begin_tail)
                     slices += 1
                     if end > hi:
                         hi = end
-                    if len(times) >= _FLUSH_AT:
+                    if len(times) >= flush_at:
                         enc.flush()
                     continue
             while stack and stack[-1] <= start:
@@ -375,12 +373,6 @@ class FileLayout:
                 if start > hi:
                     hi = start
                 continue
-            flows: list[Flow] | None = None
-            while pending is not None and pending[3] == ordinal:
-                if flows is None:
-                    flows = []
-                flows.append((pending[4], pending[5]))
-                pending = next(flows_of, None)
             end = start - negdur
             if end > hi:
                 hi = end

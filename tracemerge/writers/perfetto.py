@@ -140,34 +140,34 @@ class UnitEncoder:
         self.begin_tails: dict[int, bytes] = {}
         self.end_events: dict[int, bytes] = {}
         self.interned: list[bytes] = [_interned_entry(_K_INTERNED_ARG, _ARGS_IID, "args")]
-        self.parts: list[bytes] = []
-        # Packets are collected as (timestamp, TrackEvent bytes) and encoded in batches.
+        # Packets are collected as (timestamp, TrackEvent bytes) and encoded ``batch`` at a time.
         self.times: list[int] = []
         self.events: list[bytes] = []
+        self.track_fields: dict[int, bytes] = {}
+
+    batch = 1 << 14
 
     def flush(self) -> None:
         times, events = self.times, self.events
+        if not times:
+            return
+        if self.first_head is not None or self.interned:
+            self._write_first(times[0], events[0])
+            times, events = times[1:], events[1:]
         if times:
-            if self.first_head is not None or self.interned:
-                self._emit_first(times[0], events[0])
-                times, events = times[1:], events[1:]
-            self.out.write(b"".join(self.parts))
-            self.parts.clear()
-            if times:
-                self.out.write(pack_packets(self.stamped_head, times, events))
-            # Cleared in place: the layout's walk holds on to these lists.
-            self.times.clear()
-            self.events.clear()
-        self.out.write(b"".join(self.parts))
-        self.parts.clear()
+            self.out.write(pack_packets(self.stamped_head, times, events))
+        # Cleared in place: the layout's walk holds on to these lists.
+        self.times.clear()
+        self.events.clear()
 
     def _emit(self, ts: int, event: bytes) -> None:
         self.times.append(ts)
         self.events.append(event)
-        if len(self.times) >= _BATCH:
+        if len(self.times) >= self.batch:
             self.flush()
 
-    def _emit_first(self, ts: int, event: bytes) -> None:
+    def _write_first(self, ts: int, event: bytes) -> None:
+        """A packet that also starts the sequence or carries newly interned names."""
         head = self.head
         if self.first_head is not None:
             head, self.first_head = self.first_head, None
@@ -175,7 +175,7 @@ class UnitEncoder:
         if self.interned:
             body += _field(_K_INTERNED, b"".join(self.interned))
             self.interned.clear()
-        self.parts.append(b"\x0a" + _varint(len(body)) + body)
+        self.out.write(_packet(body))
 
     def prefix(self, name: str, cat: str) -> bytes:
         """Name and category as TrackEvent fields, interning what is new on this sequence."""
@@ -207,7 +207,7 @@ class UnitEncoder:
         return _K_ANNOTATION + _varint(len(value)) + value
 
     def _tails(self, uuid: int) -> bytes:
-        track = _K_TRACK_UUID + _varint(uuid)
+        track = self.track_fields[uuid] = _K_TRACK_UUID + _varint(uuid)
         self.begin_tails[uuid] = tail = track + _BEGIN_TYPE
         self.end_events[uuid] = _TYPE[_END] + track
         return tail
@@ -227,19 +227,15 @@ class UnitEncoder:
 
     def slice_begin(self, track: ThreadTrack, ts: int, dur: int, body: bytes, flows: list[Flow] | None) -> None:
         tail = self.begin_tails.get(track.uuid) or self._tails(track.uuid)
-        self.times.append(ts)
-        self.events.append(body + tail + self.flow_fields(flows) if flows else body + tail)
+        self._emit(ts, body + tail + self.flow_fields(flows) if flows else body + tail)
 
     def slice_end(self, track: ThreadTrack, ts: int) -> None:
-        self.times.append(ts)
-        self.events.append(self.end_events[track.uuid])
-        if len(self.times) >= _BATCH:
-            self.flush()
+        self._emit(ts, self.end_events[track.uuid])
 
     def instant(self, track: ThreadTrack, ts: int, body: bytes) -> None:
-        if track.uuid not in self.begin_tails:
+        if track.uuid not in self.track_fields:
             self._tails(track.uuid)
-        self._emit(ts, _TYPE[_INSTANT] + body + self.end_events[track.uuid][2:])
+        self._emit(ts, _TYPE[_INSTANT] + body + self.track_fields[track.uuid])
 
     def counter(self, track: CounterTrack, ts: int, value: float | int) -> None:
         if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:
@@ -253,9 +249,6 @@ class UnitEncoder:
         if self.interned and self.first_head is None:  # names of events that were all dropped
             self.out.write(_packet(self.head + _field(_K_INTERNED, b"".join(self.interned))))
             self.interned.clear()
-
-
-_BATCH = 1 << 14
 
 
 def _varint_sizes(values: np.ndarray) -> np.ndarray:
