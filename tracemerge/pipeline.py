@@ -280,12 +280,12 @@ def merge(
             redo = []
             for u in plan.units:
                 sc = scan_of[u.path]
-                window = _local_window(selection, u, sc)
-                if window == "outside":
-                    if writer.one_pass:  # its chunk is written: drop it
-                        _leave_out_file(sc, chunk_of[u.path])
-                        continue
-                    window = _local_window(selection, u, sc, cut=True)
+                place, window = _local_window(selection, u, sc)
+                if place == "outside" and writer.one_pass:  # its chunk is written: drop it
+                    _leave_out_file(sc, chunk_of[u.path])
+                    continue
+                if place == "inside":
+                    window = None
                 if writer.one_pass and u.salts == sc.salts and window is None:
                     continue
                 unit = None if writer.one_pass else u
@@ -304,18 +304,12 @@ def merge(
                     )
                 )
             if redo:
-                again = {o.candidate.path: o for o in run.map(redo, "encode")}
-                for sc in scans:
-                    outcome = again.get(sc.path)
-                    if outcome is None:
-                        continue
+                # A file read again describes itself anew: its summary replaces the first one.
+                for outcome in run.map(redo, "encode"):
                     if outcome.scan is None:
-                        raise FatalError(f"{sc.path}: changed while being merged ({outcome.skipped})")
-                    new = outcome.scan
-                    sc.written, sc.lanes, sc.dropped, sc.filtered = new.written, new.lanes, new.dropped, new.filtered
-                    if not writer.one_pass:  # the first read only summarised the file
-                        sc.counts = new.counts
-                    sc.moved_to_lanes, sc.reversed_flows = new.moved_to_lanes, new.reversed_flows
+                        raise FatalError(f"{outcome.candidate.path}: changed while being merged ({outcome.skipped})")
+                    scan_of[outcome.candidate.path] = outcome.scan
+                scans = [scan_of[sc.path] for sc in scans]
             _fill_report(report, plan, scans)
             if on_plan:
                 on_plan(report)
@@ -346,23 +340,21 @@ class _Runner:
 
 
 def _local_window(
-    selection: Selection, unit: UnitPlan, scan: FileScan, cut: bool = False
-) -> tuple[int | None, int | None] | str | None:
-    """The selection's window in a file's own timestamps: None when the file lies wholly inside
-    it (or there is none), "outside" when wholly outside (unless ``cut``: the window then)."""
+    selection: Selection, unit: UnitPlan, scan: FileScan
+) -> tuple[str, tuple[int | None, int | None] | None]:
+    """Where a file lies against the selection's window ("inside", "cut" or "outside"), and the
+    window in the file's own timestamps (None when there is no window)."""
     if selection.window is None or scan.local_min is None:
-        return None
+        return "inside", None
     start, end = selection.window
     lo = None if start is None else start - unit.shift_ns
     hi = None if end is None else end - unit.shift_ns
-    if cut:
-        return (lo, hi)
     first, last = scan.local_min, scan.local_min + (scan.ts_max - scan.ts_min if scan.ts_max is not None else 0)
     if (lo is not None and last < lo) or (hi is not None and first > hi):
-        return "outside"
+        return "outside", (lo, hi)
     if (lo is None or first >= lo) and (hi is None or last <= hi):
-        return None
-    return (lo, hi)
+        return "inside", (lo, hi)
+    return "cut", (lo, hi)
 
 
 def _leave_out_file(scan: FileScan, chunk: Path) -> None:
