@@ -2,7 +2,8 @@
 
     python bench/decode_floor.py FILE...
 
-What no merger written in Python can beat: typed decoding into structs (args left as raw JSON).
+What no merger written in Python can beat: typed decoding into the structs tracemerge's reader
+uses (args left as raw JSON), the whole file at once.
 """
 
 from __future__ import annotations
@@ -13,20 +14,11 @@ from pathlib import Path
 
 import msgspec
 
-
-class Event(msgspec.Struct, gc=False):
-    ph: str = ""
-    name: str = ""
-    cat: str = ""
-    pid: int | str | None = None
-    tid: int | str | None = None
-    ts: float | int | str | None = None
-    dur: float | int | str | None = None
-    args: msgspec.Raw = msgspec.Raw(b"")
+from tracemerge.sources.chrome_events import TraceEvent
 
 
 class Trace(msgspec.Struct):
-    traceEvents: list[Event]
+    traceEvents: list[TraceEvent]
 
 
 def main() -> None:
