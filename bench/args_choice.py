@@ -16,6 +16,7 @@ from pathlib import Path
 
 import msgspec
 
+from tracemerge.units import plain_json
 from tracemerge.writers.perfetto import UnitEncoder, _field, _varint
 
 
@@ -61,8 +62,7 @@ def passed_through(texts: list[bytes]) -> tuple[float, int]:
     heads, args = encoder.args_heads, encoder.args
     size = 0
     start = time.process_time()
-    joined = b"".join(texts)
-    plain = b"null" not in joined and b"9" * 19 not in joined.translate(bytes.maketrans(b"0123456789", b"9" * 10))
+    plain = plain_json(b"".join(texts))
     for text in texts:
         size += len(heads[len(text)] + text if plain and len(text) < len(heads) else args(text))
     return time.process_time() - start, size

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tracemerge.units import decimal_text_to_int, seconds_to_ns, us_to_ns
+from tracemerge.units import decimal_text_to_int, plain_json, seconds_to_ns, us_to_ns
 
 
 @pytest.mark.parametrize(
@@ -46,3 +46,10 @@ def test_decimal_rounding() -> None:
     assert decimal_text_to_int("0.0004", 3) == 0
     assert decimal_text_to_int("0.0005", 3) == 1
     assert decimal_text_to_int("+7", 0) == 7
+
+
+def test_plain_json_is_what_trace_processor_shows_as_written() -> None:
+    assert plain_json(b'{"External id": 123456789012345678, "s": "x"}')  # 18 digits fit int64
+    assert not plain_json(b'{"a": null}')
+    assert not plain_json(b'{"a": 1234567890123456789}')
+    assert not plain_json(b'{"a": "nullable"}')  # a closer look then finds nothing to rewrite

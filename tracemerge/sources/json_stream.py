@@ -26,6 +26,7 @@ import msgspec
 
 from tracemerge.errors import InputError, NotATrace
 from tracemerge.sources.base import GZIP_MAGIC
+from tracemerge.units import plain_json
 
 BLOCK = 4 << 20
 # Largest run of bytes searched for the array's opening key before giving up.
@@ -33,9 +34,6 @@ _HEAD_LIMIT = 64 << 20
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _ARRAY_END = re.compile(rb"\}\s*\]")
 _WS = b" \t\r\n"
-# A run of 19 digits, found fast: every digit made a 9, then a plain substring search.
-_DIGITS_AS_NINES = bytes.maketrans(b"0123456789", b"9999999999")
-_NINETEEN_DIGITS = b"9" * 19
 
 
 class Damage(Exception):
@@ -94,7 +92,7 @@ class EventStream:
         self.meta: dict[str, Any] = {}
         self.damage: Damage | None = None
         self.bare = False
-        # Whether the last batch's text holds no null and no 19-digit number (see ChromeEvents).
+        # Whether the last batch's text is plain_json (see ChromeEvents).
         self.plain_text = False
         # For line:col of a problem: text consumed before the current buffer.
         self._lines_before = 0
@@ -213,7 +211,7 @@ class EventStream:
     def _finish(self, buf: bytes) -> Iterator[list]:
         """The file's last bytes: the rest of the array, its ``]`` and the keys after it."""
         text = buf.rstrip(_WS)
-        if (self.bare and text.endswith(b"]")) or not self.bare:
+        if not self.bare or text.endswith(b"]"):
             for m in reversed(list(_ARRAY_END.finditer(buf))):
                 tail = buf[m.end() :]
                 if not self._tail_ok(tail):
@@ -241,10 +239,12 @@ class EventStream:
         last = buf.rstrip(_WS)
         if last.endswith(b"}"):
             try:
-                yield self._decode(b"[" + last + b"]")
-                raise Damage("invalid JSON (unexpected end of data)", self._where(buf, len(buf)))
+                events = self._decode(b"[" + last + b"]")
             except msgspec.DecodeError:
-                pass
+                events = None
+            if events is not None:  # the last event is whole, only the array's end is missing
+                yield events
+                raise Damage("invalid JSON (unexpected end of data)", self._where(buf, len(buf)))
         doc = b"[" + buf
         try:
             self._decode(doc)
@@ -254,7 +254,7 @@ class EventStream:
         raise Damage("invalid JSON (unexpected end of data)", self._where(buf, len(buf)))
 
     def _decode(self, doc: bytes) -> list:
-        self.plain_text = b"null" not in doc and _NINETEEN_DIGITS not in doc.translate(_DIGITS_AS_NINES)
+        self.plain_text = plain_json(doc)
         try:
             return self._typed.decode(doc)
         except msgspec.ValidationError:

@@ -7,7 +7,6 @@ names, categories and argument names interned per sequence.
 
 from __future__ import annotations
 
-import re
 import struct
 from typing import Any, BinaryIO
 
@@ -18,6 +17,7 @@ import orjson
 from tracemerge.layout import Flow
 from tracemerge.model import FlowPhase
 from tracemerge.plan import CounterTrack, MergePlan, ThreadTrack, UnitPlan
+from tracemerge.units import plain_json
 from tracemerge.writers import perfetto_trace_pb2 as pb
 
 DESCRIPTOR_SEQUENCE = 1
@@ -100,7 +100,6 @@ SEQUENCE_CLOCK = 64
 _SEQUENCE_DEFAULTS = b"\xda\x03\x03\xd0\x03\x40"
 _ARGS_IID = 1
 _ARGS_NAME = b"\x08\x01"  # DebugAnnotation.name_iid = 1: "args", interned when a sequence starts
-_BIG_INT = re.compile(rb"\d{19}")
 _pack_q = struct.Struct("<Q").pack
 _pack_d = struct.Struct("<d").pack
 
@@ -201,7 +200,7 @@ class UnitEncoder:
 
     def args(self, text: bytes) -> bytes:
         """An args object (JSON text) as the event's ``args`` annotation."""
-        if b"null" in text or _BIG_INT.search(text):
+        if not plain_json(text):
             text = _displayable(text)
         value = _ARGS_NAME + b"\x4a" + _varint(len(text)) + text  # legacy_json_value = 9
         return _K_ANNOTATION + _varint(len(value)) + value
