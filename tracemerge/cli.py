@@ -116,11 +116,7 @@ def merge(
                 on_plan=show,
                 on_progress=on_progress,
             )
-        except TracemergeError as exc:
-            on_progress.pause()
-            _err(f"tracemerge: error: {exc}")
-            raise typer.Exit(EXIT_FATAL) from None
-        except OSError as exc:
+        except (TracemergeError, OSError) as exc:
             on_progress.pause()
             _err(f"tracemerge: error: {exc}")
             raise typer.Exit(EXIT_FATAL) from None
