@@ -132,9 +132,7 @@ class FileLayout:
         """Forget every event handed over so far (the source reads the file again)."""
         for buffers in (self.entries, self.points, self.samples):
             for buf in buffers.values():
-                buf.clear()
-                buf.runs.clear()
-                buf.spilled, buf.first = 0, None
+                buf.discard()
 
     def buffer(self, origin: OriginKey, thread: ThreadKey) -> SortedBuffer:
         """The entry list of one (origin, thread); sources append ``(start, -dur, kind, ordinal, body)``."""

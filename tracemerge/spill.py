@@ -55,24 +55,27 @@ class RunStore:
 class SortedBuffer(list):
     """A list of comparable tuples; sorted runs of it may live in a :class:`RunStore`."""
 
-    __slots__ = ("first", "runs", "spilled")
+    __slots__ = ("runs", "spilled")
 
     def __init__(self) -> None:
         super().__init__()
         # Per run: its blocks, its first and its last item.
         self.runs: list[tuple[list[tuple[int, int]], tuple, tuple]] = []
         self.spilled = 0
-        self.first = None  # the smallest item spilled so far
 
     def spill(self, store: RunStore) -> None:
         if not self:
             return
         self.sort()
-        if self.first is None or self[0] < self.first:
-            self.first = self[0]
         self.runs.append((store.write(self), self[0], self[-1]))
         self.spilled += len(self)
         self.clear()
+
+    def discard(self) -> None:
+        """Forget every item, in memory and spilled."""
+        self.clear()
+        self.runs.clear()
+        self.spilled = 0
 
     @property
     def total(self) -> int:
@@ -81,7 +84,7 @@ class SortedBuffer(list):
     def smallest(self) -> tuple | None:
         """The first item in order (the buffer is sorted as a side effect)."""
         self.sort()
-        candidates = [x for x in (self.first, self[0] if self else None) if x is not None]
+        candidates = [first for _, first, _ in self.runs] + self[:1]
         return min(candidates) if candidates else None
 
     def absorb(self, other: SortedBuffer) -> None:
@@ -89,8 +92,6 @@ class SortedBuffer(list):
         self.extend(other)
         self.runs.extend(other.runs)
         self.spilled += other.spilled
-        if other.first is not None and (self.first is None or other.first < self.first):
-            self.first = other.first
 
     def ordered(self, store: RunStore) -> Iterable:
         """Every item, in order.
