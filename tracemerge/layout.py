@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import msgspec
 import orjson
 
+from tracemerge.anchors import MAX_MARKS
 from tracemerge.flows import bind_flows
 from tracemerge.model import Event, FlowPhase, Identity, Kind, OriginKey, ThreadKey
 from tracemerge.plan import CounterTrack, ThreadTrack, lane_track
@@ -98,11 +99,22 @@ class FileLayout:
     Sources call :meth:`check_memory` between batches.
     """
 
-    def __init__(self, enc: Encoder, budget: int = DEFAULT_BUDGET, spill_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        enc: Encoder,
+        budget: int = DEFAULT_BUDGET,
+        spill_dir: Path | None = None,
+        watch: Callable[[str], str | None] | None = None,
+    ) -> None:
         self.enc = enc
         self.budget = budget
         self.store = RunStore(spill_dir)
+        # Encoded names, cached; names ``watch`` tags as clock evidence are never cached, so
+        # that every source meets them on its slow path and notes them (see :meth:`note`).
         self.prefixes: dict[tuple[str, str], bytes] = {}
+        self.watch = watch
+        self.tags: dict[str, str | None] = {}
+        self.marks: dict[tuple[str, OriginKey, ThreadKey], list[tuple[int, int]]] = {}
         self.ordinal = itertools.count().__next__
         self.entries: dict[tuple[OriginKey, ThreadKey], SortedBuffer] = {}
         self.points: dict[tuple[OriginKey, ThreadKey], SortedBuffer] = defaultdict(SortedBuffer)
@@ -112,8 +124,32 @@ class FileLayout:
         """The encoded name and category (cached: names repeat)."""
         found = self.prefixes.get((name, cat))
         if found is None:
-            found = self.prefixes[(name, cat)] = self.enc.prefix(name, cat)
+            found = self.enc.prefix(name, cat)
+            if self.tag(name) is None:
+                self.prefixes[(name, cat)] = found
         return found
+
+    def tag(self, name: str) -> str | None:
+        """The evidence tag of events named ``name`` (see :mod:`tracemerge.anchors`), or None."""
+        try:
+            return self.tags[name]
+        except KeyError:
+            found = self.tags[name] = self.watch(name) if self.watch is not None else None
+            return found
+
+    def note(self, name: str, origin: OriginKey, thread: ThreadKey, start: int, dur: int) -> None:
+        """Keep a slice as clock evidence when its name is watched."""
+        tag = self.tag(name)
+        if tag is not None:
+            self.mark(tag, origin, thread, start, start + dur)
+
+    def mark(self, tag: str, origin: OriginKey, thread: ThreadKey, start: int, end: int) -> None:
+        """Clock evidence: an instant range under ``tag``, in the file's own timestamps."""
+        found = self.marks.get((tag, origin, thread))
+        if found is None:
+            found = self.marks[(tag, origin, thread)] = []
+        if len(found) < MAX_MARKS:
+            found.append((start, end))
 
     def describe(self, name: str, cat: str, args: Any) -> bytes:
         """An event's encoded body; ``args`` is a dict, its raw JSON text, or None."""
@@ -133,6 +169,7 @@ class FileLayout:
         for buffers in (self.entries, self.points, self.samples):
             for buf in buffers.values():
                 buf.discard()
+        self.marks.clear()
 
     def buffer(self, origin: OriginKey, thread: ThreadKey) -> SortedBuffer:
         """The entry list of one (origin, thread); sources append ``(start, -dur, kind, ordinal, body)``."""
@@ -161,6 +198,8 @@ class FileLayout:
         else:
             body = self.describe(ev.name, ev.cat, ev.args)
             self.buffer(ev.origin, ev.thread).append((ev.ts, -ev.dur, int(kind), self.ordinal(), body))
+            if kind == Kind.SLICE and self.tags.get(ev.name) is not None:
+                self.note(ev.name, ev.origin, ev.thread, ev.ts, ev.dur)
 
     def check_memory(self, limit: int | None = None) -> None:
         """Spill every buffer to disk when together they hold more than ``limit`` (the budget)."""
@@ -177,6 +216,10 @@ class FileLayout:
         self.samples = defaultdict(
             SortedBuffer, _regrouped(self.samples, lambda k: (origin_of(k[0], k[1]), k[1], k[2]))
         )
+        marks: dict[tuple[str, OriginKey, ThreadKey], list[tuple[int, int]]] = {}
+        for (tag, origin, thread), found in self.marks.items():
+            marks.setdefault((tag, origin_of(origin, thread), thread), []).extend(found)
+        self.marks = marks
 
     # -- the walk ------------------------------------------------------------------------------
 

@@ -101,9 +101,13 @@ class SourceData:
     clock: ClockDomain | None
     threads: dict[ThreadKey, ThreadInfo]
     origin_ns: int = 0
+    # With ``clock`` None: the clock when the times are not at Unix-epoch magnitude.
+    relative_clock: ClockDomain | None = None
     # What the file itself says about who wrote it; used when events carry no origin of their own.
     role_hint: str | None = None
     rank_hint: int | None = None
+    # The machine that wrote the file, when the file or its name says: files of one host share a clock.
+    host: str | None = None
     # Input events that could not be kept, by reason.
     dropped: Counter[str] = field(default_factory=Counter)
     # Input records consumed as metadata (names, sort indexes): they are not events.

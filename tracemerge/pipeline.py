@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracemerge.anchors import Watch
 from tracemerge.clock import describe
 from tracemerge.discover import Candidate, discover
 from tracemerge.errors import FatalError, InputError, NotATrace
@@ -71,6 +72,7 @@ class FileJob:
     selection: Selection = EVERYTHING
     window: tuple[int | None, int | None] | None = None  # in the file's own timestamps
     wide_ids: bool = False  # 63-bit track uuids (after narrow ones collided)
+    sync: tuple[str, ...] = ()  # span names that start at one instant in every process (clock evidence)
 
 
 @dataclass
@@ -126,7 +128,7 @@ def _process_file(job: FileJob) -> FileOutcome:
             enc = WRITERS[job.writer].unit_encoder(job.sequence_id, out)
         else:
             enc = _NoOutput()
-        layout = FileLayout(enc, job.budget, job.chunk.parent if job.chunk else None)
+        layout = FileLayout(enc, job.budget, job.chunk.parent if job.chunk else None, Watch(job.sync))
         try:
             data = cand.format.read(cand.path, layout)
         except NotATrace as exc:
@@ -160,7 +162,9 @@ def _process_file(job: FileJob) -> FileOutcome:
         return FileOutcome(cand, skipped=f"{cand.path}: no events")
     clock = data.clock
     if clock is None:
-        clock = UNIX_EPOCH if result.ts_min >= EPOCH_FLOOR_NS else RELATIVE_NO_ANCHOR
+        # The latest event decides: an epoch trace whose first event says 0 is still an epoch trace.
+        relative = data.relative_clock or RELATIVE_NO_ANCHOR
+        clock = UNIX_EPOCH if (result.ts_max or result.ts_min) >= EPOCH_FLOOR_NS else relative
     threads: dict[Identity, dict] = defaultdict(dict)
     for ident, keys in result.threads.items():
         for key in keys:
@@ -193,8 +197,34 @@ def _process_file(job: FileJob) -> FileOutcome:
         reversed_flows=result.reversed_flows,
         salts=dict(job.salts),
         filtered=result.filtered,
+        marks=_marks(layout.marks, identity_of, data.origin_ns),
+        host=data.host,
+        mtime_ns=_mtime_ns(cand.path),
     )
     return FileOutcome(cand, scan=scan)
+
+
+def _marks(
+    marks: dict[tuple[str, Any, Any], list[tuple[int, int]]], identity_of: Callable[[Any], Identity], origin_ns: int
+) -> dict[Identity, dict[str, list[tuple[int, int]]]]:
+    """Per process and tag, the marks of the thread that has most of them (one event family:
+    a collective is noted once per rank, not once per nesting level), in time order."""
+    best: dict[Identity, dict[str, list[tuple[int, int]]]] = defaultdict(dict)
+    for (tag, origin, _thread), found in sorted(marks.items(), key=lambda kv: repr(kv[0])):
+        mine = best[identity_of(origin)]
+        if len(found) > len(mine.get(tag, ())):
+            mine[tag] = found
+    return {
+        ident: {tag: sorted((a + origin_ns, b + origin_ns) for a, b in found) for tag, found in tags.items()}
+        for ident, tags in best.items()
+    }
+
+
+def _mtime_ns(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
 
 
 def merge(

@@ -77,6 +77,11 @@ class FileScan:
     reversed_flows: int = 0
     salts: dict[Identity, str] = field(default_factory=dict)
     filtered: Counter[str] = field(default_factory=Counter)  # left out on request
+    # Clock evidence (see tracemerge.anchors): per process and tag, (start, end) on the file's
+    # clock (origin_ns included), in time order; the host that wrote the file; its mtime.
+    marks: dict[Identity, dict[str, list[tuple[int, int]]]] = field(default_factory=dict)
+    host: str | None = None
+    mtime_ns: int | None = None
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,13 @@ A new format is a new module with a :class:`~tracemerge.sources.base.SourceForma
 
 from __future__ import annotations
 
+from tracemerge.sources.areal_sessions import AREAL_SESSIONS
 from tracemerge.sources.ascend_db import ASCEND_DB
 from tracemerge.sources.ascend_text import ASCEND_TEXT
 from tracemerge.sources.base import SourceFormat, read_bytes, read_head
 from tracemerge.sources.chrome_json import CHROME_JSON
 from tracemerge.sources.jsonl import JSONL_SPANS
 
-FORMATS: tuple[SourceFormat, ...] = (ASCEND_TEXT, ASCEND_DB, JSONL_SPANS, CHROME_JSON)
+FORMATS: tuple[SourceFormat, ...] = (ASCEND_TEXT, ASCEND_DB, AREAL_SESSIONS, JSONL_SPANS, CHROME_JSON)
 
 __all__ = ["FORMATS", "SourceFormat", "read_bytes", "read_head"]

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from tracemerge.model import UNIX_EPOCH, SourceData, ThreadInfo, ThreadKey
-from tracemerge.sources.common import as_rank
+from tracemerge.sources.common import as_rank, host_of
 
 RUN_SUFFIXES = ("_ascend_pt", "_ascend_ms")
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
@@ -103,6 +103,7 @@ def source_data(
         threads=threads,
         role_hint=metadata_role(run) if run else None,
         rank_hint=rank,
+        host=host_of(None, run.name) if run else None,
         dropped=dropped,
         metadata_records=metadata_records,
     )

@@ -206,7 +206,9 @@ class ChromeEvents:
                 device_pids.add(pid)
             body = prefixes.get((name, cat))
             if body is None:
-                body = prefix(_text(name), _text(cat))
+                name, cat = _text(name), _text(cat)
+                body = prefix(name, cat)
+                layout.note(name, origin, (pid, tid), start, length)
             args = e.args  # raw JSON text
             if args:
                 text = bytes(args)
@@ -323,6 +325,7 @@ class ChromeEvents:
                     self.threads_seen.add(thread)
                     body = self.layout.describe(name, cat, args)
                     self.layout.buffer(origin, thread).append((start, start - ts, SLICE, self.layout.ordinal(), body))
+                    self.layout.note(name, origin, thread, start, ts - start)
             if stack:
                 self.dropped["B event without matching E"] += len(stack)
         self._pending.clear()

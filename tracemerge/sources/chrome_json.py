@@ -17,7 +17,7 @@ from tracemerge.layout import FileLayout
 from tracemerge.model import ClockDomain, SourceData
 from tracemerge.sources.base import SourceFormat
 from tracemerge.sources.chrome_events import ChromeEvents, LenientEvent, TraceEvent
-from tracemerge.sources.common import as_rank, read_events
+from tracemerge.sources.common import as_rank, host_of, read_events
 
 NAME = "chrome-json"
 _EVENT_HINT = re.compile(rb'"ph"\s*:\s*"')
@@ -53,6 +53,7 @@ def read(path: Path, layout: FileLayout) -> SourceData:
         threads=reader.threads(),
         origin_ns=origin,
         rank_hint=_rank(meta.get("distributedInfo")),
+        host=host_of(meta.get("host_name", meta.get("hostName")), path.name),
         dropped=reader.dropped,
         metadata_records=reader.metadata_records,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,19 @@ def as_rank(value: Any) -> int | None:
     if type(value) is str and value.strip().isdigit():
         return int(value)
     return None
+
+
+# ``{hostname}_{pid}`` then a timestamp: torch's tensorboard_trace_handler files
+# (``{worker}.{time_ns}.pt.trace.json``) and torch_npu run directories (``{worker}_{ts}_ascend_pt``).
+_WORKER_NAME = re.compile(r"^(?P<host>.+)_\d+[._]\d+(?:\.pt\.trace\.json(?:\.gz)?|_ascend_(?:pt|ms))$")
+
+
+def host_of(meta_host: Any, name: str) -> str | None:
+    """The host a trace says it comes from: its own field, else the worker name in ``name``."""
+    if type(meta_host) is str and meta_host.strip():
+        return meta_host.strip()
+    found = _WORKER_NAME.match(name)
+    return found.group("host") if found else None
 
 
 def read_events(path: Path, reader: ChromeEvents, struct: type, lenient: type) -> dict[str, Any]:

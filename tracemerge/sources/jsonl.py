@@ -25,11 +25,13 @@ from typing import Any
 import msgspec
 import orjson
 
+from tracemerge.anchors import session_tag
 from tracemerge.errors import NotATrace
 from tracemerge.layout import FileLayout
-from tracemerge.model import UNIX_EPOCH, ClockDomain, Event, Kind, SourceData, ThreadInfo
+from tracemerge.model import ClockDomain, Event, Kind, SourceData, ThreadInfo
 from tracemerge.sources.base import SourceFormat, read_bytes
 from tracemerge.sources.chrome_events import ChromeEvents, LenientEvent, TraceEvent
+from tracemerge.sources.chrome_events import us_to_ns as chrome_us_to_ns
 from tracemerge.sources.common import as_rank
 from tracemerge.units import seconds_to_ns, us_to_ns
 
@@ -39,8 +41,6 @@ _LENIENT = msgspec.json.Decoder(LenientEvent)
 NAME = "jsonl-spans"
 PERF_COUNTER = ClockDomain("perf_counter µs, no wall-clock anchor", anchored=False)
 MONOTONIC_SPANS = ClockDomain("monotonic, no wall-clock anchor", anchored=False)
-# 2000-01-01 in ns: span times at or above this are Unix-epoch wall clock.
-_EPOCH_NS_FLOOR = 946_684_800 * 10**9
 _SPAN_START_KEYS = ("start_ns", "start", "ts")
 
 
@@ -97,6 +97,9 @@ def read(path: Path, layout: FileLayout) -> SourceData:
             except msgspec.ValidationError:
                 ev = _LENIENT.decode(line)
             chrome.add(ev, origin)
+            args = obj.get("args")
+            if type(args) is dict and "session_id" in args and ev.ph == "X":
+                _note_session(args["session_id"], ev, origin, layout)
         elif _is_span_line(obj):
             _add_span(obj, layout, span_threads, dropped)
         else:
@@ -122,11 +125,21 @@ def read(path: Path, layout: FileLayout) -> SourceData:
     return SourceData(
         path=path,
         format=NAME,
-        clock=_clock(layout, bool(chrome.threads_seen or chrome.counter_threads)),
+        clock=None,  # Unix epoch when the times are that large (see SourceData)
+        relative_clock=PERF_COUNTER if chrome.threads_seen or chrome.counter_threads else MONOTONIC_SPANS,
         threads=threads,
         dropped=dropped,
         metadata_records=chrome.metadata_records,
     )
+
+
+def _note_session(session_id: Any, ev: Any, origin: tuple, layout: FileLayout) -> None:
+    """A perf-tracer span of a rollout session: clock evidence against the session records."""
+    try:
+        start, dur = chrome_us_to_ns(ev.ts), chrome_us_to_ns(ev.dur)
+    except (ValueError, TypeError):
+        return  # the span itself is counted as unreadable by the event reader
+    layout.mark(session_tag(session_id, str(ev.name)), origin, (ev.pid, ev.tid), start, start + dur)
 
 
 def _chrome_origin(obj: dict, pid_origin: dict) -> tuple[str | None, int | None]:
@@ -211,13 +224,6 @@ def _int_ns(value: Any) -> int:
     if type(value) is str and value.strip().lstrip("-").isdigit():
         return int(value)
     raise ValueError(f"not integer nanoseconds: {value!r}")
-
-
-def _clock(layout: FileLayout, chrome: bool) -> ClockDomain:
-    first = min((items[0][0] for items in layout.entries.values() if items), default=0)
-    if first >= _EPOCH_NS_FLOOR:
-        return UNIX_EPOCH
-    return PERF_COUNTER if chrome else MONOTONIC_SPANS
 
 
 JSONL_SPANS = SourceFormat(NAME, claims, read)

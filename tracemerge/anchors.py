@@ -1,0 +1,58 @@
+"""Clock evidence, noted while each file is read: the events that tie one clock to another.
+
+Three kinds of events are noted (as marks ``(start, end)`` under a tag), never read twice:
+
+* collectives: an NCCL/HCCL device kernel or a gloo operation ends at one instant on every rank
+  that takes part (tag ``"collective <level> <kind>"``, e.g. ``"collective device allreduce"``);
+* named sync spans (``--sync NAME``): start at one instant in every process that has them
+  (tag ``"sync <name>"``);
+* session spans: AReaL perf-tracer spans that name a ``session_id``, and the session records
+  that give the same sessions' wall-clock times (tag ``"session <id> <name>"``).
+
+:mod:`tracemerge.clock` relates the files' clocks from these marks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+COLLECTIVE, SYNC, SESSION = "collective", "sync", "session"
+# A file keeps at most this many marks per tag (and per kind for sessions): plenty to align.
+MAX_MARKS = 20_000
+
+_KIND = re.compile(r"all_?reduce|all_?gather|reduce_?scatter|broadcast|barrier|all_?to_?all", re.IGNORECASE)
+# Collectives whose end is the end of the communication itself (not of an asynchronous launch).
+_LEVELS = (("ncclDevKernel", "device"), ("ncclKernel", "device"), ("hcom_", "hccl"), ("gloo:", "host"))
+
+
+def collective_tag(name: str) -> str | None:
+    """``"collective <level> <kind>"`` for an event that ends a collective on every rank at once."""
+    for prefix, level in _LEVELS:
+        if name.startswith(prefix):
+            found = _KIND.search(name)
+            if found is None:
+                return None
+            return f"{COLLECTIVE} {level} {found.group(0).lower().replace('_', '')}"
+    return None
+
+
+def session_tag(session_id: object, name: str) -> str:
+    return f"{SESSION} {session_id} {name}"
+
+
+class Watch:
+    """Says which event names are clock evidence: collectives, and the ``--sync`` span names."""
+
+    def __init__(self, sync_names: Iterable[str] = ()) -> None:
+        self.sync_names = frozenset(sync_names)
+
+    def __call__(self, name: str) -> str | None:
+        if name in self.sync_names:
+            return f"{SYNC} {name}"
+        return collective_tag(name)
+
+
+def kind_of(tag: str) -> str:
+    """The first word of a tag: collective, sync or session."""
+    return tag.partition(" ")[0]

@@ -1,0 +1,127 @@
+"""AReaL session-tracer records (``session_tracer/{role}/sessions-r{rank}.jsonl``).
+
+One JSON object per rollout session: ``session_id``, ``rank``, ``role``, ``status`` and, per
+phase (generate, reward, toolcall or custom), spans ``{"start_ts", "end_ts"}`` in seconds:
+``time.time()`` wall clock since AReaL 2025-11, ``perf_counter`` before. Each phase span becomes a
+slice on the rank's ``sessions`` thread, with the session's id and status as args. A phase left
+open (``end_ts`` null, the session ended by an error) becomes an instant.
+
+The records are also clock evidence: the rollout's perf-tracer spans that name a ``session_id``
+are the same moments on the perf-tracer's clock (:mod:`tracemerge.anchors`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tracemerge.anchors import session_tag
+from tracemerge.errors import NotATrace
+from tracemerge.layout import FileLayout
+from tracemerge.model import UNIX_EPOCH, ClockDomain, Event, Kind, SourceData, ThreadInfo
+from tracemerge.sources.base import SourceFormat, read_bytes
+from tracemerge.sources.common import as_rank
+from tracemerge.units import seconds_to_ns
+
+NAME = "areal-sessions"
+PERF_COUNTER_SECONDS = ClockDomain("perf_counter s, no wall-clock anchor", anchored=False)
+THREAD = ("sessions",)
+# Marks under this name give a session's submit time (record side of the session anchors).
+SUBMIT = "@submit"
+_EPOCH_S_FLOOR = 946_684_800  # 2000-01-01: seconds at or above are wall clock
+_RECORD_KEYS = ("session_id", "submit_ts")
+
+
+def _is_record(obj: Any) -> bool:
+    return type(obj) is dict and all(k in obj for k in _RECORD_KEYS) and "ph" not in obj
+
+
+def claims(path: Path, head: bytes) -> bool:
+    for line in head.split(b"\n")[:20]:
+        if line.strip():
+            try:
+                return _is_record(orjson.loads(line))
+            except orjson.JSONDecodeError:
+                return False
+    return False
+
+
+def read(path: Path, layout: FileLayout) -> SourceData:
+    dropped: Counter[str] = Counter()
+    bad_lines: list[int] = []
+    records = 0
+    epoch = None
+    for lineno, line in enumerate(read_bytes(path).split(b"\n"), 1):
+        if not line.strip():
+            continue
+        records += 1
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            bad_lines.append(lineno)
+            continue
+        if not _is_record(obj):
+            dropped["line is not a session record"] += 1
+            continue
+        try:
+            submit = seconds_to_ns(obj["submit_ts"])
+        except (ValueError, TypeError):
+            dropped["session record with unreadable submit_ts"] += 1
+            continue
+        if epoch is None:
+            epoch = obj["submit_ts"] >= _EPOCH_S_FLOOR
+        _add_record(obj, submit, layout, dropped)
+    if records and len(bad_lines) == records:
+        raise NotATrace(path, "no line is valid JSON", where=str(bad_lines[0]))
+    if bad_lines:
+        dropped[f"invalid JSON line (first at line {bad_lines[0]})"] += len(bad_lines)
+    return SourceData(
+        path=path,
+        format=NAME,
+        clock=UNIX_EPOCH if epoch or epoch is None else PERF_COUNTER_SECONDS,
+        threads={THREAD: ThreadInfo("sessions", (0, -2))},
+        dropped=dropped,
+    )
+
+
+def _add_record(obj: dict, submit: int, layout: FileLayout, dropped: Counter[str]) -> None:
+    role = obj.get("role") if type(obj.get("role")) is str else None
+    origin = (role, as_rank(obj.get("rank")))
+    sid = obj["session_id"]
+    args = {k: obj[k] for k in ("session_id", "task_id", "status", "reason") if obj.get(k) is not None}
+    end = _seconds(obj.get("finalized_ts"))
+    layout.mark(session_tag(sid, SUBMIT), origin, THREAD, submit, end if end is not None else submit)
+    phases = obj.get("phases")
+    if not phases or type(phases) is not dict:
+        # Nothing ran (rejected, pending) or nothing readable: the record is an instant at submit.
+        layout.add_event(Event(Kind.INSTANT, submit, THREAD, "session", "session", 0, args, origin))
+        return
+    for phase, spans in phases.items():
+        for span in spans if type(spans) is list else [spans]:
+            start = _seconds(span.get("start_ts")) if type(span) is dict else None
+            if start is None:
+                dropped["session phase without a readable start_ts"] += 1
+                continue
+            stop = _seconds(span.get("end_ts"))
+            if stop is not None and stop < start:
+                dropped["session phase ending before it starts"] += 1
+                continue
+            kind = Kind.INSTANT if stop is None else Kind.SLICE
+            dur = 0 if stop is None else stop - start
+            layout.add_event(Event(kind, start, THREAD, str(phase), "session", dur, args, origin))
+            layout.mark(session_tag(sid, f"@{phase}"), origin, THREAD, start, start + dur)
+
+
+def _seconds(value: Any) -> int | None:
+    if value is None or type(value) is bool:
+        return None
+    try:
+        return seconds_to_ns(value)
+    except (ValueError, TypeError):
+        return None
+
+
+AREAL_SESSIONS = SourceFormat(NAME, claims, read)
