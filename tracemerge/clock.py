@@ -1,42 +1,476 @@
-"""Clock alignment: place every file's timestamps on one timeline.
+"""Clock alignment: every file's timestamps on one timeline, and how sure that is.
 
-Files on the Unix-epoch clock are kept as they are. A file whose clock has no wall-clock anchor
-(a per-process ``perf_counter`` origin, say) cannot be placed from its own content; it is
-shifted so that its first event lands at the run start, the earliest anchored event, and the
-report says so. The trace's time base is the earliest placed event: output timestamps are
-nanoseconds since then.
+Files that share a clock form a group: the epoch-clock files of one host (ranks on one host share
+one offset), or a single file (a per-process ``perf_counter`` origin, an epoch file whose host is
+not known). One epoch group is the reference (the one holding the first process in role/rank
+order); the others are placed against what is already placed, from the evidence noted while the
+files were read (:mod:`tracemerge.anchors`), best method first:
+
+* ``collectives``: the k-th collective of a kind ends at one instant on every rank that takes
+  part. Each matched pair gives an offset (end against end) and a hard bound (neither rank can
+  end before the other started); the offset is the median of the pairs left after outliers are
+  rejected, clamped into the bounds all of them allow;
+* ``sync``: the k-th ``--sync NAME`` span starts at one instant in every process that has it;
+* ``session``: AReaL session records (wall clock) and the perf-tracer spans of the same sessions.
+
+A group with no evidence keeps its own clock if that is epoch time (``exact``, to within the
+hosts' NTP error); a file with no anchor at all is placed by its modification time, taken as the
+time of its last event (``mtime``, low confidence), when that lands near the rest of the run;
+otherwise it is put at the run start and reported as ``unrelated``. ``--offset`` rules place
+files by hand (``manual``). Every file gets a :class:`SourceClock` saying how it was placed.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from tracemerge.model import ClockDomain
+from tracemerge.anchors import COLLECTIVE, SESSION, SYNC
+from tracemerge.model import ClockDomain, Identity
+
+# Fewest matched collectives that place a clock (sync and session anchors: one is evidence).
+MIN_COLLECTIVES = 3
+# How many placed files an unplaced group is compared with (the earliest placed first).
+MAX_PARTNERS = 8
+# Index shifts tried when two epoch-clock ranks hold different numbers of one collective.
+MAX_INDEX_SHIFT = 3
+# Epoch clocks of two hosts disagree by NTP error; evidence for more than this matched events of
+# different runs, not one collective seen from two hosts.
+MAX_EPOCH_SKEW_NS = 10 * 10**9
+# A file placed by its modification time must land within this much of the run's other files.
+MTIME_SLACK_NS = 3600 * 10**9
+# Methods in order of preference.
+EVIDENCE = (COLLECTIVE, SYNC, SESSION)
 
 
 class HasClock(Protocol):
     path: Path
     clock: ClockDomain
     ts_min: int | None
+    ts_max: int | None
+    host: str | None
+    mtime_ns: int | None
+    marks: dict[Identity, dict[str, list[tuple[int, int]]]]
+    identities: dict
 
 
-def align(scans: list[HasClock]) -> tuple[dict[Path, int], int, bool]:
-    """Per-file offsets (ns, added to that file's timestamps), the time base, and whether the
-    base is a Unix-epoch time (so the output can show wall-clock time)."""
-    anchored = [s.ts_min for s in scans if s.clock.anchored and s.ts_min is not None]
-    run_start = min(anchored) if anchored else 0
-    offsets: dict[Path, int] = {}
-    for s in scans:
-        if s.clock.anchored or s.ts_min is None:
-            offsets[s.path] = 0
-        else:
-            offsets[s.path] = run_start - s.ts_min
-    placed = [s.ts_min + offsets[s.path] for s in scans if s.ts_min is not None]
+@dataclass(frozen=True)
+class ManualOffset:
+    """``--offset ROLE[/RANK]=±DURATION``: shift the files of that role (and rank) by ``ns``."""
+
+    role: str
+    rank: int | None
+    ns: int
+
+    def matches(self, ident: Identity) -> bool:
+        return ident.role == self.role and (self.rank is None or ident.rank == self.rank)
+
+
+@dataclass(frozen=True)
+class AlignOptions:
+    enabled: bool = True  # False: --no-align, every file keeps its raw clock
+    offsets: tuple[ManualOffset, ...] = ()
+
+
+@dataclass
+class SourceClock:
+    """How one file was placed on the trace's timeline."""
+
+    path: Path
+    clock: str  # the file's own clock
+    method: str  # reference, exact, collectives, sync, session, manual, mtime, unrelated, raw
+    offset_ns: int  # added to the file's clock time
+    uncertainty_ns: int | None  # None: not known (hosts' NTP error, a guess from mtime)
+    anchors: int  # evidence used (matched collectives, sync spans, sessions)
+    against: str  # what it was aligned against
+    confidence: str  # exact, high, medium, low, manual, none
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        return {
+            "file": str(self.path),
+            "clock": self.clock,
+            "method": self.method,
+            "offset_ns": self.offset_ns,
+            "uncertainty_ns": self.uncertainty_ns,
+            "anchors": self.anchors,
+            "against": self.against,
+            "confidence": self.confidence,
+            "note": self.note,
+        }
+
+
+@dataclass
+class Alignment:
+    offsets: dict[Path, int]
+    base_ns: int  # the trace's time zero, on the aligned timeline
+    wall_clock: bool  # whether that timeline is Unix-epoch time
+    sources: dict[Path, SourceClock] = field(default_factory=dict)
+
+
+@dataclass
+class _Group:
+    key: tuple
+    label: str
+    scans: list
+    anchored: bool
+    offset: int | None = None
+    uncertainty: int | None = None
+
+
+@dataclass
+class _Anchor:
+    value: int  # candidate offset of the unplaced group
+    lo: int | None = None  # bounds the offset must respect (collectives)
+    hi: int | None = None
+
+
+def align(scans: list[HasClock], options: AlignOptions, order: Callable[[Identity], tuple]) -> Alignment:
+    """Place every file; ``order`` sorts processes (the first one's host is the reference)."""
+    sources: dict[Path, SourceClock] = {}
+    usable = [s for s in scans if s.ts_min is not None]
+    if not options.enabled:
+        for s in usable:
+            sources[s.path] = SourceClock(s.path, s.clock.name, "raw", 0, None, 0, "--no-align", "none")
+        return _finish(usable, sources, all(s.clock.anchored for s in usable))
+
+    groups = _groups(usable, options)
+    placed: list[_Group] = []
+    anchored = [g for g in groups if g.anchored and g.key[0] != "manual"]
+    candidates = anchored or [g for g in groups if g.key[0] != "manual"] or groups
+    reference = min(candidates, key=lambda g: _first_process(g, order))
+    _place(reference, 0, 0, placed, sources, "reference", 0, "its own clock", "exact")
+    run_lo = min((s.ts_min for g in anchored for s in g.scans), default=None)
+    for g in groups:
+        if g.key[0] == "manual":
+            rule: ManualOffset = g.key[2]
+            if g is reference:
+                placed.remove(g)
+            start = 0 if g.anchored or run_lo is None else run_lo - g.scans[0].ts_min
+            _place(g, start + rule.ns, 0, placed, sources, "manual", 0, f"--offset {_rule_text(rule)}", "manual")
+
+    while True:
+        _place_by_evidence(groups, placed, sources)
+        unplaced = [g for g in groups if g.offset is None and g.anchored]
+        if not unplaced:
+            break
+        for g in unplaced:  # its own epoch clock, trusted to NTP accuracy
+            _place(g, 0, None, placed, sources, "exact", 0, "its own clock (hosts agree to NTP accuracy)", "exact")
+
+    rest = [g for g in groups if g.offset is None]
+    wall_clock = reference.anchored
+    if not reference.anchored:
+        # No epoch clock anywhere: the reference's modification time anchors the whole run.
+        shift = _mtime_offset(reference)
+        if shift is not None:
+            for g in placed:
+                g.offset = (g.offset or 0) + shift
+                sources.update({s.path: _shifted(sources[s.path], shift) for s in g.scans})
+            sources.update({s.path: _by_mtime(sources[s.path], shift) for s in reference.scans})
+            wall_clock = True
+    lo, hi = _placed_range(placed)
+    for g in rest:
+        shift = _mtime_offset(g)
+        s0 = g.scans[0]
+        near = lo is None or (s0.ts_min + shift < hi + MTIME_SLACK_NS and s0.ts_max + shift > lo - MTIME_SLACK_NS)
+        if shift is not None and near:
+            _place(g, shift, None, placed, sources, "mtime", 0, "file modification time = its last event", "low")
+            continue
+        start = lo if lo is not None else 0
+        g.offset = start - min(s.ts_min for s in g.scans)
+        for s in g.scans:
+            sources[s.path] = SourceClock(
+                s.path,
+                s.clock.name,
+                "unrelated",
+                g.offset,
+                None,
+                0,
+                "nothing relates it to the other files",
+                "none",
+                "first event placed at the run start",
+            )
+    return _finish(usable, sources, wall_clock)
+
+
+def _finish(scans: list[HasClock], sources: dict[Path, SourceClock], wall_clock: bool) -> Alignment:
+    offsets = {s.path: sources[s.path].offset_ns for s in scans}
+    placed = [s.ts_min + offsets[s.path] for s in scans]
     base = min(placed) if placed else 0
-    return offsets, base, bool(anchored)
+    return Alignment(offsets, base, wall_clock, sources)
+
+
+def _groups(scans: list[HasClock], options: AlignOptions) -> list[_Group]:
+    by_key: dict[tuple, _Group] = {}
+    for s in sorted(scans, key=lambda s: str(s.path)):
+        rule = _rule_for(s, options.offsets)
+        if rule is not None:
+            key: tuple = ("manual", str(s.path), rule)
+            label = s.path.name
+        elif s.clock.anchored and s.host:
+            key, label = ("host", s.host), f"host {s.host}"
+        else:
+            key, label = ("file", str(s.path)), s.path.name
+        group = by_key.get(key)
+        if group is None:
+            group = by_key[key] = _Group(key, label, [], s.clock.anchored)
+        group.scans.append(s)
+    return list(by_key.values())
+
+
+def _rule_for(s: HasClock, rules: Iterable[ManualOffset]) -> ManualOffset | None:
+    found = None
+    for rule in rules:  # the most specific rule wins (role/rank over role), the last one of equals
+        specific = found is None or rule.rank is not None or found.rank is None
+        if specific and any(rule.matches(ident) for ident in s.identities.values()):
+            found = rule
+    return found
+
+
+def _rule_text(rule: ManualOffset) -> str:
+    who = rule.role if rule.rank is None else f"{rule.role}/{rule.rank}"
+    return f"{who}={rule.ns:+d}ns"
+
+
+def _first_process(g: _Group, order: Callable[[Identity], tuple]) -> tuple:
+    keys = [order(i) for s in g.scans for i in s.identities.values()]
+    return (min(keys) if keys else (), g.label)
+
+
+def _place(
+    g: _Group,
+    offset: int,
+    uncertainty: int | None,
+    placed: list[_Group],
+    sources: dict[Path, SourceClock],
+    method: str,
+    anchors: int,
+    against: str,
+    confidence: str,
+) -> None:
+    g.offset, g.uncertainty = offset, uncertainty
+    placed.append(g)
+    for s in g.scans:
+        sources[s.path] = SourceClock(s.path, s.clock.name, method, offset, uncertainty, anchors, against, confidence)
+
+
+def _place_by_evidence(groups: list[_Group], placed: list[_Group], sources: dict[Path, SourceClock]) -> None:
+    """Place groups from collectives, sync spans and sessions until nothing more can be placed."""
+    progress = True
+    while progress:
+        progress = False
+        placed_scans = [s for g in placed for s in g.scans]
+        partner_group = {id(s): g for g in placed for s in g.scans}
+        for g in groups:
+            if g.offset is not None:
+                continue
+            for method in EVIDENCE:
+                partners = placed_scans[:MAX_PARTNERS]
+                if method == SESSION:  # sessions are numbered per process: only its own records
+                    mine = {i for s in g.scans for i in s.identities.values()}
+                    partners = [s for s in placed_scans if mine & set(s.identities.values())]
+                found = _estimate_against(g, partners, partner_group, method)
+                if found is None:
+                    continue
+                offset, uncertainty, used, against = found
+                confidence = "high" if uncertainty is not None and uncertainty <= 1_000_000 else "medium"
+                _place(g, offset, uncertainty, placed, sources, method, used, against, confidence)
+                progress = True
+                break
+
+
+def _estimate_against(
+    g: _Group, partners: list[HasClock], partner_group: dict[int, _Group], method: str
+) -> tuple[int, int | None, int, str] | None:
+    pool: list[_Anchor] = []
+    worst = 0
+    against: list[str] = []
+    for b in partners:
+        pg = partner_group[id(b)]
+        for a in g.scans:
+            anchors = _anchors(a, b, method, both_epoch=g.anchored and pg.anchored)
+            if not anchors:
+                continue
+            delta = pg.offset or 0
+            pool.extend(
+                _Anchor(x.value + delta, None if x.lo is None else x.lo + delta, None if x.hi is None else x.hi + delta)
+                for x in anchors
+            )
+            worst = max(worst, pg.uncertainty or 0)
+            if pg.label not in against:
+                against.append(pg.label)
+    if len(pool) < (MIN_COLLECTIVES if method == COLLECTIVE else 1):
+        return None
+    found = estimate(pool)
+    if found is None:
+        return None
+    offset, uncertainty, used = found
+    if g.anchored and abs(offset) > MAX_EPOCH_SKEW_NS:
+        return None
+    return offset, (uncertainty + worst if uncertainty is not None else None), used, ", ".join(against[:3])
+
+
+def _anchors(a: HasClock, b: HasClock, method: str, both_epoch: bool) -> list[_Anchor]:
+    """Offsets that would put ``a`` on ``b``'s clock, one per matched pair of events."""
+    if method == SESSION:
+        return _session_anchors(a, b)
+    marks_a, marks_b = _file_marks(a, method), _file_marks(b, method)
+    out: list[_Anchor] = []
+    for tag in sorted(marks_a.keys() & marks_b.keys()):
+        for x, y in _matched(marks_a[tag], marks_b[tag], both_epoch):
+            if method == COLLECTIVE:  # ends meet; neither may end before the other started
+                out.append(_Anchor(y[1] - x[1], y[0] - x[1], y[1] - x[0]))
+            else:
+                out.append(_Anchor(y[0] - x[0]))
+    return out
+
+
+def _file_marks(s: HasClock, method: str) -> dict[str, list[tuple[int, int]]]:
+    """Per tag of ``method``, the marks of the file's process that has most of them."""
+    out: dict[str, list[tuple[int, int]]] = {}
+    for tags in s.marks.values():
+        for tag, found in tags.items():
+            if tag.startswith(method) and len(found) > len(out.get(tag, ())):
+                out[tag] = found
+    return out
+
+
+def _matched(xs: list[tuple[int, int]], ys: list[tuple[int, int]], both_epoch: bool) -> list[tuple]:
+    """Pair the k-th event of one file with the k-th of the other. Two epoch clocks, which agree
+    to within NTP error, may also be paired with a small index shift (one trace started a
+    collective earlier): the shift whose offsets are nearest zero."""
+    if not both_epoch:
+        return list(zip(xs, ys, strict=False))
+    best: list[tuple] = []
+    best_score: tuple | None = None
+    need = max(1, min(len(xs), len(ys)) // 2)
+    for k in range(-MAX_INDEX_SHIFT, MAX_INDEX_SHIFT + 1):
+        pairs = [(xs[i], ys[i + k]) for i in range(max(0, -k), min(len(xs), len(ys) - k))]
+        if len(pairs) < need:
+            continue
+        score = (abs(statistics.median_low([y[1] - x[1] for x, y in pairs])), abs(k))
+        if best_score is None or score < best_score:
+            best, best_score = pairs, score
+    return best
+
+
+def _session_anchors(a: HasClock, b: HasClock) -> list[_Anchor]:
+    """Sessions that one file records (wall clock) and the other names in perf-tracer spans."""
+    out: list[_Anchor] = []
+    for ident in sorted(a.marks.keys() & b.marks.keys(), key=repr):
+        times_a, times_b = _session_times(a.marks[ident]), _session_times(b.marks[ident])
+        for sid in sorted(times_a.keys() & times_b.keys(), key=repr):
+            pair = _session_pair(times_a[sid], times_b[sid])
+            if pair is not None:
+                out.append(_Anchor(pair[1] - pair[0]))
+    return out
+
+
+def _session_times(tags: dict[str, list[tuple[int, int]]]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = defaultdict(dict)
+    for tag, found in tags.items():
+        if tag.startswith(SESSION + " ") and found:
+            _, sid, name = tag.split(" ", 2)
+            out[sid][name] = found[0][0]
+    return out
+
+
+def _session_pair(x: dict[str, int], y: dict[str, int]) -> tuple[int, int] | None:
+    """(time in x, time in y) of one session: a perf span named after a recorded phase starts
+    with that phase; failing that, the session's first span starts when it was submitted."""
+    records, spans, flip = (x, y, False) if any(k.startswith("@") for k in x) else (y, x, True)
+    if not any(k.startswith("@") for k in records) or all(k.startswith("@") for k in spans):
+        return None
+    spans = {k: v for k, v in spans.items() if not k.startswith("@")}
+    phases = sorted((k[1:] for k in records if k != "@submit"), key=len, reverse=True)
+    pair = None
+    for name, start in sorted(spans.items()):
+        phase = next((p for p in phases if p and p in name), None)
+        if phase is not None:
+            pair = (records["@" + phase], start)
+            break
+    if pair is None and "@submit" in records:
+        pair = (records["@submit"], min(spans.values()))
+    if pair is None:
+        return None
+    return (pair[1], pair[0]) if flip else pair
+
+
+def estimate(anchors: list[_Anchor]) -> tuple[int, int | None, int] | None:
+    """(offset, uncertainty, anchors used): the median after rejecting outliers (3 scaled MADs),
+    clamped into the bounds every kept anchor allows. The uncertainty is three standard errors,
+    never more than the distance to the farther bound; with fewer than three anchors, their spread.
+    None when the bounds contradict each other: the events matched are not the same collectives."""
+    values = sorted(a.value for a in anchors)
+    med = statistics.median_low(values)
+    mad = statistics.median_low([abs(v - med) for v in values])
+    limit = max(3 * 1.4826 * mad, 1000)
+    kept = [a for a in anchors if abs(a.value - med) <= limit]
+    kept_values = sorted(a.value for a in kept)
+    offset = statistics.median_low(kept_values)
+    n = len(kept)
+    if n >= 3:
+        spread = 1.4826 * statistics.median_low([abs(v - offset) for v in kept_values])
+        uncertainty = math.ceil(3 * spread / math.sqrt(n))
+    else:
+        uncertainty = max(abs(v - offset) for v in kept_values)
+    los = [a.lo for a in kept if a.lo is not None]
+    his = [a.hi for a in kept if a.hi is not None]
+    if los and his:
+        lo, hi = max(los), min(his)
+        if lo > hi:
+            return None
+        offset = min(max(offset, lo), hi)
+        uncertainty = min(max(uncertainty, 0), max(offset - lo, hi - offset))
+    return offset, uncertainty, n
+
+
+def _mtime_offset(g: _Group) -> int | None:
+    s = max(g.scans, key=lambda s: s.ts_max or 0)
+    if s.mtime_ns is None or s.ts_max is None:
+        return None
+    return s.mtime_ns - s.ts_max
+
+
+def _placed_range(placed: list[_Group]) -> tuple[int | None, int | None]:
+    starts = [s.ts_min + (g.offset or 0) for g in placed for s in g.scans]
+    ends = [(s.ts_max or s.ts_min) + (g.offset or 0) for g in placed for s in g.scans]
+    return (min(starts), max(ends)) if starts else (None, None)
+
+
+def _shifted(src: SourceClock, shift: int) -> SourceClock:
+    return SourceClock(
+        src.path,
+        src.clock,
+        src.method,
+        src.offset_ns + shift,
+        src.uncertainty_ns,
+        src.anchors,
+        src.against,
+        src.confidence,
+        src.note,
+    )
+
+
+def _by_mtime(src: SourceClock, shift: int) -> SourceClock:
+    return SourceClock(
+        src.path,
+        src.clock,
+        "mtime",
+        shift,
+        None,
+        0,
+        "file modification time = its last event",
+        "low",
+        "no file in the run has a wall clock; the others are placed against this one",
+    )
 
 
 def describe(clock: ClockDomain) -> str:
-    """How a clock was placed, for the run table."""
-    return clock.name if clock.anchored else f"{clock.name}; placed at run start"
+    """The clock domain, for the run table."""
+    return clock.name

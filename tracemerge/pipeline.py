@@ -207,17 +207,21 @@ def _process_file(job: FileJob) -> FileOutcome:
 def _marks(
     marks: dict[tuple[str, Any, Any], list[tuple[int, int]]], identity_of: Callable[[Any], Identity], origin_ns: int
 ) -> dict[Identity, dict[str, list[tuple[int, int]]]]:
-    """Per process and tag, the marks of the thread that has most of them (one event family:
-    a collective is noted once per rank, not once per nesting level), in time order."""
+    """Per process and tag, the marks of one thread, in time order: a collective is noted once
+    per rank, not once per level that records it. Whole operations follow one another on their
+    thread, so the thread whose marks do not overlap and cover the most time is taken (Ascend's
+    communication-op row rather than its parallel tasks on a stream, or its launch on the host)."""
     best: dict[Identity, dict[str, list[tuple[int, int]]]] = defaultdict(dict)
+    scores: dict[tuple[Identity, str], tuple[bool, int]] = {}
     for (tag, origin, _thread), found in sorted(marks.items(), key=lambda kv: repr(kv[0])):
-        mine = best[identity_of(origin)]
-        if len(found) > len(mine.get(tag, ())):
-            mine[tag] = found
-    return {
-        ident: {tag: sorted((a + origin_ns, b + origin_ns) for a, b in found) for tag, found in tags.items()}
-        for ident, tags in best.items()
-    }
+        ident = identity_of(origin)
+        found = sorted((a + origin_ns, b + origin_ns) for a, b in found)
+        sequential = all(found[n][0] >= found[n - 1][1] for n in range(1, len(found)))
+        score = (sequential, sum(end - start for start, end in found))
+        if score > scores.get((ident, tag), (False, -1)):
+            best[ident][tag] = found
+            scores[(ident, tag)] = score
+    return dict(best)
 
 
 def _mtime_ns(path: Path) -> int | None:

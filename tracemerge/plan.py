@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tracemerge.clock import align
+from tracemerge.clock import Alignment, AlignOptions, align
 from tracemerge.model import ClockDomain, Identity, OriginKey, SourceData, ThreadInfo, ThreadKey
 from tracemerge.report import EventCounts
 
@@ -147,6 +147,7 @@ class MergePlan:
     base_ns: int
     wall_clock: bool  # whether base_ns is a Unix-epoch time
     offsets: dict[Path, int]
+    alignment: Alignment
 
 
 def resolve_identity(origin: OriginKey, data: SourceData, role_hint: str | None, rank_hint: int | None) -> Identity:
@@ -248,12 +249,14 @@ def identity_sort_key(ident: Identity) -> tuple:
     return (role_sort_key(ident.role), ident.rank is None, ident.rank or 0, ident.tag)
 
 
-def make_plan(scans: list[FileScan], wide: bool = False) -> MergePlan:
+def make_plan(scans: list[FileScan], wide: bool = False, clocks: AlignOptions | None = None) -> MergePlan:
     """Fix pids, track ids, names and time shifts for the whole merged trace.
 
     Raises :class:`IdCollision` when two tracks share a narrow uuid (then encode with ``wide``).
     """
-    offsets, base_ns, wall_clock = align(scans)
+    alignment = align(scans, clocks or AlignOptions(), identity_sort_key)
+    offsets, base_ns, wall_clock = alignment.offsets, alignment.base_ns, alignment.wall_clock
+    offsets.update({s.path: 0 for s in scans if s.path not in offsets})
     scans = sorted(scans, key=lambda s: (s.ts_min is None, (s.ts_min or 0) + offsets[s.path], str(s.path)))
 
     identities = sorted({i for s in scans for i in (*s.counts, *s.threads, *s.counter_series)}, key=identity_sort_key)
@@ -347,6 +350,7 @@ def make_plan(scans: list[FileScan], wide: bool = False) -> MergePlan:
         base_ns=base_ns,
         wall_clock=wall_clock,
         offsets=offsets,
+        alignment=alignment,
     )
 
 

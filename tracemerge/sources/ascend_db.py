@@ -104,7 +104,9 @@ def read(path: Path, layout: FileLayout) -> SourceData:
         raise InputError(path, f"cannot read the database ({exc})") from None
     finally:
         con.close()
-    return layout_dirs.source_data(path, NAME, reader.thread_infos(), reader.dropped, rank=reader.rank)
+    data = layout_dirs.source_data(path, NAME, reader.thread_infos(), reader.dropped, rank=reader.rank)
+    data.host = reader.host or data.host
+    return data
 
 
 class _DbReader:
@@ -117,6 +119,7 @@ class _DbReader:
         self.names: dict[ThreadKey, tuple[str, tuple]] = {}
         self.strings: dict[int, str] = dict(self._rows("STRING_IDS", ("id", "value")))
         self.rank: int | None = None
+        self.host = next((str(name) for (name,) in self._rows("HOST_INFO", ("hostName",)) if name), None)
         self.devices: set[int] = set()
         # slice events by connection id, for flows
         # (start, track) of the slices a connection id links, for flows
