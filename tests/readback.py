@@ -47,6 +47,7 @@ class Readback:
     realtime_base: int | None = None
     root_ordering: tuple[int, int] | None = None  # the root descriptor's process/thread ordering
     process_rank: dict[int, int] = field(default_factory=dict)  # pid -> sibling_order_rank
+    process_instants: dict[int, list[Slice]] = field(default_factory=lambda: defaultdict(list))  # pid -> instants
 
     def pid_of(self, label: str) -> int:
         matches = [pid for pid, name in self.processes.items() if name == label]
@@ -83,6 +84,7 @@ def read_pftrace(path: Path) -> Readback:
     per_track: dict[int, list] = defaultdict(list)
     parents: dict[int, int] = {}
     thread_pid: dict[int, int] = {}
+    process_pid: dict[int, int] = {}
     counter_descs: dict[int, tuple[int, str]] = {}
     lane_names: dict[int, str] = {}
     # Sequence-scoped clocks (ids 64-127): per sequence, the clock a packet's timestamp is on by
@@ -121,6 +123,7 @@ def read_pftrace(path: Path) -> Readback:
                 rb.root_ordering = (td.process_ordering, td.thread_ordering)
                 continue
             if td.HasField("process"):
+                process_pid[td.uuid] = td.process.pid
                 rb.process_rank[td.process.pid] = td.sibling_order_rank
                 assert td.process.pid not in rb.processes, f"pid {td.process.pid} described twice"
                 rb.processes[td.process.pid] = td.process.process_name
@@ -160,6 +163,10 @@ def read_pftrace(path: Path) -> Readback:
         events.sort(key=lambda e: (e[0], e[1]))
         stack: list[Slice] = []
         for ts, pos, te, seq in events:
+            if te.type == TE.TYPE_INSTANT and track in process_pid:
+                args = {a.name or arg_names[seq][a.name_iid]: _value(a) for a in te.debug_annotations}
+                rb.process_instants[process_pid[track]].append(Slice(track, te.name, "", ts + base, 0, 0, args))
+                continue
             if te.type == TE.TYPE_SLICE_BEGIN or te.type == TE.TYPE_INSTANT:
                 assert track in rb.threads, f"packet {pos}: slice on undescribed track {track}"
                 name = names[seq][te.name_iid] if te.HasField("name_iid") else te.name
@@ -230,6 +237,8 @@ def read_chrome_json(path: Path) -> Readback:
             per_thread[(e["pid"], e["tid"])].append(s)
             if "bind_id" in e:
                 flow_ends[e["bind_id"]].append((s, e.get("flow_out", False), e.get("flow_in", False)))
+        elif ph == "i" and e.get("s") == "p":
+            rb.process_instants[e["pid"]].append(Slice(e["pid"], e["name"], e.get("cat", ""), ts, 0, 0, e["args"]))
         elif ph == "i":
             rb.instants.append(Slice((e["pid"], e["tid"]), e["name"], e.get("cat", ""), ts, 0, 0, e.get("args", {})))
         elif ph == "C":

@@ -69,11 +69,17 @@ def load(path: Path) -> dict:
             ),
             "processes": q("select upid, pid, name from process where name is not null"),
             "threads": q("select utid, upid, tid, name from thread where name is not null and upid is not null"),
+            # Input events; the clock notes tracemerge adds (category "tracemerge") apart.
             "slices": q(
                 "select s.name, s.ts, s.dur, s.track_id, coalesce(t.upid, p.upid) as upid "
                 "from slice s left join thread_track tt on s.track_id = tt.id "
                 "left join thread t using (utid) "
-                "left join process_track p on s.track_id = p.id"
+                "left join process_track p on s.track_id = p.id where s.category is not 'tracemerge'"
+            ),
+            "clock_notes": q(
+                "select s.name, s.ts, p.upid, a.key, a.display_value from slice s "
+                "join process_track p on s.track_id = p.id join args a using (arg_set_id) "
+                "where s.category = 'tracemerge'"
             ),
             "track_thread": q("select tr.id as track_id, tt.utid from track tr left join thread_track tt using (id)"),
             "counters": q(

@@ -13,10 +13,19 @@ import typer
 from typer.core import TyperGroup
 
 from tracemerge import __version__
+from tracemerge.clock import AlignOptions, load_offsets, parse_offset
 from tracemerge.errors import TracemergeError
 from tracemerge.pipeline import merge as run_merge
 from tracemerge.progress import progress_bar
-from tracemerge.report import EXIT_FATAL, EXIT_INCOMPLETE, EXIT_OK, RunReport, format_found, format_outcome
+from tracemerge.report import (
+    EXIT_FATAL,
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    RunReport,
+    format_alignment,
+    format_found,
+    format_outcome,
+)
 from tracemerge.select import Selection, parse_duration, parse_ranks, parse_roles, parse_window
 
 
@@ -87,6 +96,18 @@ def merge(
     min_dur: Annotated[
         Optional[str], typer.Option("--min-dur", help="Leave out slices shorter than this, e.g. 10us.")
     ] = None,
+    sync: Annotated[
+        Optional[list[str]],
+        typer.Option("--sync", help="A span that starts at one instant in every process having it (repeatable)."),
+    ] = None,
+    offset: Annotated[
+        Optional[list[str]],
+        typer.Option("--offset", help="Shift a role or rank by hand, e.g. actor/3=+1.5ms (repeatable)."),
+    ] = None,
+    offsets_file: Annotated[
+        Optional[Path], typer.Option("--offsets", help='TOML file of offsets: [offsets] "actor/3" = "+1.5ms".')
+    ] = None,
+    no_align: Annotated[bool, typer.Option("--no-align", help="Keep every file's raw clock.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print errors only.")] = False,
 ) -> None:
     """Merge traces into one clock-aligned trace with a process per role and rank."""
@@ -97,6 +118,9 @@ def merge(
             window=parse_window(window) if window is not None else None,
             min_dur=parse_duration(min_dur) if min_dur is not None else 0,
         )
+        rules = load_offsets(offsets_file) if offsets_file is not None else ()
+        rules += tuple(parse_offset(text) for text in offset or ())
+        clocks = AlignOptions(enabled=not no_align, offsets=rules, sync=tuple(sync or ()))
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     with progress_bar(enabled=not quiet) as on_progress:
@@ -105,6 +129,7 @@ def merge(
             if not quiet:
                 on_progress.pause()
                 _err(format_found(r))
+                _err(format_alignment(r))
 
         try:
             result = run_merge(
@@ -113,6 +138,7 @@ def merge(
                 format=format,
                 jobs=jobs,
                 selection=selection,
+                clocks=clocks,
                 on_plan=show,
                 on_progress=on_progress,
             )

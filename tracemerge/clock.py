@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -32,6 +33,12 @@ from typing import Protocol
 
 from tracemerge.anchors import COLLECTIVE, SESSION, SYNC
 from tracemerge.model import ClockDomain, Identity
+from tracemerge.select import parse_duration
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 # Fewest matched collectives that place a clock (sync and session anchors: one is evidence).
 MIN_COLLECTIVES = 3
@@ -71,10 +78,43 @@ class ManualOffset:
         return ident.role == self.role and (self.rank is None or ident.rank == self.rank)
 
 
+def parse_offset(text: str) -> ManualOffset:
+    """``"actor/3=+1.5ms"`` or ``"rollout=-200us"`` (a bare number is seconds)."""
+    who, sep, amount = text.partition("=")
+    role, _, rank = who.strip().partition("/")
+    if not sep or not role or (rank and not rank.strip().isdigit()):
+        raise ValueError(f"not an offset: {text!r} (use ROLE[/RANK]=±DURATION, e.g. actor/3=+1.5ms)")
+    return ManualOffset(role, int(rank) if rank else None, parse_duration(amount))
+
+
+def load_offsets(path: Path) -> tuple[ManualOffset, ...]:
+    """An offsets file: TOML with an ``[offsets]`` table of ``"ROLE[/RANK]" = "±DURATION"``."""
+    try:
+        content = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not TOML ({exc})") from None
+    table = content.get("offsets")
+    if type(table) is not dict:
+        raise ValueError(f'{path}: no [offsets] table (e.g. [offsets] "actor/3" = "+1.5ms")')
+    rules = []
+    for who, amount in table.items():
+        try:
+            rules.append(parse_offset(f"{who}={amount}"))
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+    return tuple(rules)
+
+
 @dataclass(frozen=True)
 class AlignOptions:
     enabled: bool = True  # False: --no-align, every file keeps its raw clock
     offsets: tuple[ManualOffset, ...] = ()
+    sync: tuple[str, ...] = ()  # --sync: span names that start at one instant in every process
+
+
+AUTOMATIC = AlignOptions()
 
 
 @dataclass
@@ -143,7 +183,7 @@ def align(scans: list[HasClock], options: AlignOptions, order: Callable[[Identit
     placed: list[_Group] = []
     anchored = [g for g in groups if g.anchored and g.key[0] != "manual"]
     candidates = anchored or [g for g in groups if g.key[0] != "manual"] or groups
-    reference = min(candidates, key=lambda g: _first_process(g, order))
+    reference = min(candidates, key=lambda g: _reference_rank(g, order))
     _place(reference, 0, 0, placed, sources, "reference", 0, "its own clock", "exact")
     run_lo = min((s.ts_min for g in anchored for s in g.scans), default=None)
     for g in groups:
@@ -159,8 +199,10 @@ def align(scans: list[HasClock], options: AlignOptions, order: Callable[[Identit
         unplaced = [g for g in groups if g.offset is None and g.anchored]
         if not unplaced:
             break
-        for g in unplaced:  # its own epoch clock, trusted to NTP accuracy
-            _place(g, 0, None, placed, sources, "exact", 0, "its own clock (hosts agree to NTP accuracy)", "exact")
+        # An epoch clock that nothing placed keeps its time, trusted to NTP accuracy; one at a
+        # time, so that the clocks related to it are then placed against it.
+        g = min(unplaced, key=lambda g: _reference_rank(g, order))
+        _place(g, 0, None, placed, sources, "exact", 0, "its own clock (hosts agree to NTP accuracy)", "exact")
 
     rest = [g for g in groups if g.offset is None]
     wall_clock = reference.anchored
@@ -237,9 +279,13 @@ def _rule_text(rule: ManualOffset) -> str:
     return f"{who}={rule.ns:+d}ns"
 
 
-def _first_process(g: _Group, order: Callable[[Identity], tuple]) -> tuple:
-    keys = [order(i) for s in g.scans for i in s.identities.values()]
-    return (min(keys) if keys else (), g.label)
+def _reference_rank(g: _Group, order: Callable[[Identity], tuple]) -> tuple:
+    """Groups that can anchor others come first: those with collectives, then the largest, then
+    the one holding the first process in role/rank order."""
+    collectives = any(tag.startswith(COLLECTIVE) for s in g.scans for tags in s.marks.values() for tag in tags)
+    idents = {i for s in g.scans for i in s.identities.values()}
+    keys = [order(i) for i in idents]
+    return (not collectives, -len(idents), min(keys) if keys else (), g.label)
 
 
 def _place(

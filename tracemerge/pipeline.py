@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tracemerge.anchors import Watch
-from tracemerge.clock import describe
+from tracemerge.clock import AUTOMATIC, AlignOptions, describe
 from tracemerge.discover import Candidate, discover
 from tracemerge.errors import FatalError, InputError, NotATrace
 from tracemerge.layout import DEFAULT_BUDGET, FileLayout
@@ -239,6 +239,7 @@ def merge(
     jobs: int = 0,
     memory_budget: int = DEFAULT_BUDGET,
     selection: Selection = EVERYTHING,
+    clocks: AlignOptions = AUTOMATIC,
     on_plan: Callable[[RunReport], None] | None = None,
     on_progress: Callable[[str], None] | None = None,
 ) -> RunReport:
@@ -249,7 +250,8 @@ def merge(
     read and encode files in parallel (0: one per CPU when the inputs are large enough to gain).
     ``memory_budget`` is how many events a file's layout holds in memory before it spills sorted
     runs to a temporary file beside the output (about 200 bytes each). ``selection`` says which
-    processes, time window and slice durations to keep (everything by default).
+    processes, time window and slice durations to keep (everything by default). ``clocks`` says
+    how files are placed on one timeline (:mod:`tracemerge.clock`: automatic by default).
     ``on_plan`` is called with the report of what was found before the output is assembled.
 
     Raises :class:`~tracemerge.errors.FatalError` when no output can be produced; then nothing
@@ -292,6 +294,7 @@ def merge(
                         budget=memory_budget,
                         selection=selection,
                         wide_ids=wide,
+                        sync=clocks.sync,
                     )
                     for n, c in enumerate(candidates)
                 ]
@@ -300,7 +303,7 @@ def merge(
                 if not scans:
                     raise FatalError("no usable trace files: " + "; ".join(report.skipped))
                 try:
-                    plan = make_plan(scans, wide)
+                    plan = make_plan(scans, wide, clocks)
                     break
                 except IdCollision:  # as rare as two equal 35-bit hashes: encode again, wide
                     if wide:
@@ -335,6 +338,7 @@ def merge(
                         selection,
                         window,
                         wide,
+                        clocks.sync,
                     )
                 )
             if redo:
@@ -447,6 +451,17 @@ def _fill_report(report: RunReport, plan: MergePlan, scans: list[FileScan]) -> N
             procs[ident].written.add(counts)
         report.filtered.update(s.filtered)
     report.processes = [procs[p.identity] for p in plan.processes]
+    report.time_base_unix_ns = plan.base_ns if plan.wall_clock else None
+    labels = {p.identity: p.name for p in plan.processes}
+    for s in sorted(scans, key=lambda s: (s.ts_min is None, (s.ts_min or 0) + plan.offsets.get(s.path, 0))):
+        placed = plan.alignment.sources.get(s.path)
+        if placed is None or s.ts_min is None:
+            continue
+        entry = placed.as_dict()
+        entry["processes"] = sorted({labels[i] for i in s.counts if i in labels})
+        entry["epoch"] = s.clock.anchored
+        entry["first_event_ns"] = s.ts_min + placed.offset_ns - plan.base_ns
+        report.alignment.append(entry)
 
 
 def _assemble(

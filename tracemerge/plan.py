@@ -118,6 +118,19 @@ class CounterTrack:
     json_key: str
 
 
+CLOCK_NOTE = "clock alignment"
+
+
+@dataclass(frozen=True)
+class ClockNote:
+    """How a file was placed, shown in the trace: an instant on its process at its first event."""
+
+    process_uuid: int
+    pid: int
+    ts: int  # trace time (ns after the trace's zero)
+    args: dict[str, str | int]
+
+
 @dataclass(frozen=True)
 class UnitPlan:
     """All that encoding one file needs."""
@@ -148,6 +161,7 @@ class MergePlan:
     wall_clock: bool  # whether base_ns is a Unix-epoch time
     offsets: dict[Path, int]
     alignment: Alignment
+    clock_notes: list[ClockNote] = field(default_factory=list)
 
 
 def resolve_identity(origin: OriginKey, data: SourceData, role_hint: str | None, rank_hint: int | None) -> Identity:
@@ -342,6 +356,16 @@ def make_plan(scans: list[FileScan], wide: bool = False, clocks: AlignOptions | 
     ]
     if len(set(uuids)) < len(uuids) or len(planned) < len(threads):
         raise IdCollision("two tracks share a uuid")
+    notes = []
+    for s in scans:
+        placed = alignment.sources.get(s.path)
+        if placed is None or s.ts_min is None:
+            continue
+        args = {k: v if v is not None else "unknown" for k, v in placed.as_dict().items() if v != ""}
+        args["file"] = s.path.name
+        for ident in sorted(s.counts, key=identity_sort_key):
+            proc = processes[ident]
+            notes.append(ClockNote(proc.uuid, proc.pid, s.ts_min + offsets[s.path] - base_ns, args))
     return MergePlan(
         units=units,
         processes=list(processes.values()),
@@ -351,6 +375,7 @@ def make_plan(scans: list[FileScan], wide: bool = False, clocks: AlignOptions | 
         wall_clock=wall_clock,
         offsets=offsets,
         alignment=alignment,
+        clock_notes=notes,
     )
 
 

@@ -64,6 +64,10 @@ class RunReport:
     reversed_flows: int = 0  # flows whose end was stamped before their start
     output_bytes: int = 0
     seconds: float = 0.0
+    # How each file was placed on the timeline (tracemerge.clock.SourceClock.as_dict(), plus
+    # "processes" and "first_event_ns", its first event after the trace start).
+    alignment: list[dict[str, Any]] = field(default_factory=list)
+    time_base_unix_ns: int | None = None  # wall-clock time of the trace's zero, when known
 
     @property
     def read(self) -> EventCounts:
@@ -113,6 +117,8 @@ class RunReport:
             "flows_ending_before_they_start": self.reversed_flows,
             "output_bytes": self.output_bytes,
             "seconds": round(self.seconds, 3),
+            "time_base_unix_ns": self.time_base_unix_ns,
+            "alignment": self.alignment,
         }
 
 
@@ -136,6 +142,54 @@ def format_found(report: RunReport) -> str:
         rank = str(p.rank) if p.rank is not None else "?"
         rows.append((p.role or "-", rank, str(len(p.files)), f"{p.read.total:,}", "; ".join(sorted(p.clocks))))
     return format_table(rows, left=frozenset({0, 4}))
+
+
+def format_duration(ns: int, signed: bool = False) -> str:
+    """``18.4 µs``, ``1.250 ms``, ``2.10 s`` (``+``/``-`` first when ``signed``)."""
+    sign = ("-" if ns < 0 else "+") if signed else ("-" if ns < 0 else "")
+    size = abs(ns)
+    if size < 1_000:
+        text = f"{size} ns"
+    elif size < 1_000_000:
+        text = f"{size / 1e3:.1f} µs"
+    elif size < 1_000_000_000:
+        text = f"{size / 1e6:.3f} ms"
+    else:
+        text = f"{size / 1e9:.3f} s"
+    return sign + text
+
+
+def format_alignment(report: RunReport) -> str:
+    """The alignment table: per file, how it was placed, by how much, and how sure that is."""
+    rows = [("process", "file", "method", "offset", "±", "anchors", "against")]
+    for a in report.alignment:
+        offset = (
+            format_duration(a["offset_ns"], signed=True)
+            if a["epoch"]
+            else (f"starts at {format_duration(a['first_event_ns'], signed=True)}")
+        )
+        unc = a["uncertainty_ns"]
+        rows.append(
+            (
+                ", ".join(a["processes"]) or "-",
+                Path(a["file"]).name,
+                a["method"],
+                offset,
+                "?" if unc is None else format_duration(unc),
+                str(a["anchors"]) if a["anchors"] else "-",
+                a["against"],
+            )
+        )
+    lines = [format_table(rows, left=frozenset({0, 1, 2, 6}))]
+    unrelated = [a for a in report.alignment if a["method"] == "unrelated"]
+    if unrelated:
+        lines.append(
+            f"{len(unrelated)} file(s) share no clock evidence with the rest (no collectives, --sync spans or "
+            "session records): placed at the run start, not aligned; use --sync NAME or --offset ROLE[/RANK]=±DUR"
+        )
+    if any(a["method"] == "mtime" for a in report.alignment):
+        lines.append("files placed by their modification time are aligned only roughly (low confidence)")
+    return "\n".join(lines)
 
 
 def format_outcome(report: RunReport) -> str:

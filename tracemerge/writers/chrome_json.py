@@ -14,7 +14,7 @@ import orjson
 
 from tracemerge.layout import Flow
 from tracemerge.model import FlowPhase
-from tracemerge.plan import CounterTrack, MergePlan, ThreadTrack
+from tracemerge.plan import CLOCK_NOTE, CounterTrack, MergePlan, ThreadTrack
 
 _OPTS = orjson.OPT_NON_STR_KEYS
 
@@ -94,6 +94,11 @@ def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> No
     for thread in [*plan.threads, *lanes]:
         records.append(_meta("thread_name", thread.pid, thread.tid, {"name": thread.name}))
         records.append(_meta("thread_sort_index", thread.pid, thread.tid, {"sort_index": thread.order}))
+    for note in plan.clock_notes:
+        records.append(
+            b'{"ph":"i","s":"p","pid":%d,"ts":%s,"name":%s,"cat":"tracemerge","args":%s}'
+            % (note.pid, _us(note.ts), orjson.dumps(CLOCK_NOTE), orjson.dumps(note.args))
+        )
     out.write(b'{"traceEvents":[\n')
     # The plan always has a process, so every event written after these starts with a comma.
     out.write(b",\n".join(records))

@@ -16,7 +16,7 @@ import orjson
 
 from tracemerge.layout import Flow
 from tracemerge.model import FlowPhase
-from tracemerge.plan import CounterTrack, MergePlan, ThreadTrack, UnitPlan
+from tracemerge.plan import CLOCK_NOTE, CounterTrack, MergePlan, ThreadTrack, UnitPlan
 from tracemerge.units import plain_json
 from tracemerge.writers import perfetto_trace_pb2 as pb
 
@@ -378,6 +378,18 @@ def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> No
         pkt = _descriptor(counter.uuid, counter.process_uuid)
         pkt.track_descriptor.name = counter.name
         pkt.track_descriptor.counter.SetInParent()
+        write_packet(out, pkt)
+    for note in plan.clock_notes:
+        pkt = pb.TracePacket(timestamp=note.ts, trusted_packet_sequence_id=seq)
+        event = pkt.track_event
+        event.type, event.track_uuid, event.name = _INSTANT, note.process_uuid, CLOCK_NOTE
+        event.categories.append("tracemerge")
+        for key, value in note.args.items():
+            annotation = event.debug_annotations.add(name=key)
+            if type(value) is int:
+                annotation.int_value = value
+            else:
+                annotation.string_value = str(value)
         write_packet(out, pkt)
 
 
