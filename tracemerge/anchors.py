@@ -21,7 +21,9 @@ COLLECTIVE, SYNC, SESSION = "collective", "sync", "session"
 # A file keeps at most this many marks per tag (and per kind for sessions): plenty to align.
 MAX_MARKS = 20_000
 
-_KIND = re.compile(r"all_?reduce|all_?gather|reduce_?scatter|broadcast|barrier|all_?to_?all", re.IGNORECASE)
+# Collectives that need every rank's part before any rank can finish. A broadcast does not: a
+# receiver may finish before another has started, so its end is no common instant.
+_KIND = re.compile(r"all_?reduce|all_?gather|reduce_?scatter|barrier|all_?to_?all", re.IGNORECASE)
 # Collectives whose end is the end of the communication itself (not of an asynchronous launch).
 _LEVELS = (("ncclDevKernel", "device"), ("ncclKernel", "device"), ("hcom_", "hccl"), ("gloo:", "host"))
 

@@ -51,8 +51,8 @@ MAX_INDEX_SHIFT = 3
 MAX_EPOCH_SKEW_NS = 10 * 10**9
 # A file placed by its modification time must land within this much of the run's other files.
 MTIME_SLACK_NS = 3600 * 10**9
-# Methods in order of preference.
-EVIDENCE = (COLLECTIVE, SYNC, SESSION)
+# Methods in order of preference: a session record is the process's own wall-clock reading.
+EVIDENCE = (COLLECTIVE, SESSION, SYNC)
 
 
 class HasClock(Protocol):
@@ -79,10 +79,11 @@ class ManualOffset:
 
 
 def parse_offset(text: str) -> ManualOffset:
-    """``"actor/3=+1.5ms"`` or ``"rollout=-200us"`` (a bare number is seconds)."""
+    """``"actor/3=+1.5ms"``, ``"rollout=-200us"`` or, for files without a role, ``"/3=1ms"``
+    (a bare number is seconds)."""
     who, sep, amount = text.partition("=")
     role, _, rank = who.strip().partition("/")
-    if not sep or not role or (rank and not rank.strip().isdigit()):
+    if not sep or not (role or rank) or (rank and not rank.strip().isdigit()):
         raise ValueError(f"not an offset: {text!r} (use ROLE[/RANK]=±DURATION, e.g. actor/3=+1.5ms)")
     return ManualOffset(role, int(rank) if rank else None, parse_duration(amount))
 
@@ -194,9 +195,13 @@ def align(scans: list[HasClock], options: AlignOptions, order: Callable[[Identit
             start = 0 if g.anchored or run_lo is None else run_lo - g.scans[0].ts_min
             _place(g, start + rule.ns, 0, placed, sources, "manual", 0, f"--offset {_rule_text(rule)}", "manual")
 
+    # Epoch clocks first, from evidence between epoch clocks only: an epoch clock is an anchor of
+    # its own, better than a chain through files that have none.
+    epoch = [g for g in groups if g.anchored]
     while True:
-        _place_by_evidence(groups, placed, sources)
-        unplaced = [g for g in groups if g.offset is None and g.anchored]
+        _place_by_evidence(epoch, placed, sources, (COLLECTIVE, SYNC))
+        _refine(placed, sources)
+        unplaced = [g for g in epoch if g.offset is None]
         if not unplaced:
             break
         # An epoch clock that nothing placed keeps its time, trusted to NTP accuracy; one at a
@@ -204,6 +209,8 @@ def align(scans: list[HasClock], options: AlignOptions, order: Callable[[Identit
         g = min(unplaced, key=lambda g: _reference_rank(g, order))
         _place(g, 0, None, placed, sources, "exact", 0, "its own clock (hosts agree to NTP accuracy)", "exact")
 
+    _place_by_evidence(groups, placed, sources, EVIDENCE)
+    _refine(placed, sources)
     rest = [g for g in groups if g.offset is None]
     wall_clock = reference.anchored
     if not reference.anchored:
@@ -305,8 +312,10 @@ def _place(
         sources[s.path] = SourceClock(s.path, s.clock.name, method, offset, uncertainty, anchors, against, confidence)
 
 
-def _place_by_evidence(groups: list[_Group], placed: list[_Group], sources: dict[Path, SourceClock]) -> None:
-    """Place groups from collectives, sync spans and sessions until nothing more can be placed."""
+def _place_by_evidence(
+    groups: list[_Group], placed: list[_Group], sources: dict[Path, SourceClock], methods: tuple[str, ...]
+) -> None:
+    """Place groups from ``methods``' evidence (best first) until nothing more can be placed."""
     progress = True
     while progress:
         progress = False
@@ -315,7 +324,7 @@ def _place_by_evidence(groups: list[_Group], placed: list[_Group], sources: dict
         for g in groups:
             if g.offset is not None:
                 continue
-            for method in EVIDENCE:
+            for method in methods:
                 partners = placed_scans[:MAX_PARTNERS]
                 if method == SESSION:  # sessions are numbered per process: only its own records
                     mine = {i for s in g.scans for i in s.identities.values()}
@@ -325,16 +334,48 @@ def _place_by_evidence(groups: list[_Group], placed: list[_Group], sources: dict
                     continue
                 offset, uncertainty, used, against = found
                 confidence = "high" if uncertainty is not None and uncertainty <= 1_000_000 else "medium"
-                _place(g, offset, uncertainty, placed, sources, method, used, against, confidence)
+                name = "collectives" if method == COLLECTIVE else method
+                _place(g, offset, uncertainty, placed, sources, name, used, against, confidence)
                 progress = True
                 break
 
 
+def _refine(placed: list[_Group], sources: dict[Path, SourceClock], rounds: int = 2) -> None:
+    """Placed one after the other, a group was compared only with those placed before it. Each
+    group placed by collectives or sync spans is estimated again against every other placed group
+    (their offsets as they stand): the ranks' individual delays in ending a collective average out."""
+    first = {id(g): g.uncertainty for g in placed}  # partners' own uncertainty, before refining
+    for _ in range(rounds):
+        for g in placed:
+            method = sources[g.scans[0].path].method
+            kind = COLLECTIVE if method == "collectives" else method
+            if kind not in (COLLECTIVE, SYNC):
+                continue
+            others = [s for o in placed if o is not g for s in o.scans][:MAX_PARTNERS]
+            partner_group = {id(s): o for o in placed if o is not g for s in o.scans}
+            found = _estimate_against(g, others, partner_group, kind, lambda o: first.get(id(o)))
+            if found is None:
+                continue
+            offset, uncertainty, used, against = found
+            g.offset, g.uncertainty = offset, uncertainty
+            for s in g.scans:
+                old = sources[s.path]
+                sources[s.path] = SourceClock(
+                    s.path, old.clock, old.method, offset, uncertainty, used, against, old.confidence, old.note
+                )
+
+
 def _estimate_against(
-    g: _Group, partners: list[HasClock], partner_group: dict[int, _Group], method: str
+    g: _Group,
+    partners: list[HasClock],
+    partner_group: dict[int, _Group],
+    method: str,
+    uncertainty_of: Callable[[_Group], int | None] = lambda o: o.uncertainty,
 ) -> tuple[int, int | None, int, str] | None:
+    """The offset of ``g`` from its evidence against placed ``partners``; its uncertainty adds
+    the partners' own (the median over the partners that gave evidence)."""
     pool: list[_Anchor] = []
-    worst = 0
+    inherited: list[int] = []
     against: list[str] = []
     for b in partners:
         pg = partner_group[id(b)]
@@ -347,7 +388,7 @@ def _estimate_against(
                 _Anchor(x.value + delta, None if x.lo is None else x.lo + delta, None if x.hi is None else x.hi + delta)
                 for x in anchors
             )
-            worst = max(worst, pg.uncertainty or 0)
+            inherited.append(uncertainty_of(pg) or 0)
             if pg.label not in against:
                 against.append(pg.label)
     if len(pool) < (MIN_COLLECTIVES if method == COLLECTIVE else 1):
@@ -358,6 +399,7 @@ def _estimate_against(
     offset, uncertainty, used = found
     if g.anchored and abs(offset) > MAX_EPOCH_SKEW_NS:
         return None
+    worst = statistics.median_high(inherited) if inherited else 0
     return offset, (uncertainty + worst if uncertainty is not None else None), used, ", ".join(against[:3])
 
 
@@ -387,10 +429,11 @@ def _file_marks(s: HasClock, method: str) -> dict[str, list[tuple[int, int]]]:
 
 
 def _matched(xs: list[tuple[int, int]], ys: list[tuple[int, int]], both_epoch: bool) -> list[tuple]:
-    """Pair the k-th event of one file with the k-th of the other. Two epoch clocks, which agree
-    to within NTP error, may also be paired with a small index shift (one trace started a
-    collective earlier): the shift whose offsets are nearest zero."""
-    if not both_epoch:
+    """Pair the k-th event of one file with the k-th of the other. When two epoch clocks (which
+    agree to within NTP error) hold different numbers of them (one trace started or stopped a
+    collective earlier), the pairing may be shifted by a few: the shift whose pairs allow one
+    common offset (every pair's bounds overlap), then whose offsets are nearest zero."""
+    if len(xs) == len(ys) or not both_epoch:
         return list(zip(xs, ys, strict=False))
     best: list[tuple] = []
     best_score: tuple | None = None
@@ -399,7 +442,9 @@ def _matched(xs: list[tuple[int, int]], ys: list[tuple[int, int]], both_epoch: b
         pairs = [(xs[i], ys[i + k]) for i in range(max(0, -k), min(len(xs), len(ys) - k))]
         if len(pairs) < need:
             continue
-        score = (abs(statistics.median_low([y[1] - x[1] for x, y in pairs])), abs(k))
+        lo = max(y[0] - x[1] for x, y in pairs)
+        hi = min(y[1] - x[0] for x, y in pairs)
+        score = (lo > hi, abs(statistics.median_low([y[1] - x[1] for x, y in pairs])), abs(k))
         if best_score is None or score < best_score:
             best, best_score = pairs, score
     return best
@@ -448,10 +493,11 @@ def _session_pair(x: dict[str, int], y: dict[str, int]) -> tuple[int, int] | Non
 
 
 def estimate(anchors: list[_Anchor]) -> tuple[int, int | None, int] | None:
-    """(offset, uncertainty, anchors used): the median after rejecting outliers (3 scaled MADs),
-    clamped into the bounds every kept anchor allows. The uncertainty is three standard errors,
-    never more than the distance to the farther bound; with fewer than three anchors, their spread.
-    None when the bounds contradict each other: the events matched are not the same collectives."""
+    """(offset, uncertainty, anchors used): the median after rejecting outliers (3 scaled MADs).
+    With bounds (collectives) the uncertainty is three standard errors, never more than the
+    distance to the farther bound the fitting anchors allow; without, at least the anchors'
+    spread. None when too many anchors' bounds exclude the median: the events matched are not
+    the same collectives."""
     values = sorted(a.value for a in anchors)
     med = statistics.median_low(values)
     mad = statistics.median_low([abs(v - med) for v in values])
@@ -465,14 +511,20 @@ def estimate(anchors: list[_Anchor]) -> tuple[int, int | None, int] | None:
         uncertainty = math.ceil(3 * spread / math.sqrt(n))
     else:
         uncertainty = max(abs(v - offset) for v in kept_values)
-    los = [a.lo for a in kept if a.lo is not None]
-    his = [a.hi for a in kept if a.hi is not None]
-    if los and his:
-        lo, hi = max(los), min(his)
-        if lo > hi:
+    bounded = [a for a in kept if a.lo is not None and a.hi is not None]
+    if not bounded:
+        # Events meant to be simultaneous (a sync span, a session phase) are so only to within
+        # their lag, which may be the same for all: as unsure as the pairs disagree.
+        uncertainty = max(uncertainty, kept_values[-1] - kept_values[0])
+    else:
+        # A pair whose bounds exclude the consensus is no common collective (or a late record):
+        # a few are dropped; many mean the files' events were not matched at all.
+        fitting = [a for a in bounded if a.lo <= offset <= a.hi]
+        if len(fitting) < 0.75 * len(bounded):
             return None
-        offset = min(max(offset, lo), hi)
-        uncertainty = min(max(uncertainty, 0), max(offset - lo, hi - offset))
+        lo, hi = max(a.lo for a in fitting), min(a.hi for a in fitting)
+        uncertainty = min(uncertainty, max(offset - lo, hi - offset))
+        n -= len(bounded) - len(fitting)
     return offset, uncertainty, n
 
 

@@ -458,7 +458,7 @@ def _fill_report(report: RunReport, plan: MergePlan, scans: list[FileScan]) -> N
         if placed is None or s.ts_min is None:
             continue
         entry = placed.as_dict()
-        entry["processes"] = sorted({labels[i] for i in s.counts if i in labels})
+        entry["processes"] = sorted({labels[i] for i in (*s.counts, *s.threads, *s.counter_series) if i in labels})
         entry["epoch"] = s.clock.anchored
         entry["first_event_ns"] = s.ts_min + placed.offset_ns - plan.base_ns
         report.alignment.append(entry)

@@ -363,7 +363,7 @@ def make_plan(scans: list[FileScan], wide: bool = False, clocks: AlignOptions | 
             continue
         args = {k: v if v is not None else "unknown" for k, v in placed.as_dict().items() if v != ""}
         args["file"] = s.path.name
-        for ident in sorted(s.counts, key=identity_sort_key):
+        for ident in sorted({*s.counts, *s.threads, *s.counter_series}, key=identity_sort_key):
             proc = processes[ident]
             notes.append(ClockNote(proc.uuid, proc.pid, s.ts_min + offsets[s.path] - base_ns, args))
     return MergePlan(
