@@ -4,6 +4,7 @@ and an AReaL-style run whose processes' perf_counter origins are known (fixtures
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections import Counter, defaultdict
 from decimal import Decimal
@@ -310,3 +311,44 @@ def test_fixture_copy_merges_the_same(tmp_path: Path) -> None:
     b = merge([copy], tmp_path / "b.pftrace")
     assert (tmp_path / "a.pftrace").read_bytes() == (tmp_path / "b.pftrace").read_bytes()
     assert [x["offset_ns"] for x in a.alignment] == [x["offset_ns"] for x in b.alignment]
+
+
+def _perf_log(path: Path, spans: list[tuple[int, int]]) -> Path:
+    """An AReaL perf-tracer log (µs since its tracer started): (ts, dur) spans of rank 0."""
+    lines = [
+        {"name": "step", "ph": "X", "ts": ts, "dur": dur, "pid": 7, "tid": 7, "args": {"rank": 0, "role": "actor"}}
+        for ts, dur in spans
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def test_a_run_without_any_wall_clock_is_placed_by_file_modification_time(tmp_path: Path) -> None:
+    log = _perf_log(tmp_path / "run" / "actor" / "traces-r0.jsonl", [(1_000, 500), (5_000, 2_000)])
+    mtime_ns = 1_780_000_123_456_789_000
+    os.utime(log, ns=(mtime_ns, mtime_ns))
+    report = merge([tmp_path / "run"], tmp_path / "out.pftrace")
+    [a] = report.alignment
+    assert (a["method"], a["confidence"], a["uncertainty_ns"]) == ("mtime", "low", None)
+    # The last event ends at the file's modification time.
+    assert a["offset_ns"] == mtime_ns - 7_000_000
+    assert report.time_base_unix_ns == mtime_ns - 7_000_000 + 1_000_000
+
+
+def test_a_modification_time_far_from_the_run_is_not_trusted(tmp_path: Path) -> None:
+    """A log copied two days after the run: its mtime says nothing about when it ran."""
+    run = tmp_path / "run"
+    shutil.copytree(CLOCK / "gloo", run / "trainer")
+    log = _perf_log(run / "actor" / "traces-r0.jsonl", [(1_000, 500)])
+    run_start = merge([CLOCK / "gloo"], tmp_path / "gloo.pftrace").time_base_unix_ns
+    two_days_later = run_start + 2 * 86_400 * 10**9
+    os.utime(log, ns=(two_days_later, two_days_later))
+    report = merge([run], tmp_path / "out.pftrace")
+    a = by_file(report)["traces-r0.jsonl"]
+    assert a["method"] == "unrelated"
+    assert a["first_event_ns"] == 0  # at the run start, and said so
+    near = run_start + 60 * 10**9
+    os.utime(log, ns=(near, near))
+    report = merge([run], tmp_path / "out2.pftrace")
+    assert by_file(report)["traces-r0.jsonl"]["method"] == "mtime"
