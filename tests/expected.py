@@ -111,6 +111,30 @@ def jsonl_by_rank(path: Path) -> dict[tuple[str, int], Expected]:
     return dict(out)
 
 
+def session_records(path: Path) -> Expected:
+    """An AReaL session-tracer file: one slice per phase span (wall-clock seconds)."""
+    out = Expected()
+    for record in load_jsonl(path):
+        for phase, spans in record["phases"].items():
+            for span in spans:
+                start = exact_ns(span["start_ts"], 10**9)
+                out.slices[(phase, start, exact_ns(span["end_ts"], 10**9) - start)] += 1
+    return out
+
+
+def session_offset(perf: Path, sessions: Path) -> int:
+    """Where a perf-tracer file lies on the wall clock, from its sessions: each batch span that
+    names a session starts when the session was submitted (the fixture writes them so)."""
+    starts = {
+        line["args"]["session_id"]: exact_ns(line["ts"])
+        for line in load_jsonl(perf)
+        if line.get("ph") == "X" and "session_id" in line.get("args", {})
+    }
+    offsets = {exact_ns(r["submit_ts"], 10**9) - starts[r["session_id"]] for r in load_jsonl(sessions)}
+    [offset] = offsets
+    return offset
+
+
 def anchored_start(expected: list[Expected]) -> int:
     """The run start: the earliest slice or instant among sources on the Unix-epoch clock."""
     return min(t for e in expected for t in [*(t for (_, t, _) in e.slices), *(t for (_, t) in e.instants)])
@@ -133,12 +157,14 @@ def fixture_expectations(fixtures: Path, name: str) -> dict[str, Expected]:
         }
         for (role, rank), e in jsonl_by_rank(root / "reward" / "spans.jsonl").items():
             out[f"{role} · rank {rank}"] = e
-        run_start = anchored_start(list(out.values()))
         for rank in (0, 1):
-            # No wall-clock anchor: each rollout file is placed with its first event at the run start.
-            [((role, _), e)] = jsonl_by_rank(root / "perf_tracer" / "rollout" / f"traces-r{rank}.jsonl").items()
-            first = min([*(t for (_, t, _) in e.slices), *(t for (_, t) in e.instants)])
-            out[f"{role} · rank {rank}"] = e.shifted(run_start - first)
+            # No wall-clock anchor of its own: each rollout file is placed by its session records.
+            perf = root / "perf_tracer" / "rollout" / f"traces-r{rank}.jsonl"
+            sessions = root / "session_tracer" / "rollout" / f"sessions-r{rank}.jsonl"
+            [((role, _), e)] = jsonl_by_rank(perf).items()
+            e = e.shifted(session_offset(perf, sessions))
+            e.merge(session_records(sessions))
+            out[f"{role} · rank {rank}"] = e
         return out
     raise KeyError(name)
 
