@@ -44,6 +44,10 @@ else:  # pragma: no cover
 MIN_COLLECTIVES = 3
 # How many placed files an unplaced group is compared with (the earliest placed first).
 MAX_PARTNERS = 8
+# Matched pairs used per collective kind and pair of files: plenty for a median, spread over the run.
+MAX_PAIRS_PER_TAG = 256
+# Anchors one estimate uses at most (pooled over the files of a group and its partners).
+MAX_POOL = 4096
 # Index shifts tried when two epoch-clock ranks hold different numbers of one collective.
 MAX_INDEX_SHIFT = 3
 # Epoch clocks of two hosts disagree by NTP error; evidence for more than this matched events of
@@ -164,11 +168,40 @@ class _Group:
     uncertainty: int | None = None
 
 
-@dataclass
-class _Anchor:
-    value: int  # candidate offset of the unplaced group
-    lo: int | None = None  # bounds the offset must respect (collectives)
-    hi: int | None = None
+# A candidate offset of an unplaced group: (value, lo, hi), lo/hi the bounds the offset must
+# respect (collectives) or None.
+_Anchor = tuple[int, int | None, int | None]
+
+
+class _Evidence:
+    """The scans' marks by method, and the anchors of each pair of files, each computed once."""
+
+    def __init__(self) -> None:
+        self._marks: dict[tuple[int, str], dict[str, list[tuple[int, int]]]] = {}
+        self._pairs: dict[tuple[int, int, str], list[_Anchor]] = {}
+        self._tried: dict[tuple[int, str], tuple[int, ...]] = {}
+
+    def marks(self, s: HasClock, method: str) -> dict[str, list[tuple[int, int]]]:
+        key = (id(s), method)
+        found = self._marks.get(key)
+        if found is None:
+            found = self._marks[key] = _file_marks(s, method)
+        return found
+
+    def anchors(self, a: HasClock, b: HasClock, method: str, both_epoch: bool) -> list[_Anchor]:
+        key = (id(a), id(b), method)
+        found = self._pairs.get(key)
+        if found is None:
+            found = self._pairs[key] = _anchors(self, a, b, method, both_epoch)
+        return found
+
+    def new_partners(self, g: _Group, method: str, partners: list[HasClock]) -> bool:
+        """Whether ``g`` was not yet compared with exactly these partners by ``method``."""
+        key, ids = (id(g), method), tuple(id(s) for s in partners)
+        if self._tried.get(key) == ids:
+            return False
+        self._tried[key] = ids
+        return True
 
 
 def align(scans: list[HasClock], options: AlignOptions, order: Callable[[Identity], tuple]) -> Alignment:
@@ -197,10 +230,13 @@ def align(scans: list[HasClock], options: AlignOptions, order: Callable[[Identit
 
     # Epoch clocks first, from evidence between epoch clocks only: an epoch clock is an anchor of
     # its own, better than a chain through files that have none.
+    evidence = _Evidence()
     epoch = [g for g in groups if g.anchored]
+    for g in epoch:  # nothing can relate a clock without evidence: it keeps its own
+        if g.offset is None and not any(evidence.marks(s, m) for s in g.scans for m in (COLLECTIVE, SYNC)):
+            _place(g, 0, None, placed, sources, "exact", 0, "its own clock (hosts agree to NTP accuracy)", "exact")
     while True:
-        _place_by_evidence(epoch, placed, sources, (COLLECTIVE, SYNC))
-        _refine(placed, sources)
+        _place_by_evidence(evidence, epoch, placed, sources, (COLLECTIVE, SYNC))
         unplaced = [g for g in epoch if g.offset is None]
         if not unplaced:
             break
@@ -209,8 +245,9 @@ def align(scans: list[HasClock], options: AlignOptions, order: Callable[[Identit
         g = min(unplaced, key=lambda g: _reference_rank(g, order))
         _place(g, 0, None, placed, sources, "exact", 0, "its own clock (hosts agree to NTP accuracy)", "exact")
 
-    _place_by_evidence(groups, placed, sources, EVIDENCE)
-    _refine(placed, sources)
+    _refine(evidence, placed, sources)
+    _place_by_evidence(evidence, groups, placed, sources, EVIDENCE)
+    _refine(evidence, placed, sources)
     rest = [g for g in groups if g.offset is None]
     wall_clock = reference.anchored
     if not reference.anchored:
@@ -313,23 +350,29 @@ def _place(
 
 
 def _place_by_evidence(
-    groups: list[_Group], placed: list[_Group], sources: dict[Path, SourceClock], methods: tuple[str, ...]
+    evidence: _Evidence,
+    groups: list[_Group],
+    placed: list[_Group],
+    sources: dict[Path, SourceClock],
+    methods: tuple[str, ...],
 ) -> None:
     """Place groups from ``methods``' evidence (best first) until nothing more can be placed."""
     progress = True
     while progress:
         progress = False
-        placed_scans = [s for g in placed for s in g.scans]
         partner_group = {id(s): g for g in placed for s in g.scans}
-        for g in groups:
-            if g.offset is not None:
-                continue
-            for method in methods:
-                partners = placed_scans[:MAX_PARTNERS]
+        for method in methods:
+            with_marks = [s for g in placed for s in g.scans if evidence.marks(s, method)]
+            for g in groups:
+                if g.offset is not None or not any(evidence.marks(s, method) for s in g.scans):
+                    continue
+                partners = with_marks[:MAX_PARTNERS]
                 if method == SESSION:  # sessions are numbered per process: only its own records
                     mine = {i for s in g.scans for i in s.identities.values()}
-                    partners = [s for s in placed_scans if mine & set(s.identities.values())]
-                found = _estimate_against(g, partners, partner_group, method)
+                    partners = [s for s in with_marks if mine & set(s.identities.values())]
+                if not partners or not evidence.new_partners(g, method, partners):
+                    continue
+                found = _estimate_against(evidence, g, partners, partner_group, method)
                 if found is None:
                     continue
                 offset, uncertainty, used, against = found
@@ -337,23 +380,28 @@ def _place_by_evidence(
                 name = "collectives" if method == COLLECTIVE else method
                 _place(g, offset, uncertainty, placed, sources, name, used, against, confidence)
                 progress = True
-                break
+            if progress:
+                break  # the better methods first again, now that more is placed
 
 
-def _refine(placed: list[_Group], sources: dict[Path, SourceClock], rounds: int = 2) -> None:
+def _refine(evidence: _Evidence, placed: list[_Group], sources: dict[Path, SourceClock], rounds: int = 2) -> None:
     """Placed one after the other, a group was compared only with those placed before it. Each
     group placed by collectives or sync spans is estimated again against every other placed group
     (their offsets as they stand): the ranks' individual delays in ending a collective average out."""
     first = {id(g): g.uncertainty for g in placed}  # partners' own uncertainty, before refining
+    partner_group = {id(s): o for o in placed for s in o.scans}
     for _ in range(rounds):
+        with_marks = {
+            kind: [s for o in placed for s in o.scans if evidence.marks(s, kind)] for kind in (COLLECTIVE, SYNC)
+        }
         for g in placed:
             method = sources[g.scans[0].path].method
             kind = COLLECTIVE if method == "collectives" else method
             if kind not in (COLLECTIVE, SYNC):
                 continue
-            others = [s for o in placed if o is not g for s in o.scans][:MAX_PARTNERS]
-            partner_group = {id(s): o for o in placed if o is not g for s in o.scans}
-            found = _estimate_against(g, others, partner_group, kind, lambda o: first.get(id(o)))
+            mine = {id(s) for s in g.scans}
+            others = [s for s in with_marks[kind][: MAX_PARTNERS + len(mine)] if id(s) not in mine][:MAX_PARTNERS]
+            found = _estimate_against(evidence, g, others, partner_group, kind, lambda o: first.get(id(o)))
             if found is None:
                 continue
             offset, uncertainty, used, against = found
@@ -366,6 +414,7 @@ def _refine(placed: list[_Group], sources: dict[Path, SourceClock], rounds: int 
 
 
 def _estimate_against(
+    evidence: _Evidence,
     g: _Group,
     partners: list[HasClock],
     partner_group: dict[int, _Group],
@@ -380,19 +429,22 @@ def _estimate_against(
     for b in partners:
         pg = partner_group[id(b)]
         for a in g.scans:
-            anchors = _anchors(a, b, method, both_epoch=g.anchored and pg.anchored)
+            anchors = evidence.anchors(a, b, method, both_epoch=g.anchored and pg.anchored)
             if not anchors:
                 continue
             delta = pg.offset or 0
-            pool.extend(
-                _Anchor(x.value + delta, None if x.lo is None else x.lo + delta, None if x.hi is None else x.hi + delta)
-                for x in anchors
-            )
+            if method == COLLECTIVE:
+                pool.extend((v + delta, lo + delta, hi + delta) for v, lo, hi in anchors)  # type: ignore[operator]
+            else:
+                pool.extend((v + delta, None, None) for v, _, _ in anchors)
             inherited.append(uncertainty_of(pg) or 0)
             if pg.label not in against:
                 against.append(pg.label)
     if len(pool) < (MIN_COLLECTIVES if method == COLLECTIVE else 1):
         return None
+    if len(pool) > MAX_POOL:  # many files on both sides: an even sample is as good, and bounded
+        step = len(pool) / MAX_POOL
+        pool = [pool[int(n * step)] for n in range(MAX_POOL)]
     found = estimate(pool)
     if found is None:
         return None
@@ -403,18 +455,22 @@ def _estimate_against(
     return offset, (uncertainty + worst if uncertainty is not None else None), used, ", ".join(against[:3])
 
 
-def _anchors(a: HasClock, b: HasClock, method: str, both_epoch: bool) -> list[_Anchor]:
-    """Offsets that would put ``a`` on ``b``'s clock, one per matched pair of events."""
+def _anchors(evidence: _Evidence, a: HasClock, b: HasClock, method: str, both_epoch: bool) -> list[_Anchor]:
+    """Offsets that would put ``a`` on ``b``'s clock, one per matched pair of events (at most
+    MAX_PAIRS_PER_TAG per tag, spread over the run)."""
     if method == SESSION:
         return _session_anchors(a, b)
-    marks_a, marks_b = _file_marks(a, method), _file_marks(b, method)
+    marks_a, marks_b = evidence.marks(a, method), evidence.marks(b, method)
     out: list[_Anchor] = []
     for tag in sorted(marks_a.keys() & marks_b.keys()):
-        for x, y in _matched(marks_a[tag], marks_b[tag], both_epoch):
-            if method == COLLECTIVE:  # ends meet; neither may end before the other started
-                out.append(_Anchor(y[1] - x[1], y[0] - x[1], y[1] - x[0]))
-            else:
-                out.append(_Anchor(y[0] - x[0]))
+        pairs = _matched(marks_a[tag], marks_b[tag], both_epoch)
+        if len(pairs) > MAX_PAIRS_PER_TAG:
+            step = len(pairs) / MAX_PAIRS_PER_TAG
+            pairs = [pairs[int(n * step)] for n in range(MAX_PAIRS_PER_TAG)]
+        if method == COLLECTIVE:  # ends meet; neither may end before the other started
+            out.extend((y[1] - x[1], y[0] - x[1], y[1] - x[0]) for x, y in pairs)
+        else:
+            out.extend((y[0] - x[0], None, None) for x, y in pairs)
     return out
 
 
@@ -458,7 +514,7 @@ def _session_anchors(a: HasClock, b: HasClock) -> list[_Anchor]:
         for sid in sorted(times_a.keys() & times_b.keys(), key=repr):
             pair = _session_pair(times_a[sid], times_b[sid])
             if pair is not None:
-                out.append(_Anchor(pair[1] - pair[0]))
+                out.append((pair[1] - pair[0], None, None))
     return out
 
 
@@ -498,12 +554,12 @@ def estimate(anchors: list[_Anchor]) -> tuple[int, int | None, int] | None:
     distance to the farther bound the fitting anchors allow; without, at least the anchors'
     spread. None when too many anchors' bounds exclude the median: the events matched are not
     the same collectives."""
-    values = sorted(a.value for a in anchors)
+    values = sorted(a[0] for a in anchors)
     med = statistics.median_low(values)
     mad = statistics.median_low([abs(v - med) for v in values])
     limit = max(3 * 1.4826 * mad, 1000)
-    kept = [a for a in anchors if abs(a.value - med) <= limit]
-    kept_values = sorted(a.value for a in kept)
+    kept = [a for a in anchors if abs(a[0] - med) <= limit]
+    kept_values = sorted(a[0] for a in kept)
     offset = statistics.median_low(kept_values)
     n = len(kept)
     if n >= 3:
@@ -511,7 +567,7 @@ def estimate(anchors: list[_Anchor]) -> tuple[int, int | None, int] | None:
         uncertainty = math.ceil(3 * spread / math.sqrt(n))
     else:
         uncertainty = max(abs(v - offset) for v in kept_values)
-    bounded = [a for a in kept if a.lo is not None and a.hi is not None]
+    bounded = [a for a in kept if a[1] is not None and a[2] is not None]
     if not bounded:
         # Events meant to be simultaneous (a sync span, a session phase) are so only to within
         # their lag, which may be the same for all: as unsure as the pairs disagree.
@@ -519,10 +575,10 @@ def estimate(anchors: list[_Anchor]) -> tuple[int, int | None, int] | None:
     else:
         # A pair whose bounds exclude the consensus is no common collective (or a late record):
         # a few are dropped; many mean the files' events were not matched at all.
-        fitting = [a for a in bounded if a.lo <= offset <= a.hi]
+        fitting = [a for a in bounded if a[1] <= offset <= a[2]]
         if len(fitting) < 0.75 * len(bounded):
             return None
-        lo, hi = max(a.lo for a in fitting), min(a.hi for a in fitting)
+        lo, hi = max(a[1] for a in fitting), min(a[2] for a in fitting)
         uncertainty = min(uncertainty, max(offset - lo, hi - offset))
         n -= len(bounded) - len(fitting)
     return offset, uncertainty, n
