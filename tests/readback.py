@@ -20,6 +20,7 @@ from expected import Expected, exact_ns
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
 
 TE = official.TrackEvent
+PIPELINE, PHASES = "Pipeline", "Phases"  # the derived process and track
 
 
 @dataclass
@@ -48,6 +49,24 @@ class Readback:
     root_ordering: tuple[int, int] | None = None  # the root descriptor's process/thread ordering
     process_rank: dict[int, int] = field(default_factory=dict)  # pid -> sibling_order_rank
     process_instants: dict[int, list[Slice]] = field(default_factory=lambda: defaultdict(list))  # pid -> instants
+    # What tracemerge derives (the Pipeline process, each process's Phases track), kept apart from
+    # the input's events: (process name, track name) -> slices and instants.
+    derived: dict[tuple[str, str], list[Slice]] = field(default_factory=lambda: defaultdict(list))
+
+    def set_derived_apart(self) -> Readback:
+        derived_tracks = {
+            track: (self.processes[pid], name)
+            for track, (pid, name) in self.threads.items()
+            if self.processes.get(pid) == PIPELINE or name == PHASES
+        }
+        for s in [*self.slices, *self.instants]:
+            if s.track in derived_tracks:
+                self.derived[derived_tracks[s.track]].append(s)
+        self.slices = [s for s in self.slices if s.track not in derived_tracks]
+        self.instants = [s for s in self.instants if s.track not in derived_tracks]
+        self.threads = {t: v for t, v in self.threads.items() if t not in derived_tracks}
+        self.processes = {pid: name for pid, name in self.processes.items() if name != PIPELINE}
+        return self
 
     def pid_of(self, label: str) -> int:
         matches = [pid for pid, name in self.processes.items() if name == label]
@@ -202,7 +221,7 @@ def read_pftrace(path: Path) -> Readback:
         assert len(slices) >= 2, f"flow {fid} has one end only"
         first = min(slices, key=lambda s: s.ts)
         rb.flow_links[rb.threads[first.track][0]] += len(slices) - 1
-    return rb
+    return rb.set_derived_apart()
 
 
 def _value(a) -> object:
@@ -266,4 +285,4 @@ def read_chrome_json(path: Path) -> Readback:
         assert outs, f"flow {fid} never starts"
         first = min(outs, key=lambda s: s.ts)
         rb.flow_links[first.track[0]] += len(ends) - 1
-    return rb
+    return rb.set_derived_apart()

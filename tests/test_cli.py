@@ -26,7 +26,7 @@ def test_default_command_merges_and_prints_the_table(tmp_path: Path) -> None:
     result = run(str(FIXTURES / "rl_run"), "-o", str(out))
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0].split() == ["role", "rank", "files", "events", "clock"]
+    assert lines[0].split() == ["role", "rank", "files", "events", "phases", "clock"]
     # 8 perf-tracer events and the 2 phases of each of its 2 session records
     assert lines[2].split()[:4] == ["rollout", "0", "2", "12"]
     assert any(line.split()[:4] == ["actor", "1", "1", "505"] for line in lines)

@@ -95,7 +95,8 @@ def test_rl_run_process_order(tmp_path: Path, ext: str) -> None:
     if ext == ".pftrace":
         # Explicit ordering for v57+ UIs: a root descriptor and a rank per process descriptor.
         assert rb.root_ordering == (1, 1)
-        assert [rb.process_rank[pid] for pid in rb.processes] == [0, 1, 2, 3, 4, 5]
+        # The derived Pipeline group is first (rank 0), then the processes.
+        assert [rb.process_rank[pid] for pid in rb.processes] == [1, 2, 3, 4, 5, 6]
     assert list(rb.processes.values()) == [
         "rollout · rank 0",
         "rollout · rank 1",

@@ -67,14 +67,24 @@ def load(path: Path) -> dict:
             "problems": q(
                 "select name, idx, severity, value from stats where severity in ('error', 'data_loss') and value > 0"
             ),
-            "processes": q("select upid, pid, name from process where name is not null"),
-            "threads": q("select utid, upid, tid, name from thread where name is not null and upid is not null"),
+            # The input's processes and threads; the derived Pipeline and Phases tracks apart.
+            "processes": q("select upid, pid, name from process where name is not null and name != 'Pipeline'"),
+            "threads": q(
+                "select utid, upid, tid, name from thread where name is not null and upid is not null "
+                "and name != 'Phases' and upid not in (select upid from process where name = 'Pipeline')"
+            ),
+            "derived": q(
+                "select s.name, s.ts, s.dur, s.category, coalesce(t.name, '') as track, p.name as process "
+                "from slice s join thread_track tt on s.track_id = tt.id join thread t using (utid) "
+                "join process p using (upid) where s.category like 'tracemerge.%'"
+            ),
             # Input events; the clock notes tracemerge adds (category "tracemerge") apart.
             "slices": q(
                 "select s.name, s.ts, s.dur, s.track_id, coalesce(t.upid, p.upid) as upid "
                 "from slice s left join thread_track tt on s.track_id = tt.id "
                 "left join thread t using (utid) "
-                "left join process_track p on s.track_id = p.id where s.category is not 'tracemerge'"
+                "left join process_track p on s.track_id = p.id "
+                "where s.category is null or s.category not like 'tracemerge%'"
             ),
             "clock_notes": q(
                 "select s.name, s.ts, p.upid, a.key, a.display_value from slice s "

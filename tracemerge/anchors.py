@@ -1,4 +1,4 @@
-"""Clock evidence, noted while each file is read: the events that tie one clock to another.
+"""Evidence noted while each file is read: events that tie clocks together, and RL phases.
 
 Three kinds of events are noted (as marks ``(start, end)`` under a tag), never read twice:
 
@@ -9,15 +9,17 @@ Three kinds of events are noted (as marks ``(start, end)`` under a tag), never r
 * session spans: AReaL perf-tracer spans that name a ``session_id``, and the session records
   that give the same sessions' wall-clock times (tag ``"session <id> <name>"``).
 
-:mod:`tracemerge.clock` relates the files' clocks from these marks.
+:mod:`tracemerge.clock` relates the files' clocks from these marks. Phase rules
+(:mod:`tracemerge.phases`) add ``"phase <preset>\t<phase>"`` and ``"step <preset>\t<step>"``
+marks for :mod:`tracemerge.phases` to derive each RL step's phases from.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-COLLECTIVE, SYNC, SESSION = "collective", "sync", "session"
+COLLECTIVE, SYNC, SESSION, PHASE, STEP = "collective", "sync", "session", "phase", "step"
 # A file keeps at most this many marks per tag (and per kind for sessions): plenty to align.
 MAX_MARKS = 20_000
 
@@ -43,16 +45,30 @@ def session_tag(session_id: object, name: str) -> str:
     return f"{SESSION} {session_id} {name}"
 
 
+def phase_tag(preset: str, phase: str) -> str:
+    return f"{PHASE} {preset}\t{phase}"
+
+
+def step_tag(preset: str, step: str) -> str:
+    return f"{STEP} {preset}\t{step}"
+
+
 class Watch:
-    """Says which event names are clock evidence: collectives, and the ``--sync`` span names."""
+    """Says which event names are evidence: collectives, the ``--sync`` span names, and what
+    ``phase_rules`` (name -> phase and step tags) recognise."""
 
-    def __init__(self, sync_names: Iterable[str] = ()) -> None:
+    def __init__(
+        self, sync_names: Iterable[str] = (), phase_rules: Callable[[str], tuple[str, ...]] | None = None
+    ) -> None:
         self.sync_names = frozenset(sync_names)
+        self.phase_rules = phase_rules
 
-    def __call__(self, name: str) -> str | None:
+    def __call__(self, name: str) -> tuple[str, ...]:
+        tags: tuple[str, ...] = self.phase_rules(name) if self.phase_rules is not None else ()
         if name in self.sync_names:
-            return f"{SYNC} {name}"
-        return collective_tag(name)
+            tags += (f"{SYNC} {name}",)
+        found = collective_tag(name)
+        return (*tags, found) if found is not None else tags
 
 
 def kind_of(tag: str) -> str:

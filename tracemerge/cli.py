@@ -15,6 +15,7 @@ from typer.core import TyperGroup
 from tracemerge import __version__
 from tracemerge.clock import AlignOptions, load_offsets, parse_offset
 from tracemerge.errors import TracemergeError
+from tracemerge.phases import AUTO, PhaseOptions, format_summary, resolve
 from tracemerge.pipeline import merge as run_merge
 from tracemerge.progress import progress_bar
 from tracemerge.report import (
@@ -108,6 +109,14 @@ def merge(
         Optional[Path], typer.Option("--offsets", help='TOML file of offsets: [offsets] "actor/3" = "+1.5ms".')
     ] = None,
     no_align: Annotated[bool, typer.Option("--no-align", help="Keep every file's raw clock.")] = False,
+    phases: Annotated[
+        str,
+        typer.Option("--phases", help="Phase rules: auto, verl, areal, skyrl, or a TOML rules file."),
+    ] = AUTO,
+    steps: Annotated[
+        Optional[str], typer.Option("--steps", help="Keep only these RL steps (and their phases), e.g. 3-5.")
+    ] = None,
+    summary: Annotated[bool, typer.Option("--summary", help="Print where each step's time went, per role.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print errors only.")] = False,
 ) -> None:
     """Merge traces into one clock-aligned trace with a process per role and rank."""
@@ -121,6 +130,7 @@ def merge(
         rules = load_offsets(offsets_file) if offsets_file is not None else ()
         rules += tuple(parse_offset(text) for text in offset or ())
         clocks = AlignOptions(enabled=not no_align, offsets=rules, sync=tuple(sync or ()))
+        phase_rules = PhaseOptions(resolve(phases), parse_ranks(steps) if steps is not None else None)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     with progress_bar(enabled=not quiet) as on_progress:
@@ -139,6 +149,7 @@ def merge(
                 jobs=jobs,
                 selection=selection,
                 clocks=clocks,
+                phase_rules=phase_rules,
                 on_plan=show,
                 on_progress=on_progress,
             )
@@ -153,6 +164,8 @@ def merge(
             _err(f"tracemerge: error: cannot write report {report}: {exc.strerror or exc}")
             raise typer.Exit(EXIT_FATAL) from None
     outcome = format_outcome(result)
+    if summary:
+        typer.echo(format_summary(result.phases))
     if not quiet:
         _err(outcome)
     elif result.exit_code:

@@ -104,7 +104,7 @@ class FileLayout:
         enc: Encoder,
         budget: int = DEFAULT_BUDGET,
         spill_dir: Path | None = None,
-        watch: Callable[[str], str | None] | None = None,
+        watch: Callable[[str], tuple[str, ...]] | None = None,
     ) -> None:
         self.enc = enc
         self.budget = budget
@@ -113,7 +113,7 @@ class FileLayout:
         # that every source meets them on its slow path and notes them (see :meth:`note`).
         self.prefixes: dict[tuple[str, str], bytes] = {}
         self.watch = watch
-        self.tags: dict[str, str | None] = {}
+        self.tags: dict[str, tuple[str, ...]] = {}
         self.marks: dict[tuple[str, OriginKey, ThreadKey], list[tuple[int, int]]] = {}
         self.ordinal = itertools.count().__next__
         self.entries: dict[tuple[OriginKey, ThreadKey], SortedBuffer] = {}
@@ -125,22 +125,21 @@ class FileLayout:
         found = self.prefixes.get((name, cat))
         if found is None:
             found = self.enc.prefix(name, cat)
-            if self.tag(name) is None:
+            if not self.tag(name):
                 self.prefixes[(name, cat)] = found
         return found
 
-    def tag(self, name: str) -> str | None:
-        """The evidence tag of events named ``name`` (see :mod:`tracemerge.anchors`), or None."""
+    def tag(self, name: str) -> tuple[str, ...]:
+        """The evidence tags of events named ``name`` (see :mod:`tracemerge.anchors`)."""
         try:
             return self.tags[name]
         except KeyError:
-            found = self.tags[name] = self.watch(name) if self.watch is not None else None
+            found = self.tags[name] = self.watch(name) if self.watch is not None else ()
             return found
 
     def note(self, name: str, origin: OriginKey, thread: ThreadKey, start: int, dur: int) -> None:
-        """Keep a slice as clock evidence when its name is watched."""
-        tag = self.tag(name)
-        if tag is not None:
+        """Keep a slice as evidence when its name is watched."""
+        for tag in self.tag(name):
             self.mark(tag, origin, thread, start, start + dur)
 
     def mark(self, tag: str, origin: OriginKey, thread: ThreadKey, start: int, end: int) -> None:
@@ -188,8 +187,9 @@ class FileLayout:
     def counter_sample(self, origin: OriginKey, thread: ThreadKey, series: str, ts: int, value: Any) -> None:
         self.samples[(origin, thread, series)].append((ts, self.ordinal(), value))
 
-    def add_event(self, ev: Event) -> None:
-        """One :class:`~tracemerge.model.Event` (sources that build them: span logs, Ascend DBs)."""
+    def add_event(self, ev: Event, note: bool = True) -> None:
+        """One :class:`~tracemerge.model.Event` (sources that build them: span logs, Ascend DBs);
+        ``note`` False keeps it from being taken as evidence whatever its name."""
         kind = ev.kind
         if kind == Kind.COUNTER:
             self.counter_sample(ev.origin, ev.thread, ev.name, ev.ts, ev.value)
@@ -198,7 +198,7 @@ class FileLayout:
         else:
             body = self.describe(ev.name, ev.cat, ev.args)
             self.buffer(ev.origin, ev.thread).append((ev.ts, -ev.dur, int(kind), self.ordinal(), body))
-            if kind == Kind.SLICE and self.tags.get(ev.name) is not None:
+            if note and kind == Kind.SLICE and self.tags.get(ev.name):
                 self.note(ev.name, ev.origin, ev.thread, ev.ts, ev.dur)
 
     def check_memory(self, limit: int | None = None) -> None:

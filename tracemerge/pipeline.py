@@ -25,7 +25,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import ExitStack, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,17 @@ from tracemerge.discover import Candidate, discover
 from tracemerge.errors import FatalError, InputError, NotATrace
 from tracemerge.layout import DEFAULT_BUDGET, FileLayout
 from tracemerge.model import UNIX_EPOCH, ClockDomain, Identity, ThreadInfo
+from tracemerge.phases import (
+    AUTO_PHASES,
+    PhaseModel,
+    PhaseOptions,
+    PhaseRules,
+    Preset,
+    derive,
+    summary,
+    track_infos,
+)
+from tracemerge.phases import events as phase_events
 from tracemerge.plan import (
     FileScan,
     IdCollision,
@@ -46,6 +57,7 @@ from tracemerge.plan import (
     lane_track,
     make_plan,
     resolve_identity,
+    role_sort_key,
 )
 from tracemerge.report import ProcessReport, RunReport
 from tracemerge.select import EVERYTHING, Selection, TimeFilter
@@ -73,6 +85,7 @@ class FileJob:
     window: tuple[int | None, int | None] | None = None  # in the file's own timestamps
     wide_ids: bool = False  # 63-bit track uuids (after narrow ones collided)
     sync: tuple[str, ...] = ()  # span names that start at one instant in every process (clock evidence)
+    phases: tuple[Preset, ...] = ()  # phase rules noted while reading
 
 
 @dataclass
@@ -128,7 +141,9 @@ def _process_file(job: FileJob) -> FileOutcome:
             enc = WRITERS[job.writer].unit_encoder(job.sequence_id, out)
         else:
             enc = _NoOutput()
-        layout = FileLayout(enc, job.budget, job.chunk.parent if job.chunk else None, Watch(job.sync))
+        layout = FileLayout(
+            enc, job.budget, job.chunk.parent if job.chunk else None, Watch(job.sync, PhaseRules(job.phases))
+        )
         try:
             data = cand.format.read(cand.path, layout)
         except NotATrace as exc:
@@ -240,6 +255,7 @@ def merge(
     memory_budget: int = DEFAULT_BUDGET,
     selection: Selection = EVERYTHING,
     clocks: AlignOptions = AUTOMATIC,
+    phase_rules: PhaseOptions = AUTO_PHASES,
     on_plan: Callable[[RunReport], None] | None = None,
     on_progress: Callable[[str], None] | None = None,
 ) -> RunReport:
@@ -251,7 +267,8 @@ def merge(
     ``memory_budget`` is how many events a file's layout holds in memory before it spills sorted
     runs to a temporary file beside the output (about 200 bytes each). ``selection`` says which
     processes, time window and slice durations to keep (everything by default). ``clocks`` says
-    how files are placed on one timeline (:mod:`tracemerge.clock`: automatic by default).
+    how files are placed on one timeline (:mod:`tracemerge.clock`: automatic by default);
+    ``phase_rules`` which phase rules derive the Phases and Pipeline tracks, and which steps to keep.
     ``on_plan`` is called with the report of what was found before the output is assembled.
 
     Raises :class:`~tracemerge.errors.FatalError` when no output can be produced; then nothing
@@ -295,6 +312,7 @@ def merge(
                         selection=selection,
                         wide_ids=wide,
                         sync=clocks.sync,
+                        phases=phase_rules.presets,
                     )
                     for n, c in enumerate(candidates)
                 ]
@@ -304,18 +322,30 @@ def merge(
                     raise FatalError("no usable trace files: " + "; ".join(report.skipped))
                 try:
                     plan = make_plan(scans, wide, clocks)
+                    keep = None if selection.roles is None and selection.ranks is None else selection.keeps
+                    model = derive(scans, plan.offsets, phase_rules.presets, phase_rules.steps, keep)
+                    derived = _derived_scan(model, len(candidates) + 2, work / "phases.chunk", plan)
+                    if derived is not None:
+                        plan = make_plan([*scans, derived], wide, clocks, plan.alignment)
                     break
                 except IdCollision:  # as rare as two equal 35-bit hashes: encode again, wide
                     if wide:
                         raise FatalError("two tracks hash to one 63-bit uuid") from None
+            selection = _steps_window(selection, phase_rules.steps, model, plan, report)
             chunk_of = {j.candidate.path: j.chunk for j in jobs_}
             cand_of = {j.candidate.path: j.candidate for j in jobs_}
             # Chrome JSON encodes with the plan. Perfetto re-encodes only files whose threads overlap
             # another file's of the same process in time (they need their own copies), and files
             # that a --window cuts; files wholly outside the window are left out.
             scan_of = {sc.path: sc for sc in scans}
+            numbers = summary(model, {p.identity: p.name for p in plan.processes})
+            if derived is not None:
+                chunk_of[derived.path] = derived.path
+                scan_of[derived.path] = _encode_derived(model, numbers, plan, writer, derived, memory_budget, wide)
             redo = []
             for u in plan.units:
+                if derived is not None and u.path == derived.path:
+                    continue
                 sc = scan_of[u.path]
                 place, window = _local_window(selection, u, sc)
                 if place == "outside" and writer.one_pass:  # its chunk is written: drop it
@@ -339,6 +369,7 @@ def merge(
                         window,
                         wide,
                         clocks.sync,
+                        phase_rules.presets,
                     )
                 )
             if redo:
@@ -349,9 +380,11 @@ def merge(
                     scan_of[outcome.candidate.path] = outcome.scan
                 scans = [scan_of[sc.path] for sc in scans]
             _fill_report(report, plan, scans)
+            report.phases = numbers
+            report.filtered.update(model.left_out)
             if on_plan:
                 on_plan(report)
-            _assemble(plan, scans, writer, out_path, work, chunk_of)
+            _assemble(plan, list(scan_of.values()), writer, out_path, work, chunk_of)
             report.output_bytes = out_path.stat().st_size
     except OSError as exc:
         raise FatalError(f"{out_path}: cannot write ({exc.strerror or exc})") from None
@@ -359,6 +392,63 @@ def merge(
         shutil.rmtree(work, ignore_errors=True)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _derived_scan(model: PhaseModel, sequence_id: int, chunk: Path, plan: MergePlan) -> FileScan | None:
+    """The summary of the derived tracks (Phases per process, the Pipeline group), as if a file."""
+    if model.empty:
+        return None
+    times = [(e.ts, e.ts + e.dur) for e in phase_events(model, {})]
+    lo, hi = min(a for a, _ in times), max(b for _, b in times)
+    return FileScan(
+        path=chunk,
+        format="derived phases",
+        clock=UNIX_EPOCH if plan.wall_clock else RELATIVE_NO_ANCHOR,
+        sequence_id=sequence_id,
+        origin_ns=0,
+        identities={},
+        counts={},
+        threads=track_infos(model, role_sort_key),
+        counter_series={},
+        ts_min=lo,
+        ts_max=hi,
+        local_min=lo,
+    )
+
+
+def _encode_derived(
+    model: PhaseModel, numbers: dict, plan: MergePlan, writer: Writer, scan: FileScan, budget: int, wide: bool
+) -> FileScan:
+    """Encode the derived tracks into their chunk, the way a file's events are."""
+    unit = next(u for u in plan.units if u.path == scan.path)
+    with scan.path.open("wb") as out:
+        enc = WRITERS[writer.name].unit_encoder(unit.sequence_id, out)
+        layout = FileLayout(enc, budget, scan.path.parent)
+        for ev in phase_events(model, numbers):
+            layout.add_event(ev)
+        tracks: Any = LocalTracks({}, wide) if writer.one_pass else PlannedTracks(unit)
+        shift = None if writer.one_pass else unit.shift_ns
+        result = layout.finish(lambda ident: ident, tracks, shift, flow_id_base(unit.sequence_id))
+        enc.close()
+    scan.lanes = result.lanes
+    return scan
+
+
+def _steps_window(
+    selection: Selection, steps: frozenset[int] | None, model: PhaseModel, plan: MergePlan, report: RunReport
+) -> Selection:
+    """``--steps``: the time the kept steps span, as a window (within any --window given)."""
+    if steps is None:
+        return selection
+    kept = [(a, b) for n, a, b in model.steps if n in steps]
+    if not kept:
+        found = ", ".join(str(n) for n, _, _ in model.steps) or "none"
+        raise FatalError(f"--steps: no such step in this run (steps found: {found})")
+    lo, hi = min(a for a, _ in kept) - plan.base_ns, max(b for _, b in kept) - plan.base_ns
+    if selection.window is not None:
+        start, end = selection.window
+        lo, hi = max(lo, start if start is not None else lo), min(hi, end if end is not None else hi)
+    return replace(selection, window=(lo, hi))
 
 
 class _Runner:
@@ -450,7 +540,7 @@ def _fill_report(report: RunReport, plan: MergePlan, scans: list[FileScan]) -> N
         for ident, counts in s.written.items():
             procs[ident].written.add(counts)
         report.filtered.update(s.filtered)
-    report.processes = [procs[p.identity] for p in plan.processes]
+    report.processes = [procs[p.identity] for p in plan.processes if procs[p.identity].files]
     report.time_base_unix_ns = plan.base_ns if plan.wall_clock else None
     labels = {p.identity: p.name for p in plan.processes}
     for s in sorted(scans, key=lambda s: (s.ts_min is None, (s.ts_min or 0) + plan.offsets.get(s.path, 0))):

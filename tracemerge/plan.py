@@ -259,16 +259,30 @@ def role_sort_key(role: str) -> tuple:
     return (ROLE_ORDER.index(low), "") if low in ROLE_ORDER else (len(ROLE_ORDER), low)
 
 
+# The derived Pipeline group (tracemerge.phases.PIPELINE) comes before every process.
+FIRST_TAG = "Pipeline"
+
+
 def identity_sort_key(ident: Identity) -> tuple:
+    if not ident.role and ident.rank is None and ident.tag == FIRST_TAG:
+        return ((-1, ""), False, 0, "")
     return (role_sort_key(ident.role), ident.rank is None, ident.rank or 0, ident.tag)
 
 
-def make_plan(scans: list[FileScan], wide: bool = False, clocks: AlignOptions | None = None) -> MergePlan:
+def make_plan(
+    scans: list[FileScan],
+    wide: bool = False,
+    clocks: AlignOptions | None = None,
+    alignment: Alignment | None = None,
+) -> MergePlan:
     """Fix pids, track ids, names and time shifts for the whole merged trace.
 
-    Raises :class:`IdCollision` when two tracks share a narrow uuid (then encode with ``wide``).
+    ``alignment`` reuses clock offsets already found (scans it does not place keep their clock:
+    the derived phase tracks are on the aligned timeline already). Raises :class:`IdCollision`
+    when two tracks share a narrow uuid (then encode with ``wide``).
     """
-    alignment = align(scans, clocks or AlignOptions(), identity_sort_key)
+    if alignment is None:
+        alignment = align(scans, clocks or AlignOptions(), identity_sort_key)
     offsets, base_ns, wall_clock = alignment.offsets, alignment.base_ns, alignment.wall_clock
     offsets.update({s.path: 0 for s in scans if s.path not in offsets})
     scans = sorted(scans, key=lambda s: (s.ts_min is None, (s.ts_min or 0) + offsets[s.path], str(s.path)))

@@ -68,6 +68,7 @@ class RunReport:
     # "processes" and "first_event_ns", its first event after the trace start).
     alignment: list[dict[str, Any]] = field(default_factory=list)
     time_base_unix_ns: int | None = None  # wall-clock time of the trace's zero, when known
+    phases: dict[str, Any] = field(default_factory=dict)  # tracemerge.phases.summary()
 
     @property
     def read(self) -> EventCounts:
@@ -119,6 +120,7 @@ class RunReport:
             "seconds": round(self.seconds, 3),
             "time_base_unix_ns": self.time_base_unix_ns,
             "alignment": self.alignment,
+            "phases": self.phases,
         }
 
 
@@ -137,11 +139,13 @@ def format_table(rows: list[tuple[str, ...]], left: frozenset[int] = frozenset()
 
 def format_found(report: RunReport) -> str:
     """The table of what was found, one row per (role, rank) process."""
-    rows = [("role", "rank", "files", "events", "clock")]
+    presets = {p["process"]: p["preset"] for p in report.phases.get("processes", ())}
+    rows = [("role", "rank", "files", "events", "phases", "clock")]
     for p in report.processes:
         rank = str(p.rank) if p.rank is not None else "?"
-        rows.append((p.role or "-", rank, str(len(p.files)), f"{p.read.total:,}", "; ".join(sorted(p.clocks))))
-    return format_table(rows, left=frozenset({0, 4}))
+        clocks = "; ".join(sorted(p.clocks))
+        rows.append((p.role or "-", rank, str(len(p.files)), f"{p.read.total:,}", presets.get(p.label, "-"), clocks))
+    return format_table(rows, left=frozenset({0, 4, 5}))
 
 
 def format_duration(ns: int, signed: bool = False) -> str:

@@ -111,7 +111,8 @@ def _add_record(obj: dict, submit: int, layout: FileLayout, dropped: Counter[str
                 continue
             kind = Kind.INSTANT if stop is None else Kind.SLICE
             dur = 0 if stop is None else stop - start
-            layout.add_event(Event(kind, start, THREAD, str(phase), "session", dur, args, origin))
+            # A session's phases are one sample's, many at once: no step phases (tracemerge.phases).
+            layout.add_event(Event(kind, start, THREAD, str(phase), "session", dur, args, origin), note=False)
             layout.mark(session_tag(sid, f"@{phase}"), origin, THREAD, start, start + dur)
 
 

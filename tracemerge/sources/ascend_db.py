@@ -24,9 +24,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tracemerge.anchors import phase_tag
 from tracemerge.errors import InputError, NotATrace
 from tracemerge.layout import FileLayout
 from tracemerge.model import Event, FlowPhase, Kind, SourceData, ThreadInfo, ThreadKey
+from tracemerge.phases import MSTX
 from tracemerge.sources import ascend_layout as layout_dirs
 from tracemerge.sources.ascend_layout import MSTX_THREAD
 from tracemerge.sources.base import SourceFormat
@@ -201,7 +203,9 @@ class _DbReader:
             if row.get("eventType") in MSTX_POINT_TYPES:
                 self.emit(Event(Kind.INSTANT, int(row["startNs"]), key, message, domain, 0, args))
             else:
-                self._slice(key, row.get("startNs"), row.get("endNs"), message, domain, args, "MSTX_EVENTS")
+                ev = self._slice(key, row.get("startNs"), row.get("endNs"), message, domain, args, "MSTX_EVENTS")
+                if ev is not None:  # an MSTX range is a phase its user named
+                    self.layout.mark(phase_tag(MSTX, message), ev.origin, key, ev.ts, ev.ts + ev.dur)
 
     def _tasks(self) -> None:
         compute = {r["globalTaskId"]: r for r in self._dicts("COMPUTE_TASK_INFO")}

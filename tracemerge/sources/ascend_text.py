@@ -12,8 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tracemerge.anchors import phase_tag
 from tracemerge.layout import FileLayout
 from tracemerge.model import NO_ORIGIN, OriginKey, SourceData, ThreadInfo, ThreadKey
+from tracemerge.phases import MSTX
 from tracemerge.sources import ascend_layout as layout_dirs
 from tracemerge.sources.ascend_layout import MSTX_THREAD
 from tracemerge.sources.base import SourceFormat
@@ -77,6 +79,8 @@ class AscendEvents(ChromeEvents):
         self.threads_seen.add(MSTX_THREAD)
         body = self.layout.describe(name, domain, args)
         self.layout.buffer(origin, MSTX_THREAD).append((ts, -dur, kind, self.layout.ordinal(), body))
+        if kind == SLICE:  # an MSTX range is a phase its user named
+            self.layout.mark(phase_tag(MSTX, name), origin, MSTX_THREAD, ts, ts + dur)
 
     def threads(self) -> dict[ThreadKey, ThreadInfo]:
         infos: dict[ThreadKey, ThreadInfo] = {}
