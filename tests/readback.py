@@ -104,6 +104,7 @@ def read_pftrace(path: Path) -> Readback:
     parents: dict[int, int] = {}
     thread_pid: dict[int, int] = {}
     process_pid: dict[int, int] = {}
+    group_pid: dict[int, int] = {}
     counter_descs: dict[int, tuple[int, str]] = {}
     lane_names: dict[int, str] = {}
     # Sequence-scoped clocks (ids 64-127): per sequence, the clock a packet's timestamp is on by
@@ -141,7 +142,14 @@ def read_pftrace(path: Path) -> Readback:
             if td.uuid == 0:
                 rb.root_ordering = (td.process_ordering, td.thread_ordering)
                 continue
-            if td.HasField("process"):
+            if not td.HasField("process") and not td.HasField("thread") and not td.parent_uuid:
+                # A top-level group of tracks (Pipeline): a pseudo process, its children pseudo threads.
+                group_pid[td.uuid] = -len(group_pid) - 1
+                rb.processes[group_pid[td.uuid]] = td.name
+            elif td.parent_uuid in group_pid:
+                thread_pid[td.uuid] = group_pid[td.parent_uuid]
+                rb.threads[td.uuid] = (group_pid[td.parent_uuid], td.name)
+            elif td.HasField("process"):
                 process_pid[td.uuid] = td.process.pid
                 rb.process_rank[td.process.pid] = td.sibling_order_rank
                 assert td.process.pid not in rb.processes, f"pid {td.process.pid} described twice"

@@ -45,6 +45,7 @@ def test_merged_tracks_show_in_the_perfetto_ui(tmp_path: Path, ext: str) -> None
     report = merge([FIXTURES / "rl_run"], out)
     names = [p.label for p in report.processes]
     assert len(names) == 6
+    names.append("Pipeline")  # the derived group of job steps and per-role phases
     SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
     shot = SCREENSHOT_DIR / f"rl_run{ext.replace('.', '_')}.png"
     server = serve(out, ui_dir=find_ui_build().parent, port=0)  # type: ignore[union-attr]
@@ -54,6 +55,7 @@ def test_merged_tracks_show_in_the_perfetto_ui(tmp_path: Path, ext: str) -> None
             capture_output=True,
             text=True,
             timeout=240,
+            env={**os.environ, "EXPAND": "Pipeline,actor · rank 0"},
         )
     finally:
         server.close()

@@ -92,6 +92,11 @@ class ProcessTrack:
     name: str
     order: int
 
+    @property
+    def is_group(self) -> bool:
+        """A group of derived tracks (Pipeline), not a process of the job."""
+        return is_first(self.identity)
+
 
 @dataclass(frozen=True)
 class ThreadTrack:
@@ -263,8 +268,12 @@ def role_sort_key(role: str) -> tuple:
 FIRST_TAG = "Pipeline"
 
 
+def is_first(ident: Identity) -> bool:
+    return not ident.role and ident.rank is None and ident.tag == FIRST_TAG
+
+
 def identity_sort_key(ident: Identity) -> tuple:
-    if not ident.role and ident.rank is None and ident.tag == FIRST_TAG:
+    if is_first(ident):
         return ((-1, ""), False, 0, "")
     return (role_sort_key(ident.role), ident.rank is None, ident.rank or 0, ident.tag)
 

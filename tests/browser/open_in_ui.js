@@ -1,7 +1,7 @@
 // Opens a Perfetto UI deep link in headless Chromium, waits until the trace has loaded and the
 // expected process tracks are listed, and saves a screenshot.
 //
-//   node open_in_ui.js URL SCREENSHOT.png "process name" ["process name" ...]
+//   [EXPAND="group,group"] node open_in_ui.js URL SCREENSHOT.png "process name" ["process name" ...]
 //
 // Prints one JSON line: {"found": [...], "missing": [...], "title": ...}; exits 1 when a name is
 // missing after the timeout.
@@ -28,6 +28,12 @@ async function main() {
       missing = names.filter((n) => !text.includes(n));
       if (missing.length === 0) break;
       await page.waitForTimeout(500);
+    }
+    // Open the groups named in $EXPAND (comma-separated), as a user clicks on a group's title.
+    for (const name of (process.env.EXPAND || '').split(',').filter(Boolean)) {
+      const title = page.getByText(name, { exact: false }).first();
+      if (await title.count()) await title.click();
+      await page.waitForTimeout(300);
     }
     await page.waitForTimeout(1000);  // let the tracks render before the picture
     await page.screenshot({ path: screenshot });

@@ -357,16 +357,24 @@ def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> No
     root.track_descriptor.process_ordering = pb.TrackDescriptor.PROCESS_ORDERING_EXPLICIT
     root.track_descriptor.thread_ordering = pb.TrackDescriptor.THREAD_ORDERING_EXPLICIT
     write_packet(out, root)
+    groups = set()
     for proc in plan.processes:
         pkt = _descriptor(proc.uuid)
-        pkt.track_descriptor.process.pid = proc.pid
-        pkt.track_descriptor.process.process_name = proc.name
+        if proc.is_group:  # a top-level track of its own (the UI lists these above the processes)
+            pkt.track_descriptor.name = proc.name
+            groups.add(proc.uuid)
+        else:
+            pkt.track_descriptor.process.pid = proc.pid
+            pkt.track_descriptor.process.process_name = proc.name
         pkt.track_descriptor.sibling_order_rank = proc.order
         write_packet(out, pkt)
     for thread in plan.threads:
         pkt = _descriptor(thread.uuid, thread.process_uuid)
         td = pkt.track_descriptor
-        td.thread.pid, td.thread.tid, td.thread.thread_name = thread.pid, thread.tid, thread.name
+        if thread.process_uuid in groups:
+            td.name = thread.name
+        else:
+            td.thread.pid, td.thread.tid, td.thread.thread_name = thread.pid, thread.tid, thread.name
         td.sibling_order_rank = thread.order
         write_packet(out, pkt)
     for lane in lanes:
