@@ -187,6 +187,41 @@ def main() -> None:
 
 
 @app.command()
+def summary(
+    path: Annotated[Path, typer.Argument(help="A run directory (merged now) or a trace tracemerge wrote.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the numbers as one JSON document.")] = False,
+    phases: Annotated[
+        str, typer.Option("--phases", help="Phase rules: auto, verl, areal, skyrl, or a TOML rules file.")
+    ] = AUTO,
+) -> None:
+    """Where each RL step's time went: per role and phase, total, share, spread across ranks, idle."""
+    import tempfile
+
+    from tracemerge.viewer.summary import read_summary
+
+    if not path.exists():
+        _err(f"tracemerge: error: {path}: no such file or directory")
+        raise typer.Exit(EXIT_FATAL)
+    try:
+        phase_rules = PhaseOptions(resolve(phases))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    try:
+        if path.is_dir():
+            with tempfile.TemporaryDirectory(prefix="tracemerge-summary-") as work:
+                numbers = run_merge([path], Path(work) / "run.pftrace", phase_rules=phase_rules).phases
+        else:
+            numbers = read_summary(path)
+            if numbers is None:
+                _err(f"tracemerge: error: {path}: holds no phase summary (merge the run with tracemerge)")
+                raise typer.Exit(EXIT_FATAL)
+    except (TracemergeError, OSError, ValueError) as exc:
+        _err(f"tracemerge: error: {exc}")
+        raise typer.Exit(EXIT_FATAL) from None
+    typer.echo(orjson.dumps(numbers, option=orjson.OPT_INDENT_2).decode() if as_json else format_summary(numbers))
+
+
+@app.command()
 def check(
     trace: Annotated[Path, typer.Argument(help="A .pftrace or Chrome JSON trace.")],
     trace_processor: Annotated[

@@ -526,7 +526,6 @@ def format_summary(numbers: dict) -> str:
 PIPELINE = Identity("", None, "Pipeline")  # the top-level group: job steps and per-role phases
 PHASES_THREAD: tuple = ("phases",)
 STEPS_THREAD: tuple = ("steps",)
-SUMMARY_EVENT = "phase summary"
 # Categories of what tracemerge derives (never an input's): "tracemerge*".
 PHASE_CAT, STEP_CAT = "tracemerge.phase", "tracemerge.step"
 
@@ -547,7 +546,7 @@ def track_infos(model: PhaseModel, role_order: Callable[[str], tuple]) -> dict[I
     return out
 
 
-def events(model: PhaseModel, numbers: dict) -> Iterator[Event]:
+def events(model: PhaseModel) -> Iterator[Event]:
     """Every derived slice, on the aligned timeline; ``origin`` is the process's identity."""
     for ident, proc in model.processes.items():
         for o in proc.occurrences:
@@ -563,9 +562,3 @@ def events(model: PhaseModel, numbers: dict) -> Iterator[Event]:
         for p in slices:
             args = {"step": p.step, "slowest_rank": p.slowest_rank, "spread_ns": p.spread_ns, "ranks": p.ranks}
             yield Event(Kind.SLICE, p.start, role_thread(role), p.phase, PHASE_CAT, p.end - p.start, args, PIPELINE)
-    first = (
-        min(a for _, a, _ in model.steps)
-        if model.steps
-        else min(o.start for proc in model.processes.values() for o in proc.occurrences)
-    )
-    yield Event(Kind.INSTANT, first, STEPS_THREAD, SUMMARY_EVENT, "tracemerge", 0, {"summary": numbers}, PIPELINE)

@@ -341,7 +341,8 @@ def merge(
             numbers = summary(model, {p.identity: p.name for p in plan.processes})
             if derived is not None:
                 chunk_of[derived.path] = derived.path
-                scan_of[derived.path] = _encode_derived(model, numbers, plan, writer, derived, memory_budget, wide)
+                scan_of[derived.path] = _encode_derived(model, plan, writer, derived, memory_budget, wide)
+                plan.phase_summary = numbers
             redo = []
             for u in plan.units:
                 if derived is not None and u.path == derived.path:
@@ -398,7 +399,7 @@ def _derived_scan(model: PhaseModel, sequence_id: int, chunk: Path, plan: MergeP
     """The summary of the derived tracks (Phases per process, the Pipeline group), as if a file."""
     if model.empty:
         return None
-    times = [(e.ts, e.ts + e.dur) for e in phase_events(model, {})]
+    times = [(e.ts, e.ts + e.dur) for e in phase_events(model)]
     lo, hi = min(a for a, _ in times), max(b for _, b in times)
     return FileScan(
         path=chunk,
@@ -417,14 +418,14 @@ def _derived_scan(model: PhaseModel, sequence_id: int, chunk: Path, plan: MergeP
 
 
 def _encode_derived(
-    model: PhaseModel, numbers: dict, plan: MergePlan, writer: Writer, scan: FileScan, budget: int, wide: bool
+    model: PhaseModel, plan: MergePlan, writer: Writer, scan: FileScan, budget: int, wide: bool
 ) -> FileScan:
     """Encode the derived tracks into their chunk, the way a file's events are."""
     unit = next(u for u in plan.units if u.path == scan.path)
     with scan.path.open("wb") as out:
         enc = WRITERS[writer.name].unit_encoder(unit.sequence_id, out)
         layout = FileLayout(enc, budget, scan.path.parent)
-        for ev in phase_events(model, numbers):
+        for ev in phase_events(model):
             layout.add_event(ev)
         tracks: Any = LocalTracks({}, wide) if writer.one_pass else PlannedTracks(unit)
         shift = None if writer.one_pass else unit.shift_ns

@@ -124,6 +124,7 @@ class CounterTrack:
 
 
 CLOCK_NOTE = "clock alignment"
+SUMMARY_NOTE = "phase summary"  # an instant on the Pipeline group whose arg "summary" holds the numbers
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,7 @@ class MergePlan:
     offsets: dict[Path, int]
     alignment: Alignment
     clock_notes: list[ClockNote] = field(default_factory=list)
+    phase_summary: dict = field(default_factory=dict)  # tracemerge.phases.summary(), kept in the trace
 
 
 def resolve_identity(origin: OriginKey, data: SourceData, role_hint: str | None, rank_hint: int | None) -> Identity:

@@ -14,7 +14,7 @@ import orjson
 
 from tracemerge.layout import Flow
 from tracemerge.model import FlowPhase
-from tracemerge.plan import CLOCK_NOTE, CounterTrack, MergePlan, ThreadTrack
+from tracemerge.plan import CLOCK_NOTE, SUMMARY_NOTE, CounterTrack, MergePlan, ThreadTrack
 
 _OPTS = orjson.OPT_NON_STR_KEYS
 
@@ -94,6 +94,12 @@ def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> No
     for thread in [*plan.threads, *lanes]:
         records.append(_meta("thread_name", thread.pid, thread.tid, {"name": thread.name}))
         records.append(_meta("thread_sort_index", thread.pid, thread.tid, {"sort_index": thread.order}))
+    group = next((proc for proc in plan.processes if proc.is_group), None)
+    if plan.phase_summary and group is not None:
+        records.append(
+            b'{"ph":"i","s":"p","pid":%d,"ts":0,"name":%s,"cat":"tracemerge","args":%s}'
+            % (group.pid, orjson.dumps(SUMMARY_NOTE), orjson.dumps({"summary": plan.phase_summary}))
+        )
     for note in plan.clock_notes:
         records.append(
             b'{"ph":"i","s":"p","pid":%d,"ts":%s,"name":%s,"cat":"tracemerge","args":%s}'

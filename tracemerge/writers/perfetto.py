@@ -16,7 +16,7 @@ import orjson
 
 from tracemerge.layout import Flow
 from tracemerge.model import FlowPhase
-from tracemerge.plan import CLOCK_NOTE, CounterTrack, MergePlan, ThreadTrack, UnitPlan
+from tracemerge.plan import CLOCK_NOTE, SUMMARY_NOTE, CounterTrack, MergePlan, ThreadTrack, UnitPlan
 from tracemerge.units import plain_json
 from tracemerge.writers import perfetto_trace_pb2 as pb
 
@@ -386,6 +386,15 @@ def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> No
         pkt = _descriptor(counter.uuid, counter.process_uuid)
         pkt.track_descriptor.name = counter.name
         pkt.track_descriptor.counter.SetInParent()
+        write_packet(out, pkt)
+    group = next((proc for proc in plan.processes if proc.is_group), None)
+    if plan.phase_summary and group is not None:
+        pkt = pb.TracePacket(timestamp=0, trusted_packet_sequence_id=seq)
+        event = pkt.track_event
+        event.type, event.track_uuid, event.name = _INSTANT, group.uuid, SUMMARY_NOTE
+        event.categories.append("tracemerge")
+        summary = orjson.dumps(plan.phase_summary).decode()
+        event.debug_annotations.add(name="summary", legacy_json_value=summary)
         write_packet(out, pkt)
     for note in plan.clock_notes:
         pkt = pb.TracePacket(timestamp=note.ts, trusted_packet_sequence_id=seq)
