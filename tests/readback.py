@@ -190,9 +190,10 @@ def read_pftrace(path: Path) -> Readback:
         events.sort(key=lambda e: (e[0], e[1]))
         stack: list[Slice] = []
         for ts, pos, te, seq in events:
-            if te.type == TE.TYPE_INSTANT and track in process_pid:
+            if te.type == TE.TYPE_INSTANT and (track in process_pid or track in group_pid):
                 args = {a.name or arg_names[seq][a.name_iid]: _value(a) for a in te.debug_annotations}
-                rb.process_instants[process_pid[track]].append(Slice(track, te.name, "", ts + base, 0, 0, args))
+                pid = process_pid[track] if track in process_pid else group_pid[track]
+                rb.process_instants[pid].append(Slice(track, te.name, "", ts + base, 0, 0, args))
                 continue
             if te.type == TE.TYPE_SLICE_BEGIN or te.type == TE.TYPE_INSTANT:
                 assert track in rb.threads, f"packet {pos}: slice on undescribed track {track}"
