@@ -273,6 +273,7 @@ class PhaseModel:
     steps: list[tuple[int, int, int]]  # job steps: (step, start, end)
     roles: dict[str, list[PipelineSlice]]
     left_out: Counter[str] = field(default_factory=Counter)  # --steps
+    found_steps: list[int] = field(default_factory=list)  # every step, kept by --steps or not
 
     @property
     def empty(self) -> bool:
@@ -315,8 +316,10 @@ def derive(
     model.preset = ", ".join(sorted({p.preset for p in model.processes.values()}))
     own_steps = {ident: _own_steps(step_marks.get(ident, {}), p.preset) for ident, p in model.processes.items()}
     job = _job_steps([steps for steps in own_steps.values() if steps])
+    found: set[int] = set()
     for ident, proc in model.processes.items():
         windows = own_steps[ident] or job or _cycle_steps(proc.occurrences)
+        found.update(n for n, _, _ in windows)
         if steps_kept is not None:
             kept = [w for w in windows if w[0] in steps_kept]
             left = [o for o in proc.occurrences if not any(a <= o.start < b for _, a, b in kept)]
@@ -327,6 +330,9 @@ def derive(
     job = _job_steps([[(st.step, st.start, st.end) for st in p.steps] for p in model.processes.values()])
     model.steps = job
     model.roles = _pipeline(model.processes)
+    model.found_steps = sorted(found)
+    if steps_kept is not None and not model.steps:
+        model.processes.clear()  # nothing of the run is kept
     return model
 
 

@@ -441,9 +441,9 @@ def _steps_window(
     """``--steps``: the time the kept steps span, as a window (within any --window given)."""
     if steps is None:
         return selection
-    kept = [(a, b) for n, a, b in model.steps if n in steps]
+    kept = [(a, b - 1) for n, a, b in model.steps if n in steps]  # the next step starts at b
     if not kept:
-        found = ", ".join(str(n) for n, _, _ in model.steps) or "none"
+        found = ", ".join(str(n) for n in model.found_steps) or "none"
         raise FatalError(f"--steps: no such step in this run (steps found: {found})")
     lo, hi = min(a for a, _ in kept) - plan.base_ns, max(b for _, b in kept) - plan.base_ns
     if selection.window is not None:

@@ -92,7 +92,7 @@ EVERYTHING = Selection()
 @dataclass(frozen=True)
 class TimeFilter:
     """A file's share of a selection, in its own timestamps: keep slices of at least ``min_dur``
-    that overlap [lo, hi], and instants and counter samples within it."""
+    that share time with [lo, hi], and instants and counter samples within it."""
 
     lo: int | None = None
     hi: int | None = None
@@ -101,7 +101,8 @@ class TimeFilter:
     def keeps_slice(self, start: int, dur: int) -> bool:
         if dur < self.min_dur:
             return False
-        if self.lo is not None and start + dur < self.lo:
+        # A slice that ends where the window starts shares no time with it (an instant there does).
+        if self.lo is not None and (start + dur < self.lo or (dur > 0 and start + dur == self.lo)):
             return False
         return self.hi is None or start <= self.hi
 

@@ -1,0 +1,307 @@
+"""Derived phases: exact per-step accounting, the Phases and Pipeline tracks, presets, rules files,
+--steps and `tracemerge summary`, on fixtures whose phase times are known (fixtures/phases)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+from expected import exact_ns, load_json
+from readback import read_chrome_json, read_pftrace
+from typer.testing import CliRunner
+
+from tracemerge import cli
+from tracemerge.phases import PRESETS, PhaseOptions, load_rules, resolve
+from tracemerge.pipeline import merge
+
+PHASES = FIXTURES / "phases"
+READERS = {".pftrace": read_pftrace, ".json": read_chrome_json}
+VERL_ANNOTATIONS = {
+    "actor_compute_log_prob": "old_log_prob",
+    "actor_update": "update_actor",
+    "update_weights": "update_weights",
+}
+runner = CliRunner()
+
+
+def process(numbers: dict, label: str) -> dict:
+    [found] = [p for p in numbers["processes"] if p["process"] == label]
+    return found
+
+
+def derived(rb, process_label: str, track: str) -> list[tuple[str, int, int]]:
+    return sorted((s.name, s.ts, s.dur) for s in rb.derived[(process_label, track)])
+
+
+def test_trainer_timers_are_accounted_to_the_nanosecond(tmp_path: Path) -> None:
+    """Three steps of 13, 14 and 15 ms: gen 5 ms, old_log_prob 1.5 ms, update_actor 5 ms holding
+    update_weights' last 1 ms, and 1.5 ms between them that no phase runs."""
+    report = merge([PHASES / "trainer"], tmp_path / "out.pftrace")
+    trainer = process(report.phases, "trainer · rank 0")
+    assert trainer["preset"] == "verl"
+    assert [s["step"] for s in trainer["steps"]] == [0, 1, 2]
+    assert [s["dur_ns"] for s in trainer["steps"]] == [13_000_000, 14_000_000, 15_000_000]
+    for n, step in enumerate(trainer["steps"]):
+        assert step["phases_ns"] == {
+            "generate": 5_000_000,
+            "old_log_prob": 1_500_000,
+            "update_actor": 4_000_000,
+            "update_weights": 1_000_000,
+        }
+        assert step["idle_ns"] == 1_500_000 + n * 1_000_000
+    role = report.phases["roles"]["trainer"]
+    assert role["step_ns"] == 42_000_000
+    assert role["idle_ns"] == 7_500_000
+    assert role["phases"]["update_actor"]["total_ns"] == 12_000_000
+
+
+@pytest.mark.parametrize("ext", [".pftrace", ".json"])
+def test_phases_track_holds_each_phase_and_idle_exactly(tmp_path: Path, ext: str) -> None:
+    out = tmp_path / f"out{ext}"
+    merge([PHASES / "trainer"], out)
+    rb = READERS[ext](out)
+    lines = [json.loads(line) for line in (PHASES / "trainer" / "spans.jsonl").read_text().splitlines()]
+    names = {"gen": "generate"}
+    want = [
+        (names.get(e["name"], e["name"]), e["start_ns"], e["end_ns"] - e["start_ns"])
+        for e in lines
+        if e["name"] != "step"
+    ]
+    steps = sorted((e["start_ns"], e["end_ns"]) for e in lines if e["name"] == "step")
+    for a, b in steps:
+        phases = sorted((s, s + d) for name, s, d in want if a <= s < b)
+        gaps = [(a, phases[0][0]), (phases[0][1], phases[1][0]), (phases[-1][1], b)]
+        want += [("idle", lo, hi - lo) for lo, hi in gaps if hi > lo]
+    assert derived(rb, "trainer · rank 0", "Phases") == sorted(want)
+    assert derived(rb, "Pipeline", "Steps") == [(f"step {n}", a, b - a) for n, (a, b) in enumerate(steps)]
+    # Input events are all still there, apart from what is derived.
+    assert len(rb.slices) == len(lines)
+
+
+def _annotations(path: Path) -> tuple[list, list]:
+    """(ProfilerStep#N windows, verl annotations) of a genuine torch trace, in exact ns."""
+    top = load_json(path)
+    base = top["baseTimeNanoseconds"]
+    steps, phases = [], []
+    for e in top["traceEvents"]:
+        if e.get("ph") != "X" or e.get("cat") != "user_annotation":
+            continue
+        start, dur = base + exact_ns(e["ts"]), exact_ns(e["dur"])
+        if e["name"].startswith("ProfilerStep#"):
+            steps.append((int(e["name"].split("#")[1]), start, start + dur))
+        elif e["name"] in VERL_ANNOTATIONS:
+            phases.append((VERL_ANNOTATIONS[e["name"]], start, dur))
+    return sorted(steps), sorted(phases)
+
+
+@pytest.mark.parametrize("ext", [".pftrace", ".json"])
+def test_genuine_torch_actors_steps_and_phases(tmp_path: Path, ext: str) -> None:
+    out = tmp_path / f"out{ext}"
+    report = merge([PHASES], out)
+    rb = READERS[ext](out)
+    for rank in (0, 1):
+        steps, phases = _annotations(PHASES / "actor" / f"rank{rank}.pt.trace.json")
+        assert [n for n, _, _ in steps] == [0, 1, 2]
+        label = f"actor · rank {rank}"
+        mine = process(report.phases, label)
+        assert [(s["step"], s["dur_ns"]) for s in mine["steps"]] == [(n, b - a) for n, a, b in steps]
+        got = [x for x in derived(rb, label, "Phases") if x[0] != "idle"]
+        assert got == phases
+        for step in mine["steps"]:
+            assert sum(step["phases_ns"].values()) + step["idle_ns"] == step["dur_ns"]
+    # The Pipeline's actor track: per step and phase, first start to last end across both ranks.
+    actor_tracks = [t for t in rb.derived if t[0] == "Pipeline" and t[1].split(" (overlap")[0] == "actor"]
+    pipeline = {(s.args.get("args", s.args)["step"], s.name): s for t in actor_tracks for s in rb.derived[t]}
+    per_rank = [_annotations(PHASES / "actor" / f"rank{r}.pt.trace.json") for r in (0, 1)]
+    for (step, name), s in pipeline.items():
+        spans = []
+        for r, (steps, phases) in enumerate(per_rank):
+            window = next((a, b) for n, a, b in steps if n == step)
+            spans += [(r, t, d) for p, t, d in phases if p == name and window[0] <= t < window[1]]
+        assert s.ts == min(t for _, t, _ in spans)
+        assert s.ts + s.dur == max(t + d for _, t, d in spans)
+        durations = {r: sum(d for rr, _, d in spans if rr == r) for r in (0, 1)}
+        args = s.args.get("args", s.args)
+        assert args["spread_ns"] == max(durations.values()) - min(durations.values())
+        assert args["slowest_rank"] == max(durations, key=lambda r: (durations[r], -r))
+        assert args["ranks"] == 2
+    assert len(pipeline) == 9  # 3 steps x 3 phases
+
+
+@pytest.mark.parametrize("run", ["rl_run", "phases", "clock/areal"])
+def test_every_rank_and_step_adds_up(tmp_path: Path, run: str) -> None:
+    report = merge([FIXTURES / run], tmp_path / "out.pftrace")
+    assert report.phases["processes"]
+    for proc in report.phases["processes"]:
+        for step in proc["steps"]:
+            assert sum(step["phases_ns"].values()) + step["idle_ns"] == step["dur_ns"], (proc["process"], step)
+
+
+def _span_log(path: Path, names: list[str], role: str = "trainer") -> Path:
+    t0 = 1_790_000_000_000_000_000
+    lines = [
+        {
+            "name": name,
+            "start_ns": t0 + n * 10_000_000,
+            "end_ns": t0 + n * 10_000_000 + 4_000_000,
+            "role": role,
+            "rank": 0,
+        }
+        for n, name in enumerate(names)
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("preset", "names", "phases"),
+    [
+        (
+            "verl",
+            ["gen", "reward", "old_log_prob", "ref", "adv", "update_actor"],
+            ["generate", "reward", "old_log_prob", "ref", "adv", "update_actor"],
+        ),
+        ("verl", ["rollout_generate", "compute_rm_score", "critic_update"], ["generate", "reward", "update_critic"]),
+        (
+            "areal",
+            ["train.rollout", "train.recompute_logp", "train.ppo_update", "train.update_weights"],
+            ["generate", "old_log_prob", "update_actor", "update_weights"],
+        ),
+        (
+            "skyrl",
+            ["generate", "fwd_logprobs_values_reward", "train_critic_and_policy", "sync_weights"],
+            ["generate", "fwd_logprobs_values_reward", "train_critic_and_policy", "sync_weights"],
+        ),
+    ],
+)
+def test_presets_are_detected_from_the_names(tmp_path: Path, preset: str, names: list[str], phases: list[str]) -> None:
+    report = merge([_span_log(tmp_path / "run" / "spans.jsonl", names)], tmp_path / "out.pftrace")
+    assert report.phases["preset"] == preset
+    [proc] = report.phases["processes"]
+    got = Counter(k for step in proc["steps"] for k, v in step["phases_ns"].items() if v)
+    assert sorted(got) == sorted(phases)
+
+
+def test_ascend_mstx_ranges_are_phases(tmp_path: Path) -> None:
+    report = merge([FIXTURES / "ascend" / "prof"], tmp_path / "out.pftrace")
+    assert report.phases["preset"] == "mstx"
+    [proc] = report.phases["processes"]
+    assert proc["steps"][0]["phases_ns"] == {"rollout_generate": 800_000}
+
+
+def test_a_rules_file_with_role_filter_and_step_marker(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.toml"
+    rules.write_text(
+        '[[phase]]\nmatch = "^fwd"\nname = "forward"\n\n'
+        '[[phase]]\nmatch = "^opt"\nname = "optimizer"\nrole = "learner"\n\n'
+        '[[step]]\nmatch = "^iteration$"\n'
+    )
+    t0 = 1_790_000_000_000_000_000
+    lines = []
+    for role in ("learner", "actor"):
+        for n in range(2):
+            t = t0 + n * 10_000_000
+            lines += [
+                {"name": "iteration", "start_ns": t, "end_ns": t + 9_000_000, "role": role, "rank": 0},
+                {"name": "fwd_pass", "start_ns": t + 1_000_000, "end_ns": t + 3_000_000, "role": role, "rank": 0},
+                {"name": "opt_step", "start_ns": t + 4_000_000, "end_ns": t + 6_000_000, "role": role, "rank": 0},
+            ]
+    log = tmp_path / "run" / "spans.jsonl"
+    log.parent.mkdir()
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    report = merge([log], tmp_path / "out.pftrace", phase_rules=PhaseOptions(resolve(str(rules))))
+    learner = process(report.phases, "learner · rank 0")
+    actor = process(report.phases, "actor · rank 0")
+    assert [s["phases_ns"] for s in learner["steps"]] == [{"forward": 2_000_000, "optimizer": 2_000_000}] * 2
+    assert [s["phases_ns"] for s in actor["steps"]] == [{"forward": 2_000_000}] * 2  # optimizer: learner only
+    assert [s["dur_ns"] for s in actor["steps"]] == [9_000_000, 9_000_000]
+    assert [s["idle_ns"] for s in actor["steps"]] == [7_000_000, 7_000_000]
+
+
+def test_rules_file_errors_name_the_file_and_rule(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[phase]]\nmatch = "("\n')
+    with pytest.raises(ValueError, match=r"bad.toml: phase rule 1: bad regex"):
+        load_rules(bad)
+    bad.write_text('[[step]]\nmatch = "x"\n')
+    with pytest.raises(ValueError, match=r"no \[\[phase\]\] rule"):
+        load_rules(bad)
+    with pytest.raises(ValueError, match="neither a preset"):
+        resolve("nonesuch")
+    assert resolve("verl") == (PRESETS["verl"],)
+
+
+@pytest.mark.parametrize("ext", [".pftrace", ".json"])
+def test_steps_keeps_only_those_steps(tmp_path: Path, ext: str) -> None:
+    out = tmp_path / f"out{ext}"
+    report = merge([PHASES / "trainer"], out, phase_rules=PhaseOptions(steps=frozenset({1})))
+    rb = READERS[ext](out)
+    assert [(s[0]) for s in derived(rb, "Pipeline", "Steps")] == ["step 1"]
+    lines = [json.loads(line) for line in (PHASES / "trainer" / "spans.jsonl").read_text().splitlines()]
+    [step1] = [e for e in lines if e["name"] == "step"][1:2]
+    inside = [e for e in lines if e["start_ns"] < step1["end_ns"] and e["end_ns"] > step1["start_ns"]]
+    assert sorted(s.name for s in rb.slices) == sorted(e["name"] for e in inside)
+    assert report.filtered["events outside --window"] == len(lines) - len(inside)
+    assert report.filtered["phase slices of steps outside --steps"] == 8
+    assert report.exit_code == 0
+
+
+def test_steps_that_do_not_exist_are_an_error(tmp_path: Path) -> None:
+    result = runner.invoke(
+        cli.app, ["merge", str(PHASES / "trainer"), "-o", str(tmp_path / "o.pftrace"), "--steps", "7"]
+    )
+    assert result.exit_code == 1
+    assert "no such step in this run (steps found: 0, 1, 2)" in result.output
+
+
+def test_summary_command_and_json(tmp_path: Path) -> None:
+    out = tmp_path / "out.pftrace"
+    report = merge([PHASES], out)
+    from_trace = runner.invoke(cli.app, ["summary", str(out), "--json"])
+    assert from_trace.exit_code == 0, from_trace.output
+    assert json.loads(from_trace.output) == json.loads(json.dumps(report.phases))
+    from_run = runner.invoke(cli.app, ["summary", str(PHASES), "--json"])
+    assert json.loads(from_run.output) == json.loads(from_trace.output)
+    table = runner.invoke(cli.app, ["summary", str(out)])
+    assert table.exit_code == 0
+    lines = table.output.splitlines()
+    assert lines[0] == "phases (verl), 3 step(s); per rank: totals over its steps"
+    assert lines[1].split() == ["role", "phase", "total", "share", "mean", "p50", "p90", "max", "slowest", "rank"]
+    rows = {tuple(line.split()[:2]): line.split() for line in lines[3:]}
+    assert rows[("trainer", "generate")][2:4] == ["15.000", "ms"]
+    assert rows[("trainer", "idle")][2:5] == ["7.500", "ms", "17.9%"]
+    none = tmp_path / "plain.json"
+    none.write_text('{"traceEvents": []}')
+    assert runner.invoke(cli.app, ["summary", str(none)]).exit_code == 1
+
+
+def test_merge_summary_option_prints_the_table(tmp_path: Path) -> None:
+    result = runner.invoke(
+        cli.app, ["merge", str(PHASES / "trainer"), "-o", str(tmp_path / "o.pftrace"), "--summary", "-q"]
+    )
+    assert result.exit_code == 0
+    assert result.output.splitlines()[0] == "phases (verl), 3 step(s); per rank: totals over its steps"
+
+
+def test_run_table_names_each_process_preset(tmp_path: Path) -> None:
+    result = runner.invoke(cli.app, ["merge", str(FIXTURES / "rl_run"), "-o", str(tmp_path / "o.pftrace")])
+    rows = {tuple(line.split()[:2]): line.split() for line in result.output.splitlines()[2:8]}
+    assert rows[("actor", "0")][4] == "verl"
+    assert rows[("rollout", "0")][4] == "areal"
+    assert rows[("reward", "0")][4] == "-"
+
+
+def test_roles_filter_drops_their_phases_too(tmp_path: Path) -> None:
+    from tracemerge.select import Selection
+
+    out = tmp_path / "o.pftrace"
+    report = merge([FIXTURES / "rl_run"], out, selection=Selection(roles=frozenset({"actor"})))
+    assert {p["role"] for p in report.phases["processes"]} == {"actor"}
+    rb = read_pftrace(out)
+    assert {proc for proc, _ in rb.derived} == {"actor · rank 0", "actor · rank 1", "Pipeline"}
+    # Phases of different ranks overlap on their role's track: overlap lanes beside it.
+    assert {track.split(" (overlap")[0] for proc, track in rb.derived if proc == "Pipeline"} == {"Steps", "actor"}
