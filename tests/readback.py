@@ -21,6 +21,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
 
 TE = official.TrackEvent
 PIPELINE, PHASES = "Pipeline", "Phases"  # the derived process and track
+CLOCK_NOTE = "clock alignment"  # .pftrace: the track of each process's clock notes
 
 
 @dataclass
@@ -54,6 +55,12 @@ class Readback:
     derived: dict[tuple[str, str], list[Slice]] = field(default_factory=lambda: defaultdict(list))
 
     def set_derived_apart(self) -> Readback:
+        clock_tracks = {track: pid for track, (pid, name) in self.threads.items() if name == CLOCK_NOTE}
+        for s in self.instants:
+            if s.track in clock_tracks:
+                self.process_instants[clock_tracks[s.track]].append(s)
+        self.instants = [s for s in self.instants if s.track not in clock_tracks]
+        self.threads = {t: v for t, v in self.threads.items() if t not in clock_tracks}
         derived_tracks = {
             track: (self.processes[pid], name)
             for track, (pid, name) in self.threads.items()
@@ -149,6 +156,10 @@ def read_pftrace(path: Path) -> Readback:
             elif td.parent_uuid in group_pid:
                 thread_pid[td.uuid] = group_pid[td.parent_uuid]
                 rb.threads[td.uuid] = (group_pid[td.parent_uuid], td.name)
+            elif td.parent_uuid in process_pid and not td.HasField("counter"):
+                # A process-scoped named track: tracemerge writes each thread of a process so.
+                thread_pid[td.uuid] = process_pid[td.parent_uuid]
+                rb.threads[td.uuid] = (process_pid[td.parent_uuid], td.name)
             elif td.HasField("process"):
                 process_pid[td.uuid] = td.process.pid
                 rb.process_rank[td.process.pid] = td.sibling_order_rank
@@ -206,7 +217,7 @@ def read_pftrace(path: Path) -> Readback:
                     ts + base,
                     0,
                     len(stack),
-                    {arg_names[seq][a.name_iid]: _value(a) for a in te.debug_annotations},
+                    {a.name or arg_names[seq][a.name_iid]: _value(a) for a in te.debug_annotations},
                     list(te.flow_ids),
                     list(te.terminating_flow_ids),
                 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,24 @@ def test_narrow_track_ids_that_collide_are_encoded_again_wide(tmp_path: Path, mo
     expected = fixture_expectations(FIXTURES, "kineto_gpu")
     for label, exp in expected.items():
         assert_same(rb, label, exp)
+
+
+@pytest.mark.parametrize("ext", list(FORMATS))
+def test_a_counter_named_after_its_value_key_is_titled_once(tmp_path: Path, ext: str) -> None:
+    """Ascend writes counters whose one arg has the counter's own name: "L2 Buffer Bw Level"."""
+    events = [
+        {
+            "ph": "C",
+            "name": "L2 Buffer Bw Level",
+            "pid": 1,
+            "ts": 1_700_000_000_000_000 + n,
+            "args": {"L2 Buffer Bw Level": n},
+        }
+        for n in range(3)
+    ]
+    events.append({"ph": "C", "name": "Memory", "pid": 1, "ts": 1_700_000_000_000_000, "args": {"used": 5}})
+    src = tmp_path / "in" / "rank0.json"
+    src.parent.mkdir()
+    src.write_text(json.dumps({"traceEvents": events}))
+    rb, _ = merged(tmp_path, ext, src.parent)
+    assert sorted(name for _, name in rb.counter_tracks.values()) == ["L2 Buffer Bw Level", "Memory used"]

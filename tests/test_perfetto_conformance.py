@@ -73,6 +73,12 @@ def load(path: Path) -> dict:
                 "select utid, upid, tid, name from thread where name is not null and upid is not null "
                 "and name != 'Phases' and upid not in (select upid from process where name = 'Pipeline')"
             ),
+            # Filtered here: v52 drops a row when this filter is in the SQL (seen on kineto_gpu).
+            "process_tracks": [
+                r
+                for r in q("select p.upid, p.name, p.id from process_track p")
+                if r["name"] not in (None, "Phases", "clock alignment")
+            ],
             "derived": q(
                 "select s.name, s.ts, s.dur, s.category, coalesce(t.name, '') as track, p.name as process "
                 "from slice s join thread_track tt on s.track_id = tt.id join thread t using (utid) "
@@ -167,14 +173,14 @@ def test_process_and_thread_names_are_what_we_wrote(loaded, run: str, ext: str) 
     theirs_processes = {p["pid"]: p["name"] for p in tp["processes"]}
     assert theirs_processes == ours.processes
     name_of_upid = {p["upid"]: p["name"] for p in tp["processes"]}
-    theirs_threads = Counter((name_of_upid[t["upid"]], t["name"]) for t in tp["threads"] if t["upid"] in name_of_upid)
-    # Overlap lanes are tracks of their thread in .pftrace, threads of their own in JSON.
-    ours_threads = Counter(
-        (ours.processes[pid], name)
-        for pid, name in ours.threads.values()
-        if ext != ".pftrace" or "(overlap" not in name
-    )
+    # .pftrace writes each thread (and overlap lane) as a named track of its process, which the UI
+    # titles by its name alone; Chrome JSON has threads (lanes are threads of their own there).
+    rows = tp["process_tracks"] if ext == ".pftrace" else tp["threads"]
+    theirs_threads = Counter((name_of_upid[t["upid"]], t["name"]) for t in rows if t["upid"] in name_of_upid)
+    ours_threads = Counter((ours.processes[pid], name) for pid, name in ours.threads.values())
     assert theirs_threads == ours_threads
+    if ext == ".pftrace":  # no thread of ours, so no synthetic tid for the UI to show
+        assert [t for t in tp["threads"] if t["upid"] in name_of_upid] == []
 
 
 @pytest.mark.parametrize("run", FIXTURE_RUNS)

@@ -30,10 +30,12 @@ def test_check_reports_counts_and_passes_on_merged_output(tmp_path: Path) -> Non
     result = runner.invoke(cli.app, ["check", str(out)])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[1].split() == ["pid", "process", "threads", "slices", "counters", "flows"]
+    assert lines[1].split() == ["pid", "process", "tracks", "slices", "counters", "flows"]
     # 32 input slices and instants, and the "clock alignment" note of the file on each process.
-    assert lines[3].split() == ["1", "rank", "0", "8", "33", "6", "6"]
-    assert lines[4].split() == ["2", "rank", "1", "8", "33", "6", "6"]
+    # Tracks: 4 CPU/profiler threads, 2 GPU streams, 2 profiler tracks, the process's own track
+    # (the note) and, on rank 0, an overlap lane.
+    assert lines[3].split() == ["1", "rank", "0", "10", "33", "6", "6"]
+    assert lines[4].split() == ["2", "rank", "1", "9", "33", "6", "6"]
     assert lines[-1] == "no import errors or data losses"
 
 

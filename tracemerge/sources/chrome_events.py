@@ -364,7 +364,9 @@ class ChromeEvents:
             for key, value in args.items():
                 if type(value) is bool or type(value) not in (int, float):
                     continue
-                self.layout.counter_sample(origin, thread, f"{name} {key}", ts, value)
+                # "L2 Buffer Bw Level" with a value under that same key is one series, not its name twice.
+                series = name if key == name and " " in name else f"{name} {key}"
+                self.layout.counter_sample(origin, thread, series, ts, value)
                 kept += 1
             if kept:
                 self.counter_threads.add(thread)

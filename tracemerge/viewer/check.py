@@ -24,7 +24,7 @@ _SLICE_OWNER = (
 class ProcessCounts:
     pid: int
     name: str
-    threads: int = 0
+    tracks: int = 0  # tracks holding slices (threads, streams, the process's own)
     slices: int = 0  # including zero-duration slices and instants
     counters: int = 0
     flows: int = 0
@@ -58,7 +58,7 @@ def check_trace(path: str | os.PathLike[str], shell: str | os.PathLike[str] | No
         }
         counts: dict[str, dict[int, int]] = defaultdict(dict)
         queries = {
-            "threads": "select upid, count(*) as n from thread where upid is not null and name is not null group by 1",
+            "tracks": f"select upid, count(distinct track_id) as n from ({_SLICE_OWNER}) group by 1",
             "slices": f"select upid, count(*) as n from ({_SLICE_OWNER}) group by 1",
             "counters": "select p.upid, count(*) as n from counter c "
             "join process_counter_track p on c.track_id = p.id group by 1",
@@ -71,14 +71,14 @@ def check_trace(path: str | os.PathLike[str], shell: str | os.PathLike[str] | No
         for upid, proc in procs.items():
             for key in queries:
                 setattr(proc, key, counts[key].get(upid, 0))
-        result.processes = [p for p in procs.values() if p.threads or p.slices or p.counters]
+        result.processes = [p for p in procs.values() if p.tracks or p.slices or p.counters]
     return result
 
 
 def format_check(result: CheckResult) -> str:
-    rows = [("pid", "process", "threads", "slices", "counters", "flows")]
+    rows = [("pid", "process", "tracks", "slices", "counters", "flows")]
     for p in result.processes:
-        rows.append((str(p.pid), p.name, str(p.threads), f"{p.slices:,}", f"{p.counters:,}", f"{p.flows:,}"))
+        rows.append((str(p.pid), p.name, str(p.tracks), f"{p.slices:,}", f"{p.counters:,}", f"{p.flows:,}"))
     lines = [f"{result.path}: loaded by trace_processor", format_table(rows, left=frozenset({1}))]
     for s in [*result.notes, *result.problems]:
         idx = f"[{s['idx']}]" if s["idx"] is not None else ""

@@ -16,7 +16,7 @@ import orjson
 
 from tracemerge.layout import Flow
 from tracemerge.model import FlowPhase
-from tracemerge.plan import CLOCK_NOTE, SUMMARY_NOTE, CounterTrack, MergePlan, ThreadTrack, UnitPlan
+from tracemerge.plan import CLOCK_NOTE, SUMMARY_NOTE, CounterTrack, MergePlan, ThreadTrack, UnitPlan, stable_id
 from tracemerge.units import plain_json
 from tracemerge.writers import perfetto_trace_pb2 as pb
 
@@ -367,20 +367,23 @@ def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> No
             pkt.track_descriptor.process.pid = proc.pid
             pkt.track_descriptor.process.process_name = proc.name
         pkt.track_descriptor.sibling_order_rank = proc.order
+        pkt.track_descriptor.child_ordering = pb.TrackDescriptor.EXPLICIT
         write_packet(out, pkt)
     for thread in plan.threads:
+        # A named track of its process, not a thread descriptor: the UI titles a thread track with
+        # its (synthetic) tid appended, a process-scoped track with its name alone. Same-named
+        # siblings (two files' copies of a thread) stay apart.
         pkt = _descriptor(thread.uuid, thread.process_uuid)
         td = pkt.track_descriptor
-        if thread.process_uuid in groups:
-            td.name = thread.name
-        else:
-            td.thread.pid, td.thread.tid, td.thread.thread_name = thread.pid, thread.tid, thread.name
+        td.name = thread.name
         td.sibling_order_rank = thread.order
+        td.sibling_merge_behavior = pb.TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE
         write_packet(out, pkt)
     for lane in lanes:
         pkt = _descriptor(lane.uuid, lane.parent_uuid)
         pkt.track_descriptor.name = lane.name
         pkt.track_descriptor.sibling_order_rank = lane.lane
+        pkt.track_descriptor.sibling_merge_behavior = pb.TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE
         write_packet(out, pkt)
     for counter in plan.counters:
         pkt = _descriptor(counter.uuid, counter.process_uuid)
@@ -396,10 +399,19 @@ def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> No
         summary = orjson.dumps(plan.phase_summary).decode()
         event.debug_annotations.add(name="summary", legacy_json_value=summary)
         write_packet(out, pkt)
+    clock_tracks: dict[int, int] = {}
     for note in plan.clock_notes:
+        # On a track of its own, titled by its name (the process's own track shows its pid).
+        track = clock_tracks.get(note.process_uuid)
+        if track is None:
+            track = clock_tracks[note.process_uuid] = stable_id("clock", note.process_uuid)
+            pkt = _descriptor(track, note.process_uuid)
+            pkt.track_descriptor.name = CLOCK_NOTE
+            pkt.track_descriptor.sibling_order_rank = 1 << 30  # after the threads
+            write_packet(out, pkt)
         pkt = pb.TracePacket(timestamp=note.ts, trusted_packet_sequence_id=seq)
         event = pkt.track_event
-        event.type, event.track_uuid, event.name = _INSTANT, note.process_uuid, CLOCK_NOTE
+        event.type, event.track_uuid, event.name = _INSTANT, track, CLOCK_NOTE
         event.categories.append("tracemerge")
         for key, value in note.args.items():
             annotation = event.debug_annotations.add(name=key)
