@@ -85,8 +85,9 @@ def test_open_serves_the_trace_to_the_deep_link_then_exits(tmp_path: Path) -> No
         assert url.startswith("https://ui.perfetto.dev/#!/?url=http://127.0.0.1:")
         trace_url = url.split("?url=", 1)[1]
         assert trace_url.endswith("/trace/merged%20trace.pftrace")
-        with urllib.request.urlopen(trace_url, timeout=10) as response:
-            assert response.headers["Access-Control-Allow-Origin"] == "*"
+        request = urllib.request.Request(trace_url, headers={"Origin": "https://ui.perfetto.dev"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.headers["Access-Control-Allow-Origin"] == "https://ui.perfetto.dev"
             assert response.read() == out.read_bytes()
         assert proc.wait(timeout=10) == 0
     finally:
@@ -99,17 +100,60 @@ def test_open_missing_file(tmp_path: Path) -> None:
     assert result.output.strip() == f"tracemerge: error: {tmp_path / 'none.pftrace'}: no such file"
 
 
-@pytest.mark.parametrize("other", ["/etc/passwd", "/trace/other.pftrace"])
-def test_open_serves_nothing_but_the_trace(tmp_path: Path, other: str) -> None:
+@pytest.mark.parametrize(
+    "other", ["/etc/passwd", "/trace/other.pftrace", "/secret.txt", "/.ssh/id_rsa", "/", "/sub/", "/sub/key.pem"]
+)
+@pytest.mark.parametrize("offline", [False, True])
+def test_open_serves_nothing_but_the_trace(tmp_path: Path, other: str, offline: bool) -> None:
+    """Files beside the trace (keys included) are never served, online or offline."""
+    from tracemerge.viewer.serve import serve
+
+    out = tmp_path / "m.pftrace"
+    merge([FIXTURES / "precision"], out)
+    (tmp_path / "secret.txt").write_text("secret")
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "id_rsa").write_text("key")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "key.pem").write_text("key")
+    ui = tmp_path / "ui"
+    ui.mkdir()
+    (ui / "index.html").write_text("<html>ui</html>")
+    (ui / ".env").write_text("hidden")
+    (ui / "sub").symlink_to(tmp_path / "sub")  # a link out of the UI build
+    (ui / "secret.txt").symlink_to(tmp_path / "secret.txt")
+    server = serve(out, ui_dir=ui if offline else None, port=0)
+    try:
+        base = server.trace_url.rsplit("/trace/", 1)[0]
+        if offline and other == "/":
+            with urllib.request.urlopen(base + other, timeout=5) as response:
+                assert response.read() == b"<html>ui</html>"
+            return
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(base + other, timeout=5)
+        assert err.value.code == 404
+        if offline:
+            with pytest.raises(urllib.error.HTTPError):
+                urllib.request.urlopen(base + "/.env", timeout=5)
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("origin", ["https://evil.example", "http://127.0.0.1:8000", None])
+def test_open_lets_only_the_perfetto_ui_read_across_origins(tmp_path: Path, origin: str | None) -> None:
     from tracemerge.viewer.serve import serve
 
     out = tmp_path / "m.pftrace"
     merge([FIXTURES / "precision"], out)
     server = serve(out, port=0)
     try:
-        base = server.trace_url.rsplit("/trace/", 1)[0]
+        headers = {"Origin": origin} if origin else {}
+        request = urllib.request.Request(server.trace_url, headers=headers)
+        with urllib.request.urlopen(request, timeout=5) as response:
+            assert response.headers["Access-Control-Allow-Origin"] is None
+            assert response.headers["Access-Control-Allow-Private-Network"] is None
+        preflight = urllib.request.Request(server.trace_url, headers=headers, method="OPTIONS")
         with pytest.raises(urllib.error.HTTPError) as err:
-            urllib.request.urlopen(base + other, timeout=5)
+            urllib.request.urlopen(preflight, timeout=5)
         assert err.value.code == 404
     finally:
         server.close()

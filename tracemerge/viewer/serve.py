@@ -7,6 +7,7 @@ installed UI build served from the same server.
 
 from __future__ import annotations
 
+import os
 import threading
 import urllib.parse
 from dataclasses import dataclass
@@ -20,37 +21,64 @@ TRACE_ROUTE = "/trace/"
 
 
 class _Handler(SimpleHTTPRequestHandler):
-    """Serves the trace under /trace/<name> and, offline, the UI build under /."""
+    """Serves the trace under /trace/<name> and, offline, the UI build under /; nothing else.
+
+    Only ui.perfetto.dev is allowed to read across origins (and only when it is the UI in use):
+    any other page open in the browser gets no CORS header, so it cannot read the trace. Offline,
+    the UI comes from this same origin and needs none. Files outside the UI build (symlinks
+    included), hidden ones and directory listings are never served.
+    """
 
     trace: Path
+    ui_dir: Path | None
     served: threading.Event
 
     def __init__(self, *args, trace: Path, ui_dir: Path | None, served: threading.Event, **kwargs) -> None:
         self.trace = trace
+        self.ui_dir = ui_dir.resolve() if ui_dir else None
         self.served = served
-        super().__init__(*args, directory=str(ui_dir) if ui_dir else str(trace.parent), **kwargs)
+        super().__init__(*args, directory=str(self.ui_dir or trace.parent), **kwargs)
 
     def end_headers(self) -> None:
-        self.send_header("Access-Control-Allow-Origin", "*")
-        self.send_header("Access-Control-Allow-Private-Network", "true")
+        if self.ui_dir is None and self.headers.get("Origin") == PERFETTO_UI:
+            self.send_header("Access-Control-Allow-Origin", PERFETTO_UI)
+            self.send_header("Access-Control-Allow-Private-Network", "true")
+            self.send_header("Vary", "Origin")
         self.send_header("Cache-Control", "no-cache")
         super().end_headers()
 
     def do_OPTIONS(self) -> None:  # CORS preflight from ui.perfetto.dev
+        if self.ui_dir is not None or self.headers.get("Origin") != PERFETTO_UI or not self._is_trace(self.path):
+            self.send_error(404)
+            return
         self.send_response(204)
         self.send_header("Access-Control-Allow-Methods", "GET, OPTIONS")
         self.send_header("Access-Control-Allow-Headers", "*")
         self.end_headers()
 
+    def _is_trace(self, path: str) -> bool:
+        route = urllib.parse.unquote(urllib.parse.urlsplit(path).path)
+        return route.startswith(TRACE_ROUTE) and route[len(TRACE_ROUTE) :] == self.trace.name
+
     def translate_path(self, path: str) -> str:
-        route = urllib.parse.urlsplit(path).path
-        if route.startswith(TRACE_ROUTE):
-            return str(self.trace) if urllib.parse.unquote(route[len(TRACE_ROUTE) :]) == self.trace.name else ""
-        return super().translate_path(path)
+        if self._is_trace(path):
+            return str(self.trace)
+        if self.ui_dir is None:
+            return ""
+        route = urllib.parse.unquote(urllib.parse.urlsplit(path).path).lstrip("/") or "index.html"
+        parts = Path(route).parts
+        if any(part.startswith(".") for part in parts):
+            return ""
+        target = (self.ui_dir / route).resolve()
+        return str(target) if target.is_relative_to(self.ui_dir) and target.is_file() else ""
+
+    def list_directory(self, path: str | os.PathLike[str]) -> None:
+        self.send_error(404)
+        return None
 
     def do_GET(self) -> None:
         super().do_GET()
-        if urllib.parse.urlsplit(self.path).path.startswith(TRACE_ROUTE):
+        if self._is_trace(self.path):
             self.served.set()
 
     def log_message(self, format: str, *args: object) -> None:
