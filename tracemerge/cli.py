@@ -117,6 +117,7 @@ def merge(
         Optional[str], typer.Option("--steps", help="Keep only these RL steps (and their phases), e.g. 3-5.")
     ] = None,
     summary: Annotated[bool, typer.Option("--summary", help="Print where each step's time went, per role.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Let -o replace one of the inputs.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print errors only.")] = False,
 ) -> None:
     """Merge traces into one clock-aligned trace with a process per role and rank."""
@@ -150,6 +151,7 @@ def merge(
                 selection=selection,
                 clocks=clocks,
                 phase_rules=phase_rules,
+                force=force,
                 on_plan=show,
                 on_progress=on_progress,
             )

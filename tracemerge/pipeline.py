@@ -256,6 +256,7 @@ def merge(
     selection: Selection = EVERYTHING,
     clocks: AlignOptions = AUTOMATIC,
     phase_rules: PhaseOptions = AUTO_PHASES,
+    force: bool = False,
     on_plan: Callable[[RunReport], None] | None = None,
     on_progress: Callable[[str], None] | None = None,
 ) -> RunReport:
@@ -269,6 +270,7 @@ def merge(
     processes, time window and slice durations to keep (everything by default). ``clocks`` says
     how files are placed on one timeline (:mod:`tracemerge.clock`: automatic by default);
     ``phase_rules`` which phase rules derive the Phases and Pipeline tracks, and which steps to keep.
+    ``force`` lets ``output`` replace one of the inputs (which is then left out).
     ``on_plan`` is called with the report of what was found before the output is assembled.
 
     Raises :class:`~tracemerge.errors.FatalError` when no output can be produced; then nothing
@@ -286,6 +288,7 @@ def merge(
     found = discover([Path(p) for p in inputs])
     report.ignored.extend(found.ignored)
     report.skipped.extend(str(e) for e in found.skipped)
+    _check_output(out_path, [Path(p) for p in inputs], found.candidates, force)
     candidates = [c for c in found.candidates if c.path.resolve() != out_path.resolve()]
     if not candidates:
         where = ", ".join(str(p) for p in inputs)
@@ -494,6 +497,24 @@ def _leave_out_file(scan: FileScan, chunk: Path) -> None:
     scan.written = {}
     scan.lanes = []
     chunk.write_bytes(b"")
+
+
+def _check_output(out_path: Path, inputs: list[Path], candidates: list[Candidate], force: bool) -> None:
+    """Refuse an output that would destroy something: an input (unless ``force``), or anything
+    that is not a regular file we may write (a device, a FIFO, a symlink, a read-only file)."""
+    if os.path.lexists(out_path):
+        if out_path.is_symlink():
+            raise FatalError(f"{out_path}: is a symbolic link; not replacing it (name the file itself)")
+        if not out_path.is_file():
+            raise FatalError(f"{out_path}: is not a regular file; not replacing it")
+        if not out_path.stat().st_mode & 0o222:  # its mode, not access(): root may write anything
+            raise FatalError(f"{out_path}: is read-only; not replacing it")
+    if force:
+        return
+    target = out_path.resolve()
+    named = {p.resolve() for p in inputs} | {c.path.resolve() for c in candidates}
+    if target in named:
+        raise FatalError(f"{out_path}: is one of the inputs; not overwriting it (use --force to replace it)")
 
 
 def _work_dir(out_path: Path) -> Path:
