@@ -54,16 +54,32 @@ def test_report_json(tmp_path: Path) -> None:
     assert [p["label"] for p in data["processes"]] == ["rank 0", "rank 1"]
 
 
-def test_broken_file_is_skipped_with_one_line_naming_it(tmp_path: Path) -> None:
+def test_a_file_cut_while_written_is_salvaged_with_one_line_naming_it(tmp_path: Path) -> None:
     root = tmp_path / "runs"
     kineto(root / "actor" / "rank0.json", rank=0)
     broken = root / "actor" / "rank1.json"
-    broken.write_text('{"traceEvents": [{"ph": "X", "ts": 1, "dur": 2},\n  {"ph": "X", "ts": ')
+    broken.write_text('{"traceEvents": [{"ph": "X", "name": "kept", "ts": 1, "dur": 2},\n  {"ph": "X", "ts": ')
+    result = run(str(root), "-o", str(tmp_path / "m.pftrace"), "--report", str(tmp_path / "r.json"))
+    assert result.exit_code == 3
+    lost = [line for line in result.output.splitlines() if str(broken) in line]
+    assert lost == [
+        f"dropped 1 input events: {broken}:2:21: invalid JSON (unexpected end of data); "
+        "events after it are lost (the ones before are kept)"
+    ]
+    assert "Traceback" not in result.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [p["read"]["slices"] for p in report["processes"] if p["rank"] == 1] == [1]  # the complete event
+
+
+def test_a_file_broken_before_its_first_event_is_skipped_with_one_line(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    kineto(root / "actor" / "rank0.json", rank=0)
+    broken = root / "actor" / "rank1.json"
+    broken.write_text('{"traceEvents": [{"ph": "X", "ts": ')
     result = run(str(root), "-o", str(tmp_path / "m.pftrace"))
     assert result.exit_code == 3
     skipped = [line for line in result.output.splitlines() if line.startswith("skipped")]
-    assert skipped == [f"skipped {broken}:2:21: invalid JSON (unexpected end of data)"]
-    assert "Traceback" not in result.output
+    assert skipped == [f"skipped {broken}:1:36: invalid JSON (unexpected end of data)"]  # where it ends
     assert (tmp_path / "m.pftrace").exists()
 
 

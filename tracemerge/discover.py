@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,18 +79,20 @@ class Candidate:
 @dataclass(frozen=True)
 class Discovery:
     candidates: list[Candidate]
-    skipped: list[InputError]  # named explicitly but unusable
+    skipped: list[InputError]  # unusable: named, with the reason
     ignored: list[Path]  # met while walking a directory; not a trace
+    notes: list[str]  # worth saying, not a problem (a directory reached twice)
 
 
 def discover(inputs: list[Path]) -> Discovery:
     candidates: list[Candidate] = []
     skipped: list[InputError] = []
     ignored: list[Path] = []
+    notes: list[str] = []
     seen: set[Path] = set()
     for given in inputs:
         if given.is_dir():
-            files, dirs = _walk(given)
+            files, dirs = _walk(given, skipped, notes)
             for directory in dirs:
                 for fmt in FORMATS:
                     reason = fmt.unusable_dir(directory) if fmt.unusable_dir else None
@@ -102,15 +105,32 @@ def discover(inputs: list[Path]) -> Discovery:
             _consider(given, given.parent, True, candidates, skipped, ignored, seen)
         else:
             raise FatalError(f"{given}: no such file or directory")
-    return Discovery(candidates, skipped, ignored)
+    return Discovery(candidates, skipped, ignored, notes)
 
 
-def _walk(root: Path) -> tuple[list[Path], list[Path]]:
-    """Files and directories below ``root`` (hidden ones skipped), in a stable order."""
+def _walk(root: Path, skipped: list[InputError], notes: list[str]) -> tuple[list[Path], list[Path]]:
+    """Files and directories below ``root`` (hidden ones skipped), in a stable order. Symbolic
+    links to directories are followed, each real directory once (a link back up is a loop);
+    a directory that cannot be listed is named in ``skipped``, one met twice in ``notes``."""
     files: list[Path] = []
     dirs: list[Path] = [root]
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+    seen = {os.path.realpath(root): root}
+
+    def unreadable(exc: OSError) -> None:
+        skipped.append(InputError(Path(exc.filename or root), f"cannot read directory: {exc.strerror or exc}"))
+
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True, onerror=unreadable):
+        kept = []
+        for d in sorted(dirnames):
+            if d.startswith("."):
+                continue
+            real = os.path.realpath(os.path.join(dirpath, d))
+            if real in seen:
+                notes.append(f"{Path(dirpath) / d}: the same directory as {seen[real]}, read once")
+                continue
+            seen[real] = Path(dirpath) / d
+            kept.append(d)
+        dirnames[:] = kept
         dirs.extend(Path(dirpath) / d for d in dirnames)
         for name in sorted(filenames):
             if not name.startswith("."):
@@ -131,10 +151,19 @@ def _consider(
     if resolved in seen:
         return
     seen.add(resolved)
-    fmt = recognise(path)
+    try:
+        fmt = recognise(path)
+    except OSError as exc:
+        if stat_kind(path) != "file":
+            skipped.append(InputError(path, f"not a regular file ({stat_kind(path)}): not read"))
+        else:
+            skipped.append(InputError(path, f"cannot read: {exc.strerror or exc}"))
+        return
     if fmt is None:
         if explicit:
             skipped.append(InputError(path, "not a trace format tracemerge reads"))
+        elif path.name.endswith(TRACE_SUFFIXES) and _is_empty(path):
+            skipped.append(InputError(path, "empty file"))
         else:
             ignored.append(path)
         return
@@ -142,7 +171,37 @@ def _consider(
     candidates.append(Candidate(path, fmt, role, rank, explicit))
 
 
+# Names of files that are meant to be traces: never passed over in silence.
+TRACE_SUFFIXES = (".json", ".json.gz", ".jsonl", ".db", ".pftrace", ".perfetto-trace")
+
+
+def stat_kind(path: Path) -> str:
+    """ "file", "FIFO", "device", "socket" or "missing": what is at ``path``."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return "missing"
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "special file"
+
+
+def _is_empty(path: Path) -> bool:
+    try:
+        return path.stat().st_size == 0
+    except OSError:
+        return False
+
+
 def recognise(path: Path) -> SourceFormat | None:
+    """The format that claims ``path``; raises OSError when it is not a readable regular file
+    (a FIFO is never opened: reading one would wait forever)."""
+    if stat_kind(path) != "file":
+        raise OSError(f"not a regular file: {path}")
     head = read_head(path)
     if not head:
         return None

@@ -287,6 +287,7 @@ def merge(
 
     found = discover([Path(p) for p in inputs])
     report.ignored.extend(found.ignored)
+    report.notes.extend(found.notes)
     report.skipped.extend(str(e) for e in found.skipped)
     _check_output(out_path, [Path(p) for p in inputs], found.candidates, force)
     candidates = [c for c in found.candidates if c.path.resolve() != out_path.resolve()]

@@ -11,6 +11,7 @@ EXIT_OK = 0
 EXIT_FATAL = 1
 EXIT_USAGE = 2
 EXIT_INCOMPLETE = 3
+IGNORED_SHOWN = 10  # files that are not traces named on stderr (the report lists them all)
 
 
 @dataclass
@@ -57,6 +58,7 @@ class RunReport:
     processes: list[ProcessReport] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # one-line messages naming each file
     ignored: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # worth saying, not a problem
     dropped: Counter[str] = field(default_factory=Counter)  # reason -> input events not written
     filtered: Counter[str] = field(default_factory=Counter)  # left out by --roles/--ranks/--window/--min-dur
     metadata_records: int = 0
@@ -113,6 +115,7 @@ class RunReport:
             "filtered": dict(self.filtered),
             "skipped_files": list(self.skipped),
             "ignored_files": [str(p) for p in self.ignored],
+            "notes": list(self.notes),
             "metadata_records": self.metadata_records,
             "slices_moved_to_overlap_lanes": self.moved_to_lanes,
             "flows_ending_before_they_start": self.reversed_flows,
@@ -217,4 +220,10 @@ def format_outcome(report: RunReport) -> str:
         lines.append(f"dropped {count:,} input events: {reason}")
     for message in report.skipped:
         lines.append(f"skipped {message}")
+    for message in report.notes:
+        lines.append(f"note: {message}")
+    if report.ignored:
+        shown = ", ".join(str(p) for p in report.ignored[:IGNORED_SHOWN])
+        more = f" and {len(report.ignored) - IGNORED_SHOWN} more" if len(report.ignored) > IGNORED_SHOWN else ""
+        lines.append(f"ignored {len(report.ignored)} files that are not traces: {shown}{more} (all in --report)")
     return "\n".join(lines)

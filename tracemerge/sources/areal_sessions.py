@@ -43,9 +43,10 @@ def claims(path: Path, head: bytes) -> bool:
     for line in head.split(b"\n")[:20]:
         if line.strip():
             try:
-                return _is_record(orjson.loads(line))
+                obj = orjson.loads(line)
             except orjson.JSONDecodeError:
-                return False
+                continue  # a first line cut or garbage does not hide the rest
+            return _is_record(obj)
     return False
 
 

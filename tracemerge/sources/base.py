@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from tracemerge.layout import FileLayout
 
 GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"
 HEAD_BYTES = 64 * 1024
 
 
@@ -49,24 +50,29 @@ def read_bytes(path: Path) -> bytes:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
     if data[:2] == GZIP_MAGIC:
         try:
-            return gzip.decompress(data)
+            return gzip.decompress(data).removeprefix(UTF8_BOM)
         except (OSError, EOFError, zlib.error) as exc:
             raise InputError(path, f"corrupt gzip data ({exc})") from None
-    return data
+    return data.removeprefix(UTF8_BOM)
 
 
 def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
-    """Up to ``size`` leading bytes of the (decompressed) content; empty when unreadable."""
-    try:
-        with path.open("rb") as raw:
-            magic = raw.read(2)
-            raw.seek(0)
-            if magic == GZIP_MAGIC:
-                with gzip.GzipFile(fileobj=raw) as gz:
-                    return gz.read(size)
-            return raw.read(size)
-    except (OSError, EOFError, zlib.error):
-        return b""
+    """Up to ``size`` leading bytes of the (decompressed) content, without a UTF-8 byte-order
+    mark; what could be decompressed of a cut gzip stream; empty when unreadable. Raises
+    OSError when the file cannot be opened."""
+    with path.open("rb") as raw:
+        data = raw.read(size)
+        if data[:2] == GZIP_MAGIC:
+            gz = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            out = b""
+            try:
+                while data and len(out) < size:
+                    out += gz.decompress(data, size - len(out))
+                    data = gz.unconsumed_tail or (b"" if gz.eof else raw.read(size))
+            except zlib.error:
+                pass  # damaged: what came before is still the file's head
+            data = out
+    return data.removeprefix(UTF8_BOM)
 
 
 def line_col(data: bytes, pos: int) -> str:

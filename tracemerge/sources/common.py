@@ -56,5 +56,11 @@ def _stream(path: Path, reader: ChromeEvents, struct: type, lenient: type) -> di
         add_batch(batch, plain_text=stream.plain_text)
         check_memory()
     if stream.damage is not None:
-        raise InputError(path, stream.damage.reason, stream.damage.where or None)
+        # Salvage (a job killed while writing): every complete event before the damage is kept;
+        # what follows it is lost, said once with the place.
+        damage = stream.damage
+        if not (reader.threads_seen or reader.counter_threads or reader.metadata_records):
+            raise InputError(path, damage.reason, damage.where or None)
+        where = f":{damage.where}" if damage.where else ""
+        reader.dropped[f"{path}{where}: {damage.reason}; events after it are lost (the ones before are kept)"] += 1
     return stream.meta

@@ -16,6 +16,7 @@ then :attr:`EventStream.damage` says where and why.
 
 from __future__ import annotations
 
+import json
 import re
 import zlib
 from collections.abc import Iterator
@@ -25,7 +26,7 @@ from typing import Any
 import msgspec
 
 from tracemerge.errors import InputError, NotATrace
-from tracemerge.sources.base import GZIP_MAGIC
+from tracemerge.sources.base import GZIP_MAGIC, UTF8_BOM
 from tracemerge.units import plain_json
 
 BLOCK = 4 << 20
@@ -50,12 +51,14 @@ def _blocks(path: Path) -> Iterator[bytes]:
     with path.open("rb") as f:
         first = f.read(BLOCK)
         if first[:2] != GZIP_MAGIC:
+            first = first.removeprefix(UTF8_BOM)  # some editors and Windows tools write one
             while first:
                 yield first
                 first = f.read(BLOCK)
             return
         gz = zlib.decompressobj(16 + zlib.MAX_WBITS)
         raw = first
+        started = False
         while raw:
             while raw:
                 try:
@@ -68,6 +71,8 @@ def _blocks(path: Path) -> Iterator[bytes]:
                     gz = zlib.decompressobj(16 + zlib.MAX_WBITS)  # a further gzip member may follow
                     raw = rest if rest[:2] == GZIP_MAGIC else b""
                 if out:
+                    if not started:
+                        out, started = out.removeprefix(UTF8_BOM), True
                     yield out
             raw = f.read(BLOCK // 4)
         if not gz.eof and gz.unconsumed_tail == b"" and getattr(gz, "_started", True):
@@ -89,6 +94,8 @@ class EventStream:
         self.path = path
         self._typed = msgspec.json.Decoder(list[struct])
         self._lenient = msgspec.json.Decoder(list[lenient]) if lenient else None
+        self._lenient_type = lenient
+        self._lenient_fields = getattr(lenient, "__struct_fields__", ())
         self.meta: dict[str, Any] = {}
         self.damage: Damage | None = None
         self.bare = False
@@ -261,6 +268,25 @@ class EventStream:
             if self._lenient is None:
                 raise
             return self._lenient.decode(doc)
+        except msgspec.DecodeError as exc:
+            # What Python's own json writes and reads (NaN, Infinity) and text with a bad UTF-8
+            # byte: read as Python reads it (the bad byte as U+FFFD) rather than lose the file.
+            if _truncated(exc) or self._lenient_type is None:
+                raise
+            try:
+                values = json.loads(doc.decode("utf-8", "replace"))
+            except ValueError:
+                raise exc from None
+            self.plain_text = False
+            return [self._from_python(v) for v in values]
+
+    def _from_python(self, value: Any) -> Any:
+        if type(value) is not dict:
+            raise msgspec.ValidationError("an event is not an object")
+        fields = {k: value[k] for k in self._lenient_fields if k in value and k != "args"}
+        if "args" in value:
+            fields["args"] = msgspec.Raw(msgspec.json.encode(value["args"]))
+        return self._lenient_type(**fields)
 
     def _tail_ok(self, tail: bytes) -> bool:
         text = tail.strip(_WS)

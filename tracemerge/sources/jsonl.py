@@ -45,14 +45,16 @@ _SPAN_START_KEYS = ("start_ns", "start", "ts")
 
 
 def _first_object(head: bytes) -> dict | None:
+    """The first line that is a JSON object (a first line cut or garbage does not hide the rest)."""
     for line in head.split(b"\n")[:50]:
         if not line.strip():
             continue
         try:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError:
-            return None
-        return obj if type(obj) is dict else None
+            continue
+        if type(obj) is dict:
+            return obj
     return None
 
 
