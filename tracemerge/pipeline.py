@@ -19,6 +19,7 @@ import gc
 import gzip
 import os
 import shutil
+import sqlite3
 import tempfile
 import time
 from collections import defaultdict
@@ -121,13 +122,23 @@ class _NoOutput:
 
 
 def process_file(job: FileJob) -> FileOutcome:
-    """Read one file, lay it out, encode it into ``job.chunk``; summarise it for the plan."""
+    """Read one file, lay it out, encode it into ``job.chunk``; summarise it for the plan.
+
+    A file that breaks the reader in a way no check foresaw (a value of a type its format never
+    holds, a structure nested beyond reason, more than memory allows) is skipped with the reason:
+    the rest of the run is merged.
+    """
     # Millions of short-lived tuples and no reference cycles: the cyclic collector would cost a
     # third of the time here, scanning them again and again.
     enabled = gc.isenabled()
     gc.disable()
     try:
         return _process_file(job)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError, MemoryError) as exc:
+        reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return FileOutcome(job.candidate, skipped=f"{job.candidate.path}: cannot be read ({reason[:200]})")
+    except sqlite3.Error as exc:
+        return FileOutcome(job.candidate, skipped=f"{job.candidate.path}: cannot read the database ({exc})")
     finally:
         if enabled:
             gc.enable()

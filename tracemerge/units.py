@@ -38,8 +38,26 @@ def decimal_text_to_int(text: str, digits: int) -> int:
     return -value if negative else value
 
 
+# Timestamps a trace can hold, in ns: Perfetto's are 64-bit (and the trace's span must fit one);
+# far before 1970 is no clock at all (a relative clock never runs years negative).
+NS_MIN, NS_MAX = -(10**17), 1 << 62
+
+
+def checked_ns(ns: int) -> int:
+    """``ns`` when a trace can hold it; ValueError (the event is dropped, with the reason) if not."""
+    if ns >= NS_MAX:
+        raise ValueError(f"timestamp beyond 64 bits ({ns} ns)")
+    if ns <= NS_MIN:
+        raise ValueError(f"timestamp long before 1970 ({ns} ns)")
+    return ns
+
+
 def us_to_ns(value: object) -> int:
     """Microseconds (int, float or decimal text) to integer nanoseconds without float rounding."""
+    return checked_ns(_us_to_ns(value))
+
+
+def _us_to_ns(value: object) -> int:
     t = type(value)
     if t is int:
         return value * 1000  # type: ignore[operator]
@@ -63,6 +81,11 @@ def us_to_ns(value: object) -> int:
 
 
 def seconds_to_ns(value: object) -> int:
+    """Seconds (int, float or decimal text) to integer nanoseconds (see :func:`_seconds_to_ns`)."""
+    return checked_ns(_seconds_to_ns(value))
+
+
+def _seconds_to_ns(value: object) -> int:
     """Seconds (int, float or decimal text) to integer nanoseconds.
 
     A float carries about 16 significant digits, which for epoch seconds is sub-microsecond; the

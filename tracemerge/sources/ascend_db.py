@@ -32,6 +32,7 @@ from tracemerge.phases import MSTX
 from tracemerge.sources import ascend_layout as layout_dirs
 from tracemerge.sources.ascend_layout import MSTX_THREAD
 from tracemerge.sources.base import SourceFormat
+from tracemerge.units import checked_ns
 
 NAME = "ascend-db"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -83,9 +84,26 @@ def claims(path: Path, head: bytes) -> bool:
 
 
 def connect(path: Path) -> sqlite3.Connection:
-    # immutable=1: never create -wal/-shm files next to a DB we only read (some are in WAL mode).
-    uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
-    return sqlite3.connect(uri, uri=True)
+    """The DB, read-only. ``immutable=1`` never creates -wal/-shm files next to a DB we only
+    read, but also never reads a -wal file: a DB whose writer was stopped before a checkpoint
+    keeps rows there, so then it is opened plainly read-only (which reads them)."""
+    base = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+    if _has_wal(path):
+        try:
+            con = sqlite3.connect(base, uri=True)
+            con.execute("select count(*) from sqlite_master").fetchone()
+            return con
+        except sqlite3.Error:
+            pass  # e.g. the -shm file cannot be made here: read what the main file holds
+    return sqlite3.connect(base + "&immutable=1", uri=True)
+
+
+def _has_wal(path: Path) -> bool:
+    wal = path.with_name(path.name + "-wal")
+    try:
+        return wal.stat().st_size > 0
+    except OSError:
+        return False
 
 
 def read(path: Path, layout: FileLayout) -> SourceData:
@@ -164,7 +182,7 @@ class _DbReader:
         self, key: ThreadKey, start: Any, end: Any, name: str, cat: str, args: dict | None, what: str
     ) -> Event | None:
         try:
-            start, end = int(start), int(end)
+            start, end = checked_ns(int(start)), checked_ns(int(end))
         except (TypeError, ValueError):
             self.dropped[f"{what} row with unreadable times"] += 1
             return None

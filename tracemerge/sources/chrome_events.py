@@ -18,7 +18,7 @@ import msgspec
 
 from tracemerge.layout import FileLayout
 from tracemerge.model import NO_ORIGIN, FlowPhase, Kind, OriginKey, ThreadInfo, ThreadKey
-from tracemerge.units import FLOAT_EXACT_LIMIT_US, decimal_text_to_int
+from tracemerge.units import FLOAT_EXACT_LIMIT_US, checked_ns, decimal_text_to_int
 
 # Categories Kineto puts on device (GPU/XPU/MTIA) timelines.
 DEVICE_CATEGORIES = frozenset(
@@ -81,7 +81,12 @@ class NeedsExactTimes(Exception):
 
 
 def us_to_ns(value: Any) -> int:
-    """Microseconds (int, float or decimal text) to integer ns; exact (see tracemerge.units)."""
+    """Microseconds (int, float or decimal text) to integer ns; exact (see tracemerge.units);
+    ValueError for a value no trace can hold."""
+    return checked_ns(_us_to_ns(value))
+
+
+def _us_to_ns(value: Any) -> int:
     t = type(value)
     if t is float:
         guess = round(value * 1000)

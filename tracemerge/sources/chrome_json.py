@@ -12,12 +12,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tracemerge.errors import NotATrace
+from tracemerge.errors import InputError, NotATrace
 from tracemerge.layout import FileLayout
 from tracemerge.model import ClockDomain, SourceData
 from tracemerge.sources.base import SourceFormat
 from tracemerge.sources.chrome_events import ChromeEvents, LenientEvent, TraceEvent
 from tracemerge.sources.common import as_rank, host_of, read_events
+from tracemerge.units import checked_ns
 
 NAME = "chrome-json"
 _EVENT_HINT = re.compile(rb'"ph"\s*:\s*"')
@@ -45,7 +46,10 @@ def read(path: Path, layout: FileLayout) -> SourceData:
     clock: ClockDomain | None = None
     origin = 0
     if type(base) is int:
-        clock, origin = KINETO_BASE, base
+        try:
+            clock, origin = KINETO_BASE, checked_ns(base)
+        except ValueError as exc:
+            raise InputError(path, f"baseTimeNanoseconds: {exc}") from None
     return SourceData(
         path=path,
         format=NAME,

@@ -33,7 +33,7 @@ from tracemerge.sources.base import SourceFormat, read_bytes
 from tracemerge.sources.chrome_events import ChromeEvents, LenientEvent, TraceEvent
 from tracemerge.sources.chrome_events import us_to_ns as chrome_us_to_ns
 from tracemerge.sources.common import as_rank
-from tracemerge.units import seconds_to_ns, us_to_ns
+from tracemerge.units import checked_ns, seconds_to_ns, us_to_ns
 
 _EVENT = msgspec.json.Decoder(TraceEvent)
 _LENIENT = msgspec.json.Decoder(LenientEvent)
@@ -222,9 +222,9 @@ def _span_times(obj: dict) -> tuple[int, int | None]:
 
 def _int_ns(value: Any) -> int:
     if type(value) is int:
-        return value
+        return checked_ns(value)
     if type(value) is str and value.strip().lstrip("-").isdigit():
-        return int(value)
+        return checked_ns(int(value))
     raise ValueError(f"not integer nanoseconds: {value!r}")
 
 
