@@ -8,10 +8,12 @@ import shutil
 import stat
 from pathlib import Path
 
+import pytest
 from conftest import FIXTURES
 from typer.testing import CliRunner
 
 from tracemerge import cli
+from tracemerge.pipeline import merge
 
 runner = CliRunner()
 
@@ -77,3 +79,151 @@ def test_an_existing_output_is_replaced_whole(tmp_path: Path) -> None:
     assert run(str(FIXTURES / "kineto_gpu"), "-o", str(out), "-q").exit_code == 0
     assert out.read_bytes() != b"old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.pftrace"]
+
+
+def _kineto_bytes() -> bytes:
+    return (FIXTURES / "kineto_gpu" / "rank0.pt.trace.json").read_bytes()
+
+
+def _merge_dir(tmp_path: Path, files: dict[str, bytes], *extra: str):
+    run_dir = tmp_path / "run"
+    for name, data in files.items():
+        (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (run_dir / name).write_bytes(data)
+    return run(str(run_dir), "-o", str(tmp_path / "out.pftrace"), "--report", str(tmp_path / "r.json"), *extra)
+
+
+def _report(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "r.json").read_text())
+
+
+def test_a_gzip_stream_cut_short_is_salvaged(tmp_path: Path) -> None:
+    import gzip
+
+    data = gzip.compress(_kineto_bytes())
+    result = _merge_dir(tmp_path, {"rank0.json.gz": data[: len(data) * 2 // 3]})
+    assert result.exit_code == 3, result.output
+    assert "unexpected end of data); events after it are lost (the ones before are kept)" in result.output
+    assert _report(tmp_path)["read"]["slices"] > 0
+
+
+def test_a_json_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    result = _merge_dir(tmp_path, {"rank0.json": b"\xef\xbb\xbf" + _kineto_bytes()})
+    assert result.exit_code == 0, result.output
+    assert _report(tmp_path)["read"]["slices"] == 28
+
+
+@pytest.mark.parametrize("first", [b'{"name": "thread_na', b"garbage"])
+def test_a_jsonl_file_whose_first_line_is_broken_is_read(tmp_path: Path, first: bytes) -> None:
+    lines = (FIXTURES / "rl_run" / "perf_tracer" / "rollout" / "traces-r0.jsonl").read_bytes()
+    result = _merge_dir(tmp_path, {"rollout/traces-r0.jsonl": first + b"\n" + lines})
+    assert result.exit_code == 3
+    assert "dropped 1 input events: invalid JSON line (first at line 1)" in result.output
+    assert _report(tmp_path)["read"]["slices"] == 6
+
+
+def test_nan_and_a_bad_utf8_byte_do_not_lose_the_file(tmp_path: Path) -> None:
+    data = _kineto_bytes().replace(b'"aten::', b'"at\xffen::', 1)
+    data = data.replace(b'"dur":', b'"x":NaN,"dur":', 1)
+    result = _merge_dir(tmp_path, {"rank0.json": data})
+    assert result.exit_code == 0, result.output
+    assert _report(tmp_path)["read"]["slices"] == 28
+
+
+def test_symlinked_directories_are_read_once_and_loops_end(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    (run_dir / "real").mkdir(parents=True)
+    (run_dir / "real" / "rank0.json").write_bytes(_kineto_bytes())
+    (run_dir / "other").mkdir()
+    (run_dir / "other" / "link").symlink_to(run_dir / "real")  # another way to the same files
+    (run_dir / "real" / "loop").symlink_to(run_dir)  # back up: a loop
+    result = run(str(run_dir), "-o", str(tmp_path / "out.pftrace"), "--report", str(tmp_path / "r.json"))
+    assert result.exit_code == 0, result.output
+    report = _report(tmp_path)
+    assert report["read"]["slices"] == 28
+    assert len(report["notes"]) == 2 and all("read once" in n for n in report["notes"])
+
+
+def test_a_fifo_in_a_scanned_directory_is_named_not_opened(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "rank0.json").write_bytes(_kineto_bytes())
+    os.mkfifo(run_dir / "rank1.json")
+    result = run(str(run_dir), "-o", str(tmp_path / "out.pftrace"))  # would block forever if opened
+    assert result.exit_code == 3
+    assert f"skipped {run_dir / 'rank1.json'}: not a regular file (FIFO): not read" in result.output
+
+
+def test_an_empty_trace_file_is_named(tmp_path: Path) -> None:
+    result = _merge_dir(tmp_path, {"rank0.json": _kineto_bytes(), "PROF/ascend_pytorch_profiler_1.db": b""})
+    assert result.exit_code == 3
+    assert "ascend_pytorch_profiler_1.db: empty file" in result.output
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_an_unreadable_file_is_named(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "rank0.json").write_bytes(_kineto_bytes())
+    locked = run_dir / "rank1.json"
+    locked.write_bytes(_kineto_bytes())
+    locked.chmod(0)
+    result = run(str(run_dir), "-o", str(tmp_path / "out.pftrace"))
+    assert result.exit_code == 3
+    assert f"skipped {locked}: cannot read: Permission denied" in result.output
+
+
+@pytest.mark.parametrize(
+    ("event", "reason"),
+    [
+        ({"ts": 1e30, "dur": 1}, "X event with unreadable ts"),
+        ({"ts": 10**20, "dur": 1}, "X event with unreadable ts"),
+        ({"ts": -1_700_000_000_000_000, "dur": 1}, "X event with unreadable ts"),
+    ],
+)
+def test_timestamps_no_trace_can_hold_are_dropped_not_wrapped(tmp_path: Path, event: dict, reason: str) -> None:
+    good = {"ph": "X", "name": "good", "pid": 1, "tid": 1, "ts": 1_700_000_000_000_000, "dur": 5}
+    bad = {"ph": "X", "name": "bad", "pid": 1, "tid": 1, **event}
+    result = _merge_dir(tmp_path, {"rank0.json": json.dumps({"traceEvents": [good, bad]}).encode()})
+    assert result.exit_code == 3
+    report = _report(tmp_path)
+    assert report["dropped"] == {reason: 1}
+    assert report["written"]["slices"] == 1
+
+
+def test_a_database_with_wrong_types_is_skipped_and_the_rest_merged(tmp_path: Path) -> None:
+    import sqlite3
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(FIXTURES / "ascend" / "db", run_dir / "npu")
+    shutil.copytree(FIXTURES / "kineto_gpu", run_dir / "gpu")
+    [db] = (run_dir / "npu").rglob("*.db")
+    with sqlite3.connect(db) as con:
+        con.execute("update TASK set startNs = NULL where rowid = 1")
+        con.execute("update TASK set deviceId = 'x' where rowid = 3")
+    result = run(str(run_dir), "-o", str(tmp_path / "out.pftrace"))
+    assert result.exit_code == 3
+    assert f"skipped {db}: cannot be read (TypeError" in result.output
+    assert "internal error" not in result.output
+    assert (tmp_path / "out.pftrace").stat().st_size > 0
+
+
+def test_database_rows_still_in_the_wal_file_are_read(tmp_path: Path) -> None:
+    import sqlite3
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(FIXTURES / "ascend" / "db", run_dir)
+    [db] = run_dir.rglob("*.db")
+    with sqlite3.connect(db) as con:
+        con.execute("pragma journal_mode=wal")
+    con = sqlite3.connect(db)
+    con.execute("pragma wal_autocheckpoint=0")
+    columns = len(con.execute("select * from MSTX_EVENTS limit 1").fetchone())
+    row = con.execute("select * from MSTX_EVENTS where endNs > startNs limit 1").fetchone()
+    con.execute(f"insert into MSTX_EVENTS values ({','.join('?' * columns)})", row)
+    con.commit()
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)  # the DB with its -wal, as a writer killed before a checkpoint leaves it
+    con.close()
+    before = merge([FIXTURES / "ascend" / "db"], tmp_path / "a.pftrace").read.slices
+    assert merge([copy], tmp_path / "b.pftrace").read.slices == before + 1
