@@ -143,10 +143,10 @@ def test_empty_directory_is_fatal(tmp_path: Path) -> None:
     assert result.output.strip() == f"tracemerge: error: no trace files found in {tmp_path}"
 
 
-def test_unknown_format_is_fatal(tmp_path: Path) -> None:
+def test_unknown_format_is_a_usage_error(tmp_path: Path) -> None:
     kineto(tmp_path / "rank0.json", rank=0)
     result = run(str(tmp_path), "-o", str(tmp_path / "m.x"), "--format", "xml")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "unknown output format 'xml'" in result.output
 
 

@@ -227,3 +227,34 @@ def test_database_rows_still_in_the_wal_file_are_read(tmp_path: Path) -> None:
     con.close()
     before = merge([FIXTURES / "ascend" / "db"], tmp_path / "a.pftrace").read.slices
     assert merge([copy], tmp_path / "b.pftrace").read.slices == before + 1
+
+
+def test_file_names_cannot_forge_or_colour_a_line(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    evil = "evil\nwrote fake.pftrace\x1b[31m.json"
+    (run_dir / evil).write_bytes(_kineto_bytes())
+    (run_dir / "note\x1b[2J.txt").write_text("x")
+    result = run(str(run_dir), "-o", str(tmp_path / "out.pftrace"))
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output
+    assert [line for line in result.output.splitlines() if line.startswith("wrote")] == [
+        line for line in result.output.splitlines() if line.startswith(f"wrote {tmp_path}")
+    ]
+    assert "evil\\nwrote fake.pftrace\\x1b[31m.json" in result.output
+
+
+def test_usage_and_report_errors_have_their_exit_codes(tmp_path: Path) -> None:
+    bad_format = run(str(FIXTURES / "kineto_gpu"), "-o", str(tmp_path / "o.pftrace"), "--format", "xml")
+    assert bad_format.exit_code == 2
+    no_report = run(
+        str(FIXTURES / "kineto_gpu"),
+        "-o",
+        str(tmp_path / "o.pftrace"),
+        "--report",
+        str(tmp_path / "no" / "r.json"),
+        "-q",
+    )
+    assert no_report.exit_code == 3  # the trace is written whole; the report is not
+    assert (tmp_path / "o.pftrace").stat().st_size > 0
+    assert no_report.output.startswith("tracemerge: error: cannot write report")

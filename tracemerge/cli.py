@@ -14,7 +14,7 @@ from typer.core import TyperGroup
 
 from tracemerge import __version__
 from tracemerge.clock import AlignOptions, load_offsets, parse_offset
-from tracemerge.errors import TracemergeError
+from tracemerge.errors import TracemergeError, shown
 from tracemerge.phases import AUTO, PhaseOptions, format_summary, resolve
 from tracemerge.pipeline import merge as run_merge
 from tracemerge.progress import progress_bar
@@ -28,6 +28,7 @@ from tracemerge.report import (
     format_outcome,
 )
 from tracemerge.select import Selection, parse_duration, parse_ranks, parse_roles, parse_window
+from tracemerge.writers import WRITERS
 
 
 class _DefaultToMerge(TyperGroup):
@@ -128,6 +129,8 @@ def merge(
             window=parse_window(window) if window is not None else None,
             min_dur=parse_duration(min_dur) if min_dur is not None else 0,
         )
+        if format is not None and format not in WRITERS:
+            raise ValueError(f"--format: unknown output format {format!r} (choose from {', '.join(WRITERS)})")
         rules = load_offsets(offsets_file) if offsets_file is not None else ()
         rules += tuple(parse_offset(text) for text in offset or ())
         clocks = AlignOptions(enabled=not no_align, offsets=rules, sync=tuple(sync or ()))
@@ -159,12 +162,14 @@ def merge(
             on_progress.pause()
             _err(f"tracemerge: error: {exc}")
             raise typer.Exit(EXIT_FATAL) from None
+    report_failed = False
     if report is not None:
         try:
             report.write_bytes(orjson.dumps(result.as_dict(), option=orjson.OPT_INDENT_2))
         except OSError as exc:
-            _err(f"tracemerge: error: cannot write report {report}: {exc.strerror or exc}")
-            raise typer.Exit(EXIT_FATAL) from None
+            # The trace is written whole: the run is incomplete, not failed.
+            _err(f"tracemerge: error: cannot write report {shown(report)}: {exc.strerror or exc}")
+            report_failed = True
     outcome = format_outcome(result)
     if summary:
         typer.echo(format_summary(result.phases))
@@ -172,7 +177,7 @@ def merge(
         _err(outcome)
     elif result.exit_code:
         _err("\n".join(line for line in outcome.splitlines()[1:]))
-    raise typer.Exit(result.exit_code)
+    raise typer.Exit(result.exit_code or (EXIT_INCOMPLETE if report_failed else EXIT_OK))
 
 
 def main() -> None:
@@ -239,7 +244,7 @@ def check(
     from tracemerge.viewer.trace_processor import TraceProcessorError, TraceProcessorUnavailable
 
     if not trace.is_file():
-        _err(f"tracemerge: error: {trace}: no such file")
+        _err(f"tracemerge: error: {shown(trace)}: no such file")
         raise typer.Exit(EXIT_FATAL)
     try:
         result = check_trace(trace, trace_processor)
@@ -247,7 +252,7 @@ def check(
         _err(f"tracemerge: error: no trace_processor available: {exc}")
         raise typer.Exit(EXIT_FATAL) from None
     except TraceProcessorError as exc:
-        _err(f"tracemerge: error: {trace}: trace_processor failed: {exc}")
+        _err(f"tracemerge: error: {shown(trace)}: trace_processor failed: {exc}")
         raise typer.Exit(EXIT_INCOMPLETE) from None
     typer.echo(format_check(result))
     raise typer.Exit(EXIT_OK if result.ok else EXIT_INCOMPLETE)
@@ -270,7 +275,7 @@ def open_(
     from tracemerge.viewer.trace_processor import find_ui_build
 
     if not trace.is_file():
-        _err(f"tracemerge: error: {trace}: no such file")
+        _err(f"tracemerge: error: {shown(trace)}: no such file")
         raise typer.Exit(EXIT_FATAL)
     ui_dir = None
     if offline:

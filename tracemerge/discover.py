@@ -8,7 +8,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracemerge.errors import FatalError, InputError
+from tracemerge.errors import FatalError, InputError, shown
 from tracemerge.sources import FORMATS, SourceFormat, read_head
 
 # Directory and file-name words that name an RL role.
@@ -104,7 +104,7 @@ def discover(inputs: list[Path]) -> Discovery:
         elif given.is_file():
             _consider(given, given.parent, True, candidates, skipped, ignored, seen)
         else:
-            raise FatalError(f"{given}: no such file or directory")
+            raise FatalError(f"{shown(given)}: no such file or directory")
     return Discovery(candidates, skipped, ignored, notes)
 
 
@@ -126,7 +126,7 @@ def _walk(root: Path, skipped: list[InputError], notes: list[str]) -> tuple[list
                 continue
             real = os.path.realpath(os.path.join(dirpath, d))
             if real in seen:
-                notes.append(f"{Path(dirpath) / d}: the same directory as {seen[real]}, read once")
+                notes.append(f"{shown(Path(dirpath) / d)}: the same directory as {shown(seen[real])}, read once")
                 continue
             seen[real] = Path(dirpath) / d
             kept.append(d)

@@ -9,6 +9,15 @@ class TracemergeError(Exception):
     """Base class: the message is meant to be printed as is, on one line."""
 
 
+def shown(path: object) -> str:
+    """A file name as printed: control characters (a newline, a terminal escape) written as
+    escapes, so that no name can forge or colour a line of the output."""
+    text = str(path)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 class InputError(TracemergeError):
     """One input file cannot be used; the run goes on without it."""
 
@@ -16,7 +25,7 @@ class InputError(TracemergeError):
         self.path = Path(path)
         self.reason = reason
         self.where = where
-        place = f"{path}:{where}" if where else str(path)
+        place = f"{shown(path)}:{where}" if where else shown(path)
         super().__init__(f"{place}: {reason}")
 
 

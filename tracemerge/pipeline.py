@@ -33,7 +33,7 @@ from typing import Any
 from tracemerge.anchors import Watch
 from tracemerge.clock import AUTOMATIC, AlignOptions, describe
 from tracemerge.discover import Candidate, discover
-from tracemerge.errors import FatalError, InputError, NotATrace
+from tracemerge.errors import FatalError, InputError, NotATrace, shown
 from tracemerge.layout import DEFAULT_BUDGET, FileLayout
 from tracemerge.model import UNIX_EPOCH, ClockDomain, Identity, ThreadInfo
 from tracemerge.phases import (
@@ -136,9 +136,9 @@ def process_file(job: FileJob) -> FileOutcome:
         return _process_file(job)
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError, MemoryError) as exc:
         reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        return FileOutcome(job.candidate, skipped=f"{job.candidate.path}: cannot be read ({reason[:200]})")
+        return FileOutcome(job.candidate, skipped=f"{shown(job.candidate.path)}: cannot be read ({reason[:200]})")
     except sqlite3.Error as exc:
-        return FileOutcome(job.candidate, skipped=f"{job.candidate.path}: cannot read the database ({exc})")
+        return FileOutcome(job.candidate, skipped=f"{shown(job.candidate.path)}: cannot read the database ({exc})")
     finally:
         if enabled:
             gc.enable()
@@ -185,7 +185,7 @@ def _process_file(job: FileJob) -> FileOutcome:
         )
         enc.close()
     if result.ts_min is None:
-        return FileOutcome(cand, skipped=f"{cand.path}: no events")
+        return FileOutcome(cand, skipped=f"{shown(cand.path)}: no events")
     clock = data.clock
     if clock is None:
         # The latest event decides: an epoch trace whose first event says 0 is still an epoch trace.
@@ -392,7 +392,9 @@ def merge(
                 # A file read again describes itself anew: its summary replaces the first one.
                 for outcome in run.map(redo, "encode"):
                     if outcome.scan is None:
-                        raise FatalError(f"{outcome.candidate.path}: changed while being merged ({outcome.skipped})")
+                        raise FatalError(
+                            f"{shown(outcome.candidate.path)}: changed while being merged ({outcome.skipped})"
+                        )
                     scan_of[outcome.candidate.path] = outcome.scan
                 scans = [scan_of[sc.path] for sc in scans]
             _fill_report(report, plan, scans)
@@ -403,7 +405,7 @@ def merge(
             _assemble(plan, list(scan_of.values()), writer, out_path, work, chunk_of)
             report.output_bytes = out_path.stat().st_size
     except OSError as exc:
-        raise FatalError(f"{out_path}: cannot write ({exc.strerror or exc})") from None
+        raise FatalError(f"{shown(out_path)}: cannot write ({exc.strerror or exc})") from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report.seconds = time.perf_counter() - started
@@ -516,27 +518,27 @@ def _check_output(out_path: Path, inputs: list[Path], candidates: list[Candidate
     that is not a regular file we may write (a device, a FIFO, a symlink, a read-only file)."""
     if os.path.lexists(out_path):
         if out_path.is_symlink():
-            raise FatalError(f"{out_path}: is a symbolic link; not replacing it (name the file itself)")
+            raise FatalError(f"{shown(out_path)}: is a symbolic link; not replacing it (name the file itself)")
         if not out_path.is_file():
-            raise FatalError(f"{out_path}: is not a regular file; not replacing it")
+            raise FatalError(f"{shown(out_path)}: is not a regular file; not replacing it")
         if not out_path.stat().st_mode & 0o222:  # its mode, not access(): root may write anything
-            raise FatalError(f"{out_path}: is read-only; not replacing it")
+            raise FatalError(f"{shown(out_path)}: is read-only; not replacing it")
     if force:
         return
     target = out_path.resolve()
     named = {p.resolve() for p in inputs} | {c.path.resolve() for c in candidates}
     if target in named:
-        raise FatalError(f"{out_path}: is one of the inputs; not overwriting it (use --force to replace it)")
+        raise FatalError(f"{shown(out_path)}: is one of the inputs; not overwriting it (use --force to replace it)")
 
 
 def _work_dir(out_path: Path) -> Path:
     out_dir = out_path.parent if str(out_path.parent) else Path(".")
     if not out_dir.is_dir():
-        raise FatalError(f"{out_path}: output directory {out_dir} does not exist")
+        raise FatalError(f"{shown(out_path)}: output directory {out_dir} does not exist")
     try:
         return Path(tempfile.mkdtemp(prefix=".tracemerge-", dir=out_dir))
     except OSError as exc:
-        raise FatalError(f"{out_path}: cannot write in {out_dir} ({exc.strerror or exc})") from None
+        raise FatalError(f"{shown(out_path)}: cannot write in {out_dir} ({exc.strerror or exc})") from None
 
 
 def _auto_jobs(candidates: list[Candidate]) -> int:

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracemerge.errors import shown
+
 EXIT_OK = 0
 EXIT_FATAL = 1
 EXIT_USAGE = 2
@@ -178,8 +180,8 @@ def format_alignment(report: RunReport) -> str:
         unc = a["uncertainty_ns"]
         rows.append(
             (
-                ", ".join(a["processes"]) or "-",
-                Path(a["file"]).name,
+                shown(", ".join(a["processes"]) or "-"),
+                shown(Path(a["file"]).name),
                 a["method"],
                 offset,
                 "?" if unc is None else format_duration(unc),
@@ -203,7 +205,8 @@ def format_outcome(report: RunReport) -> str:
     """What was written and every loss, with reasons."""
     w = report.written
     lines = [
-        f"wrote {report.output} ({report.format}, {report.output_bytes / 1e6:.1f} MB) in {report.seconds:.1f} s: "
+        f"wrote {shown(report.output)} ({report.format}, {report.output_bytes / 1e6:.1f} MB) "
+        f"in {report.seconds:.1f} s: "
         f"{len(report.processes)} processes, {w.slices:,} slices, {w.instants:,} instants, "
         f"{w.counters:,} counter values, {w.flows:,} flows"
     ]
@@ -223,7 +226,7 @@ def format_outcome(report: RunReport) -> str:
     for message in report.notes:
         lines.append(f"note: {message}")
     if report.ignored:
-        shown = ", ".join(str(p) for p in report.ignored[:IGNORED_SHOWN])
+        names = ", ".join(shown(p) for p in report.ignored[:IGNORED_SHOWN])
         more = f" and {len(report.ignored) - IGNORED_SHOWN} more" if len(report.ignored) > IGNORED_SHOWN else ""
-        lines.append(f"ignored {len(report.ignored)} files that are not traces: {shown}{more} (all in --report)")
+        lines.append(f"ignored {len(report.ignored)} files that are not traces: {names}{more} (all in --report)")
     return "\n".join(lines)

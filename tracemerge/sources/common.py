@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tracemerge.errors import InputError
+from tracemerge.errors import InputError, shown
 from tracemerge.sources.chrome_events import ChromeEvents, ExactEvent, NeedsExactTimes
 from tracemerge.sources.json_stream import EventStream
 
@@ -62,5 +62,6 @@ def _stream(path: Path, reader: ChromeEvents, struct: type, lenient: type) -> di
         if not (reader.threads_seen or reader.counter_threads or reader.metadata_records):
             raise InputError(path, damage.reason, damage.where or None)
         where = f":{damage.where}" if damage.where else ""
-        reader.dropped[f"{path}{where}: {damage.reason}; events after it are lost (the ones before are kept)"] += 1
+        lost = f"{damage.reason}; events after it are lost (the ones before are kept)"
+        reader.dropped[f"{shown(path)}{where}: {lost}"] += 1
     return stream.meta
