@@ -258,3 +258,21 @@ def test_usage_and_report_errors_have_their_exit_codes(tmp_path: Path) -> None:
     assert no_report.exit_code == 3  # the trace is written whole; the report is not
     assert (tmp_path / "o.pftrace").stat().st_size > 0
     assert no_report.output.startswith("tracemerge: error: cannot write report")
+
+
+def test_the_same_run_in_another_folder_gives_the_same_bytes(tmp_path: Path) -> None:
+    """Files of one process that overlap in time get their own copies of its threads; their ids
+    must not depend on where the run lies."""
+    from builders import kineto
+
+    for top in ("a", "bb"):
+        kineto(tmp_path / top / "run" / "actor" / "step1" / "rank0.json", rank=0)
+        kineto(tmp_path / top / "run" / "actor" / "step2" / "rank0.json", rank=0)  # same times: overlap
+    first = merge([tmp_path / "a" / "run"], tmp_path / "a.pftrace")
+    merge([tmp_path / "bb" / "run"], tmp_path / "b.pftrace")
+    from readback import read_pftrace
+
+    assert first.moved_to_lanes == 0
+    names = sorted(name for _, name in read_pftrace(tmp_path / "a.pftrace").threads.values())
+    assert names == ["CPU thread 11 (python)", "CPU thread 11 (python) (step2/rank0.json)"]
+    assert (tmp_path / "a.pftrace").read_bytes() == (tmp_path / "b.pftrace").read_bytes()

@@ -9,6 +9,7 @@ encoded in any order, in worker processes or on other machines, and their output
 from __future__ import annotations
 
 import hashlib
+import os
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -312,7 +313,7 @@ def make_plan(
         for ident, threads in s.threads.items():
             for key, info in threads.items():
                 salt = salts.get((s.path, ident), "")
-                name = f"{info.name} ({s.path.name})" if salt else info.name
+                name = f"{info.name} ({salt})" if salt else info.name
                 thread_infos[ident].setdefault((key, salt), ThreadInfo(name, info.sort_key))
 
     threads: dict[tuple[Identity, ThreadKey, str], ThreadTrack] = {}
@@ -413,7 +414,13 @@ def _sorted_threads(infos: dict[tuple[ThreadKey, str], ThreadInfo]) -> list:
 
 
 def _overlap_salts(scans: list[FileScan], offsets: dict[Path, int]) -> dict[tuple[Path, Identity], str]:
+    """Per (file, process) whose threads overlap another file's, a salt for its track ids: the
+    file's path below the inputs' common folder (the same run elsewhere gives the same bytes)."""
     salts: dict[tuple[Path, Identity], str] = {}
+    try:
+        root = os.path.commonpath([str(s.path.parent) for s in scans]) if scans else ""
+    except ValueError:  # paths on different drives
+        root = ""
     seen: dict[Identity, list[tuple[int, int, set]]] = defaultdict(list)
     for s in scans:
         if s.ts_min is None or s.ts_max is None:
@@ -423,6 +430,6 @@ def _overlap_salts(scans: list[FileScan], offsets: dict[Path, int]) -> dict[tupl
             keys = set(threads)
             clash = any(lo < p_hi and p_lo < hi and keys & p_keys for p_lo, p_hi, p_keys in seen[ident])
             if clash:
-                salts[(s.path, ident)] = str(s.path)
+                salts[(s.path, ident)] = os.path.relpath(s.path, root) if root else str(s.path)
             seen[ident].append((lo, hi, keys))
     return salts
