@@ -276,3 +276,40 @@ def test_the_same_run_in_another_folder_gives_the_same_bytes(tmp_path: Path) -> 
     names = sorted(name for _, name in read_pftrace(tmp_path / "a.pftrace").threads.values())
     assert names == ["CPU thread 11 (python)", "CPU thread 11 (python) (step2/rank0.json)"]
     assert (tmp_path / "a.pftrace").read_bytes() == (tmp_path / "b.pftrace").read_bytes()
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP", "SIGINT"])
+def test_a_stopped_merge_leaves_no_workers_and_no_temporary_files(tmp_path: Path, sig: str) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parent.parent
+    work = tmp_path / "in"
+    subprocess.run(
+        [sys.executable, str(root / "bench" / "make_workload.py"), str(work), "--ranks", "4", "--mb", "6"],
+        check=True,
+        capture_output=True,
+    )
+    out = tmp_path / "out" / "merged.pftrace"
+    out.parent.mkdir()
+    out.write_bytes(b"the previous trace")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracemerge", str(work), "-o", str(out), "-j", "2", "-q"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while not list(out.parent.glob(".tracemerge-*/*.chunk")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.send_signal(getattr(signal, sig))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + getattr(signal, sig), err
+    assert err.strip() in ("tracemerge: interrupted", f"tracemerge: stopped by {sig}")
+    time.sleep(0.5)
+    alive = subprocess.run(["pgrep", "-f", str(work)], capture_output=True, text=True).stdout.split()
+    assert alive == []
+    assert sorted(p.name for p in out.parent.iterdir()) == ["merged.pftrace"]
+    assert out.read_bytes() == b"the previous trace"  # kept whole until a new one is complete

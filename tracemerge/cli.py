@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -119,6 +120,9 @@ def merge(
     ] = None,
     summary: Annotated[bool, typer.Option("--summary", help="Print where each step's time went, per role.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Let -o replace one of the inputs.")] = False,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Write nothing if any file is skipped or any event dropped.")
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print errors only.")] = False,
 ) -> None:
     """Merge traces into one clock-aligned trace with a process per role and rank."""
@@ -155,6 +159,7 @@ def merge(
                 clocks=clocks,
                 phase_rules=phase_rules,
                 force=force,
+                strict=strict,
                 on_plan=show,
                 on_progress=on_progress,
             )
@@ -180,9 +185,30 @@ def merge(
     raise typer.Exit(result.exit_code or (EXIT_INCOMPLETE if report_failed else EXIT_OK))
 
 
+class _Stopped(BaseException):
+    """SIGINT, SIGTERM or SIGHUP: stop now (workers stopped, temporary files removed, the old
+    output kept). Not a KeyboardInterrupt, which the command-line framework would swallow."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop(signum: int, _frame: object) -> None:
+    raise _Stopped(signum)
+
+
 def main() -> None:
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _stop)
     try:
         app()
+    except _Stopped as stopped:
+        if stopped.signum == signal.SIGINT:
+            _err("tracemerge: interrupted")
+        else:
+            _err(f"tracemerge: stopped by {signal.Signals(stopped.signum).name}")
+        sys.exit(128 + stopped.signum)
     except KeyboardInterrupt:
         _err("tracemerge: interrupted")
         sys.exit(130)
@@ -302,7 +328,7 @@ def open_(
         else:
             _err("waiting for the Perfetto UI to fetch the trace; press Ctrl+C to stop")
             server.served.wait()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Stopped):
         pass
     finally:
         server.close()

@@ -268,6 +268,7 @@ def merge(
     clocks: AlignOptions = AUTOMATIC,
     phase_rules: PhaseOptions = AUTO_PHASES,
     force: bool = False,
+    strict: bool = False,
     on_plan: Callable[[RunReport], None] | None = None,
     on_progress: Callable[[str], None] | None = None,
 ) -> RunReport:
@@ -281,7 +282,8 @@ def merge(
     processes, time window and slice durations to keep (everything by default). ``clocks`` says
     how files are placed on one timeline (:mod:`tracemerge.clock`: automatic by default);
     ``phase_rules`` which phase rules derive the Phases and Pipeline tracks, and which steps to keep.
-    ``force`` lets ``output`` replace one of the inputs (which is then left out).
+    ``force`` lets ``output`` replace one of the inputs (which is then left out). ``strict``
+    writes nothing when any file is skipped or any event dropped (FatalError naming the first).
     ``on_plan`` is called with the report of what was found before the output is assembled.
 
     Raises :class:`~tracemerge.errors.FatalError` when no output can be produced; then nothing
@@ -313,6 +315,8 @@ def merge(
         workers = min(jobs if jobs > 0 else _auto_jobs(candidates), len(candidates))
         with ExitStack() as stack:
             pool = stack.enter_context(ProcessPoolExecutor(workers)) if workers > 1 else None
+            if pool is not None:
+                stack.push(_stop_workers_on_error(pool))
             run = _Runner(pool, progress)
             # Sequence 1 carries the descriptors; each file gets the next, in discovery order.
             found_skipped, found_ignored = len(report.skipped), len(report.ignored)
@@ -400,6 +404,9 @@ def merge(
             _fill_report(report, plan, scans)
             report.phases = numbers
             report.filtered.update(model.left_out)
+            if strict and (report.skipped or report.dropped):
+                first = report.skipped[0] if report.skipped else f"dropped input events: {next(iter(report.dropped))}"
+                raise FatalError(f"--strict: {first}")
             if on_plan:
                 on_plan(report)
             _assemble(plan, list(scan_of.values()), writer, out_path, work, chunk_of)
@@ -467,6 +474,21 @@ def _steps_window(
         start, end = selection.window
         lo, hi = max(lo, start if start is not None else lo), min(hi, end if end is not None else hi)
     return replace(selection, window=(lo, hi))
+
+
+def _stop_workers_on_error(pool: ProcessPoolExecutor) -> Callable[..., bool]:
+    """An exit callback: when the merge fails or is stopped, end the workers now rather than let
+    them finish files nobody will use (the pool's own exit would wait for them)."""
+
+    def stop(exc_type: type | None, *_: object) -> bool:
+        if exc_type is not None:
+            processes = list((getattr(pool, "_processes", None) or {}).values())  # no public way to stop them
+            pool.shutdown(wait=False, cancel_futures=True)
+            for process in processes:
+                process.terminate()
+        return False
+
+    return stop
 
 
 class _Runner:
