@@ -313,3 +313,15 @@ def test_a_stopped_merge_leaves_no_workers_and_no_temporary_files(tmp_path: Path
     assert alive == []
     assert sorted(p.name for p in out.parent.iterdir()) == ["merged.pftrace"]
     assert out.read_bytes() == b"the previous trace"  # kept whole until a new one is complete
+
+
+def test_a_gzip_bomb_is_refused_not_read(tmp_path: Path, monkeypatch) -> None:
+    import gzip
+
+    from tracemerge.sources import base
+
+    monkeypatch.setattr(base, "MAX_WHOLE_FILE", 1 << 20)
+    line = b'{"name": "step", "start_ns": 1790000000000000000, "end_ns": 1790000000000001000, "rank": 0}\n'
+    result = _merge_dir(tmp_path, {"rank0.json": _kineto_bytes(), "spans.jsonl.gz": gzip.compress(line * 20_000)})
+    assert result.exit_code == 3
+    assert "spans.jsonl.gz: decompresses to more than 1 MiB: not read whole" in result.output

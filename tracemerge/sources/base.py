@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +17,8 @@ if TYPE_CHECKING:
 GZIP_MAGIC = b"\x1f\x8b"
 UTF8_BOM = b"\xef\xbb\xbf"
 HEAD_BYTES = 64 * 1024
+# Line-based formats (JSONL) are read whole: a compressed one may not grow beyond this.
+MAX_WHOLE_FILE = 4 << 30
 
 
 @dataclass(frozen=True)
@@ -49,11 +50,29 @@ def read_bytes(path: Path) -> bytes:
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
     if data[:2] == GZIP_MAGIC:
-        try:
-            return gzip.decompress(data).removeprefix(UTF8_BOM)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise InputError(path, f"corrupt gzip data ({exc})") from None
+        return _gunzip(path, data).removeprefix(UTF8_BOM)
     return data.removeprefix(UTF8_BOM)
+
+
+def _gunzip(path: Path, data: bytes) -> bytes:
+    """Every gzip member of ``data``, at most MAX_WHOLE_FILE bytes of it (a gzip bomb is refused)."""
+    out = bytearray()
+    while data:
+        gz = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            while data:
+                out += gz.decompress(data, MAX_WHOLE_FILE + 1 - len(out))
+                if len(out) > MAX_WHOLE_FILE:
+                    raise InputError(path, f"decompresses to more than {MAX_WHOLE_FILE >> 20} MiB: not read whole")
+                data = gz.unconsumed_tail
+                if gz.eof:
+                    break
+        except zlib.error as exc:
+            raise InputError(path, f"corrupt gzip data ({exc})") from None
+        if not gz.eof:  # cut short: what came before is kept (its cut last line is counted)
+            break
+        data = gz.unused_data if gz.unused_data[:2] == GZIP_MAGIC else b""
+    return bytes(out)
 
 
 def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
