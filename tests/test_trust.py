@@ -325,3 +325,29 @@ def test_a_gzip_bomb_is_refused_not_read(tmp_path: Path, monkeypatch) -> None:
     result = _merge_dir(tmp_path, {"rank0.json": _kineto_bytes(), "spans.jsonl.gz": gzip.compress(line * 20_000)})
     assert result.exit_code == 3
     assert "spans.jsonl.gz: decompresses to more than 1 MiB: not read whole" in result.output
+
+
+def test_a_file_that_changes_between_the_two_reads_is_left_out_not_fatal(tmp_path: Path, monkeypatch) -> None:
+    """Chrome JSON reads each file twice; one that gains a thread in between cannot be encoded
+    with its plan: it is left out and named, the rest is written."""
+    from tracemerge import pipeline
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(FIXTURES / "kineto_gpu", run_dir)
+    victim = run_dir / "rank0.pt.trace.json"
+    real = pipeline.process_file
+
+    def grows(job):
+        if job.unit is not None and job.candidate.path == victim:  # the second read
+            top = json.loads(victim.read_text())
+            top["traceEvents"].append({"ph": "X", "name": "new", "pid": 4242, "tid": 99999, "ts": 1.0, "dur": 1.0})
+            victim.write_text(json.dumps(top))
+        return real(job)
+
+    monkeypatch.setattr(pipeline, "process_file", grows)
+    report = merge([run_dir], tmp_path / "out.json", jobs=1)
+    assert report.exit_code == 3
+    assert [s.split(":")[0] for s in report.skipped] == [str(victim)]
+    assert "changed while being merged, left out" in report.skipped[0]
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert {e["pid"] for e in out["traceEvents"] if e["ph"] == "X"} == {2}  # rank 1's events only

@@ -395,11 +395,13 @@ def merge(
             if redo:
                 # A file read again describes itself anew: its summary replaces the first one.
                 for outcome in run.map(redo, "encode"):
-                    if outcome.scan is None:
-                        raise FatalError(
-                            f"{shown(outcome.candidate.path)}: changed while being merged ({outcome.skipped})"
-                        )
-                    scan_of[outcome.candidate.path] = outcome.scan
+                    path = outcome.candidate.path
+                    if outcome.scan is None:  # it changed since the plan was made: left out, said so
+                        why = outcome.skipped or "no events"
+                        report.skipped.append(f"{shown(path)}: changed while being merged, left out ({why})")
+                        _leave_out_file(scan_of[path], chunk_of[path], FILE_CHANGED)
+                        continue
+                    scan_of[path] = outcome.scan
                 scans = [scan_of[sc.path] for sc in scans]
             _fill_report(report, plan, scans)
             report.phases = numbers
@@ -525,9 +527,16 @@ def _local_window(
     return "cut", (lo, hi)
 
 
-def _leave_out_file(scan: FileScan, chunk: Path) -> None:
-    """A file wholly outside the --window: nothing of it is written."""
+FILE_CHANGED = "changed"
+
+
+def _leave_out_file(scan: FileScan, chunk: Path, why: str = "") -> None:
+    """A file wholly outside the --window (or, ``why`` FILE_CHANGED, one that changed while being
+    merged): nothing of it is written."""
     for counts in scan.written.values():
+        if why == FILE_CHANGED:
+            scan.dropped["events of a file that changed while being merged"] += counts.total
+            continue
         scan.filtered["events outside --window"] += counts.slices + counts.instants + counts.counters
         scan.filtered["flows outside --window"] += counts.flows
     scan.written = {}
