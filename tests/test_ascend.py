@@ -183,3 +183,21 @@ def test_perfetto_reads_the_ascend_merge_as_written(tmp_path: Path, ext: str) ->
     assert theirs == ours
     assert sum(f["n"] for f in tp["flows"]) == report.written.flows
     assert sum(c["n"] for c in tp["counters"]) == report.written.counters
+
+
+def test_rank_less_runs_of_one_role_stay_apart_and_the_run_dir_itself_keeps_its_role(tmp_path: Path) -> None:
+    """Two runs without profiler_info: one process each, named after its run directory."""
+    src = next((FIXTURES / "ascend" / "text").rglob("*_ascend_pt"))
+    runs = []
+    for host in ("nodea", "nodeb"):
+        run = tmp_path / "actor" / f"{host}_1_20260101000000000_ascend_pt"
+        shutil.copytree(src, run)
+        for info in run.glob("profiler_info*.json"):
+            info.unlink()
+        runs.append(run)
+    report = merge([tmp_path], tmp_path / "out.pftrace")
+    assert sorted(p.label for p in report.processes) == [f"actor · {run.name}" for run in runs]
+    events = report.processes[0].read.total
+    assert events > 0 and [p.read.total for p in report.processes] == [events, events]
+    alone = merge([runs[0]], tmp_path / "one.pftrace")
+    assert [p.label for p in alone.processes] == [f"actor · {runs[0].name}"]

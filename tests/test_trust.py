@@ -351,3 +351,15 @@ def test_a_file_that_changes_between_the_two_reads_is_left_out_not_fatal(tmp_pat
     assert "changed while being merged, left out" in report.skipped[0]
     out = json.loads((tmp_path / "out.json").read_text())
     assert {e["pid"] for e in out["traceEvents"] if e["ph"] == "X"} == {2}  # rank 1's events only
+
+
+def test_an_unwritable_output_is_found_before_any_input_is_read(tmp_path: Path, monkeypatch) -> None:
+    from tracemerge import pipeline
+    from tracemerge.errors import FatalError
+
+    def never(job):
+        raise AssertionError(f"read {job.candidate.path} before checking the output")
+
+    monkeypatch.setattr(pipeline, "process_file", never)
+    with pytest.raises(FatalError, match="output directory .* does not exist"):
+        merge([FIXTURES / "kineto_gpu"], tmp_path / "missing" / "out.pftrace")

@@ -108,6 +108,9 @@ class SourceData:
     rank_hint: int | None = None
     # The machine that wrote the file, when the file or its name says: files of one host share a clock.
     host: str | None = None
+    # What names the file's process when no rank is known (default: the file name); an Ascend run
+    # directory's name, since every run's file is called trace_view.json.
+    tag_hint: str | None = None
     # Input events that could not be kept, by reason.
     dropped: Counter[str] = field(default_factory=Counter)
     # Input records consumed as metadata (names, sort indexes): they are not events.

@@ -176,7 +176,7 @@ def resolve_identity(origin: OriginKey, data: SourceData, role_hint: str | None,
     """Who wrote an event: the event's own role/rank first, then the file's, then its path's."""
     role = origin[0] or data.role_hint or role_hint or ""
     rank = next((r for r in (origin[1], data.rank_hint, rank_hint) if r is not None), None)
-    tag = "" if rank is not None else data.path.name
+    tag = "" if rank is not None else (data.tag_hint or data.path.name)
     return Identity(role, rank, tag)
 
 

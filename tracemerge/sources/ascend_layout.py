@@ -103,6 +103,7 @@ def source_data(
         threads=threads,
         role_hint=metadata_role(run) if run else None,
         rank_hint=rank,
+        tag_hint=run.name if run else None,
         host=host_of(None, run.name) if run else None,
         dropped=dropped,
         metadata_records=metadata_records,
@@ -118,14 +119,18 @@ def metadata_role(run: Path) -> str | None:
 
 
 def path_hints(path: Path, root: Path) -> tuple[str | None, int | None]:
-    """Role: the directory holding the run (verl's ``{save_path}/{role}/..._ascend_pt``), unless
-    the run directory itself was given; rank: from the run's profiler_info."""
+    """Role: the directory holding the run (verl's ``{save_path}/{role}/..._ascend_pt``; when the
+    run directory itself is given, only if that directory is named like a role); rank: from the
+    run's profiler_info."""
+    from tracemerge.discover import ROLE_WORDS
+    from tracemerge.discover import path_hints as generic_hints  # discover imports the sources
+
     run = run_dir_of(path)
     if run is None:
-        from tracemerge.discover import path_hints as generic_hints  # discover imports the sources
-
         return generic_hints(path, root)
-    role = run.parent.name if run.resolve() != root.resolve() and run.parent.name else None
+    role = run.parent.name or None
+    if run.resolve() == root.resolve() and (role or "").lower() not in ROLE_WORDS:
+        role = None  # the run directory itself was given: its parent names a role only if it reads like one
     return role, rank_of(run)
 
 
