@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tracemerge.errors import shown
+from tracemerge.stats import is_loss, tally
 
 EXIT_OK = 0
 EXIT_FATAL = 1
@@ -90,8 +91,9 @@ class RunReport:
 
     @property
     def exit_code(self) -> int:
-        """0 when everything was merged; 3 when a file was skipped or an event dropped."""
-        return EXIT_INCOMPLETE if self.skipped or self.dropped else EXIT_OK
+        """0 when everything was merged; 3 when a file was skipped or an input event lost (what
+        Perfetto would ignore too, such as a flow end without a start, is only counted)."""
+        return EXIT_INCOMPLETE if self.skipped or any(map(is_loss, self.dropped)) else EXIT_OK
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -114,6 +116,7 @@ class RunReport:
             "read": self.read.as_dict(),
             "written": self.written.as_dict(),
             "dropped": dict(self.dropped),
+            "stats": tally(self.dropped, len(self.skipped)),
             "filtered": dict(self.filtered),
             "skipped_files": list(self.skipped),
             "ignored_files": [str(p) for p in self.ignored],
@@ -220,7 +223,14 @@ def format_outcome(report: RunReport) -> str:
     for reason, count in sorted(report.filtered.items(), key=lambda kv: (-kv[1], kv[0])):
         lines.append(f"left out {count:,} {reason} (as asked)")
     for reason, count in sorted(report.dropped.items(), key=lambda kv: (-kv[1], kv[0])):
-        lines.append(f"dropped {count:,} input events: {reason}")
+        if is_loss(reason):
+            lines.append(f"dropped {count:,} input events: {reason}")
+        else:
+            lines.append(f"info: {count:,} {reason} (as in the input; Perfetto ignores these too)")
+    stats = tally(report.dropped, len(report.skipped))
+    if stats:
+        counts = ", ".join(f"{name} {entry['count']:,} ({entry['severity']})" for name, entry in stats.items())
+        lines.append(f"statistics: {counts}")
     for message in report.skipped:
         lines.append(f"skipped {message}")
     for message in report.notes:

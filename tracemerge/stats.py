@@ -1,0 +1,151 @@
+"""Named statistics of what a merge could not keep, each with a severity, in one table.
+
+Like Perfetto's ``stats`` table: readers count every event they cannot keep under a reason (which
+may name a file and place); here each reason is filed under one named statistic with a severity
+and a one-line description, so that counts add up across files and the exit status depends on
+what was lost, not on how it was worded:
+
+* ``info``: nothing of the trace is lost (Perfetto would ignore it too), e.g. a flow end whose
+  start the profiler never wrote;
+* ``data_loss``: input events are not in the output;
+* ``error``: a whole file could not be used.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Severity(str, Enum):
+    INFO = "info"
+    DATA_LOSS = "data_loss"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class Stat:
+    name: str
+    severity: Severity
+    description: str
+    pattern: re.Pattern[str]
+
+
+def _stat(name: str, severity: Severity, description: str, pattern: str) -> Stat:
+    return Stat(name, severity, description, re.compile(pattern))
+
+
+STATS: tuple[Stat, ...] = (
+    _stat(
+        "flow_end_without_start",
+        Severity.INFO,
+        "flow steps/ends whose start is not in the input",
+        r"^flow step/end without a start",
+    ),
+    _stat(
+        "flow_start_without_end",
+        Severity.INFO,
+        "flow starts whose end is not in the input",
+        r"^flow start without an end",
+    ),
+    _stat(
+        "metadata_unsupported",
+        Severity.INFO,
+        "metadata records of a kind not shown",
+        r"^unsupported metadata record",
+    ),
+    _stat(
+        "flow_unbound",
+        Severity.DATA_LOSS,
+        "flow points on no slice of their thread",
+        r"^flow point outside any slice|^flow left with one endpoint",
+    ),
+    _stat(
+        "flow_without_id",
+        Severity.DATA_LOSS,
+        "flow events without an id",
+        r"flow event without id",
+    ),
+    _stat(
+        "flow_beyond_format",
+        Severity.DATA_LOSS,
+        "flows the output format cannot bind",
+        r"^flows beyond \d+ on one slice",
+    ),
+    _stat(
+        "event_time_unreadable",
+        Severity.DATA_LOSS,
+        "events whose time is missing, unreadable or out of range",
+        r"(without|with unreadable) (ts|dur|times|submit_ts|start_ts)"
+        r"|negative dur|ending before it starts|unreadable times",
+    ),
+    _stat(
+        "begin_end_unmatched",
+        Severity.DATA_LOSS,
+        "B or E events without their pair",
+        r"^[BE] event without matching [BE]",
+    ),
+    _stat(
+        "counter_without_value",
+        Severity.DATA_LOSS,
+        "counter events without a numeric value",
+        r"^C event without a numeric value",
+    ),
+    _stat(
+        "phase_unsupported",
+        Severity.DATA_LOSS,
+        "events of a phase type not read",
+        r"^unsupported phase|^event without ph",
+    ),
+    _stat(
+        "line_unreadable",
+        Severity.DATA_LOSS,
+        "lines that are not JSON or not an event",
+        r"invalid JSON line|^line is ",
+    ),
+    _stat(
+        "file_damaged",
+        Severity.DATA_LOSS,
+        "files cut or damaged: the events after the damage",
+        r"events after it are lost",
+    ),
+    _stat(
+        "file_changed",
+        Severity.DATA_LOSS,
+        "events of files that changed while being merged",
+        r"changed while being merged",
+    ),
+)
+OTHER = Stat("other", Severity.DATA_LOSS, "events not kept for another reason", re.compile(""))
+FILES_SKIPPED = Stat("file_skipped", Severity.ERROR, "files that could not be used", re.compile(""))
+
+
+def stat_of(reason: str) -> Stat:
+    """The named statistic a reader's reason is counted under."""
+    return next((s for s in STATS if s.pattern.search(reason)), OTHER)
+
+
+def tally(dropped: Counter[str], skipped: int) -> dict[str, dict]:
+    """Per named statistic with a non-zero count: severity, description, count and the reasons."""
+    out: dict[str, dict] = {}
+    for reason, count in sorted(dropped.items()):
+        stat = stat_of(reason)
+        entry = out.setdefault(
+            stat.name, {"severity": stat.severity.value, "description": stat.description, "count": 0, "reasons": {}}
+        )
+        entry["count"] += count
+        entry["reasons"][reason] = count
+    if skipped:
+        out[FILES_SKIPPED.name] = {
+            "severity": FILES_SKIPPED.severity.value,
+            "description": FILES_SKIPPED.description,
+            "count": skipped,
+            "reasons": {},
+        }
+    return out
+
+
+def is_loss(reason: str) -> bool:
+    return stat_of(reason).severity is not Severity.INFO
