@@ -363,3 +363,23 @@ def test_an_unwritable_output_is_found_before_any_input_is_read(tmp_path: Path, 
     monkeypatch.setattr(pipeline, "process_file", never)
     with pytest.raises(FatalError, match=r"output directory .* does not exist"):
         merge([FIXTURES / "kineto_gpu"], tmp_path / "missing" / "out.pftrace")
+
+
+def test_json_output_says_when_its_times_lose_precision(tmp_path: Path) -> None:
+    day = 86_400 * 10**9
+    lines = [
+        {"name": "early", "start_ns": 1_700_000_000 * 10**9, "end_ns": 1_700_000_000 * 10**9 + 1000, "rank": 0},
+        {
+            "name": "late",
+            "start_ns": 1_700_000_000 * 10**9 + 200 * day,
+            "end_ns": 1_700_000_000 * 10**9 + 200 * day + 7,
+            "rank": 0,
+        },
+    ]
+    log = tmp_path / "run" / "spans.jsonl"
+    log.parent.mkdir()
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    as_json = merge([log.parent], tmp_path / "out.json")
+    assert [n for n in as_json.notes if "200 days" in n and "less than ns precision" in n]
+    assert as_json.exit_code == 0
+    assert not merge([log.parent], tmp_path / "out.pftrace").notes

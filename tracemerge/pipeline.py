@@ -404,6 +404,7 @@ def merge(
                     scan_of[path] = outcome.scan
                 scans = [scan_of[sc.path] for sc in scans]
             _fill_report(report, plan, scans)
+            _note_json_precision(report, writer, scans, plan)
             report.phases = numbers
             report.filtered.update(model.left_out)
             if strict and (report.skipped or report.dropped):
@@ -542,6 +543,24 @@ def _leave_out_file(scan: FileScan, chunk: Path, why: str = "") -> None:
     scan.written = {}
     scan.lanes = []
     chunk.write_bytes(b"")
+
+
+# Chrome JSON times are µs that Perfetto reads as doubles: exact to the ns below 2**53 ns of span.
+JSON_EXACT_SPAN_NS = 1 << 53
+
+
+def _note_json_precision(report: RunReport, writer: Writer, scans: list[FileScan], plan: MergePlan) -> None:
+    if writer.one_pass:
+        return
+    ends = [(s.ts_max or 0) + plan.offsets.get(s.path, 0) for s in scans if s.ts_max is not None]
+    span = max(ends, default=plan.base_ns) - plan.base_ns
+    if span >= JSON_EXACT_SPAN_NS:
+        days = span / 86_400e9
+        report.notes.append(
+            f"the trace spans {days:.0f} days: past {JSON_EXACT_SPAN_NS / 86_400e9:.0f} days Perfetto reads "
+            "Chrome JSON times with less than ns precision (and may drop slices that then touch); "
+            ".pftrace keeps every ns"
+        )
 
 
 def _check_output(out_path: Path, inputs: list[Path], candidates: list[Candidate], force: bool) -> None:
