@@ -201,3 +201,40 @@ def test_rank_less_runs_of_one_role_stay_apart_and_the_run_dir_itself_keeps_its_
     assert events > 0 and [p.read.total for p in report.processes] == [events, events]
     alone = merge([runs[0]], tmp_path / "one.pftrace")
     assert [p.label for p in alone.processes] == [f"actor · {runs[0].name}"]
+
+
+def test_db_counter_ids_are_named_as_ids_not_as_strings(tmp_path: Path) -> None:
+    """hbmId 0 and llcId 1 are numbers (STRING_IDS 0 and 1 are op names); moduleId is an
+    ENUM_MODULE id; type and mode are STRING_IDS; no id column is drawn as a counter."""
+    run = tmp_path / "actor" / "host_1_20260101000000000_ascend_pt"
+    shutil.copytree(next((FIXTURES / "ascend" / "db").rglob("*_ascend_pt")), run)
+    [db] = run.rglob("ascend_pytorch_profiler_*.db")
+    t0 = 1_767_225_600_000_000_000
+    with sqlite3.connect(db) as con:
+        con.execute("insert or replace into STRING_IDS values (0, 'aclnnAdd_op'), (1, 'ZerosLike'), (1399, 'read')")
+        con.execute(
+            "create table HBM (deviceId integer, timestampNs integer, bandwidth numeric, hbmId integer, type integer)"
+        )
+        con.execute(
+            "create table LLC (deviceId integer, llcId integer, timestampNs integer, hitRate numeric, "
+            "throughput numeric, mode integer)"
+        )
+        con.execute(
+            "create table NPU_MODULE_MEM (deviceId integer, moduleId integer, timestampNs integer, "
+            "totalReserved integer)"
+        )
+        con.execute("create table ENUM_MODULE (id integer primary key, name text)")
+        con.execute("insert into ENUM_MODULE values (0, 'SLOG'), (7, 'HCCL')")
+        for n in range(2):
+            con.execute("insert into HBM values (0, ?, ?, ?, 1399)", (t0 + n, 10 * n, n))
+            con.execute("insert into LLC values (0, 1, ?, 50.5, ?, 1399)", (t0 + n, 1000 * n))
+            con.execute("insert into NPU_MODULE_MEM values (0, 7, ?, ?)", (t0 + n, 4096 * n))
+    out = tmp_path / "out.pftrace"
+    merge([tmp_path], out)
+    names = {name for _, name in read_pftrace(out).counter_tracks.values()}
+    assert {"HBM 0 read bandwidth", "HBM 1 read bandwidth"} <= names
+    assert {"LLC 1 read hitRate", "LLC 1 read throughput"} <= names
+    assert "NPU MODULE MEM HCCL totalReserved" in names
+    assert not [
+        n for n in names if "aclnnAdd_op" in n or "ZerosLike" in n or n.endswith(("hbmId", "llcId", "moduleId"))
+    ]

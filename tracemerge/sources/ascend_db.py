@@ -61,8 +61,12 @@ STRING_COLUMNS = frozenset(
         "hf32Eligible",
     }
 )
-# Columns of counter tables that identify a series rather than measure it.
-SERIES_KEYS = frozenset({"hbmId", "llcId", "accId", "moduleId", "type", "mode", "component", "operatorName"})
+# Columns of counter tables that identify a series rather than measure it: numeric ids (a number
+# in the name, as the text export's "HBM 3"), ids of an ENUM_* table, and STRING_IDS ids.
+ID_KEYS = frozenset({"hbmId", "llcId", "accId", "hbm_id", "llc_id", "acc_id", "nicId", "pcieId", "hccsId"})
+ENUM_KEYS = {"moduleId": "ENUM_MODULE", "module_id": "ENUM_MODULE"}
+STRING_KEYS = frozenset({"type", "mode", "component", "operatorName"})
+SERIES_KEYS = ID_KEYS | frozenset(ENUM_KEYS) | STRING_KEYS
 NOT_VALUES = frozenset({"deviceId", "timestampNs", "globalTid", "streamPtr", "addr", *SERIES_KEYS})
 # Counter tables named as the text export names their processes, and value columns as its units.
 COUNTER_LABELS = {
@@ -359,9 +363,10 @@ class _DbReader:
             keys = [c for c in cols if c in SERIES_KEYS]
             values = [c for c in cols if c not in NOT_VALUES]
             thread = self._track(("counter", table), label, (9, table, 0, ""))
+            enums = {k: self._enum(ENUM_KEYS[k]) for k in keys if k in ENUM_KEYS}
             for row in self._dicts(table):
                 ts = row.get("timestampNs")
-                series = " ".join(str(self._text(row[k])) for k in keys)
+                series = " ".join(self._series_part(k, row[k], enums) for k in keys)
                 for col in values:
                     value = row.get(col)
                     if type(value) not in (int, float):
@@ -369,6 +374,14 @@ class _DbReader:
                     unit = VALUE_UNITS.get((table, col), col)
                     name = " ".join(part for part in (label, series, unit) if part)
                     self.emit(Event(Kind.COUNTER, int(ts), thread, name, "", value=value))
+
+    def _series_part(self, key: str, value: Any, enums: dict[str, dict[int, str]]) -> str:
+        """How a series column reads in a track name: an id as its number, an enum by its name."""
+        if key in ID_KEYS:
+            return str(value)
+        if key in enums:
+            return str(enums[key].get(value, value))
+        return str(self._text(value))
 
     def thread_infos(self) -> dict[ThreadKey, ThreadInfo]:
         several = len(self.devices) > 1
