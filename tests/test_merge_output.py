@@ -183,3 +183,19 @@ def test_a_counter_named_after_its_value_key_is_titled_once(tmp_path: Path, ext:
     src.write_text(json.dumps({"traceEvents": events}))
     rb, _ = merged(tmp_path, ext, src.parent)
     assert sorted(name for _, name in rb.counter_tracks.values()) == ["L2 Buffer Bw Level", "Memory used"]
+
+
+def test_chrome_json_reads_each_file_once(tmp_path: Path, monkeypatch) -> None:
+    """Its second pass encodes the events the first read laid out and kept, with the plan."""
+    reads: list[Path] = []
+    real = json_stream.EventStream.__init__
+
+    def counted(self, path, *args, **kwargs):
+        reads.append(path)
+        real(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(json_stream.EventStream, "__init__", counted)
+    out = tmp_path / "out.json"
+    merge([FIXTURES / "kineto_gpu"], out, jobs=1)
+    assert sorted(p.name for p in reads) == ["rank0.pt.trace.json", "rank1.pt.trace.json.gz"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]  # the kept layouts are gone too

@@ -14,6 +14,7 @@ belong to by :mod:`tracemerge.flows`.
 from __future__ import annotations
 
 import itertools
+import pickle
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -105,10 +106,11 @@ class FileLayout:
         budget: int = DEFAULT_BUDGET,
         spill_dir: Path | None = None,
         watch: Callable[[str], tuple[str, ...]] | None = None,
+        store_path: Path | None = None,
     ) -> None:
         self.enc = enc
         self.budget = budget
-        self.store = RunStore(spill_dir)
+        self.store = RunStore(spill_dir, store_path)
         # Encoded names, cached; names ``watch`` tags as clock evidence are never cached, so
         # that every source meets them on its slow path and notes them (see :meth:`note`).
         self.prefixes: dict[tuple[str, str], bytes] = {}
@@ -162,6 +164,25 @@ class FileLayout:
         else:
             return prefix
         return prefix + self.enc.args(text) if text != b"{}" else prefix
+
+    def save(self, path: Path) -> None:
+        """Keep the laid-out events for a second pass (:meth:`load`): every buffer is spilled to
+        the named run file, and what indexes it is written to ``path``."""
+        self.check_memory(0)
+        state = (self.store.path, self.store.size, self.entries, dict(self.points), dict(self.samples))
+        path.write_bytes(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+        self.store.close()
+
+    @classmethod
+    def load(cls, path: Path, enc: Encoder, budget: int = DEFAULT_BUDGET) -> FileLayout:
+        """The layout :meth:`save` kept, encoding with ``enc`` (its bodies were made by the same writer)."""
+        store_path, size, entries, points, samples = pickle.loads(path.read_bytes())
+        layout = cls(enc, budget)
+        layout.store = RunStore(store_path.parent, store_path, size)
+        layout.entries = entries
+        layout.points = defaultdict(SortedBuffer, points)
+        layout.samples = defaultdict(SortedBuffer, samples)
+        return layout
 
     def reset(self) -> None:
         """Forget every event handed over so far (the source reads the file again)."""

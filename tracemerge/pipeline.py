@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import gc
 import gzip
+import io
 import os
 import shutil
 import sqlite3
 import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import ExitStack, suppress
@@ -87,6 +88,11 @@ class FileJob:
     wide_ids: bool = False  # 63-bit track uuids (after narrow ones collided)
     sync: tuple[str, ...] = ()  # span names that start at one instant in every process (clock evidence)
     phases: tuple[Preset, ...] = ()  # phase rules noted while reading
+    # Chrome JSON's first read: build the events' bodies with this writer and keep the laid-out
+    # events beside the chunk; its second pass (``saved``: that read's summary) encodes them
+    # instead of reading the file again.
+    keep_layout: str = ""
+    saved: FileScan | None = None
 
 
 @dataclass
@@ -144,16 +150,31 @@ def process_file(job: FileJob) -> FileOutcome:
             gc.enable()
 
 
+def _layout_files(chunk: Path) -> tuple[Path, Path]:
+    """Where a kept layout lies: its index and its run file."""
+    return chunk.with_suffix(".layout"), chunk.with_suffix(".runs")
+
+
 def _process_file(job: FileJob) -> FileOutcome:
+    if job.saved is not None:
+        return _encode_saved(job, job.saved)
     cand = job.candidate
+    keep_layout = bool(job.keep_layout) and job.chunk is not None
     with ExitStack() as stack:
         if job.writer and job.chunk is not None:
             out = stack.enter_context(job.chunk.open("wb"))
             enc = WRITERS[job.writer].unit_encoder(job.sequence_id, out)
+        elif keep_layout:  # bodies as the writer encodes them; nothing is written yet
+            enc = WRITERS[job.keep_layout].unit_encoder(job.sequence_id, io.BytesIO())
         else:
             enc = _NoOutput()
+        store = _layout_files(job.chunk)[1] if keep_layout and job.chunk is not None else None
         layout = FileLayout(
-            enc, job.budget, job.chunk.parent if job.chunk else None, Watch(job.sync, PhaseRules(job.phases))
+            enc,
+            job.budget,
+            job.chunk.parent if job.chunk else None,
+            Watch(job.sync, PhaseRules(job.phases)),
+            store,
         )
         try:
             data = cand.format.read(cand.path, layout)
@@ -180,9 +201,15 @@ def _process_file(job: FileJob) -> FileOutcome:
             lo, hi = job.window or (None, None)
             times = TimeFilter(lo, hi, sel.min_dur)
         keep = None if sel.roles is None and sel.ranks is None else sel.keeps
+        if keep_layout:
+            layout.check_memory(0)  # everything to the run file, which the second pass reads
+            for key in [*layout.entries, *layout.points, *layout.samples]:
+                identity_of(key[0])
         result = layout.finish(
             identity_of, tracks, shift, flow_id_base(job.sequence_id), keep, times, summary_only=not job.writer
         )
+        if keep_layout and job.chunk is not None:
+            layout.save(_layout_files(job.chunk)[0])
         enc.close()
     if result.ts_min is None:
         return FileOutcome(cand, skipped=f"{shown(cand.path)}: no events")
@@ -228,6 +255,47 @@ def _process_file(job: FileJob) -> FileOutcome:
         mtime_ns=_mtime_ns(cand.path),
     )
     return FileOutcome(cand, scan=scan)
+
+
+def _encode_saved(job: FileJob, prior: FileScan) -> FileOutcome:
+    """Chrome JSON's second pass: encode the events the first read laid out and kept, with the
+    plan; nothing of the input is read again."""
+    assert job.chunk is not None and job.unit is not None
+    index, _ = _layout_files(job.chunk)
+    with job.chunk.open("wb") as out:
+        enc = WRITERS[job.writer].unit_encoder(job.sequence_id, out)
+        layout = FileLayout.load(index, enc, job.budget)
+        times = None
+        if job.window is not None or job.selection.min_dur:
+            lo, hi = job.window or (None, None)
+            times = TimeFilter(lo, hi, job.selection.min_dur)
+        result = layout.finish(
+            prior.identities.__getitem__,
+            PlannedTracks(job.unit),
+            job.unit.shift_ns,
+            flow_id_base(job.sequence_id),
+            None,
+            times,
+        )
+        enc.close()
+    dropped = Counter(prior.dropped)
+    dropped.update(result.dropped)
+    filtered = Counter(prior.filtered)
+    filtered.update(result.filtered)
+    return FileOutcome(
+        job.candidate,
+        scan=replace(
+            prior,
+            counts=dict(result.read),
+            written=dict(result.written),
+            lanes=result.lanes,
+            moved_to_lanes=result.moved_to_lanes,
+            reversed_flows=result.reversed_flows,
+            dropped=dropped,
+            filtered=filtered,
+            salts=dict(job.salts),
+        ),
+    )
 
 
 def _marks(
@@ -320,6 +388,11 @@ def merge(
             run = _Runner(pool, progress)
             # Sequence 1 carries the descriptors; each file gets the next, in discovery order.
             found_skipped, found_ignored = len(report.skipped), len(report.ignored)
+            # Chrome JSON keeps each file's laid-out events from its first read for the second pass
+            # (a selection of processes is applied while reading: then the file is read again).
+            keep_layout = (
+                "" if writer.one_pass or not (selection.roles is None and selection.ranks is None) else writer.name
+            )
             for wide in (False, True):
                 jobs_ = [
                     FileJob(
@@ -332,6 +405,7 @@ def merge(
                         wide_ids=wide,
                         sync=clocks.sync,
                         phases=phase_rules.presets,
+                        keep_layout=keep_layout,
                     )
                     for n, c in enumerate(candidates)
                 ]
@@ -390,6 +464,7 @@ def merge(
                         wide,
                         clocks.sync,
                         phase_rules.presets,
+                        saved=sc if keep_layout else None,
                     )
                 )
             if redo:

@@ -20,18 +20,27 @@ BLOCK_ITEMS = 4096
 
 
 class RunStore:
-    """The temporary file that holds the runs of one file's buffers (created when first needed)."""
+    """The file that holds the runs of one file's buffers (created when first needed): a
+    temporary one, or, with ``path``, a named one that outlives the store (a layout kept for a
+    second pass, see FileLayout.save)."""
 
-    def __init__(self, directory: Path | None = None) -> None:
+    def __init__(self, directory: Path | None = None, path: Path | None = None, size: int = 0) -> None:
         self.directory = directory
+        self.path = path
         self._file = None
-        self.size = 0
+        self.size = size
+
+    def _open(self) -> None:
+        # Kept open across calls and closed by close(): a context manager cannot span them.
+        if self.path is not None:
+            self._file = self.path.open("r+b" if self.path.exists() else "w+b")
+        else:
+            self._file = tempfile.TemporaryFile(prefix=".tracemerge-run-", dir=self.directory)  # noqa: SIM115
 
     def write(self, items: list) -> list[tuple[int, int]]:
         """Writes sorted ``items``; returns the (offset, length) of each block."""
         if self._file is None:
-            # Kept open across calls and closed by close(): a context manager cannot span them.
-            self._file = tempfile.TemporaryFile(prefix=".tracemerge-run-", dir=self.directory)  # noqa: SIM115
+            self._open()
         blocks = []
         for n in range(0, len(items), BLOCK_ITEMS):
             data = marshal.dumps(items[n : n + BLOCK_ITEMS])
@@ -41,6 +50,8 @@ class RunStore:
         return blocks
 
     def read(self, blocks: list[tuple[int, int]]) -> Iterator:
+        if self._file is None:
+            self._open()
         assert self._file is not None
         fd = self._file.fileno()
         for offset, length in blocks:
