@@ -10,7 +10,8 @@ output is byte-identical either way.
 Perfetto output needs one read per file: a chunk refers to tracks by content-derived uuids and
 stamps events on its sequence's own clock, which a clock snapshot written before the chunk places
 on the trace's timeline. Chrome JSON names pids, tids and times relative to the run start in
-every event, so it reads each file twice: once for the plan, once to encode with it.
+every event, so it is encoded in a second pass, with the plan, over the events the first read laid
+out and kept (see FileLayout.save); nothing is read twice.
 """
 
 from __future__ import annotations
