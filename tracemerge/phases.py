@@ -23,6 +23,8 @@ equal the step's time, to the nanosecond.
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import itertools
 import re
 import statistics
@@ -382,19 +384,35 @@ def _cycle_steps(occurrences: list[Occurrence]) -> list[tuple[int, int, int]]:
 
 
 def _account(proc: ProcessPhases, windows: list[tuple[int, int, int]]) -> None:
-    """Split each step window between the innermost running phase and idle time."""
-    for o in proc.occurrences:
-        o.step = next((n for n, a, b in windows if a <= o.start < b), None)
+    """Split each step window between the innermost running phase and idle time.
+
+    A sweep over the window's boundaries with a heap of the running phases, innermost (latest
+    started, then shortest) on top: O(n log n) in the phases, however many steps there are.
+    """
+    occurrences = sorted(proc.occurrences, key=lambda o: (o.start, -o.end))
+    starts = [o.start for o in occurrences]
+    longest = max((o.end - o.start for o in occurrences), default=0)
+    by_start = sorted(windows, key=lambda w: w[1])
+    window_starts = [a for _, a, _ in by_start]
+    for o in occurrences:
+        k = bisect.bisect_right(window_starts, o.start) - 1
+        o.step = by_start[k][0] if k >= 0 and o.start < by_start[k][2] else None
     for n, a, b in windows:
         step = Step(n, a, b)
-        # Sweep: at each boundary the innermost (latest started, then shortest) running phase owns the time.
-        inside = [o for o in proc.occurrences if o.start < b and o.end > a]
+        lo_index = bisect.bisect_left(starts, a - longest)
+        inside = [o for o in occurrences[lo_index : bisect.bisect_left(starts, b)] if o.end > a]
         points = sorted({a, b, *(max(o.start, a) for o in inside), *(min(o.end, b) for o in inside)})
+        running: list[tuple[int, int, int]] = []  # (-start, end, index): the innermost first
+        next_in = 0
         for lo, hi in itertools.pairwise(points):
-            running = [o for o in inside if o.start <= lo and o.end >= hi]
+            while next_in < len(inside) and max(inside[next_in].start, a) <= lo:
+                o = inside[next_in]
+                heapq.heappush(running, (-o.start, o.end, next_in))
+                next_in += 1
+            while running and running[0][1] <= lo:  # ended before this piece: gone
+                heapq.heappop(running)
             if running:
-                owner = max(running, key=lambda o: (o.start, -o.end))
-                step.phases[owner.phase] += hi - lo
+                step.phases[inside[running[0][2]].phase] += hi - lo
             else:
                 step.idle += hi - lo
                 if proc.idle and proc.idle[-1][0] == n and proc.idle[-1][2] == lo:
