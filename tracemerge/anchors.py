@@ -20,8 +20,10 @@ import re
 from collections.abc import Callable, Iterable
 
 COLLECTIVE, SYNC, SESSION, PHASE, STEP = "collective", "sync", "session", "phase", "step"
-# A file keeps at most this many marks per tag (and per kind for sessions): plenty to align.
+# A file keeps at most this many marks per tag and thread: plenty to align clocks; phases (one mark
+# per occurrence) may have many more. Marks beyond are counted, never silently lost.
 MAX_MARKS = 20_000
+MAX_PHASE_MARKS = 1_000_000
 
 # Collectives that need every rank's part before any rank can finish. A broadcast does not: a
 # receiver may finish before another has started, so its end is no common instant.

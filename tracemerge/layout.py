@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import msgspec
 import orjson
 
-from tracemerge.anchors import MAX_MARKS
+from tracemerge.anchors import MAX_MARKS, MAX_PHASE_MARKS, PHASE, STEP
 from tracemerge.flows import bind_flows
 from tracemerge.model import Event, FlowPhase, Identity, Kind, OriginKey, ThreadKey
 from tracemerge.plan import CounterTrack, ThreadTrack, lane_track
@@ -117,6 +117,7 @@ class FileLayout:
         self.watch = watch
         self.tags: dict[str, tuple[str, ...]] = {}
         self.marks: dict[tuple[str, OriginKey, ThreadKey], list[tuple[int, int]]] = {}
+        self.marks_over: Counter[str] = Counter()  # per kind of evidence, marks beyond the cap
         self.ordinal = itertools.count().__next__
         self.entries: dict[tuple[OriginKey, ThreadKey], SortedBuffer] = {}
         self.points: dict[tuple[OriginKey, ThreadKey], SortedBuffer] = defaultdict(SortedBuffer)
@@ -149,8 +150,11 @@ class FileLayout:
         found = self.marks.get((tag, origin, thread))
         if found is None:
             found = self.marks[(tag, origin, thread)] = []
-        if len(found) < MAX_MARKS:
+        limit = MAX_PHASE_MARKS if tag.startswith((PHASE, STEP)) else MAX_MARKS
+        if len(found) < limit:
             found.append((start, end))
+        else:
+            self.marks_over[tag.partition(" ")[0]] += 1
 
     def describe(self, name: str, cat: str, args: Any) -> bytes:
         """An event's encoded body; ``args`` is a dict, its raw JSON text, or None."""

@@ -230,6 +230,8 @@ def _process_file(job: FileJob) -> FileOutcome:
             series[ident][(key, name)] = info.name if info else ""
     dropped = data.dropped
     dropped.update(result.dropped)
+    for kind, count in layout.marks_over.items():  # the events are in the output; only not evidence
+        dropped[f"{kind} marks beyond the cap per thread (events kept, not used as {kind} evidence)"] += count
     scan = FileScan(
         path=cand.path,
         format=data.format,

@@ -51,6 +51,12 @@ STATS: tuple[Stat, ...] = (
         r"^flow start without an end",
     ),
     _stat(
+        "evidence_capped",
+        Severity.INFO,
+        "events kept but not used as clock or phase evidence (beyond the cap per thread)",
+        r"marks beyond the cap",
+    ),
+    _stat(
         "metadata_unsupported",
         Severity.INFO,
         "metadata records of a kind not shown",
