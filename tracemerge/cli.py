@@ -108,7 +108,7 @@ def merge(
         typer.Option("--offset", help="Shift a role or rank by hand, e.g. actor/3=+1.5ms (repeatable)."),
     ] = None,
     offsets_file: Annotated[
-        Optional[Path], typer.Option("--offsets", help='TOML file of offsets: [offsets] "actor/3" = "+1.5ms".')
+        Optional[Path], typer.Option("--offsets", help='TOML file: an offsets table of "actor/3" = "+1.5ms".')
     ] = None,
     no_align: Annotated[bool, typer.Option("--no-align", help="Keep every file's raw clock.")] = False,
     phases: Annotated[
