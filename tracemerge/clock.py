@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -34,11 +33,7 @@ from typing import Protocol
 from tracemerge.anchors import COLLECTIVE, SESSION, SYNC
 from tracemerge.model import ClockDomain, Identity
 from tracemerge.select import parse_duration
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from tracemerge.tomlfile import read_toml
 
 # Fewest matched collectives that place a clock (sync and session anchors: one is evidence).
 MIN_COLLECTIVES = 3
@@ -94,12 +89,7 @@ def parse_offset(text: str) -> ManualOffset:
 
 def load_offsets(path: Path) -> tuple[ManualOffset, ...]:
     """An offsets file: TOML with an ``[offsets]`` table of ``"ROLE[/RANK]" = "±DURATION"``."""
-    try:
-        content = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not TOML ({exc})") from None
+    content = read_toml(path)
     table = content.get("offsets")
     if type(table) is not dict:
         raise ValueError(f'{path}: no [offsets] table (e.g. [offsets] "actor/3" = "+1.5ms")')

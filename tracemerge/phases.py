@@ -28,7 +28,6 @@ import heapq
 import itertools
 import re
 import statistics
-import sys
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -37,11 +36,7 @@ from typing import Protocol
 
 from tracemerge.anchors import PHASE, STEP, phase_tag, step_tag
 from tracemerge.model import Event, Identity, Kind, ThreadInfo
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from tracemerge.tomlfile import read_toml
 
 IDLE = "idle"
 MSTX = "mstx"  # Ascend MSTX ranges: phases named after the range (noted by the Ascend readers)
@@ -152,12 +147,7 @@ AUTO_PHASES = PhaseOptions()
 
 def load_rules(path: Path) -> Preset:
     """A user rules file (see the module docstring); raises ValueError naming the file and rule."""
-    try:
-        content = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not TOML ({exc})") from None
+    content = read_toml(path)
     rules: dict[str, list[Rule]] = {"phase": [], "step": []}
     for kind in rules:
         entries = content.get(kind, [])
