@@ -31,7 +31,6 @@ from tracemerge.layout import FileLayout
 from tracemerge.model import ClockDomain, Event, Kind, SourceData, ThreadInfo
 from tracemerge.sources.base import SourceFormat, read_bytes
 from tracemerge.sources.chrome_events import ChromeEvents, LenientEvent, TraceEvent
-from tracemerge.sources.chrome_events import us_to_ns as chrome_us_to_ns
 from tracemerge.sources.common import as_rank
 from tracemerge.units import checked_ns, seconds_to_ns, us_to_ns
 
@@ -138,7 +137,7 @@ def read(path: Path, layout: FileLayout) -> SourceData:
 def _note_session(session_id: Any, ev: Any, origin: tuple, layout: FileLayout) -> None:
     """A perf-tracer span of a rollout session: clock evidence against the session records."""
     try:
-        start, dur = chrome_us_to_ns(ev.ts), chrome_us_to_ns(ev.dur)
+        start, dur = us_to_ns(ev.ts), us_to_ns(ev.dur)
     except (ValueError, TypeError):
         return  # the span itself is counted as unreadable by the event reader
     layout.mark(session_tag(session_id, str(ev.name)), origin, (ev.pid, ev.tid), start, start + dur)

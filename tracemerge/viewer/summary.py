@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from tracemerge.plan import SUMMARY_NOTE
+from tracemerge.sources.base import GZIP_MAGIC
 from tracemerge.writers import perfetto_trace_pb2 as pb
 from tracemerge.writers.perfetto import DESCRIPTOR_SEQUENCE
 
@@ -17,7 +18,7 @@ def read_summary(path: Path) -> dict | None:
     """The numbers of :func:`tracemerge.phases.summary` stored in a tracemerge output; None when
     the trace has none (no phases were found, or another tool wrote it)."""
     with path.open("rb") as raw:
-        gz = raw.read(2) == b"\x1f\x8b"
+        gz = raw.read(2) == GZIP_MAGIC
     opener = gzip.open if gz else open
     with opener(path, "rb") as f:
         head = f.read(1)
