@@ -22,15 +22,14 @@ files by hand (``manual``). Every file gets a :class:`SourceClock` saying how it
 
 from __future__ import annotations
 
-import math
 import statistics
-from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
 from tracemerge.anchors import COLLECTIVE, SESSION, SYNC
+from tracemerge.matching import Anchor, Evidence, estimate
 from tracemerge.model import ClockDomain, Identity
 from tracemerge.select import parse_duration
 from tracemerge.tomlfile import read_toml
@@ -39,12 +38,8 @@ from tracemerge.tomlfile import read_toml
 MIN_COLLECTIVES = 3
 # How many placed files an unplaced group is compared with (the earliest placed first).
 MAX_PARTNERS = 8
-# Matched pairs used per collective kind and pair of files: plenty for a median, spread over the run.
-MAX_PAIRS_PER_TAG = 256
 # Anchors one estimate uses at most (pooled over the files of a group and its partners).
 MAX_POOL = 4096
-# Index shifts tried when two epoch-clock ranks hold different numbers of one collective.
-MAX_INDEX_SHIFT = 3
 # Epoch clocks of two hosts disagree by NTP error; evidence for more than this matched events of
 # different runs, not one collective seen from two hosts.
 MAX_EPOCH_SKEW_NS = 10 * 10**9
@@ -158,42 +153,6 @@ class _Group:
     uncertainty: int | None = None
 
 
-# A candidate offset of an unplaced group: (value, lo, hi), lo/hi the bounds the offset must
-# respect (collectives) or None.
-_Anchor = tuple[int, int | None, int | None]
-
-
-class _Evidence:
-    """The scans' marks by method, and the anchors of each pair of files, each computed once."""
-
-    def __init__(self) -> None:
-        self._marks: dict[tuple[int, str], dict[str, list[tuple[int, int]]]] = {}
-        self._pairs: dict[tuple[int, int, str], list[_Anchor]] = {}
-        self._tried: dict[tuple[int, str], tuple[int, ...]] = {}
-
-    def marks(self, s: HasClock, method: str) -> dict[str, list[tuple[int, int]]]:
-        key = (id(s), method)
-        found = self._marks.get(key)
-        if found is None:
-            found = self._marks[key] = _file_marks(s, method)
-        return found
-
-    def anchors(self, a: HasClock, b: HasClock, method: str, both_epoch: bool) -> list[_Anchor]:
-        key = (id(a), id(b), method)
-        found = self._pairs.get(key)
-        if found is None:
-            found = self._pairs[key] = _anchors(self, a, b, method, both_epoch)
-        return found
-
-    def new_partners(self, g: _Group, method: str, partners: list[HasClock]) -> bool:
-        """Whether ``g`` was not yet compared with exactly these partners by ``method``."""
-        key, ids = (id(g), method), tuple(id(s) for s in partners)
-        if self._tried.get(key) == ids:
-            return False
-        self._tried[key] = ids
-        return True
-
-
 def align(scans: list[HasClock], options: AlignOptions, order: Callable[[Identity], tuple]) -> Alignment:
     """Place every file; ``order`` sorts processes (the first one's host is the reference)."""
     sources: dict[Path, SourceClock] = {}
@@ -220,7 +179,7 @@ def align(scans: list[HasClock], options: AlignOptions, order: Callable[[Identit
 
     # Epoch clocks first, from evidence between epoch clocks only: an epoch clock is an anchor of
     # its own, better than a chain through files that have none.
-    evidence = _Evidence()
+    evidence = Evidence()
     epoch = [g for g in groups if g.anchored]
     for g in epoch:  # nothing can relate a clock without evidence: it keeps its own
         if g.offset is None and not any(evidence.marks(s, m) for s in g.scans for m in (COLLECTIVE, SYNC)):
@@ -246,8 +205,17 @@ def align(scans: list[HasClock], options: AlignOptions, order: Callable[[Identit
         if shift is not None:
             for g in placed:
                 g.offset = (g.offset or 0) + shift
-                sources.update({s.path: _shifted(sources[s.path], shift) for s in g.scans})
-            sources.update({s.path: _by_mtime(sources[s.path], shift) for s in reference.scans})
+                for s in g.scans:
+                    sources[s.path] = replace(sources[s.path], offset_ns=sources[s.path].offset_ns + shift)
+            for s in reference.scans:
+                sources[s.path] = replace(
+                    sources[s.path],
+                    method="mtime",
+                    uncertainty_ns=None,
+                    against="file modification time = its last event",
+                    confidence="low",
+                    note="no file in the run has a wall clock; the others are placed against this one",
+                )
             wall_clock = True
     lo, hi = _placed_range(placed)
     for g in rest:
@@ -340,7 +308,7 @@ def _place(
 
 
 def _place_by_evidence(
-    evidence: _Evidence,
+    evidence: Evidence,
     groups: list[_Group],
     placed: list[_Group],
     sources: dict[Path, SourceClock],
@@ -374,7 +342,7 @@ def _place_by_evidence(
                 break  # the better methods first again, now that more is placed
 
 
-def _refine(evidence: _Evidence, placed: list[_Group], sources: dict[Path, SourceClock], rounds: int = 2) -> None:
+def _refine(evidence: Evidence, placed: list[_Group], sources: dict[Path, SourceClock], rounds: int = 2) -> None:
     """Placed one after the other, a group was compared only with those placed before it. Each
     group placed by collectives or sync spans is estimated again against every other placed group
     (their offsets as they stand): the ranks' individual delays in ending a collective average out."""
@@ -397,14 +365,13 @@ def _refine(evidence: _Evidence, placed: list[_Group], sources: dict[Path, Sourc
             offset, uncertainty, used, against = found
             g.offset, g.uncertainty = offset, uncertainty
             for s in g.scans:
-                old = sources[s.path]
-                sources[s.path] = SourceClock(
-                    s.path, old.clock, old.method, offset, uncertainty, used, against, old.confidence, old.note
+                sources[s.path] = replace(
+                    sources[s.path], offset_ns=offset, uncertainty_ns=uncertainty, anchors=used, against=against
                 )
 
 
 def _estimate_against(
-    evidence: _Evidence,
+    evidence: Evidence,
     g: _Group,
     partners: list[HasClock],
     partner_group: dict[int, _Group],
@@ -413,7 +380,7 @@ def _estimate_against(
 ) -> tuple[int, int | None, int, str] | None:
     """The offset of ``g`` from its evidence against placed ``partners``; its uncertainty adds
     the partners' own (the median over the partners that gave evidence)."""
-    pool: list[_Anchor] = []
+    pool: list[Anchor] = []
     inherited: list[int] = []
     against: list[str] = []
     for b in partners:
@@ -445,135 +412,6 @@ def _estimate_against(
     return offset, (uncertainty + worst if uncertainty is not None else None), used, ", ".join(against[:3])
 
 
-def _anchors(evidence: _Evidence, a: HasClock, b: HasClock, method: str, both_epoch: bool) -> list[_Anchor]:
-    """Offsets that would put ``a`` on ``b``'s clock, one per matched pair of events (at most
-    MAX_PAIRS_PER_TAG per tag, spread over the run)."""
-    if method == SESSION:
-        return _session_anchors(a, b)
-    marks_a, marks_b = evidence.marks(a, method), evidence.marks(b, method)
-    out: list[_Anchor] = []
-    for tag in sorted(marks_a.keys() & marks_b.keys()):
-        pairs = _matched(marks_a[tag], marks_b[tag], both_epoch)
-        if len(pairs) > MAX_PAIRS_PER_TAG:
-            step = len(pairs) / MAX_PAIRS_PER_TAG
-            pairs = [pairs[int(n * step)] for n in range(MAX_PAIRS_PER_TAG)]
-        if method == COLLECTIVE:  # ends meet; neither may end before the other started
-            out.extend((y[1] - x[1], y[0] - x[1], y[1] - x[0]) for x, y in pairs)
-        else:
-            out.extend((y[0] - x[0], None, None) for x, y in pairs)
-    return out
-
-
-def _file_marks(s: HasClock, method: str) -> dict[str, list[tuple[int, int]]]:
-    """Per tag of ``method``, the marks of the file's process that has most of them."""
-    out: dict[str, list[tuple[int, int]]] = {}
-    for tags in s.marks.values():
-        for tag, found in tags.items():
-            if tag.startswith(method) and len(found) > len(out.get(tag, ())):
-                out[tag] = found
-    return out
-
-
-def _matched(xs: list[tuple[int, int]], ys: list[tuple[int, int]], both_epoch: bool) -> list[tuple]:
-    """Pair the k-th event of one file with the k-th of the other. When two epoch clocks (which
-    agree to within NTP error) hold different numbers of them (one trace started or stopped a
-    collective earlier), the pairing may be shifted by a few: the shift whose pairs allow one
-    common offset (every pair's bounds overlap), then whose offsets are nearest zero."""
-    if len(xs) == len(ys) or not both_epoch:
-        return list(zip(xs, ys, strict=False))
-    best: list[tuple] = []
-    best_score: tuple | None = None
-    need = max(1, min(len(xs), len(ys)) // 2)
-    for k in range(-MAX_INDEX_SHIFT, MAX_INDEX_SHIFT + 1):
-        pairs = [(xs[i], ys[i + k]) for i in range(max(0, -k), min(len(xs), len(ys) - k))]
-        if len(pairs) < need:
-            continue
-        lo = max(y[0] - x[1] for x, y in pairs)
-        hi = min(y[1] - x[0] for x, y in pairs)
-        score = (lo > hi, abs(statistics.median_low([y[1] - x[1] for x, y in pairs])), abs(k))
-        if best_score is None or score < best_score:
-            best, best_score = pairs, score
-    return best
-
-
-def _session_anchors(a: HasClock, b: HasClock) -> list[_Anchor]:
-    """Sessions that one file records (wall clock) and the other names in perf-tracer spans."""
-    out: list[_Anchor] = []
-    for ident in sorted(a.marks.keys() & b.marks.keys(), key=repr):
-        times_a, times_b = _session_times(a.marks[ident]), _session_times(b.marks[ident])
-        for sid in sorted(times_a.keys() & times_b.keys(), key=repr):
-            pair = _session_pair(times_a[sid], times_b[sid])
-            if pair is not None:
-                out.append((pair[1] - pair[0], None, None))
-    return out
-
-
-def _session_times(tags: dict[str, list[tuple[int, int]]]) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = defaultdict(dict)
-    for tag, found in tags.items():
-        if tag.startswith(SESSION + " ") and found:
-            _, sid, name = tag.split(" ", 2)
-            out[sid][name] = found[0][0]
-    return out
-
-
-def _session_pair(x: dict[str, int], y: dict[str, int]) -> tuple[int, int] | None:
-    """(time in x, time in y) of one session: a perf span named after a recorded phase starts
-    with that phase; failing that, the session's first span starts when it was submitted."""
-    records, spans, flip = (x, y, False) if any(k.startswith("@") for k in x) else (y, x, True)
-    if not any(k.startswith("@") for k in records) or all(k.startswith("@") for k in spans):
-        return None
-    spans = {k: v for k, v in spans.items() if not k.startswith("@")}
-    phases = sorted((k[1:] for k in records if k != "@submit"), key=len, reverse=True)
-    pair = None
-    for name, start in sorted(spans.items()):
-        phase = next((p for p in phases if p and p in name), None)
-        if phase is not None:
-            pair = (records["@" + phase], start)
-            break
-    if pair is None and "@submit" in records:
-        pair = (records["@submit"], min(spans.values()))
-    if pair is None:
-        return None
-    return (pair[1], pair[0]) if flip else pair
-
-
-def estimate(anchors: list[_Anchor]) -> tuple[int, int | None, int] | None:
-    """(offset, uncertainty, anchors used): the median after rejecting outliers (3 scaled MADs).
-    With bounds (collectives) the uncertainty is three standard errors, never more than the
-    distance to the farther bound the fitting anchors allow; without, at least the anchors'
-    spread. None when too many anchors' bounds exclude the median: the events matched are not
-    the same collectives."""
-    values = sorted(a[0] for a in anchors)
-    med = statistics.median_low(values)
-    mad = statistics.median_low([abs(v - med) for v in values])
-    limit = max(3 * 1.4826 * mad, 1000)
-    kept = [a for a in anchors if abs(a[0] - med) <= limit]
-    kept_values = sorted(a[0] for a in kept)
-    offset = statistics.median_low(kept_values)
-    n = len(kept)
-    if n >= 3:
-        spread = 1.4826 * statistics.median_low([abs(v - offset) for v in kept_values])
-        uncertainty = math.ceil(3 * spread / math.sqrt(n))
-    else:
-        uncertainty = max(abs(v - offset) for v in kept_values)
-    bounded = [a for a in kept if a[1] is not None and a[2] is not None]
-    if not bounded:
-        # Events meant to be simultaneous (a sync span, a session phase) are so only to within
-        # their lag, which may be the same for all: as unsure as the pairs disagree.
-        uncertainty = max(uncertainty, kept_values[-1] - kept_values[0])
-    else:
-        # A pair whose bounds exclude the consensus is no common collective (or a late record):
-        # a few are dropped; many mean the files' events were not matched at all.
-        fitting = [a for a in bounded if a[1] <= offset <= a[2]]
-        if len(fitting) < 0.75 * len(bounded):
-            return None
-        lo, hi = max(a[1] for a in fitting), min(a[2] for a in fitting)
-        uncertainty = min(uncertainty, max(offset - lo, hi - offset))
-        n -= len(bounded) - len(fitting)
-    return offset, uncertainty, n
-
-
 def _mtime_offset(g: _Group) -> int | None:
     s = max(g.scans, key=lambda s: s.ts_max or 0)
     if s.mtime_ns is None or s.ts_max is None:
@@ -585,36 +423,3 @@ def _placed_range(placed: list[_Group]) -> tuple[int | None, int | None]:
     starts = [s.ts_min + (g.offset or 0) for g in placed for s in g.scans]
     ends = [(s.ts_max or s.ts_min) + (g.offset or 0) for g in placed for s in g.scans]
     return (min(starts), max(ends)) if starts else (None, None)
-
-
-def _shifted(src: SourceClock, shift: int) -> SourceClock:
-    return SourceClock(
-        src.path,
-        src.clock,
-        src.method,
-        src.offset_ns + shift,
-        src.uncertainty_ns,
-        src.anchors,
-        src.against,
-        src.confidence,
-        src.note,
-    )
-
-
-def _by_mtime(src: SourceClock, shift: int) -> SourceClock:
-    return SourceClock(
-        src.path,
-        src.clock,
-        "mtime",
-        shift,
-        None,
-        0,
-        "file modification time = its last event",
-        "low",
-        "no file in the run has a wall clock; the others are placed against this one",
-    )
-
-
-def describe(clock: ClockDomain) -> str:
-    """The clock domain, for the run table."""
-    return clock.name

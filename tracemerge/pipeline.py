@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tracemerge.anchors import Watch
-from tracemerge.clock import AUTOMATIC, AlignOptions, describe
+from tracemerge.clock import AUTOMATIC, AlignOptions
 from tracemerge.discover import Candidate, discover
 from tracemerge.errors import FatalError, InputError, NotATrace, shown
 from tracemerge.layout import DEFAULT_BUDGET, FileLayout
@@ -699,7 +699,7 @@ def _fill_report(report: RunReport, plan: MergePlan, scans: list[FileScan]) -> N
         for ident, counts in s.counts.items():
             proc = procs[ident]
             proc.files.append(s.path)
-            proc.clocks.add(describe(s.clock))
+            proc.clocks.add(s.clock.name)
             proc.read.add(counts)
         for ident, counts in s.written.items():
             procs[ident].written.add(counts)
