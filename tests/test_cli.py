@@ -158,7 +158,7 @@ def test_internal_error_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None
     def boom(*_a, **_k):
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr("tracemerge.pipeline.FileLayout.finish", boom)
+    monkeypatch.setattr("tracemerge.layout.FileLayout.finish", boom)
     monkeypatch.delenv("TRACEMERGE_DEBUG", raising=False)
     monkeypatch.setattr(sys, "argv", ["tracemerge", str(tmp_path), "-o", str(tmp_path / "m.pftrace")])
     with pytest.raises(SystemExit) as exit_info:

@@ -1,8 +1,9 @@
 """The public entry point: ``merge(inputs, output)`` runs discover → read → align → lay out → write.
 
-Each file's heavy work is :func:`process_file`, a plain function of the file and a small
-:class:`FileJob`: it reads the file once, lays its events out and encodes them into a chunk of
-its own, and returns a :class:`~tracemerge.plan.FileScan` summary. The plan is then made from the
+Each file's heavy work is :func:`~tracemerge.filework.process_file`, a plain function of the file
+and a small :class:`~tracemerge.filework.FileJob`: it reads the file once, lays its events out and
+encodes them into a chunk of its own, and returns a :class:`~tracemerge.plan.FileScan` summary;
+the derived phase tracks are one more such unit (:mod:`tracemerge.derived`). The plan is then made from the
 summaries alone, and the output assembled from the chunks in a temporary file next to it, renamed
 into place only when whole. With ``jobs > 1`` files are processed in worker processes; the
 output is byte-identical either way.
@@ -16,316 +17,42 @@ out and kept (see FileLayout.save); nothing is read twice.
 
 from __future__ import annotations
 
-import gc
 import gzip
-import io
 import os
 import shutil
-import sqlite3
 import tempfile
 import time
-from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import ExitStack, suppress
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
-from tracemerge.anchors import Watch
 from tracemerge.clock import AUTOMATIC, AlignOptions
+from tracemerge.derived import derived_scan, encode_derived, steps_window
 from tracemerge.discover import Candidate, discover
-from tracemerge.errors import FatalError, InputError, NotATrace, shown
-from tracemerge.layout import DEFAULT_BUDGET, FileLayout
-from tracemerge.model import UNIX_EPOCH, ClockDomain, Identity, ThreadInfo
+from tracemerge.errors import FatalError, shown
+from tracemerge.filework import FileJob, FileOutcome, process_file
+from tracemerge.layout import DEFAULT_BUDGET
 from tracemerge.phases import (
     AUTO_PHASES,
-    PhaseModel,
     PhaseOptions,
-    PhaseRules,
-    Preset,
     derive,
     summary,
-    track_infos,
 )
-from tracemerge.phases import events as phase_events
 from tracemerge.plan import (
     FileScan,
     IdCollision,
-    LocalTracks,
     MergePlan,
-    PlannedTracks,
     UnitPlan,
-    flow_id_base,
     lane_track,
     make_plan,
-    resolve_identity,
-    role_sort_key,
 )
 from tracemerge.report import ProcessReport, RunReport
-from tracemerge.select import EVERYTHING, Selection, TimeFilter
-from tracemerge.writers import WRITERS, Writer, writer_for
+from tracemerge.select import EVERYTHING, Selection
+from tracemerge.writers import Writer, writer_for
 
 # With jobs=0 (automatic), inputs smaller than this are merged in-process: a pool costs more than it saves.
 PARALLEL_MIN_BYTES = 16 << 20
-# Without a clock of their own, µs timestamps at least this large are Unix-epoch time (1973 on).
-EPOCH_FLOOR_NS = 10**17
-RELATIVE_NO_ANCHOR = ClockDomain("relative µs, no wall-clock anchor", anchored=False)
-
-
-@dataclass(frozen=True)
-class FileJob:
-    """What processing one file needs besides the file: all of it small and picklable."""
-
-    candidate: Candidate
-    sequence_id: int
-    writer: str = ""  # "" for a summary without output (the first of Chrome JSON's two reads)
-    chunk: Path | None = None
-    unit: UnitPlan | None = None  # Chrome JSON's second read: the planned tracks and time shift
-    salts: dict[Identity, str] = field(default_factory=dict)
-    budget: int = DEFAULT_BUDGET  # events held in memory before they spill to disk
-    selection: Selection = EVERYTHING
-    window: tuple[int | None, int | None] | None = None  # in the file's own timestamps
-    wide_ids: bool = False  # 63-bit track uuids (after narrow ones collided)
-    sync: tuple[str, ...] = ()  # span names that start at one instant in every process (clock evidence)
-    phases: tuple[Preset, ...] = ()  # phase rules noted while reading
-    # Chrome JSON's first read: build the events' bodies with this writer and keep the laid-out
-    # events beside the chunk; its second pass (``saved``: that read's summary) encodes them
-    # instead of reading the file again.
-    keep_layout: str = ""
-    saved: FileScan | None = None
-
-
-@dataclass
-class FileOutcome:
-    """What processing one file gave: a summary, or why the file is not used."""
-
-    candidate: Candidate
-    scan: FileScan | None = None
-    skipped: str | None = None  # one-line reason, naming the file
-    ignored: bool = False  # a non-trace met while walking a directory
-
-
-class _NoOutput:
-    """An encoder that writes nothing: a file read only for its summary."""
-
-    def prefix(self, name: str, cat: str) -> bytes:
-        return b""
-
-    args_heads = (b"",) * 4096
-
-    def args(self, text: bytes) -> bytes:
-        return b""
-
-    def slice_begin(self, *args: Any) -> None: ...
-
-    def slice_end(self, *args: Any) -> None: ...
-
-    def instant(self, *args: Any) -> None: ...
-
-    def counter(self, *args: Any) -> None: ...
-
-    def close(self) -> None: ...
-
-
-def process_file(job: FileJob) -> FileOutcome:
-    """Read one file, lay it out, encode it into ``job.chunk``; summarise it for the plan.
-
-    A file that breaks the reader in a way no check foresaw (a value of a type its format never
-    holds, a structure nested beyond reason, more than memory allows) is skipped with the reason:
-    the rest of the run is merged.
-    """
-    # Millions of short-lived tuples and no reference cycles: the cyclic collector would cost a
-    # third of the time here, scanning them again and again.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return _process_file(job)
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError, MemoryError) as exc:
-        reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        return FileOutcome(job.candidate, skipped=f"{shown(job.candidate.path)}: cannot be read ({reason[:200]})")
-    except sqlite3.Error as exc:
-        return FileOutcome(job.candidate, skipped=f"{shown(job.candidate.path)}: cannot read the database ({exc})")
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _layout_files(chunk: Path) -> tuple[Path, Path]:
-    """Where a kept layout lies: its index and its run file."""
-    return chunk.with_suffix(".layout"), chunk.with_suffix(".runs")
-
-
-def _process_file(job: FileJob) -> FileOutcome:
-    if job.saved is not None:
-        return _encode_saved(job, job.saved)
-    cand = job.candidate
-    keep_layout = bool(job.keep_layout) and job.chunk is not None
-    with ExitStack() as stack:
-        if job.writer and job.chunk is not None:
-            out = stack.enter_context(job.chunk.open("wb"))
-            enc = WRITERS[job.writer].unit_encoder(job.sequence_id, out)
-        elif keep_layout:  # bodies as the writer encodes them; nothing is written yet
-            enc = WRITERS[job.keep_layout].unit_encoder(job.sequence_id, io.BytesIO())
-        else:
-            enc = _NoOutput()
-        store = _layout_files(job.chunk)[1] if keep_layout and job.chunk is not None else None
-        layout = FileLayout(
-            enc,
-            job.budget,
-            job.chunk.parent if job.chunk else None,
-            Watch(job.sync, PhaseRules(job.phases)),
-            store,
-        )
-        try:
-            data = cand.format.read(cand.path, layout)
-        except NotATrace as exc:
-            return FileOutcome(cand, skipped=str(exc) if cand.explicit else None, ignored=not cand.explicit)
-        except InputError as exc:
-            return FileOutcome(cand, skipped=str(exc))
-        identities: dict = {}
-
-        def identity_of(origin: Any) -> Identity:
-            found = identities.get(origin)
-            if found is None:
-                found = identities[origin] = resolve_identity(origin, data, cand.role_hint, cand.rank_hint)
-            return found
-
-        if job.unit is not None:
-            tracks: Any = PlannedTracks(job.unit)
-            shift = job.unit.shift_ns
-        else:
-            tracks, shift = LocalTracks(job.salts, job.wide_ids), None
-        sel = job.selection
-        times = None
-        if job.window is not None or sel.min_dur:
-            lo, hi = job.window or (None, None)
-            times = TimeFilter(lo, hi, sel.min_dur)
-        keep = None if sel.roles is None and sel.ranks is None else sel.keeps
-        if keep_layout:
-            layout.check_memory(0)  # everything to the run file, which the second pass reads
-            for key in [*layout.entries, *layout.points, *layout.samples]:
-                identity_of(key[0])
-        result = layout.finish(
-            identity_of, tracks, shift, flow_id_base(job.sequence_id), keep, times, summary_only=not job.writer
-        )
-        if keep_layout and job.chunk is not None:
-            layout.save(_layout_files(job.chunk)[0])
-        enc.close()
-    if result.ts_min is None:
-        return FileOutcome(cand, skipped=f"{shown(cand.path)}: no events")
-    clock = data.clock
-    if clock is None:
-        # The latest event decides: an epoch trace whose first event says 0 is still an epoch trace.
-        relative = data.relative_clock or RELATIVE_NO_ANCHOR
-        clock = UNIX_EPOCH if (result.ts_max or result.ts_min) >= EPOCH_FLOOR_NS else relative
-    threads: dict[Identity, dict] = defaultdict(dict)
-    for ident, keys in result.threads.items():
-        for key in keys:
-            threads[ident][key] = data.threads.get(key) or ThreadInfo(str(key))
-    series: dict[Identity, dict] = defaultdict(dict)
-    for ident, pairs in result.counter_series.items():
-        for key, name in pairs:
-            info = data.threads.get(key)
-            series[ident][(key, name)] = info.name if info else ""
-    dropped = data.dropped
-    dropped.update(result.dropped)
-    for kind, count in layout.marks_over.items():  # the events are in the output; only not evidence
-        dropped[f"{kind} marks beyond the cap per thread (events kept, not used as {kind} evidence)"] += count
-    scan = FileScan(
-        path=cand.path,
-        format=data.format,
-        clock=clock,
-        sequence_id=job.sequence_id,
-        origin_ns=data.origin_ns,
-        identities=identities,
-        counts=dict(result.read),
-        threads=dict(threads),
-        counter_series=dict(series),
-        ts_min=result.ts_min + data.origin_ns,
-        ts_max=(result.ts_max or result.ts_min) + data.origin_ns,
-        local_min=result.ts_min,
-        dropped=dropped,
-        metadata_records=data.metadata_records,
-        written=dict(result.written),
-        lanes=result.lanes,
-        moved_to_lanes=result.moved_to_lanes,
-        reversed_flows=result.reversed_flows,
-        salts=dict(job.salts),
-        filtered=result.filtered,
-        marks=_marks(layout.marks, identity_of, data.origin_ns),
-        host=data.host,
-        mtime_ns=_mtime_ns(cand.path),
-    )
-    return FileOutcome(cand, scan=scan)
-
-
-def _encode_saved(job: FileJob, prior: FileScan) -> FileOutcome:
-    """Chrome JSON's second pass: encode the events the first read laid out and kept, with the
-    plan; nothing of the input is read again."""
-    assert job.chunk is not None and job.unit is not None
-    index, _ = _layout_files(job.chunk)
-    with job.chunk.open("wb") as out:
-        enc = WRITERS[job.writer].unit_encoder(job.sequence_id, out)
-        layout = FileLayout.load(index, enc, job.budget)
-        times = None
-        if job.window is not None or job.selection.min_dur:
-            lo, hi = job.window or (None, None)
-            times = TimeFilter(lo, hi, job.selection.min_dur)
-        result = layout.finish(
-            prior.identities.__getitem__,
-            PlannedTracks(job.unit),
-            job.unit.shift_ns,
-            flow_id_base(job.sequence_id),
-            None,
-            times,
-        )
-        enc.close()
-    dropped = Counter(prior.dropped)
-    dropped.update(result.dropped)
-    filtered = Counter(prior.filtered)
-    filtered.update(result.filtered)
-    return FileOutcome(
-        job.candidate,
-        scan=replace(
-            prior,
-            counts=dict(result.read),
-            written=dict(result.written),
-            lanes=result.lanes,
-            moved_to_lanes=result.moved_to_lanes,
-            reversed_flows=result.reversed_flows,
-            dropped=dropped,
-            filtered=filtered,
-            salts=dict(job.salts),
-        ),
-    )
-
-
-def _marks(
-    marks: dict[tuple[str, Any, Any], list[tuple[int, int]]], identity_of: Callable[[Any], Identity], origin_ns: int
-) -> dict[Identity, dict[str, list[tuple[int, int]]]]:
-    """Per process and tag, the marks of one thread, in time order: a collective is noted once
-    per rank, not once per level that records it. Whole operations follow one another on their
-    thread, so the thread whose marks do not overlap and cover the most time is taken (Ascend's
-    communication-op row rather than its parallel tasks on a stream, or its launch on the host)."""
-    best: dict[Identity, dict[str, list[tuple[int, int]]]] = defaultdict(dict)
-    scores: dict[tuple[Identity, str], tuple[bool, int]] = {}
-    for (tag, origin, _thread), found in sorted(marks.items(), key=lambda kv: repr(kv[0])):
-        ident = identity_of(origin)
-        found = sorted((a + origin_ns, b + origin_ns) for a, b in found)
-        sequential = all(found[n][0] >= found[n - 1][1] for n in range(1, len(found)))
-        score = (sequential, sum(end - start for start, end in found))
-        if score > scores.get((ident, tag), (False, -1)):
-            best[ident][tag] = found
-            scores[(ident, tag)] = score
-    return dict(best)
-
-
-def _mtime_ns(path: Path) -> int | None:
-    try:
-        return path.stat().st_mtime_ns
-    except OSError:
-        return None
 
 
 def merge(
@@ -420,14 +147,14 @@ def merge(
                     plan = make_plan(scans, wide, clocks)
                     keep = None if selection.roles is None and selection.ranks is None else selection.keeps
                     model = derive(scans, plan.offsets, phase_rules.presets, phase_rules.steps, keep)
-                    derived = _derived_scan(model, len(candidates) + 2, work / "phases.chunk", plan)
+                    derived = derived_scan(model, len(candidates) + 2, work / "phases.chunk", plan)
                     if derived is not None:
                         plan = make_plan([*scans, derived], wide, clocks, plan.alignment)
                     break
                 except IdCollision:  # as rare as two equal 35-bit hashes: encode again, wide
                     if wide:
                         raise FatalError("two tracks hash to one 63-bit uuid") from None
-            selection = _steps_window(selection, phase_rules.steps, model, plan, report)
+            selection = steps_window(selection, phase_rules.steps, model, plan)
             chunk_of = {j.candidate.path: j.chunk for j in jobs_}
             cand_of = {j.candidate.path: j.candidate for j in jobs_}
             # Chrome JSON encodes with the plan. Perfetto re-encodes only files whose threads overlap
@@ -437,7 +164,7 @@ def merge(
             numbers = summary(model, {p.identity: p.name for p in plan.processes})
             if derived is not None:
                 chunk_of[derived.path] = derived.path
-                scan_of[derived.path] = _encode_derived(model, plan, writer, derived, memory_budget, wide)
+                scan_of[derived.path] = encode_derived(model, plan, writer, derived, memory_budget, wide)
                 plan.phase_summary = numbers
             redo = []
             for u in plan.units:
@@ -498,63 +225,6 @@ def merge(
         shutil.rmtree(work, ignore_errors=True)
     report.seconds = time.perf_counter() - started
     return report
-
-
-def _derived_scan(model: PhaseModel, sequence_id: int, chunk: Path, plan: MergePlan) -> FileScan | None:
-    """The summary of the derived tracks (Phases per process, the Pipeline group), as if a file."""
-    if model.empty:
-        return None
-    times = [(e.ts, e.ts + e.dur) for e in phase_events(model)]
-    lo, hi = min(a for a, _ in times), max(b for _, b in times)
-    return FileScan(
-        path=chunk,
-        format="derived phases",
-        clock=UNIX_EPOCH if plan.wall_clock else RELATIVE_NO_ANCHOR,
-        sequence_id=sequence_id,
-        origin_ns=0,
-        identities={},
-        counts={},
-        threads=track_infos(model, role_sort_key),
-        counter_series={},
-        ts_min=lo,
-        ts_max=hi,
-        local_min=lo,
-    )
-
-
-def _encode_derived(
-    model: PhaseModel, plan: MergePlan, writer: Writer, scan: FileScan, budget: int, wide: bool
-) -> FileScan:
-    """Encode the derived tracks into their chunk, the way a file's events are."""
-    unit = next(u for u in plan.units if u.path == scan.path)
-    with scan.path.open("wb") as out:
-        enc = WRITERS[writer.name].unit_encoder(unit.sequence_id, out)
-        layout = FileLayout(enc, budget, scan.path.parent)
-        for ev in phase_events(model):
-            layout.add_event(ev)
-        tracks: Any = LocalTracks({}, wide) if writer.one_pass else PlannedTracks(unit)
-        shift = None if writer.one_pass else unit.shift_ns
-        result = layout.finish(lambda ident: ident, tracks, shift, flow_id_base(unit.sequence_id))
-        enc.close()
-    scan.lanes = result.lanes
-    return scan
-
-
-def _steps_window(
-    selection: Selection, steps: frozenset[int] | None, model: PhaseModel, plan: MergePlan, report: RunReport
-) -> Selection:
-    """``--steps``: the time the kept steps span, as a window (within any --window given)."""
-    if steps is None:
-        return selection
-    kept = [(a, b - 1) for n, a, b in model.steps if n in steps]  # the next step starts at b
-    if not kept:
-        found = ", ".join(str(n) for n in model.found_steps) or "none"
-        raise FatalError(f"--steps: no such step in this run (steps found: {found})")
-    lo, hi = min(a for a, _ in kept) - plan.base_ns, max(b for _, b in kept) - plan.base_ns
-    if selection.window is not None:
-        start, end = selection.window
-        lo, hi = max(lo, start if start is not None else lo), min(hi, end if end is not None else hi)
-    return replace(selection, window=(lo, hi))
 
 
 def _stop_workers_on_error(pool: ProcessPoolExecutor) -> Callable[..., bool]:

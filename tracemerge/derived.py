@@ -1,0 +1,83 @@
+"""The derived Phases and Pipeline tracks (:mod:`tracemerge.phases`), written as one more unit of
+the output: a summary the plan takes like a file's, and a chunk encoded like a file's events."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from tracemerge.errors import FatalError
+from tracemerge.filework import RELATIVE_NO_ANCHOR
+from tracemerge.layout import FileLayout
+from tracemerge.model import UNIX_EPOCH
+from tracemerge.phases import (
+    PhaseModel,
+    track_infos,
+)
+from tracemerge.phases import events as phase_events
+from tracemerge.plan import (
+    FileScan,
+    LocalTracks,
+    MergePlan,
+    PlannedTracks,
+    flow_id_base,
+    role_sort_key,
+)
+from tracemerge.select import Selection
+from tracemerge.writers import WRITERS, Writer
+
+
+def derived_scan(model: PhaseModel, sequence_id: int, chunk: Path, plan: MergePlan) -> FileScan | None:
+    """The summary of the derived tracks (Phases per process, the Pipeline group), as if a file."""
+    if model.empty:
+        return None
+    times = [(e.ts, e.ts + e.dur) for e in phase_events(model)]
+    lo, hi = min(a for a, _ in times), max(b for _, b in times)
+    return FileScan(
+        path=chunk,
+        format="derived phases",
+        clock=UNIX_EPOCH if plan.wall_clock else RELATIVE_NO_ANCHOR,
+        sequence_id=sequence_id,
+        origin_ns=0,
+        identities={},
+        counts={},
+        threads=track_infos(model, role_sort_key),
+        counter_series={},
+        ts_min=lo,
+        ts_max=hi,
+        local_min=lo,
+    )
+
+
+def encode_derived(
+    model: PhaseModel, plan: MergePlan, writer: Writer, scan: FileScan, budget: int, wide: bool
+) -> FileScan:
+    """Encode the derived tracks into their chunk, the way a file's events are."""
+    unit = next(u for u in plan.units if u.path == scan.path)
+    with scan.path.open("wb") as out:
+        enc = WRITERS[writer.name].unit_encoder(unit.sequence_id, out)
+        layout = FileLayout(enc, budget, scan.path.parent)
+        for ev in phase_events(model):
+            layout.add_event(ev)
+        tracks: Any = LocalTracks({}, wide) if writer.one_pass else PlannedTracks(unit)
+        shift = None if writer.one_pass else unit.shift_ns
+        result = layout.finish(lambda ident: ident, tracks, shift, flow_id_base(unit.sequence_id))
+        enc.close()
+    scan.lanes = result.lanes
+    return scan
+
+
+def steps_window(selection: Selection, steps: frozenset[int] | None, model: PhaseModel, plan: MergePlan) -> Selection:
+    """``--steps``: the time the kept steps span, as a window (within any --window given)."""
+    if steps is None:
+        return selection
+    kept = [(a, b - 1) for n, a, b in model.steps if n in steps]  # the next step starts at b
+    if not kept:
+        found = ", ".join(str(n) for n in model.found_steps) or "none"
+        raise FatalError(f"--steps: no such step in this run (steps found: {found})")
+    lo, hi = min(a for a, _ in kept) - plan.base_ns, max(b for _, b in kept) - plan.base_ns
+    if selection.window is not None:
+        start, end = selection.window
+        lo, hi = max(lo, start if start is not None else lo), min(hi, end if end is not None else hi)
+    return replace(selection, window=(lo, hi))
