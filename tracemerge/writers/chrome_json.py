@@ -85,6 +85,16 @@ def _meta(name: str, pid: int, tid: int | None, args: dict) -> bytes:
     return b'{"ph":"M","name":%s,"pid":%d%s,"args":%s}' % (orjson.dumps(name), pid, tid_part, orjson.dumps(args))
 
 
+def _note(pid: int, ts: int, name: str, args: dict) -> bytes:
+    """A process-scoped instant of tracemerge's own (category ``tracemerge``)."""
+    return b'{"ph":"i","s":"p","pid":%d,"ts":%s,"name":%s,"cat":"tracemerge","args":%s}' % (
+        pid,
+        _us(ts),
+        orjson.dumps(name),
+        orjson.dumps(args),
+    )
+
+
 def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> None:
     """Opens the document and names every process and thread (sort indexes for v53+ UIs)."""
     records: list[bytes] = []
@@ -96,15 +106,8 @@ def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> No
         records.append(_meta("thread_sort_index", thread.pid, thread.tid, {"sort_index": thread.order}))
     group = next((proc for proc in plan.processes if proc.is_group), None)
     if plan.phase_summary and group is not None:
-        records.append(
-            b'{"ph":"i","s":"p","pid":%d,"ts":0,"name":%s,"cat":"tracemerge","args":%s}'
-            % (group.pid, orjson.dumps(SUMMARY_NOTE), orjson.dumps({"summary": plan.phase_summary}))
-        )
-    for note in plan.clock_notes:
-        records.append(
-            b'{"ph":"i","s":"p","pid":%d,"ts":%s,"name":%s,"cat":"tracemerge","args":%s}'
-            % (note.pid, _us(note.ts), orjson.dumps(CLOCK_NOTE), orjson.dumps(note.args))
-        )
+        records.append(_note(group.pid, 0, SUMMARY_NOTE, {"summary": plan.phase_summary}))
+    records.extend(_note(note.pid, note.ts, CLOCK_NOTE, note.args) for note in plan.clock_notes)
     out.write(b'{"traceEvents":[\n')
     # The plan always has a process, so every event written after these starts with a comma.
     out.write(b",\n".join(records))

@@ -392,13 +392,7 @@ def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> No
         write_packet(out, pkt)
     group = next((proc for proc in plan.processes if proc.is_group), None)
     if plan.phase_summary and group is not None:
-        pkt = pb.TracePacket(timestamp=0, trusted_packet_sequence_id=seq)
-        event = pkt.track_event
-        event.type, event.track_uuid, event.name = _INSTANT, group.uuid, SUMMARY_NOTE
-        event.categories.append("tracemerge")
-        summary = orjson.dumps(plan.phase_summary).decode()
-        event.debug_annotations.add(name="summary", legacy_json_value=summary)
-        write_packet(out, pkt)
+        write_packet(out, _note(0, group.uuid, SUMMARY_NOTE, {"summary": plan.phase_summary}))
     clock_tracks: dict[int, int] = {}
     for note in plan.clock_notes:
         # On a track of its own, titled by its name (the process's own track shows its pid).
@@ -409,17 +403,25 @@ def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> No
             pkt.track_descriptor.name = CLOCK_NOTE
             pkt.track_descriptor.sibling_order_rank = 1 << 30  # after the threads
             write_packet(out, pkt)
-        pkt = pb.TracePacket(timestamp=note.ts, trusted_packet_sequence_id=seq)
-        event = pkt.track_event
-        event.type, event.track_uuid, event.name = _INSTANT, track, CLOCK_NOTE
-        event.categories.append("tracemerge")
-        for key, value in note.args.items():
-            annotation = event.debug_annotations.add(name=key)
-            if type(value) is int:
-                annotation.int_value = value
-            else:
-                annotation.string_value = str(value)
-        write_packet(out, pkt)
+        write_packet(out, _note(note.ts, track, CLOCK_NOTE, note.args))
+
+
+def _note(ts: int, track: int, name: str, args: dict) -> pb.TracePacket:
+    """An instant of tracemerge's own (category ``tracemerge``) on the descriptor sequence, its
+    args as typed annotations (an object as JSON, which trace_processor flattens)."""
+    pkt = pb.TracePacket(timestamp=ts, trusted_packet_sequence_id=DESCRIPTOR_SEQUENCE)
+    event = pkt.track_event
+    event.type, event.track_uuid, event.name = _INSTANT, track, name
+    event.categories.append("tracemerge")
+    for key, value in args.items():
+        annotation = event.debug_annotations.add(name=key)
+        if type(value) is int:
+            annotation.int_value = value
+        elif type(value) is dict:
+            annotation.legacy_json_value = orjson.dumps(value).decode()
+        else:
+            annotation.string_value = str(value)
+    return pkt
 
 
 def _descriptor(uuid: int, parent: int = 0) -> pb.TracePacket:
