@@ -205,7 +205,8 @@ def test_rank_less_runs_of_one_role_stay_apart_and_the_run_dir_itself_keeps_its_
 
 def test_db_counter_ids_are_named_as_ids_not_as_strings(tmp_path: Path) -> None:
     """hbmId 0 and llcId 1 are numbers (STRING_IDS 0 and 1 are op names); moduleId is an
-    ENUM_MODULE id; type and mode are STRING_IDS; no id column is drawn as a counter."""
+    ENUM_MODULE id; type and mode are STRING_IDS; no id column is drawn as a counter; tracks are
+    named as the text export names them."""
     run = tmp_path / "actor" / "host_1_20260101000000000_ascend_pt"
     shutil.copytree(next((FIXTURES / "ascend" / "db").rglob("*_ascend_pt")), run)
     [db] = run.rglob("ascend_pytorch_profiler_*.db")
@@ -232,9 +233,100 @@ def test_db_counter_ids_are_named_as_ids_not_as_strings(tmp_path: Path) -> None:
     out = tmp_path / "out.pftrace"
     merge([tmp_path], out)
     names = {name for _, name in read_pftrace(out).counter_tracks.values()}
-    assert {"HBM 0 read bandwidth", "HBM 1 read bandwidth"} <= names
-    assert {"LLC 1 read hitRate", "LLC 1 read throughput"} <= names
-    assert "NPU MODULE MEM HCCL totalReserved" in names
+    assert names == {
+        "AI Core Freq MHz",
+        "HBM 0/Read Read(MB/s)",
+        "HBM 1/Read Read(MB/s)",
+        "LLC 1 Read/Hit Rate Hit Rate(%)",
+        "LLC 1 Read/Throughput Throughput(MB/s)",
+        "NPU Module MEM: HCCL Total Reserved(MB)",
+    }
     assert not [
         n for n in names if "aclnnAdd_op" in n or "ZerosLike" in n or n.endswith(("hbmId", "llcId", "moduleId"))
     ]
+
+
+COUNTERS = ASCEND / "counters"
+
+
+def counter_series(rb: Readback) -> dict[str, list[tuple[int, float]]]:
+    return {rb.counter_tracks[track][1]: sorted(values) for track, values in rb.counters.items()}
+
+
+def csv_rows(path: Path) -> list[dict[str, str]]:
+    import csv
+
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_db_counters_are_named_and_scaled_as_the_text_export_draws_them(tmp_path: Path) -> None:
+    """One run's counters exported both ways (msprof's DB tables with STRING_IDS and ENUM_MODULE,
+    and its counter events and CSVs): the same tracks, the same values at the same nanoseconds."""
+    text, text_report = merged(tmp_path / "t", COUNTERS / "text")
+    db, db_report = merged(tmp_path / "d", COUNTERS / "db")
+    from_text, from_db = counter_series(text), counter_series(db)
+    csv_only = ("NPU Module MEM: ", "NPU OP MEM: ")  # the text export keeps these in CSVs only
+    assert {name: v for name, v in from_db.items() if not name.startswith(csv_only)} == from_text
+    assert sorted(from_text) == [
+        "AI Core Freq MHz",
+        "Acc PMU: acc_id 0 read_bandwidth",
+        "Acc PMU: acc_id 0 read_ost",
+        "Acc PMU: acc_id 0 write_band_width",
+        "Acc PMU: acc_id 0 write_ost",
+        "Acc PMU: acc_id 1 read_bandwidth",
+        "Acc PMU: acc_id 1 read_ost",
+        "Acc PMU: acc_id 1 write_band_width",
+        "Acc PMU: acc_id 1 write_ost",
+        "DDR/Read Read(MB/s)",
+        "DDR/Write Write(MB/s)",
+        "HBM 0/Read Read(MB/s)",
+        "HBM 0/Write Write(MB/s)",
+        "HBM 1/Read Read(MB/s)",
+        "HBM 1/Write Write(MB/s)",
+        "HCCS: Rx Rx(MB/s)",
+        "HCCS: Tx Tx(MB/s)",
+        "LLC 0 Read/Hit Rate Hit Rate(%)",
+        "LLC 0 Read/Throughput Throughput(MB/s)",
+        "LLC 1 Read/Hit Rate Hit Rate(%)",
+        "LLC 1 Read/Throughput Throughput(MB/s)",
+        "NPU MEM: APP/DDR KB",
+        "NPU MEM: APP/HBM KB",
+        "NPU MEM: APP/Memory KB",
+        "NPU MEM: Device/DDR KB",
+        "NPU MEM: Device/HBM KB",
+        "NPU MEM: Device/Memory KB",
+        "PCIe_cpl Rx",
+        "PCIe_cpl Tx",
+        "PCIe_nonpost Rx",
+        "PCIe_nonpost Tx",
+        "PCIe_nonpost_latency Rx",
+        "PCIe_nonpost_latency Tx",
+        "PCIe_post Rx",
+        "PCIe_post Tx",
+        "Stars Soc Info: L2 Buffer Bw Level",
+        "Stars Soc Info: Mata Bw Level",
+    ]
+    t = T0 + 100_000
+    assert from_db["HBM 1/Write Write(MB/s)"] == [(t, 13.5), (t + 20_000, 1037.75)]  # B/s in the DB
+    assert from_db["LLC 1 Read/Hit Rate Hit Rate(%)"] == [(t, 79.5 / 100), (t + 20_000, 79.5 / 100)]
+    assert from_db["NPU MEM: Device/Memory KB"] == [(t, 2_212_081_665 / 1024), (t + 20_000, 2_212_085_761 / 1024)]
+
+    # NPU module and operator memory: named and scaled as npu_module_mem.csv and memory_record.csv
+    out = next(COUNTERS.glob("text/*/*/ASCEND_PROFILER_OUTPUT"))
+    from_csv: dict[str, list] = {}
+    for row in csv_rows(out / "npu_module_mem.csv"):
+        name = f"NPU Module MEM: {row['Component']} Total Reserved(MB)"
+        from_csv.setdefault(name, []).append((exact_ns(row["Timestamp(us)"].strip()), float(row["Total Reserved(MB)"])))
+    for row in csv_rows(out / "memory_record.csv"):
+        for column in ("Total Allocated(MB)", "Total Reserved(MB)"):
+            name = f"NPU OP MEM: {row['Component']} {column}"
+            from_csv.setdefault(name, []).append((exact_ns(row["Timestamp(us)"].strip()), float(row[column])))
+    assert {name: v for name, v in from_db.items() if name.startswith(csv_only)} == from_csv
+    # each operator allocation and release is an instant named after the operator
+    assert [(i.name, i.ts, i.args["args"]["type"], i.args["args"]["size"]) for i in db.instants] == [
+        ("MatMul", t, "allocate", 4096),
+        ("MatMul", t + 20_000, "release", 4096),
+    ]
+    assert db_report.written.counters == sum(map(len, from_db.values())) == 82
+    assert (text_report.dropped, db_report.dropped) == ({}, {})

@@ -97,7 +97,7 @@ STATS: tuple[Stat, ...] = (
         "counter_without_value",
         Severity.DATA_LOSS,
         "counter events without a numeric value",
-        r"^C event without a numeric value",
+        r"^C event without a numeric value|^counter row without a numeric value",
     ),
     _stat(
         "phase_unsupported",

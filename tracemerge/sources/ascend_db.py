@@ -10,7 +10,8 @@ columns it has. Timeline tables and where their rows go:
   ``COMMUNICATION_TASK_INFO`` / an MSTX message, else the task type; communication tasks also on
   ``HCCL · Plane N``; ``COMMUNICATION_OP`` → ``HCCL · Group N Communication``;
 - ``OVERLAP_ANALYSIS`` → ``Overlap Analysis · Computing`` etc.; ``MSTX_EVENTS`` → ``MSTX``;
-- every table with a ``timestampNs`` column → counter tracks, one per numeric column;
+- every table with a ``timestampNs`` column → counter tracks: the metric tables named and scaled as
+  the text export draws them (``ascend_counters``), any other one series per numeric column;
 - flows: ``CANN_API`` → ``TASK`` by connectionId (HostToDevice), ``PYTORCH_API`` → ``TASK`` through
   ``CONNECTION_IDS`` (torch_to_npu), and forward → backward ops sharing a connection id (fwdbwd).
 """
@@ -30,8 +31,10 @@ from tracemerge.layout import FileLayout
 from tracemerge.model import Event, FlowPhase, Kind, SourceData, ThreadInfo, ThreadKey
 from tracemerge.phases import MSTX
 from tracemerge.sources import ascend_layout as layout_dirs
+from tracemerge.sources.ascend_counters import COUNTER_TABLES, CounterTable
 from tracemerge.sources.ascend_layout import MSTX_THREAD
 from tracemerge.sources.base import SourceFormat
+from tracemerge.sources.chrome_events import counter_series
 from tracemerge.units import checked_ns
 
 NAME = "ascend-db"
@@ -61,22 +64,29 @@ STRING_COLUMNS = frozenset(
         "hf32Eligible",
     }
 )
-# Columns of counter tables that identify a series rather than measure it: numeric ids (a number
-# in the name, as the text export's "HBM 3"), ids of an ENUM_* table, and STRING_IDS ids.
-ID_KEYS = frozenset({"hbmId", "llcId", "accId", "hbm_id", "llc_id", "acc_id", "nicId", "pcieId", "hccsId"})
+# Columns of counter tables (without a text-export naming) that identify a series rather than
+# measure it: numeric ids (a number in the name), ids of an ENUM_* table, and STRING_IDS ids.
+ID_KEYS = frozenset(
+    {
+        "hbmId",
+        "llcId",
+        "accId",
+        "hbm_id",
+        "llc_id",
+        "acc_id",
+        "nicId",
+        "pcieId",
+        "hccsId",
+        "funcId",
+        "coreId",
+        "portId",
+        "dieId",
+    }
+)
 ENUM_KEYS = {"moduleId": "ENUM_MODULE", "module_id": "ENUM_MODULE"}
-STRING_KEYS = frozenset({"type", "mode", "component", "operatorName"})
+STRING_KEYS = frozenset({"type", "mode", "component", "operatorName", "eventName", "name"})
 SERIES_KEYS = ID_KEYS | frozenset(ENUM_KEYS) | STRING_KEYS
 NOT_VALUES = frozenset({"deviceId", "timestampNs", "globalTid", "streamPtr", "addr", *SERIES_KEYS})
-# Counter tables named as the text export names their processes, and value columns as its units.
-COUNTER_LABELS = {
-    "AICORE_FREQ": "AI Core Freq",
-    "NPU_MEM": "NPU MEM",
-    "ACC_PMU": "Acc PMU",
-    "QOS": "QoS",
-    "SOC_BANDWIDTH_LEVEL": "Stars Soc Info",
-}
-VALUE_UNITS = {("AICORE_FREQ", "freq"): "MHz"}
 TIMELINE_TABLES = frozenset({"TASK", "COMMUNICATION_OP", "CANN_API", "PYTORCH_API", "MSTX_EVENTS", "OVERLAP_ANALYSIS"})
 
 
@@ -149,6 +159,7 @@ class _DbReader:
         # (start, track) of the slices a connection id links, for flows
         self.tasks_by_connection: dict[int, list[tuple[int, ThreadKey]]] = defaultdict(list)
         self.mstx_by_connection: dict[int, str] = {}
+        self.modules: dict[int, str] | None = None  # ENUM_MODULE, read when first needed
 
     # -- table access ------------------------------------------------------------------------
 
@@ -359,21 +370,60 @@ class _DbReader:
         for table, cols in sorted(self.tables.items()):
             if "timestampNs" not in cols or table in TIMELINE_TABLES:
                 continue
-            label = COUNTER_LABELS.get(table, table.replace("_", " "))
-            keys = [c for c in cols if c in SERIES_KEYS]
-            values = [c for c in cols if c not in NOT_VALUES]
-            thread = self._track(("counter", table), label, (9, table, 0, ""))
-            enums = {k: self._enum(ENUM_KEYS[k]) for k in keys if k in ENUM_KEYS}
-            for row in self._dicts(table):
-                ts = row.get("timestampNs")
-                series = " ".join(self._series_part(k, row[k], enums) for k in keys)
-                for col in values:
-                    value = row.get(col)
-                    if type(value) not in (int, float):
-                        continue
-                    unit = VALUE_UNITS.get((table, col), col)
-                    name = " ".join(part for part in (label, series, unit) if part)
-                    self.emit(Event(Kind.COUNTER, int(ts), thread, name, "", value=value))
+            if table in COUNTER_TABLES:
+                self._named_counters(table, COUNTER_TABLES[table])
+            else:
+                self._other_counters(table, cols)
+
+    def _named_counters(self, table: str, named: CounterTable) -> None:
+        """A table the text export draws too, named and scaled as it draws it."""
+        for row in self._dicts(table):
+            ts = self._counter_time(row, table)
+            if ts is None:
+                continue
+            device = row.get("deviceId") or 0
+            thread = self._track(("counter", named.process, device), named.process, (8, named.process, device, ""))
+            for name, key, value in named.samples(row, self):
+                if type(value) not in (int, float):
+                    self.dropped["counter row without a numeric value"] += 1
+                    continue
+                self.emit(Event(Kind.COUNTER, ts, thread, counter_series(name, key), "", value=value))
+            if table == "NPU_OP_MEM":
+                self._operator_memory(row, ts, device)
+
+    def _operator_memory(self, row: dict[str, Any], ts: int, device: int) -> None:
+        """An operator's allocation or release: the totals are counters, the operator an instant."""
+        key = self._track(("operator memory", device), "NPU OP MEM", (8, "NPU OP MEM", device, "operators"))
+        args = {"type": self.text(row.get("type")), "size": row.get("size"), "addr": row.get("addr")}
+        self.emit(Event(Kind.INSTANT, ts, key, self.text(row.get("operatorName")), "", 0, args))
+
+    def _other_counters(self, table: str, cols: list[str]) -> None:
+        """A table the text export has no counters for: one series per numeric column."""
+        label = table.replace("_", " ")
+        keys = [c for c in cols if c in SERIES_KEYS]
+        values = [c for c in cols if c not in NOT_VALUES]
+        enums = {k: self._enum(ENUM_KEYS[k]) for k in keys if k in ENUM_KEYS}
+        for row in self._dicts(table):
+            ts = self._counter_time(row, table)
+            if ts is None:
+                continue
+            device = row.get("deviceId") or 0
+            thread = self._track(("counter", label, device), label, (9, label, device, ""))
+            series = " ".join(self._series_part(k, row[k], enums) for k in keys)
+            for col in values:
+                value = row.get(col)
+                if type(value) not in (int, float):
+                    self.dropped["counter row without a numeric value"] += 1
+                    continue
+                name = " ".join(part for part in (label, series, col) if part)
+                self.emit(Event(Kind.COUNTER, ts, thread, name, "", value=value))
+
+    def _counter_time(self, row: dict[str, Any], table: str) -> int | None:
+        try:
+            return checked_ns(int(row["timestampNs"]))
+        except (TypeError, ValueError):
+            self.dropped[f"{table} row with unreadable times"] += 1
+            return None
 
     def _series_part(self, key: str, value: Any, enums: dict[str, dict[int, str]]) -> str:
         """How a series column reads in a track name: an id as its number, an enum by its name."""
@@ -382,6 +432,16 @@ class _DbReader:
         if key in enums:
             return str(enums[key].get(value, value))
         return str(self._text(value))
+
+    # -- how the exporter defines each column (ascend_counters.Names) --------------------------
+
+    def text(self, value: Any) -> str:
+        return str(self._text(value))
+
+    def module(self, value: Any) -> str:
+        if self.modules is None:
+            self.modules = self._enum("ENUM_MODULE")
+        return str(self.modules.get(value, value))
 
     def thread_infos(self) -> dict[ThreadKey, ThreadInfo]:
         several = len(self.devices) > 1

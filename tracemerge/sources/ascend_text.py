@@ -32,6 +32,7 @@ from tracemerge.sources.common import read_events
 
 NAME = "ascend-text"
 _MARKERS = frozenset({"marker", "marker_ex", 0, 3, "0", "3"})
+ACC_ID = "acc_id"
 # In-process order of the Ascend layers; others follow.
 _LAYER_ORDER = {
     "Python": 0,
@@ -62,6 +63,14 @@ class AscendEvents(ChromeEvents):
                     continue
             plain.append(e)
         super().add_batch(plain, origin, plain_text)
+
+    def _counter_args(self, e: Any) -> tuple[str, dict | None]:
+        name, args = super()._counter_args(e)
+        if args and args.keys() == {ACC_ID, "value"}:
+            # Acc PMU samples of every accelerator share one event name: one series per
+            # accelerator (as msprof's earlier "acc_id N" events), the id never a value.
+            return f"{ACC_ID} {args[ACC_ID]}", {name: args["value"]}
+        return name, args
 
     def _add_mstx(self, e: Any, args: dict, origin: OriginKey) -> None:
         ts = self._ts(e)

@@ -354,24 +354,26 @@ class ChromeEvents:
         bind_next = ph == "f" and e.bp != "e"
         self.layout.flow_point(origin, thread, ts, _FLOW_PHASES[ph], (cat, name, fid), bind_next)
 
+    def _counter_args(self, e: Any) -> tuple[str, dict | None]:
+        """A C event's name and its series: arg key → value."""
+        name = _text(e.name)
+        if e.id is not None:
+            name = f"{name} {e.id}"
+        return name, plain_args(e.args)
+
     def _add_counter(self, e: Any, origin: OriginKey) -> None:
         ts = self._ts(e)
         if ts is None:
             return
-        args = plain_args(e.args)
+        name, args = self._counter_args(e)
         pid = _hashable(e.pid)
-        name = _text(e.name)
-        if e.id is not None:
-            name = f"{name} {e.id}"
         kept = 0
         if args:
             thread = (pid, None)
             for key, value in args.items():
                 if type(value) is bool or type(value) not in (int, float):
                     continue
-                # "L2 Buffer Bw Level" with a value under that same key is one series, not its name twice.
-                series = name if key == name and " " in name else f"{name} {key}"
-                self.layout.counter_sample(origin, thread, series, ts, value)
+                self.layout.counter_sample(origin, thread, counter_series(name, key), ts, value)
                 kept += 1
             if kept:
                 self.counter_threads.add(thread)
@@ -449,6 +451,12 @@ class ChromeEvents:
             name += f" · pid {pid}"
         main_first = 0 if tid == pid else 1
         return ThreadInfo(name, (0, pid, main_first, _order(tid)))
+
+
+def counter_series(name: str, key: str) -> str:
+    """The series one arg of a C event draws: ``<name> <key>``."""
+    # "L2 Buffer Bw Level" with a value under that same key is one series, not its name twice.
+    return name if key == name and " " in name else f"{name} {key}"
 
 
 def plain_args(args: Any) -> dict | None:
