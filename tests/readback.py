@@ -153,7 +153,7 @@ def read_pftrace(path: Path) -> Readback:
                 # A top-level group of tracks (Pipeline): a pseudo process, its children pseudo threads.
                 group_pid[td.uuid] = -len(group_pid) - 1
                 rb.processes[group_pid[td.uuid]] = td.name
-            elif td.parent_uuid in group_pid:
+            elif td.parent_uuid in group_pid and not td.HasField("counter"):
                 thread_pid[td.uuid] = group_pid[td.parent_uuid]
                 rb.threads[td.uuid] = (group_pid[td.parent_uuid], td.name)
             elif td.parent_uuid in process_pid and not td.HasField("counter"):
@@ -193,7 +193,7 @@ def read_pftrace(path: Path) -> Readback:
         parent = parents[uuid]
         rb.threads[uuid] = (thread_pid[parent], name)
     for uuid, (parent, name) in counter_descs.items():
-        rb.counter_tracks[uuid] = (process_uuid_pid.get(parent, -1), name)
+        rb.counter_tracks[uuid] = (process_uuid_pid.get(parent, group_pid.get(parent, -1)), name)
 
     base = rb.realtime_base or 0
     flow_slices: dict[int, list[Slice]] = defaultdict(list)

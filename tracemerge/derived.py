@@ -13,6 +13,7 @@ from tracemerge.layout import FileLayout
 from tracemerge.model import UNIX_EPOCH
 from tracemerge.phases import (
     PhaseModel,
+    scalar_series,
     track_infos,
 )
 from tracemerge.phases import events as phase_events
@@ -43,7 +44,7 @@ def derived_scan(model: PhaseModel, sequence_id: int, chunk: Path, plan: MergePl
         identities={},
         counts={},
         threads=track_infos(model, role_sort_key),
-        counter_series={},
+        counter_series=scalar_series(model),
         ts_min=lo,
         ts_max=hi,
         local_min=lo,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import io
+import os
 import sqlite3
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -23,10 +24,12 @@ from tracemerge.anchors import Watch
 from tracemerge.discover import Candidate
 from tracemerge.errors import InputError, NotATrace, shown
 from tracemerge.layout import DEFAULT_BUDGET, FileLayout
+from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.model import UNIX_EPOCH, ClockDomain, Identity, ThreadInfo
 from tracemerge.phases import (
     PhaseRules,
     Preset,
+    StepScalars,
 )
 from tracemerge.plan import (
     FileScan,
@@ -60,6 +63,7 @@ class FileJob:
     wide_ids: bool = False  # 63-bit track uuids (after narrow ones collided)
     sync: tuple[str, ...] = ()  # span names that start at one instant in every process (clock evidence)
     phases: tuple[Preset, ...] = ()  # phase rules noted while reading
+    metrics_map: MetricsMap = NO_MAP  # where metric series go when their labels do not say
     # Chrome JSON's first read: build the events' bodies with this writer and keep the laid-out
     # events beside the chunk; its second pass (``saved``: that read's summary) encodes them
     # instead of reading the file again.
@@ -75,6 +79,8 @@ class FileOutcome:
     scan: FileScan | None = None
     skipped: str | None = None  # one-line reason, naming the file
     ignored: bool = False  # a non-trace met while walking a directory
+    lost: bool = False  # not processed at all: the node or task that held it failed (see executors)
+    scalars: StepScalars | None = None  # a file of step-keyed values (they have no time of their own)
 
 
 class _NoOutput:
@@ -117,6 +123,12 @@ def process_file(job: FileJob) -> FileOutcome:
         return FileOutcome(job.candidate, skipped=f"{shown(job.candidate.path)}: cannot be read ({reason[:200]})")
     except sqlite3.Error as exc:
         return FileOutcome(job.candidate, skipped=f"{shown(job.candidate.path)}: cannot read the database ({exc})")
+    except OSError as exc:
+        # The input gone or unreadable since it was found (on another node, say): that file is
+        # skipped. Any other OSError (the chunk's disk full) fails the run.
+        if exc.filename is None or os.fspath(exc.filename) != os.fspath(job.candidate.path):
+            raise
+        return FileOutcome(job.candidate, skipped=f"{shown(job.candidate.path)}: cannot read: {exc.strerror or exc}")
     finally:
         if enabled:
             gc.enable()
@@ -147,6 +159,7 @@ def _process_file(job: FileJob) -> FileOutcome:
             job.chunk.parent if job.chunk else None,
             Watch(job.sync, PhaseRules(job.phases)),
             store,
+            job.metrics_map,
         )
         try:
             data = cand.format.read(cand.path, layout)
@@ -184,6 +197,8 @@ def _process_file(job: FileJob) -> FileOutcome:
             layout.save(_layout_files(job.chunk)[0])
         enc.close()
     if result.ts_min is None:
+        if data.step_values:
+            return FileOutcome(cand, scalars=StepScalars(cand.path, data.step_values, data.dropped))
         return FileOutcome(cand, skipped=f"{shown(cand.path)}: no events")
     clock = data.clock
     if clock is None:

@@ -26,6 +26,7 @@ import orjson
 
 from tracemerge.anchors import MAX_MARKS, MAX_PHASE_MARKS, PHASE, STEP
 from tracemerge.flows import bind_flows
+from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.model import Event, FlowPhase, Identity, Kind, OriginKey, ThreadKey
 from tracemerge.plan import CounterTrack, ThreadTrack, lane_track
 from tracemerge.report import EventCounts
@@ -107,8 +108,10 @@ class FileLayout:
         spill_dir: Path | None = None,
         watch: Callable[[str], tuple[str, ...]] | None = None,
         store_path: Path | None = None,
+        metrics_map: MetricsMap = NO_MAP,
     ) -> None:
         self.enc = enc
+        self.metrics_map = metrics_map  # where metric series go (metric sources read it)
         self.budget = budget
         self.store = RunStore(spill_dir, store_path)
         # Encoded names, cached; names ``watch`` tags as clock evidence are never cached, so

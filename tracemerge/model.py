@@ -34,8 +34,9 @@ class FlowPhase(IntEnum):
 
 # A source-local thread identity, e.g. ("cpu", pid, tid) or ("device", "GPU 0", stream).
 ThreadKey = tuple
-# Who produced an event, as far as the file itself says: (role or None, rank or None).
-OriginKey = tuple[str | None, int | None]
+# Who produced an event, as far as the file itself says: (role or None, rank or None); metric
+# series add a third part, the tag of a process without a rank (its instance, or "Metrics").
+OriginKey = tuple
 
 NO_ORIGIN: OriginKey = (None, None)
 
@@ -115,6 +116,8 @@ class SourceData:
     dropped: Counter[str] = field(default_factory=Counter)
     # Input records consumed as metadata (names, sort indexes): they are not events.
     metadata_records: int = 0
+    # Values keyed by RL step rather than time (tracker scalars): step -> name -> value.
+    step_values: dict[int, dict[str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

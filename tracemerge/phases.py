@@ -259,6 +259,15 @@ class PipelineSlice:
 
 
 @dataclass
+class StepScalars:
+    """A file of step-keyed values (tracker scalars): step -> name -> value."""
+
+    path: Path
+    values: dict[int, dict[str, float]]
+    dropped: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass
 class PhaseModel:
     preset: str  # the presets used, as the processes chose them ("" when no phase was found)
     processes: dict[Identity, ProcessPhases]
@@ -266,10 +275,31 @@ class PhaseModel:
     roles: dict[str, list[PipelineSlice]]
     left_out: Counter[str] = field(default_factory=Counter)  # --steps
     found_steps: list[int] = field(default_factory=list)  # every step, kept by --steps or not
+    scalars: dict[int, dict[str, float]] = field(default_factory=dict)  # of the job steps, by step
 
     @property
     def empty(self) -> bool:
         return not self.processes
+
+
+UNPLACED_SCALARS = "tracker scalars of steps the merged trace has no step for"
+REPEATED_SCALARS = "tracker scalar given again for one step (the first kept)"
+
+
+def attach_scalars(model: PhaseModel, files: Iterable[StepScalars], dropped: Counter[str]) -> None:
+    """Give each job step the tracker scalars logged for it; count the rest in ``dropped``."""
+    steps = {n for n, _, _ in model.steps}
+    for found in files:
+        for step, values in sorted(found.values.items()):
+            if step not in steps:
+                dropped[UNPLACED_SCALARS] += len(values)
+                continue
+            kept = model.scalars.setdefault(step, {})
+            for name, value in values.items():
+                if name in kept:
+                    dropped[REPEATED_SCALARS] += 1
+                else:
+                    kept[name] = value
 
 
 def derive(
@@ -540,6 +570,7 @@ def format_summary(numbers: dict) -> str:
 PIPELINE = Identity("", None, "Pipeline")  # the top-level group: job steps and per-role phases
 PHASES_THREAD: tuple = ("phases",)
 STEPS_THREAD: tuple = ("steps",)
+SCALARS_THREAD: tuple = ("scalars",)
 # Categories of what tracemerge derives (never an input's): "tracemerge*".
 PHASE_CAT, STEP_CAT = "tracemerge.phase", "tracemerge.step"
 
@@ -560,6 +591,12 @@ def track_infos(model: PhaseModel, role_order: Callable[[str], tuple]) -> dict[I
     return out
 
 
+def scalar_series(model: PhaseModel) -> dict[Identity, dict[tuple, str]]:
+    """The derived counter tracks: one per tracker scalar, in the Pipeline group."""
+    names = sorted({name for values in model.scalars.values() for name in values})
+    return {PIPELINE: {(SCALARS_THREAD, name): "" for name in names}} if names else {}
+
+
 def events(model: PhaseModel) -> Iterator[Event]:
     """Every derived slice, on the aligned timeline; ``origin`` is the process's identity."""
     for ident, proc in model.processes.items():
@@ -571,7 +608,11 @@ def events(model: PhaseModel) -> Iterator[Event]:
     if not model.processes:
         return
     for step, a, b in model.steps:
-        yield Event(Kind.SLICE, a, STEPS_THREAD, f"step {step}", STEP_CAT, b - a, {"step": step}, PIPELINE)
+        scalars = model.scalars.get(step, {})
+        args = {"step": step, **scalars}
+        yield Event(Kind.SLICE, a, STEPS_THREAD, f"step {step}", STEP_CAT, b - a, args, PIPELINE)
+        for name, value in scalars.items():
+            yield Event(Kind.COUNTER, a, SCALARS_THREAD, name, STEP_CAT, value=value, origin=PIPELINE)
     for role, slices in model.roles.items():
         for p in slices:
             args = {"step": p.step, "slowest_rank": p.slowest_rank, "spread_ns": p.spread_ns, "ranks": p.ranks}

@@ -173,7 +173,11 @@ class MergePlan:
 
 
 def resolve_identity(origin: OriginKey, data: SourceData, role_hint: str | None, rank_hint: int | None) -> Identity:
-    """Who wrote an event: the event's own role/rank first, then the file's, then its path's."""
+    """Who wrote an event: the event's own role/rank first, then the file's, then its path's.
+    Metric series say it all themselves: their origin's third part is the tag of a process
+    without a rank (the path of a file of many engines' metrics says nothing of any one)."""
+    if len(origin) > 2:
+        return Identity(origin[0] or "", origin[1], "" if origin[1] is not None else origin[2])
     role = origin[0] or data.role_hint or role_hint or ""
     rank = next((r for r in (origin[1], data.rank_hint, rank_hint) if r is not None), None)
     tag = "" if rank is not None else (data.tag_hint or data.path.name)

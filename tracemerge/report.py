@@ -68,6 +68,7 @@ class RunReport:
     moved_to_lanes: int = 0
     reversed_flows: int = 0  # flows whose end was stamped before their start
     output_bytes: int = 0
+    parts: list[Path] = field(default_factory=list)  # --split-by: the traces written, then their index
     seconds: float = 0.0
     # How each file was placed on the timeline (tracemerge.clock.SourceClock.as_dict(), plus
     # "processes" and "first_event_ns", its first event after the trace start).
@@ -98,6 +99,7 @@ class RunReport:
     def as_dict(self) -> dict[str, Any]:
         return {
             "output": str(self.output) if self.output else None,
+            "parts": [str(p) for p in self.parts],
             "format": self.format,
             "exit_code": self.exit_code,
             "processes": [
@@ -150,7 +152,8 @@ def format_found(report: RunReport) -> str:
     presets = {p["process"]: p["preset"] for p in report.phases.get("processes", ())}
     rows = [("role", "rank", "files", "events", "phases", "clock")]
     for p in report.processes:
-        rank = str(p.rank) if p.rank is not None else "?"
+        # A process without a rank is told apart by its tag (a file or run directory, an instance).
+        rank = str(p.rank) if p.rank is not None else p.label.rpartition(" · ")[2] or "?"
         clocks = "; ".join(sorted(p.clocks))
         rows.append((p.role or "-", rank, str(len(p.files)), f"{p.read.total:,}", presets.get(p.label, "-"), clocks))
     return format_table(rows, left=frozenset({0, 4, 5}))
@@ -207,8 +210,11 @@ def format_alignment(report: RunReport) -> str:
 def format_outcome(report: RunReport) -> str:
     """What was written and every loss, with reasons."""
     w = report.written
+    what = shown(report.output)
+    if report.parts:
+        what = f"{len(report.parts) - 1} traces and their index {shown(report.parts[-1])}"
     lines = [
-        f"wrote {shown(report.output)} ({report.format}, {report.output_bytes / 1e6:.1f} MB) "
+        f"wrote {what} ({report.format}, {report.output_bytes / 1e6:.1f} MB) "
         f"in {report.seconds:.1f} s: "
         f"{len(report.processes)} processes, {w.slices:,} slices, {w.instants:,} instants, "
         f"{w.counters:,} counter values, {w.flows:,} flows"

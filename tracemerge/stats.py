@@ -63,6 +63,42 @@ STATS: tuple[Stat, ...] = (
         r"^unsupported metadata record",
     ),
     _stat(
+        "metric_sample_nan",
+        Severity.INFO,
+        "metric samples that are NaN: gaps and staleness markers (nothing to draw)",
+        r"^metric sample NaN",
+    ),
+    _stat(
+        "metric_series_empty",
+        Severity.INFO,
+        "metric series without samples",
+        r"^metric series without samples",
+    ),
+    _stat(
+        "metric_type_unknown",
+        Severity.INFO,
+        "metric samples of an unknown type, drawn as gauges",
+        r"^metric of unknown type",
+    ),
+    _stat(
+        "metric_created_sample",
+        Severity.INFO,
+        "metric creation-time samples (_created), which are times, not values",
+        r"^metric creation-time sample",
+    ),
+    _stat(
+        "tracker_scalars_unplaced",
+        Severity.INFO,
+        "step-keyed tracker scalars of steps the merged trace has no step for (not profiled, or left out)",
+        r"^tracker scalars of steps",
+    ),
+    _stat(
+        "tracker_value_not_number",
+        Severity.INFO,
+        "tracker values that are not finite numbers (text, lists, NaN), or repeated for one step",
+        r"^tracker value that is not|^tracker scalar given again",
+    ),
+    _stat(
         "flow_unbound",
         Severity.DATA_LOSS,
         "flow points on no slice of their thread",
@@ -86,6 +122,24 @@ STATS: tuple[Stat, ...] = (
         "events whose time is missing, unreadable or out of range",
         r"(without|with unreadable) (ts|dur|times|submit_ts|start_ts)"
         r"|negative dur|ending before it starts|unreadable times",
+    ),
+    _stat(
+        "metric_value_infinite",
+        Severity.DATA_LOSS,
+        "metric samples that are +Inf or -Inf",
+        r"^metric sample infinite",
+    ),
+    _stat(
+        "metric_snapshot_without_time",
+        Severity.DATA_LOSS,
+        "metric samples of a snapshot that says not when it was taken",
+        r"^metric snapshot without a time",
+    ),
+    _stat(
+        "metric_unreadable",
+        Severity.DATA_LOSS,
+        "metric results, samples or exposition text that cannot be read",
+        r"^metric text unreadable|^query re|^metric sample with unreadable|native histogram",
     ),
     _stat(
         "begin_end_unmatched",

@@ -1,0 +1,274 @@
+"""Metrics beside the traces: Prometheus query results, text-exposition scrapes, SkyRL's phase gauge
+and step-keyed tracker scalars, as counter tracks and slices with exact times and values
+(fixtures/metrics_run, built by fixtures/make_metrics_run.py)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+from readback import read_chrome_json, read_pftrace
+
+from tracemerge.metrics_map import MetricsMap, load_metrics_map
+from tracemerge.pipeline import merge
+
+RUN = FIXTURES / "metrics_run"
+T0_NS = 1_796_090_000 * 10**9  # fixtures/make_metrics_run.py T0
+SAMPLES = 37  # 0 to 18 s every 0.5 s
+READERS = {".pftrace": read_pftrace, ".json": read_chrome_json}
+
+
+def counters_of(rb, process: str) -> dict[str, list[tuple[int, float]]]:
+    pid = rb.pid_of(process)
+    return {
+        name: [(ts, float(value)) for ts, value in rb.counters[track]]  # JSON reads back decimals
+        for track, (p, name) in rb.counter_tracks.items()
+        if p == pid
+    }
+
+
+def fixture_series(name: str, **labels: str) -> list[tuple[int, float]]:
+    """The samples of one series as the fixture's query response holds them, times in exact ns."""
+    doc = json.loads((RUN / "prometheus" / "query_range.json").read_text())
+    [series] = [
+        s
+        for s in doc["data"]["result"]
+        if s["metric"]["__name__"] == name and all(s["metric"].get(k) == v for k, v in labels.items())
+    ]
+    # The fixture's times are whole milliseconds after T0.
+    return [(T0_NS + round((t - 1_796_090_000) * 1000) * 1_000_000, float(v)) for t, v in series["values"]]
+
+
+@pytest.mark.parametrize("suffix", [".pftrace", ".json"])
+def test_engine_metrics_sit_under_the_rollout_ranks(tmp_path: Path, suffix: str) -> None:
+    out = tmp_path / f"merged{suffix}"
+    report = merge([RUN], out)
+    assert report.exit_code == 0
+    rb = READERS[suffix](out)
+    for rank in (0, 1):
+        found = counters_of(rb, f"rollout · rank {rank}")
+        instance = f'instance="10.0.0.{7 + rank}:8000"'  # not what placed it: shown
+        assert sorted(found) == sorted(
+            [
+                f'requests waiting · vllm:num_requests_waiting{{engine="0",{instance}}}',
+                f'requests running · vllm:num_requests_running{{engine="0",{instance}}}',
+                f'KV cache usage (fraction) · vllm:kv_cache_usage_perc{{engine="0",{instance}}}',
+                f'generated tokens (/s) · vllm:generation_tokens_total{{engine="0",{instance}}}',
+            ]
+        )
+        waiting = fixture_series("vllm:num_requests_waiting", rank=str(rank))
+        assert len(waiting) == SAMPLES
+        assert found[f'requests waiting · vllm:num_requests_waiting{{engine="0",{instance}}}'] == waiting
+        kv = fixture_series("vllm:kv_cache_usage_perc", rank=str(rank))
+        assert found[f'KV cache usage (fraction) · vllm:kv_cache_usage_perc{{engine="0",{instance}}}'] == kv
+        # The counter as its rate per second over each interval, drawn from where the interval starts.
+        tokens = fixture_series("vllm:generation_tokens_total", rank=str(rank))
+        rates = [(t0, (v1 - v0) / ((t1 - t0) / 1e9)) for (t0, v0), (t1, v1) in itertools.pairwise(tokens)]
+        assert found[f'generated tokens (/s) · vllm:generation_tokens_total{{engine="0",{instance}}}'] == rates
+        assert {v for _, v in rates} == {0.0, 3000.0}  # 1500 tokens per 0.5 s while generating
+    gpus = counters_of(rb, "Metrics")
+    assert sorted(gpus) == [
+        'GPU utilization (%) · ray_node_gpus_utilization{GpuIndex="0",ip="10.0.0.7"}',
+        'GPU utilization (%) · ray_node_gpus_utilization{GpuIndex="1",ip="10.0.0.7"}',
+    ]
+    assert gpus['GPU utilization (%) · ray_node_gpus_utilization{GpuIndex="0",ip="10.0.0.7"}'] == fixture_series(
+        "ray_node_gpus_utilization", GpuIndex="0"
+    )
+
+
+def test_tracker_scalars_ride_on_the_steps(tmp_path: Path) -> None:
+    out = tmp_path / "merged.pftrace"
+    report = merge([RUN], out)
+    rb = read_pftrace(out).set_derived_apart()
+    steps = sorted(rb.derived[("Pipeline", "Steps")], key=lambda s: s.ts)
+    assert [(s.name, s.ts) for s in steps] == [(f"step {n}", T0_NS + n * 6 * 10**9) for n in range(3)]
+    for n, s in enumerate(steps):
+        assert s.args.get("args", s.args) == {
+            "step": n,
+            "timing_s/gen": 3.0,
+            "timing_s/update_actor": 1.4,
+            "perf/throughput": 1520.5 + n,
+            "response_length/mean": 412.0 + 10 * n,
+            "training/global_step": n,
+        }
+    # The readback gives top-level groups (Pipeline is the only one) negative pseudo pids.
+    scalars = {name: rb.counters[t] for t, (p, name) in rb.counter_tracks.items() if p < 0}
+    assert scalars["perf/throughput"] == [(T0_NS + n * 6 * 10**9, 1520.5 + n) for n in range(3)]
+    assert len(scalars) == 5
+    assert any("tracker scalars of 3 steps, 3 of them on steps of the trace" in note for note in report.notes)
+
+
+def test_scalars_of_steps_not_in_the_trace_are_counted(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "trainer").mkdir(parents=True)
+    (run / "trainer" / "spans.jsonl").write_bytes((RUN / "trainer" / "spans.jsonl").read_bytes())
+    lines = [{"step": s, "actor/pg_loss": 0.5, "lr": "cosine"} for s in range(5)]
+    (run / "trainer" / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    report = merge([run], tmp_path / "out.pftrace")
+    assert report.as_dict()["stats"]["tracker_scalars_unplaced"]["count"] == 2  # steps 3 and 4
+    assert report.as_dict()["stats"]["tracker_value_not_number"]["count"] == 5
+    assert report.exit_code == 0  # info only
+
+
+def write_scrape(folder: Path, when_ns: int, body: str, url: str = "http://10.0.0.9:30000/metrics") -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{when_ns}.prom").write_text(f"# tracemerge-scrape time_unix_ns={when_ns} url={url}\n{body}")
+
+
+SGLANG_PAGE = """# HELP sglang:num_queue_reqs The number of requests in the waiting queue
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{{model_name="m"}} {queue}
+# HELP sglang:prompt_tokens_total Number of prefill tokens processed.
+# TYPE sglang:prompt_tokens_total counter
+sglang:prompt_tokens_total{{model_name="m"}} {tokens}
+# HELP sglang:e2e_request_latency_seconds Histogram
+# TYPE sglang:e2e_request_latency_seconds histogram
+sglang:e2e_request_latency_seconds_bucket{{le="1.0",model_name="m"}} {count}
+sglang:e2e_request_latency_seconds_bucket{{le="+Inf",model_name="m"}} {count}
+sglang:e2e_request_latency_seconds_sum{{model_name="m"}} {count}
+sglang:e2e_request_latency_seconds_count{{model_name="m"}} {count}
+process_start_time_seconds 1.7e9
+"""
+
+
+def test_scrape_directory_draws_gauges_and_counter_rates(tmp_path: Path) -> None:
+    folder = tmp_path / "scrapes" / "10.0.0.9_30000"
+    times = [T0_NS, T0_NS + 500_000_000, T0_NS + 1_250_000_000]
+    for n, when in enumerate(times):
+        write_scrape(folder, when, SGLANG_PAGE.format(queue=3 - n, tokens=100 * n * n, count=2 * n))
+    out = tmp_path / "out.pftrace"
+    report = merge([tmp_path / "scrapes"], out)
+    found = counters_of(read_pftrace(out), "rollout · 10.0.0.9:30000")
+    assert found["queued requests · sglang:num_queue_reqs"] == [
+        (times[0], 3.0),
+        (times[1], 2.0),
+        (times[2], 1.0),
+    ]
+    # 100 tokens in 0.5 s, then 300 in 0.75 s; the last scrape starts no interval.
+    assert found["sglang:prompt_tokens_total (/s)"] == [(times[0], 200.0), (times[1], 400.0)]
+    bucket = 'sglang:e2e_request_latency_seconds_bucket{le="1.0"} (/s)'
+    assert found[bucket] == [(times[0], 4.0), (times[1], 2 / 0.75)]
+    # No role in its name: the process's own metric goes to Metrics, 3 samples of an untyped metric.
+    assert counters_of(read_pftrace(out), "Metrics") == {
+        'process_start_time_seconds{instance="10.0.0.9:30000"}': [(t, 1.7e9) for t in times]
+    }
+    assert report.as_dict()["stats"]["metric_type_unknown"]["count"] == 3
+    assert report.exit_code == 0
+
+
+def test_metrics_map_places_a_target_under_a_rank(tmp_path: Path) -> None:
+    folder = tmp_path / "scrapes" / "10.0.0.9_30000"
+    write_scrape(folder, T0_NS, SGLANG_PAGE.format(queue=5, tokens=0, count=0))
+    rules = tmp_path / "map.toml"
+    rules.write_text('[[process]]\nmatch = {instance = "10.0.0.9:30000"}\nrole = "rollout"\nrank = 3\n')
+    out = tmp_path / "out.pftrace"
+    merge([tmp_path / "scrapes"], out, metrics_map=load_metrics_map(rules))
+    found = counters_of(read_pftrace(out), "rollout · rank 3")
+    assert found["queued requests · sglang:num_queue_reqs"] == [(T0_NS, 5.0)]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[[process]]\nrole = 'rollout'\n", "entry 1: match must be a table"),
+        ("[[process]]\nmatch = {instance = 'a'}\n", "entry 1: names neither a role nor a rank"),
+        ("[other]\n", r"no \[\[process\]\] entries"),
+    ],
+)
+def test_metrics_map_errors_name_the_file_and_entry(tmp_path: Path, text: str, message: str) -> None:
+    rules = tmp_path / "map.toml"
+    rules.write_text(text)
+    with pytest.raises(ValueError, match=message) as err:
+        load_metrics_map(rules)
+    assert str(rules) in str(err.value)
+    assert MetricsMap().place({"instance": "a"}) is None
+
+
+def test_snapshots_jsonl_of_two_targets(tmp_path: Path) -> None:
+    page = '# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{{engine="0"}} {n}\n'
+    lines = [
+        {"ts": 1_796_090_000.25 + k, "url": f"http://10.0.0.{7 + t}:8000/metrics", "text": page.format(n=k + t)}
+        for k in range(3)
+        for t in range(2)
+    ]
+    path = tmp_path / "engines.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    out = tmp_path / "out.pftrace"
+    merge([path], out)
+    rb = read_pftrace(out)
+    for t in range(2):
+        found = counters_of(rb, f"rollout · 10.0.0.{7 + t}:8000")
+        name = 'requests waiting · vllm:num_requests_waiting{engine="0"}'
+        assert found == {name: [(T0_NS + 250_000_000 + k * 10**9, float(k + t)) for k in range(3)]}
+
+
+def test_skyrl_training_phase_gauge_becomes_phase_slices(tmp_path: Path) -> None:
+    def series(phase: str, values: list[int]) -> dict:
+        labels = {"__name__": "ray_skyrl_training_phase", "phase": phase, "instance": "10.0.0.7:8080"}
+        return {"metric": labels, "values": [[1_796_090_000 + k, str(v)] for k, v in enumerate(values)]}
+
+    doc = {
+        "status": "success",
+        "data": {
+            "resultType": "matrix",
+            "result": [series("generating", [1, 1, 0, 0, 1, 1]), series("training", [0, 0, 1, 1, 0, 0])],
+        },
+    }
+    path = tmp_path / "phase.json"
+    path.write_text(json.dumps(doc))
+    out = tmp_path / "out.pftrace"
+    merge([path], out)
+    rb = read_pftrace(out)
+    pid = rb.pid_of("trainer · 10.0.0.7:8080")
+    [track] = [t for t, (p, name) in rb.threads.items() if p == pid and name == "training phase"]
+    s = 10**9
+    assert sorted((x.name, x.ts - T0_NS, x.dur) for x in rb.slices if x.track == track) == [
+        ("generating", 0, 2 * s),
+        ("generating", 4 * s, s),  # still running at the last sample: ends there
+        ("training", 2 * s, 2 * s),
+    ]
+    assert not counters_of(rb, "trainer · 10.0.0.7:8080")
+
+
+def test_bad_metric_input_is_counted_by_name(tmp_path: Path) -> None:
+    doc = {
+        "status": "success",
+        "data": {
+            "resultType": "matrix",
+            "result": [
+                {"metric": {"__name__": "empty_gauge"}, "values": []},
+                {"metric": {"__name__": "gappy"}, "values": [[1_796_090_000, "1"], [1_796_090_001, "NaN"]]},
+                {"metric": {"__name__": "wild"}, "values": [[1_796_090_000, "+Inf"], [1_796_090_001, "2"]]},
+                {"metric": {"__name__": "broken"}, "values": [["later", "2"], [1_796_090_002]]},
+            ],
+        },
+    }
+    (tmp_path / "q.json").write_text(json.dumps(doc))
+    (tmp_path / "untimed.prom").write_text("# TYPE depth gauge\ndepth 4\n")
+    page = "# TYPE busy gauge\nbusy 1\n"
+    lines = [{"ts": 1_796_090_000, "text": page}, {"text": page, "url": "http://10.0.0.9:1/metrics"}]
+    (tmp_path / "snapshots.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (tmp_path / "cut.prom").write_text("# TYPE queue gauge\nqueue 4 1796090000000\n# TYPE depth gauge\ndepth{ 5\n")
+    (tmp_path / "garbled.prom").write_text("# TYPE depth gauge\ndepth{ 5\n")
+    report = merge([tmp_path], tmp_path / "out.pftrace")
+    stats = report.as_dict()["stats"]
+    assert stats["metric_series_empty"]["count"] == 2  # empty_gauge, and broken once its samples go
+    assert stats["metric_sample_nan"]["count"] == 1
+    assert stats["metric_value_infinite"]["count"] == 1
+    assert stats["metric_unreadable"]["count"] == 3  # two unreadable samples, one cut exposition
+    assert stats["metric_snapshot_without_time"]["count"] == 1
+    assert sorted(report.skipped) == [
+        f"{tmp_path / 'garbled.prom'}: metric text unreadable (could not convert string to float: '{{')",
+        f"{tmp_path / 'untimed.prom'}: metric snapshot without a time (no scrape header, no Unix time in its name)",
+    ]
+    assert report.exit_code == 3  # samples lost: Inf, unreadable, untimed
+    rb = read_pftrace(tmp_path / "out.pftrace")
+    assert counters_of(rb, "Metrics") == {
+        "gappy": [(T0_NS, 1.0)],
+        "wild": [(T0_NS + 10**9, 2.0)],
+        "queue": [(T0_NS, 4.0)],
+        "busy": [(T0_NS, 1.0)],
+    }

@@ -1,0 +1,186 @@
+"""Metric series (Prometheus samples) as counter tracks and phase slices, shared by the metric sources.
+
+A series is a metric name, its labels and its ``(time ns, value)`` samples. Where it goes:
+
+* its process: a ``--metrics-map`` entry whose labels it matches; else the labels ``role`` and
+  ``rank`` (``replica`` or ``dp_rank`` when there is no ``rank``); engine metrics
+  (vLLM, SGLang) without a role belong to ``rollout``, SkyRL's to ``trainer``; a role without a
+  rank is told apart by its ``instance`` (or Ray's ``WorkerId``/``ReplicaId``); a series naming
+  none of these goes to the ``Metrics`` process;
+* its title: known series get a readable one with the unit, followed by the metric name and the
+  labels that say which series it is (``requests waiting · vllm:num_requests_waiting``);
+* monotonic counters (``_total``, or TYPE counter) are drawn as their rate per second over each
+  interval between samples, starting where the interval starts; a value lower than the one before
+  is a counter reset (the rate counts from zero, as Prometheus's ``rate()`` does);
+* ``skyrl_training_phase{phase=...}`` (1.0 while that phase runs) becomes slices named after the
+  phase on a ``training phase`` track, not a number.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from tracemerge.layout import FileLayout
+from tracemerge.metrics_map import NO_MAP, MetricsMap
+from tracemerge.model import Event, Kind, ThreadInfo
+from tracemerge.sources.common import as_rank
+
+METRICS_PROCESS = "Metrics"
+VALUES_THREAD = ("metrics",)
+PHASE_THREAD = ("metrics", "training phase")
+THREADS = {VALUES_THREAD: ThreadInfo(""), PHASE_THREAD: ThreadInfo("training phase", (-1,))}
+METRIC_CAT = "metrics"
+COUNTER, GAUGE = "counter", "gauge"
+# Without a TYPE line, names with these endings are cumulative counters (Prometheus's conventions).
+CUMULATIVE_SUFFIXES = ("_total", "_count", "_sum", "_bucket")
+
+_RANK_LABELS = ("rank", "replica", "dp_rank")
+_TAG_LABELS = ("instance", "WorkerId", "ReplicaId")
+# Labels that say where a series comes from or are the same for every series of a run.
+_UNSHOWN_LABELS = frozenset({"__name__", "job", "SessionName", "model_name", "GpuDeviceName", "Version"})
+_ENGINE_PREFIXES = ("vllm:", "sglang:")
+_PHASE_GAUGE = "skyrl_training_phase"
+
+# Known series (name with Ray's ``ray_`` prefix taken off, engine prefixes as the engines write
+# them): a readable title with the unit.
+KNOWN_TITLES = {
+    "vllm:num_requests_running": "requests running",
+    "vllm:num_requests_waiting": "requests waiting",
+    "vllm:num_requests_swapped": "requests swapped",
+    "vllm:gpu_cache_usage_perc": "KV cache usage (fraction)",
+    "vllm:kv_cache_usage_perc": "KV cache usage (fraction)",
+    "vllm:num_preemptions": "preemptions (/s)",
+    "vllm:prompt_tokens": "prompt tokens (/s)",
+    "vllm:generation_tokens": "generated tokens (/s)",
+    "vllm:request_success": "requests finished (/s)",
+    "sglang:num_running_reqs": "running requests",
+    "sglang:num_queue_reqs": "queued requests",
+    "sglang:token_usage": "KV token usage (fraction)",
+    "sglang:gen_throughput": "generation throughput (tokens/s)",
+    "sglang:cache_hit_rate": "prefix cache hit rate (fraction)",
+    "node_gpus_utilization": "GPU utilization (%)",
+    "node_gram_used": "GPU memory used (MB)",
+    "node_cpu_utilization": "CPU utilization (%)",
+    "skyrl_gen_buffer_qsize": "generation buffer depth (groups)",
+    "skyrl_gen_buffer_maxsize": "generation buffer cap (groups)",
+    "skyrl_mini_batch_size": "mini-batch size (groups)",
+}
+
+
+def known_name(metric: str) -> str:
+    """The metric name as its writer registers it: Ray's ``ray_`` prefix off, ``vllm_`` as ``vllm:``."""
+    name = metric.removeprefix("ray_")
+    for engine in ("vllm", "sglang"):
+        if name.startswith(engine + "_"):
+            return f"{engine}:{name[len(engine) + 1 :]}"
+    return name
+
+
+def _base(metric: str) -> str:
+    return known_name(metric).removesuffix("_total")
+
+
+@dataclass(frozen=True)
+class Series:
+    metric: str
+    labels: tuple[tuple[str, str], ...]
+    kind: str  # "counter" (cumulative: drawn as a rate) or "gauge"
+
+
+class MetricWriter:
+    """Hands series to a file's layout; counts what cannot be drawn in ``dropped``."""
+
+    def __init__(self, layout: FileLayout, dropped: Counter[str], metrics_map: MetricsMap = NO_MAP) -> None:
+        self.layout = layout
+        self.dropped = dropped
+        self.metrics_map = metrics_map
+
+    def place(self, metric: str, labels: Mapping[str, str]) -> tuple[tuple, frozenset[str]]:
+        """The series's origin (role, rank, tag) and the labels that said it (not repeated in its title)."""
+        placed = self.metrics_map.place(labels)
+        if placed is not None:
+            used = frozenset(k for k, _ in placed.labels)
+            return (placed.role, placed.rank, "" if placed.rank is not None else METRIC_CAT), used
+        role = labels.get("role") or None
+        used = {"role"} if role else set()
+        rank = None
+        for key in _RANK_LABELS:
+            rank = as_rank(labels.get(key))
+            if rank is not None:
+                used.add(key)
+                break
+        if role is None:
+            name = known_name(metric)
+            role = "rollout" if name.startswith(_ENGINE_PREFIXES) else "trainer" if name.startswith("skyrl_") else None
+        if role is None and rank is None:
+            return (None, None, METRICS_PROCESS), frozenset(used)
+        if rank is not None:
+            return (role, rank, ""), frozenset(used)
+        tag_label = next((k for k in _TAG_LABELS if labels.get(k)), None)
+        if tag_label is None:
+            return (role, None, METRIC_CAT), frozenset(used)
+        return (role, None, labels[tag_label]), frozenset({*used, tag_label})
+
+    def title(self, series: Series, rate: bool, placing: frozenset[str]) -> str:
+        shown = [(k, v) for k, v in series.labels if k not in _UNSHOWN_LABELS and k not in placing]
+        labels = "{" + ",".join(f'{k}="{v}"' for k, v in shown) + "}" if shown else ""
+        known = KNOWN_TITLES.get(_base(series.metric))
+        if known:
+            return f"{known} · {series.metric}{labels}"
+        return f"{series.metric}{labels} (/s)" if rate else f"{series.metric}{labels}"
+
+    def add(self, series: Series, samples: Iterable[tuple[int, float]]) -> None:
+        """Every sample of one series, in time order."""
+        points = self._finite(samples)
+        if not points:
+            self.dropped["metric series without samples"] += 1
+            return
+        labels = dict(series.labels)
+        origin, placing = self.place(series.metric, labels)
+        if _base(series.metric) == _PHASE_GAUGE and "phase" in labels:
+            self._phase_slices(labels["phase"], origin, points)
+            return
+        rate = series.kind == COUNTER
+        name = self.title(series, rate, placing)
+        add = self.layout.counter_sample
+        if not rate:
+            for ts, value in points:
+                add(origin, VALUES_THREAD, name, ts, value)
+            return
+        for (t0, v0), (t1, v1) in itertools.pairwise(points):
+            if t1 > t0:
+                increase = v1 - v0 if v1 >= v0 else v1
+                add(origin, VALUES_THREAD, name, t0, increase * 1e9 / (t1 - t0))
+
+    def _finite(self, samples: Iterable[tuple[int, float]]) -> list[tuple[int, float]]:
+        points = []
+        for ts, value in samples:
+            if math.isfinite(value):
+                points.append((ts, value))
+            elif math.isnan(value):  # a gap: a staleness marker, or a value never set
+                self.dropped["metric sample NaN (a gap or staleness marker)"] += 1
+            else:
+                self.dropped["metric sample infinite"] += 1
+        points.sort(key=lambda p: p[0])
+        return points
+
+    def _phase_slices(self, phase: str, origin: tuple, points: list[tuple[int, float]]) -> None:
+        """Each run of samples at 1 is the phase running: a slice from the first such sample to the
+        first sample after it that is not 1 (or the run's last sample)."""
+        start = None
+        for ts, value in points:
+            if value == 1 and start is None:
+                start = ts
+            elif value != 1 and start is not None:
+                self._slice(phase, origin, start, ts)
+                start = None
+        if start is not None:
+            self._slice(phase, origin, start, points[-1][0])
+
+    def _slice(self, phase: str, origin: tuple, start: int, end: int) -> None:
+        ev = Event(Kind.SLICE, start, PHASE_THREAD, phase, METRIC_CAT, end - start, None, origin)
+        self.layout.add_event(ev, note=False)

@@ -1,0 +1,100 @@
+"""Prometheus HTTP API query results (``/api/v1/query_range``, ``/api/v1/query``) saved as JSON.
+
+A file holds one response as the API returns it (``{"status": "success", "data": {"resultType":
+"matrix", "result": [{"metric": {...}, "values": [[1732900000.25, "3"], ...]}]}}``), several of
+them (a JSON array, one per line, or an object mapping each query to its response), or an
+instant ``vector``. Each series becomes a counter track (:mod:`tracemerge.sources.metric_series`);
+sample times are Unix-epoch seconds, so the file needs no clock alignment. Series without a
+metric name (the result of an expression) are named after their query when the file says it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tracemerge.errors import InputError, NotATrace
+from tracemerge.layout import FileLayout
+from tracemerge.model import UNIX_EPOCH, SourceData
+from tracemerge.sources.base import SourceFormat, read_bytes
+from tracemerge.sources.metric_series import COUNTER, CUMULATIVE_SUFFIXES, GAUGE, THREADS, MetricWriter, Series
+from tracemerge.units import seconds_to_ns
+
+NAME = "prometheus-query"
+_MARKERS = (b'"resultType"', b'"result"')
+
+
+def claims(path: Path, head: bytes) -> bool:
+    start = head.lstrip()[:1]
+    return start in (b"{", b"[") and all(m in head for m in _MARKERS)
+
+
+def _responses(data: bytes, path: Path) -> list[tuple[str | None, Any]]:
+    """(query or None, response) for every response in the file."""
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        lines = [line for line in data.split(b"\n") if line.strip()]
+        try:
+            return [(None, orjson.loads(line)) for line in lines]
+        except orjson.JSONDecodeError as exc:
+            raise InputError(path, f"not JSON ({exc})") from None
+    if type(doc) is list:
+        return [(None, r) for r in doc]
+    if type(doc) is dict and ("data" in doc or "status" in doc):
+        return [(None, doc)]
+    if type(doc) is dict:
+        return [(str(q), r) for q, r in doc.items()]
+    raise NotATrace(path, "not a Prometheus query response")
+
+
+def read(path: Path, layout: FileLayout) -> SourceData:
+    dropped: Counter[str] = Counter()
+    metrics = MetricWriter(layout, dropped, layout.metrics_map)
+    responses = _responses(read_bytes(path), path)
+    results = 0
+    for query, response in responses:
+        data = response.get("data") if type(response) is dict else None
+        if type(data) is not dict or type(data.get("result")) is not list:
+            status = response.get("status") if type(response) is dict else None
+            dropped[f"query response without a result (status {status})"] += 1
+            continue
+        kind = data.get("resultType")
+        if kind not in ("matrix", "vector"):
+            dropped[f"query result of type {kind} (not a series)"] += 1
+            continue
+        for series in data["result"]:
+            results += 1
+            _add_series(series, query, metrics, dropped)
+    if not results and not dropped:
+        raise NotATrace(path, "no query result in the file")
+    return SourceData(path=path, format=NAME, clock=UNIX_EPOCH, threads=dict(THREADS), dropped=dropped)
+
+
+def _add_series(series: Any, query: str | None, metrics: MetricWriter, dropped: Counter[str]) -> None:
+    if type(series) is not dict or type(series.get("metric", {})) is not dict:
+        dropped["query result entry that is not a series"] += 1
+        return
+    labels = {str(k): str(v) for k, v in series.get("metric", {}).items()}
+    name = labels.pop("__name__", None) or query or "query result"
+    if "histograms" in series or "histogram" in series:
+        found = series.get("histograms") or [series.get("histogram")]
+        dropped["metric samples of a native histogram (not drawn)"] += len(found)
+    raw = series.get("values") if "values" in series else [series["value"]] if "value" in series else []
+    if not raw and ("histograms" in series or "histogram" in series):
+        return
+    samples = []
+    for point in raw if type(raw) is list else []:
+        try:
+            ts, value = point
+            samples.append((seconds_to_ns(ts), float(value)))
+        except (TypeError, ValueError):
+            dropped["metric sample with unreadable time or value"] += 1
+    kind = COUNTER if name.endswith(CUMULATIVE_SUFFIXES) else GAUGE
+    metrics.add(Series(name, tuple(sorted(labels.items())), kind), samples)
+
+
+PROMETHEUS_QUERY = SourceFormat(NAME, claims, read)

@@ -1,0 +1,228 @@
+"""Prometheus text-exposition snapshots (what an engine's ``/metrics`` page says at one moment).
+
+Two shapes, parsed with ``prometheus_client``'s own parser:
+
+* one scrape per file (``*.prom``, or any file starting with ``# HELP``/``# TYPE``), as
+  ``tracemerge scrape`` writes them: the scrape time is in the first line
+  (``# tracemerge-scrape time_unix_ns=... url=...``), else in the file name (Unix time in s, ms,
+  µs or ns: ``1732900000123.prom``); samples with a timestamp of their own keep it. A directory of
+  scrapes is read in file-name order: a counter's rate over the interval a scrape starts needs
+  the next scrape of the same directory, which is read for it.
+* many scrapes in one JSONL file, one ``{"ts": <Unix seconds>, "text": "...", "url": "..."}``
+  per line (``time_unix_ns`` instead of ``ts`` also works).
+
+Like a Prometheus server, a scrape of ``url`` labels its series ``instance="host:port"``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+from prometheus_client.parser import text_string_to_metric_families
+
+from tracemerge.errors import InputError, NotATrace
+from tracemerge.layout import FileLayout
+from tracemerge.model import UNIX_EPOCH, SourceData
+from tracemerge.sources.base import SourceFormat, read_bytes
+from tracemerge.sources.metric_series import COUNTER, CUMULATIVE_SUFFIXES, GAUGE, THREADS, MetricWriter, Series
+from tracemerge.units import seconds_to_ns
+
+NAME = "prometheus-text"
+SNAPSHOTS_NAME = "prometheus-snapshots"
+SCRAPE_HEADER = "# tracemerge-scrape"
+SUFFIX = ".prom"
+_TEXT_STARTS = (b"# HELP ", b"# TYPE ", SCRAPE_HEADER.encode())
+_HEADER_FIELD = re.compile(r"(\w+)=(\S+)")
+# Digits of a Unix time in a file name, by how many there are: the unit in ns.
+_NAME_TIME_UNITS = {10: 10**9, 13: 10**6, 16: 10**3, 19: 1}
+_COUNTER_PARTS = {"counter": None, "histogram": ("_bucket", "_count", "_sum"), "summary": ("_count", "_sum")}
+
+Point = tuple[Series, int, float]
+
+
+def instance_of(url: str) -> str:
+    """``host:port`` of a scrape URL, as Prometheus labels its targets."""
+    return url.split("://", 1)[-1].split("/", 1)[0]
+
+
+def parse_snapshot(text: str, ts_ns: int | None, instance: str | None, dropped: Counter[str]) -> list[Point]:
+    """Every sample of one exposition, at its own time or ``ts_ns``; what cannot be drawn is counted."""
+    points: list[Point] = []
+    families = text_string_to_metric_families(text)
+    while True:
+        try:
+            family = next(families)
+        except StopIteration:
+            break
+        except ValueError as exc:  # the parser stops at a bad line: what came before is kept
+            dropped[f"metric text unreadable, the rest of the snapshot is lost ({str(exc)[:80]})"] += 1
+            break
+        if family.type == "unknown" and not family.name.endswith(CUMULATIVE_SUFFIXES):
+            dropped["metric of unknown type (drawn as a gauge)"] += len(family.samples)
+        for sample in family.samples:
+            if sample.name.endswith("_created"):
+                dropped["metric creation-time sample (not drawn)"] += 1
+                continue
+            when = ts_ns if sample.timestamp is None else _sample_time(sample.timestamp)
+            if when is None:
+                dropped["metric snapshot without a time"] += 1
+                continue
+            labels = dict(sample.labels)
+            if instance and "instance" not in labels:
+                labels["instance"] = instance
+            series = Series(sample.name, tuple(sorted(labels.items())), _kind(family.type, family.name, sample.name))
+            points.append((series, when, float(sample.value)))
+    return points
+
+
+def _kind(family_type: str, family: str, sample: str) -> str:
+    if family_type in _COUNTER_PARTS:
+        parts = _COUNTER_PARTS[family_type]
+        return COUNTER if parts is None or sample.endswith(parts) else GAUGE
+    if family_type == "unknown" and sample.endswith(CUMULATIVE_SUFFIXES):
+        return COUNTER
+    return GAUGE
+
+
+def _sample_time(value: Any) -> int | None:
+    try:
+        return seconds_to_ns(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _draw(points: list[Point], metrics: MetricWriter) -> None:
+    by_series: dict[Series, list[tuple[int, float]]] = defaultdict(list)
+    for series, ts, value in points:
+        by_series[series].append((ts, value))
+    for series, samples in by_series.items():
+        metrics.add(series, samples)
+
+
+# -- one scrape per file ---------------------------------------------------------------------
+
+
+def claims(path: Path, head: bytes) -> bool:
+    first = next((line for line in head.split(b"\n") if line.strip()), b"")
+    return first.startswith(_TEXT_STARTS) or (path.suffix == SUFFIX and not first.startswith((b"{", b"[")))
+
+
+def _scrape(path: Path) -> tuple[str, int | None, str | None]:
+    """The scrape's text, time and instance."""
+    try:
+        text = read_bytes(path).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"not UTF-8 text (byte {exc.start})") from None
+    first = text.split("\n", 1)[0]
+    fields = dict(_HEADER_FIELD.findall(first)) if first.startswith(SCRAPE_HEADER) else {}
+    when = int(fields["time_unix_ns"]) if fields.get("time_unix_ns", "").isdigit() else _name_time(path)
+    url = fields.get("url")
+    return text, when, instance_of(url) if url else None
+
+
+def _name_time(path: Path) -> int | None:
+    stem = path.name.split(".", 1)[0]
+    unit = _NAME_TIME_UNITS.get(len(stem)) if stem.isdigit() else None
+    return int(stem) * unit if unit else None
+
+
+def _next_scrape(path: Path) -> Path | None:
+    """The scrape after this one in its directory (file-name order, shorter names first)."""
+    try:
+        siblings = sorted(
+            (p for p in path.parent.iterdir() if p.suffix == path.suffix and p.is_file()),
+            key=lambda p: (len(p.name), p.name),
+        )
+    except OSError:
+        return None
+    later = [p for p in siblings if (len(p.name), p.name) > (len(path.name), path.name)]
+    return later[0] if later else None
+
+
+def read(path: Path, layout: FileLayout) -> SourceData:
+    dropped: Counter[str] = Counter()
+    text, when, instance = _scrape(path)
+    points = parse_snapshot(text, when, instance, dropped)
+    if not points:
+        unreadable = next((reason for reason in dropped if reason.startswith("metric text unreadable")), None)
+        if unreadable:
+            raise InputError(path, unreadable.replace(", the rest of the snapshot is lost", ""))
+        if "metric snapshot without a time" in dropped:
+            raise InputError(path, "metric snapshot without a time (no scrape header, no Unix time in its name)")
+        if not dropped:
+            raise NotATrace(path, "no metric samples")
+    following = _next_scrape(path)
+    if following is not None:
+        # The next scrape's counter values: each counter's rate over the interval this scrape starts.
+        try:
+            text, when, instance = _scrape(following)
+            counters = {s for s, _, _ in points if s.kind == COUNTER}
+            points += [p for p in parse_snapshot(text, when, instance, Counter()) if p[0] in counters]
+        except InputError:
+            pass  # that scrape is reported when it is read itself
+    _draw(points, MetricWriter(layout, dropped, layout.metrics_map))
+    return SourceData(path=path, format=NAME, clock=UNIX_EPOCH, threads=dict(THREADS), dropped=dropped)
+
+
+PROMETHEUS_TEXT = SourceFormat(NAME, claims, read)
+
+
+# -- many scrapes in one JSONL file -----------------------------------------------------------
+
+
+def _snapshot_lines(data: bytes) -> Iterator[tuple[int, Any]]:
+    for lineno, line in enumerate(data.split(b"\n"), 1):
+        if line.strip():
+            try:
+                yield lineno, orjson.loads(line)
+            except orjson.JSONDecodeError:
+                yield lineno, None
+
+
+def _is_snapshot(obj: Any) -> bool:
+    return type(obj) is dict and type(obj.get("text")) is str and "ph" not in obj and "name" not in obj
+
+
+def snapshots_claim(path: Path, head: bytes) -> bool:
+    for _, obj in _snapshot_lines(head.rsplit(b"\n", 1)[0] if b"\n" in head else head):
+        if obj is not None:
+            return _is_snapshot(obj)
+    return False
+
+
+def _snapshot_time(obj: dict) -> int | None:
+    if type(obj.get("time_unix_ns")) is int:
+        return obj["time_unix_ns"]
+    value = obj.get("ts", obj.get("time", obj.get("timestamp")))
+    return None if value is None or type(value) is bool else _sample_time(value)
+
+
+def read_snapshots(path: Path, layout: FileLayout) -> SourceData:
+    dropped: Counter[str] = Counter()
+    points: list[Point] = []
+    lines = bad = 0
+    for _lineno, obj in _snapshot_lines(read_bytes(path)):
+        lines += 1
+        if obj is None:
+            bad += 1
+            continue
+        if not _is_snapshot(obj):
+            dropped["line is not a metrics snapshot"] += 1
+            continue
+        url = obj.get("url") or obj.get("target")
+        instance = instance_of(url) if type(url) is str else None
+        points += parse_snapshot(obj["text"], _snapshot_time(obj), instance, dropped)
+    if lines and bad == lines:
+        raise NotATrace(path, "no line is valid JSON")
+    if bad:
+        dropped["invalid JSON line in metrics snapshots"] += bad
+    _draw(points, MetricWriter(layout, dropped, layout.metrics_map))
+    return SourceData(path=path, format=SNAPSHOTS_NAME, clock=UNIX_EPOCH, threads=dict(THREADS), dropped=dropped)
+
+
+PROMETHEUS_SNAPSHOTS = SourceFormat(SNAPSHOTS_NAME, snapshots_claim, read_snapshots)

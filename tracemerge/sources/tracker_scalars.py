@@ -1,0 +1,91 @@
+"""Step-keyed tracker scalars: the JSONL an experiment tracker's file logger writes.
+
+One line per logged step, either verl's file logger shape ``{"step": 12, "data": {"timing_s/gen":
+41.2, ...}}`` or flat ``{"step": 12, "generate/trajectory_time_llm_mean": 3.1, ...}`` (SkyRL's
+trainer metrics; ``global_step`` or ``_step`` also name the step). The values have no time of
+their own: they are attached to the steps of the merged trace (:mod:`tracemerge.phases`), as args
+of each Pipeline step slice and as counter samples at its start.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tracemerge.errors import NotATrace
+from tracemerge.layout import FileLayout
+from tracemerge.model import SourceData
+from tracemerge.sources.base import SourceFormat, read_bytes
+
+NAME = "tracker-scalars"
+STEP_KEYS = ("step", "global_step", "_step")
+# Keys that mark another line format (trace events, spans, sessions, metric snapshots).
+_OTHER_FORMATS = ("ph", "name", "session_id", "text", "traceEvents")
+
+
+def _step_of(obj: dict) -> int | None:
+    for key in STEP_KEYS:
+        value = obj.get(key)
+        if type(value) is int and value >= 0:
+            return value
+        if type(value) is float and value.is_integer() and value >= 0:
+            return int(value)
+    return None
+
+
+def _is_record(obj: Any) -> bool:
+    return type(obj) is dict and _step_of(obj) is not None and not any(k in obj for k in _OTHER_FORMATS)
+
+
+def claims(path: Path, head: bytes) -> bool:
+    for line in head.split(b"\n")[:20]:
+        if line.strip():
+            try:
+                return _is_record(orjson.loads(line))
+            except orjson.JSONDecodeError:
+                continue  # a first line cut or garbage does not hide the rest
+    return False
+
+
+def _scalars(obj: dict) -> dict[str, Any]:
+    data = obj.get("data")
+    if type(data) is dict:
+        return data
+    return {k: v for k, v in obj.items() if k not in STEP_KEYS}
+
+
+def read(path: Path, layout: FileLayout) -> SourceData:
+    dropped: Counter[str] = Counter()
+    values: dict[int, dict[str, float]] = {}
+    lines = bad = 0
+    for line in read_bytes(path).split(b"\n"):
+        if not line.strip():
+            continue
+        lines += 1
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            bad += 1
+            continue
+        step = _step_of(obj) if type(obj) is dict else None
+        if step is None:
+            dropped["line is not a step record"] += 1
+            continue
+        found = values.setdefault(step, {})
+        for key, value in _scalars(obj).items():
+            if type(value) in (int, float) and math.isfinite(value):
+                found[str(key)] = value
+            else:
+                dropped["tracker value that is not a finite number (not drawn)"] += 1
+    if lines and bad == lines:
+        raise NotATrace(path, "no line is valid JSON")
+    if bad:
+        dropped["invalid JSON line in tracker scalars"] += bad
+    return SourceData(path=path, format=NAME, clock=None, threads={}, dropped=dropped, step_values=values)
+
+
+TRACKER_SCALARS = SourceFormat(NAME, claims, read)
