@@ -330,13 +330,13 @@ def test_a_gzip_bomb_is_refused_not_read(tmp_path: Path, monkeypatch) -> None:
 def test_a_file_that_changes_between_the_two_reads_is_left_out_not_fatal(tmp_path: Path, monkeypatch) -> None:
     """A file read twice (Chrome JSON with a selection of processes) that gains a thread in
     between cannot be encoded with its plan: it is left out and named, the rest is written."""
-    from tracemerge import pipeline
+    from tracemerge import executors
     from tracemerge.select import Selection
 
     run_dir = tmp_path / "run"
     shutil.copytree(FIXTURES / "kineto_gpu", run_dir)
     victim = run_dir / "rank0.pt.trace.json"
-    real = pipeline.process_file
+    real = executors.process_file
 
     def grows(job):
         if job.unit is not None and job.candidate.path == victim:  # the second read
@@ -345,7 +345,7 @@ def test_a_file_that_changes_between_the_two_reads_is_left_out_not_fatal(tmp_pat
             victim.write_text(json.dumps(top))
         return real(job)
 
-    monkeypatch.setattr(pipeline, "process_file", grows)
+    monkeypatch.setattr(executors, "process_file", grows)
     report = merge([run_dir], tmp_path / "out.json", jobs=1, selection=Selection(ranks=frozenset({0, 1})))
     assert report.exit_code == 3
     assert [s.split(":")[0] for s in report.skipped] == [str(victim)]
@@ -355,13 +355,13 @@ def test_a_file_that_changes_between_the_two_reads_is_left_out_not_fatal(tmp_pat
 
 
 def test_an_unwritable_output_is_found_before_any_input_is_read(tmp_path: Path, monkeypatch) -> None:
-    from tracemerge import pipeline
+    from tracemerge import executors
     from tracemerge.errors import FatalError
 
     def never(job):
         raise AssertionError(f"read {job.candidate.path} before checking the output")
 
-    monkeypatch.setattr(pipeline, "process_file", never)
+    monkeypatch.setattr(executors, "process_file", never)
     with pytest.raises(FatalError, match=r"output directory .* does not exist"):
         merge([FIXTURES / "kineto_gpu"], tmp_path / "missing" / "out.pftrace")
 

@@ -16,6 +16,7 @@ from typer.core import TyperGroup
 from tracemerge import __version__
 from tracemerge.clock import AlignOptions, load_offsets, parse_offset
 from tracemerge.errors import TracemergeError, shown
+from tracemerge.executors import ray_executor
 from tracemerge.phases import AUTO, PhaseOptions, format_summary, resolve
 from tracemerge.pipeline import merge as run_merge
 from tracemerge.progress import progress_bar
@@ -29,6 +30,7 @@ from tracemerge.report import (
     format_outcome,
 )
 from tracemerge.select import Selection, parse_duration, parse_ranks, parse_roles, parse_window
+from tracemerge.split import check_kind
 from tracemerge.writers import WRITERS
 
 
@@ -38,6 +40,11 @@ class _DefaultToMerge(TyperGroup):
     def parse_args(self, ctx, args):  # type: ignore[no-untyped-def]
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
             args = ["merge", *args]
+        # A bare --ray (last, or before another option) starts a Ray instance here.
+        args = [
+            "--ray=local" if a == "--ray" and (n + 1 == len(args) or args[n + 1].startswith("-")) else a
+            for n, a in enumerate(args)
+        ]
         return super().parse_args(ctx, args)
 
 
@@ -90,6 +97,19 @@ def merge(
     jobs: Annotated[
         int, typer.Option("--jobs", "-j", help="Worker processes reading and encoding files (0: automatic).")
     ] = 0,
+    ray: Annotated[
+        Optional[str],
+        typer.Option(
+            "--ray",
+            metavar="[ADDRESS]",
+            help="Find and process files on the nodes of a Ray cluster: auto, HOST:PORT, ray://HOST:10001; "
+            "alone, a Ray instance started here.",
+        ),
+    ] = None,
+    split_by: Annotated[
+        Optional[str],
+        typer.Option("--split-by", help="Write one trace per role, host or step-window, and an index of them."),
+    ] = None,
     roles: Annotated[Optional[str], typer.Option("--roles", help="Keep only these roles, e.g. actor,rollout.")] = None,
     ranks: Annotated[Optional[str], typer.Option("--ranks", help="Keep only these ranks, e.g. 0-7,12.")] = None,
     window: Annotated[
@@ -139,6 +159,8 @@ def merge(
         rules += tuple(parse_offset(text) for text in offset or ())
         clocks = AlignOptions(enabled=not no_align, offsets=rules, sync=tuple(sync or ()))
         phase_rules = PhaseOptions(resolve(phases), parse_ranks(steps) if steps is not None else None)
+        if split_by is not None:
+            check_kind(split_by)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     with progress_bar(enabled=not quiet) as on_progress:
@@ -155,6 +177,8 @@ def merge(
                 output,
                 format=format,
                 jobs=jobs,
+                executor=ray_executor(ray) if ray is not None else None,
+                split_by=split_by,
                 selection=selection,
                 clocks=clocks,
                 phase_rules=phase_rules,

@@ -5,8 +5,9 @@ and a small :class:`~tracemerge.filework.FileJob`: it reads the file once, lays 
 encodes them into a chunk of its own, and returns a :class:`~tracemerge.plan.FileScan` summary;
 the derived phase tracks are one more such unit (:mod:`tracemerge.derived`). The plan is then made from the
 summaries alone, and the output assembled from the chunks in a temporary file next to it, renamed
-into place only when whole. With ``jobs > 1`` files are processed in worker processes; the
-output is byte-identical either way.
+into place only when whole. Where files are found and processed is the executor's business
+(:mod:`tracemerge.executors`: in-process, local worker processes, or the nodes of a Ray cluster
+that hold them); the output is byte-identical whichever runs.
 
 Perfetto output needs one read per file: a chunk refers to tracks by content-derived uuids and
 stamps events on its sequence's own clock, which a clock snapshot written before the chunk places
@@ -23,15 +24,16 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from contextlib import ExitStack, suppress
+from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 
 from tracemerge.clock import AUTOMATIC, AlignOptions
 from tracemerge.derived import derived_scan, encode_derived, steps_window
-from tracemerge.discover import Candidate, discover
+from tracemerge.discover import Candidate
 from tracemerge.errors import FatalError, shown
-from tracemerge.filework import FileJob, FileOutcome, process_file
+from tracemerge.executors import Executor, local_executor
+from tracemerge.filework import FileJob, FileOutcome
 from tracemerge.layout import DEFAULT_BUDGET
 from tracemerge.phases import (
     AUTO_PHASES,
@@ -49,10 +51,8 @@ from tracemerge.plan import (
 )
 from tracemerge.report import ProcessReport, RunReport
 from tracemerge.select import EVERYTHING, Selection
+from tracemerge.split import Part, groups, step_windows, write_parts
 from tracemerge.writers import Writer, writer_for
-
-# With jobs=0 (automatic), inputs smaller than this are merged in-process: a pool costs more than it saves.
-PARALLEL_MIN_BYTES = 16 << 20
 
 
 def merge(
@@ -61,6 +61,8 @@ def merge(
     *,
     format: str | None = None,
     jobs: int = 0,
+    executor: Executor | None = None,
+    split_by: str | None = None,
     memory_budget: int = DEFAULT_BUDGET,
     selection: Selection = EVERYTHING,
     clocks: AlignOptions = AUTOMATIC,
@@ -74,7 +76,10 @@ def merge(
 
     ``format`` is ``"perfetto"``, ``"json"`` or ``"json.gz"``; by default the output's extension
     decides (``.json``, ``.json.gz``, anything else Perfetto protobuf). ``jobs`` worker processes
-    read and encode files in parallel (0: one per CPU when the inputs are large enough to gain).
+    read and encode files in parallel (0: one per CPU when the inputs are large enough to gain);
+    ``executor`` (:mod:`tracemerge.executors`, e.g. a ``RayExecutor``) replaces them when given.
+    ``split_by`` (``"role"``, ``"host"`` or ``"step-window"``) writes one trace per group beside
+    ``output`` and an index of them instead of ``output`` itself (:mod:`tracemerge.split`).
     ``memory_budget`` is how many events a file's layout holds in memory before it spills sorted
     runs to a temporary file beside the output (about 200 bytes each). ``selection`` says which
     processes, time window and slice durations to keep (everything by default). ``clocks`` says
@@ -96,26 +101,26 @@ def merge(
     progress = on_progress or (lambda _msg: None)
     report = RunReport(output=out_path, format=writer.name)
 
-    found = discover([Path(p) for p in inputs])
-    report.ignored.extend(found.ignored)
-    report.notes.extend(found.notes)
-    report.skipped.extend(str(e) for e in found.skipped)
-    _check_output(out_path, [Path(p) for p in inputs], found.candidates, force)
-    candidates = [c for c in found.candidates if c.path.resolve() != out_path.resolve()]
-    if not candidates:
-        where = ", ".join(str(p) for p in inputs)
-        if report.skipped:
-            raise FatalError(f"no usable trace files in {where}: " + "; ".join(report.skipped))
-        raise FatalError(f"no trace files found in {where}")
+    runner = executor if executor is not None else local_executor(jobs)
+    with ExitStack() as on_error:
+        on_error.push(runner)  # closed (a cluster disconnected) if nothing can be merged
+        found = runner.discover([Path(p) for p in inputs])
+        report.ignored.extend(found.ignored)
+        report.notes.extend(found.notes)
+        report.skipped.extend(str(e) for e in found.skipped)
+        _check_output(out_path, [Path(p) for p in inputs], found.candidates, force)
+        candidates = [c for c in found.candidates if c.path.resolve() != out_path.resolve()]
+        if not candidates:
+            where = ", ".join(str(p) for p in inputs)
+            if report.skipped:
+                raise FatalError(f"no usable trace files in {where}: " + "; ".join(report.skipped))
+            raise FatalError(f"no trace files found in {where}")
+        work = _work_dir(out_path)
+        on_error.pop_all()
 
-    work = _work_dir(out_path)
     try:
-        workers = min(jobs if jobs > 0 else _auto_jobs(candidates), len(candidates))
-        with ExitStack() as stack:
-            pool = stack.enter_context(ProcessPoolExecutor(workers)) if workers > 1 else None
-            if pool is not None:
-                stack.push(_stop_workers_on_error(pool))
-            run = _Runner(pool, progress)
+        with runner:
+            run = _Runner(runner, progress)
             # Sequence 1 carries the descriptors; each file gets the next, in discovery order.
             found_skipped, found_ignored = len(report.skipped), len(report.ignored)
             # Chrome JSON keeps each file's laid-out events from its first read for the second pass
@@ -201,6 +206,10 @@ def merge(
                 # A file read again describes itself anew: its summary replaces the first one.
                 for outcome in run.map(redo, "encode"):
                     path = outcome.candidate.path
+                    if outcome.lost:  # its node or task failed, and no other node holds it
+                        report.skipped.append(f"{outcome.skipped}, left out")
+                        _leave_out_file(scan_of[path], chunk_of[path], FILE_LOST)
+                        continue
                     if outcome.scan is None:  # it changed since the plan was made: left out, said so
                         why = outcome.skipped or "no events"
                         report.skipped.append(f"{shown(path)}: changed while being merged, left out ({why})")
@@ -217,8 +226,29 @@ def merge(
                 raise FatalError(f"--strict: {first}")
             if on_plan:
                 on_plan(report)
-            _assemble(plan, list(scan_of.values()), writer, out_path, work, chunk_of)
-            report.output_bytes = out_path.stat().st_size
+            if split_by is None:
+                _assemble(plan, list(scan_of.values()), writer, out_path, work, chunk_of)
+                report.output_bytes = out_path.stat().st_size
+            else:
+                derived_path = derived.path if derived is not None else None
+                if split_by == "step-window":
+                    first_jobs = {j.candidate.path: j for j in jobs_}
+                    parts = _step_parts(
+                        plan, model.steps, scan_of, chunk_of, first_jobs, writer, run, derived_path, report
+                    )
+                else:
+                    parts = ((part, scan_of) for part in groups(split_by, plan, scan_of, derived_path))
+                report.parts = write_parts(
+                    split_by,
+                    parts,
+                    out_path,
+                    writer.extensions,
+                    work,
+                    plan,
+                    writer.name,
+                    lambda sub, part_scans, staged: _assemble(sub, part_scans, writer, staged, work, chunk_of),
+                )
+                report.output_bytes = sum(p.stat().st_size for p in report.parts)
     except OSError as exc:
         raise FatalError(f"{shown(out_path)}: cannot write ({exc.strerror or exc})") from None
     finally:
@@ -227,33 +257,15 @@ def merge(
     return report
 
 
-def _stop_workers_on_error(pool: ProcessPoolExecutor) -> Callable[..., bool]:
-    """An exit callback: when the merge fails or is stopped, end the workers now rather than let
-    them finish files nobody will use (the pool's own exit would wait for them)."""
-
-    def stop(exc_type: type | None, *_: object) -> bool:
-        if exc_type is not None:
-            processes = list((getattr(pool, "_processes", None) or {}).values())  # no public way to stop them
-            pool.shutdown(wait=False, cancel_futures=True)
-            for process in processes:
-                process.terminate()
-        return False
-
-    return stop
-
-
 class _Runner:
-    """Runs file jobs in-process or in the worker pool, in order."""
+    """Runs file jobs through the executor, in order, saying how far it got."""
 
-    def __init__(self, pool: ProcessPoolExecutor | None, progress: Callable[[str], None]) -> None:
-        self.pool = pool
+    def __init__(self, executor: Executor, progress: Callable[[str], None]) -> None:
+        self.executor = executor
         self.progress = progress
 
     def map(self, jobs: list[FileJob], verb: str) -> Iterator[FileOutcome]:
-        outcomes: Iterable[FileOutcome] = (
-            map(process_file, jobs) if self.pool is None else self.pool.map(process_file, jobs)
-        )
-        for n, outcome in enumerate(outcomes, 1):
+        for n, outcome in enumerate(self.executor.run(jobs), 1):
             self.progress(f"{verb} {n}/{len(jobs)}: {outcome.candidate.path}")
             yield outcome
 
@@ -277,6 +289,7 @@ def _local_window(
 
 
 FILE_CHANGED = "changed"
+FILE_LOST = "lost"
 
 
 def _leave_out_file(scan: FileScan, chunk: Path, why: str = "") -> None:
@@ -285,6 +298,9 @@ def _leave_out_file(scan: FileScan, chunk: Path, why: str = "") -> None:
     for counts in scan.written.values():
         if why == FILE_CHANGED:
             scan.dropped["events of a file that changed while being merged"] += counts.total
+            continue
+        if why == FILE_LOST:
+            scan.dropped["events of a file lost with its node or task"] += counts.total
             continue
         scan.filtered["events outside --window"] += counts.slices + counts.instants + counts.counters
         scan.filtered["flows outside --window"] += counts.flows
@@ -337,14 +353,6 @@ def _work_dir(out_path: Path) -> Path:
         return Path(tempfile.mkdtemp(prefix=".tracemerge-", dir=out_dir))
     except OSError as exc:
         raise FatalError(f"{shown(out_path)}: cannot write in {out_dir} ({exc.strerror or exc})") from None
-
-
-def _auto_jobs(candidates: list[Candidate]) -> int:
-    total = 0
-    for c in candidates:
-        with suppress(OSError):
-            total += c.path.stat().st_size
-    return (os.cpu_count() or 1) if total >= PARALLEL_MIN_BYTES else 1
 
 
 def _collect(outcomes: Iterable[FileOutcome], report: RunReport) -> list[FileScan]:
@@ -410,3 +418,45 @@ def _assemble(
             chunk.unlink()
         writer.write_footer(out, plan)
     os.replace(assembled, out_path)
+
+
+def _step_parts(
+    plan: MergePlan,
+    steps: list[tuple[int, int, int]],
+    scan_of: dict[Path, FileScan],
+    chunk_of: dict[Path, Path],
+    first_jobs: dict[Path, FileJob],
+    writer: Writer,
+    run: _Runner,
+    derived: Path | None,
+    report: RunReport,
+) -> Iterator[tuple[Part, dict[Path, FileScan]]]:
+    """``--split-by step-window``: per step, every file that shares time with it encoded again, cut
+    to it as ``--window`` cuts (Chrome JSON from the events its first read kept)."""
+    kept_phases = None
+    if derived is not None:  # every part carries the whole run's Phases and Pipeline tracks
+        kept_phases = derived.with_name(derived.name + ".kept")
+        shutil.copyfile(derived, kept_phases)
+    for group, window in step_windows(steps, plan.base_ns):
+        units, jobs, part_scans = [], [], dict(scan_of)
+        for u in plan.units:
+            if u.path == derived and kept_phases is not None:
+                shutil.copyfile(kept_phases, derived)
+                units.append(u)
+                continue
+            first, sc = first_jobs[u.path], scan_of[u.path]
+            place, local = _local_window(replace(first.selection, window=window), u, sc)
+            if place == "outside":
+                continue
+            units.append(u)
+            saved = sc if first.keep_layout else None
+            unit = None if writer.one_pass else u
+            jobs.append(replace(first, writer=writer.name, unit=unit, salts=u.salts, window=local, saved=saved))
+        for outcome in run.map(jobs, "split"):
+            path = outcome.candidate.path
+            if outcome.scan is None:
+                report.skipped.append(f"{outcome.skipped or shown(path)}: left out of {group}")
+                chunk_of[path].write_bytes(b"")
+                continue
+            part_scans[path] = outcome.scan
+        yield Part(group, units, window), part_scans

@@ -1,0 +1,96 @@
+"""--split-by: one trace per role, host or step window, cut from the one plan of the whole run."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from readback import Readback, read_chrome_json, read_pftrace
+from typer.testing import CliRunner
+
+from tracemerge.cli import app
+from tracemerge.pipeline import merge
+
+
+def _slices(rb: Readback) -> Counter:
+    return Counter((s.name, s.ts, s.dur) for s in rb.slices)
+
+
+def _instants(rb: Readback) -> Counter:
+    return Counter((s.name, s.ts) for s in rb.instants)
+
+
+def test_split_by_role_holds_every_event_of_the_whole_run_once(fixtures: Path, tmp_path: Path) -> None:
+    whole = read_pftrace(_whole(fixtures / "rl_run", tmp_path / "whole.pftrace")).set_derived_apart()
+    (tmp_path / "out").mkdir()
+    report = merge([fixtures / "rl_run"], tmp_path / "out" / "m.pftrace", split_by="role")
+
+    index = json.loads((tmp_path / "out" / "m.index.json").read_text())
+    names = ["m.pipeline.pftrace", "m.rollout.pftrace", "m.reward.pftrace", "m.actor.pftrace"]
+    assert [t["file"] for t in index["traces"]] == names
+    assert report.parts == [tmp_path / "out" / n for n in [*names, "m.index.json"]]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted([*names, "m.index.json"])
+    assert index["split_by"] == "role" and index["time_base_unix_ns"] == report.time_base_unix_ns
+
+    parts = {t["group"]: read_pftrace(tmp_path / "out" / t["file"]).set_derived_apart() for t in index["traces"]}
+    assert sorted(parts["actor"].processes.values()) == ["actor · rank 0", "actor · rank 1"]
+    assert sorted(parts["reward"].processes.values()) == ["reward · rank 0", "reward · rank 1"]
+    assert sorted(parts["rollout"].processes.values()) == ["rollout · rank 0", "rollout · rank 1"]
+    assert [len(t["inputs"]) for t in index["traces"]] == [0, 4, 1, 2]
+    assert sum((_slices(p) for p in parts.values()), Counter()) == _slices(whole)
+    assert sum((_instants(p) for p in parts.values()), Counter()) == _instants(whole)
+    assert sum(sum(p.flow_links.values()) for p in parts.values()) == sum(whole.flow_links.values())
+    # The Phases and Pipeline tracks are in the pipeline part alone, as in the whole run.
+    assert parts["pipeline"].derived == whole.derived
+    assert all(not p.derived for g, p in parts.items() if g != "pipeline")
+    for t in index["traces"]:
+        assert t["bytes"] == (tmp_path / "out" / t["file"]).stat().st_size
+
+
+def test_split_by_step_window_cuts_the_run_at_each_step(fixtures: Path, tmp_path: Path) -> None:
+    whole = read_chrome_json(_whole(fixtures / "phases", tmp_path / "whole.json")).set_derived_apart()
+    merge([fixtures / "phases"], tmp_path / "s.json", split_by="step-window")
+
+    index = json.loads((tmp_path / "s.index.json").read_text())
+    assert [t["file"] for t in index["traces"]] == ["s.step0.json", "s.step1.json", "s.step2.json"]
+    windows = [t["window_ns"] for t in index["traces"]]
+    assert windows[0][0] is None and windows[-1][1] is None
+    assert [w[1] + 1 for w in windows[:-1]] == [w[0] for w in windows[1:]]  # they tile the run
+    base = index["time_base_unix_ns"]
+    for t, (lo, hi) in zip(index["traces"], windows, strict=True):
+        part = read_chrome_json(tmp_path / t["file"]).set_derived_apart()
+        start = None if lo is None else base + lo
+        end = None if hi is None else base + hi
+        # What --window keeps: slices that share time with the window, instants within it.
+        expected = Counter(
+            (s.name, s.ts, s.dur)
+            for s in whole.slices
+            if (start is None or (s.ts + s.dur >= start and not (s.dur > 0 and s.ts + s.dur == start)))
+            and (end is None or s.ts <= end)
+        )
+        assert _slices(part) == expected
+        assert part.derived == whole.derived
+    assert sum(len(read_chrome_json(tmp_path / t["file"]).slices) for t in index["traces"]) > len(whole.slices)
+
+
+def test_split_by_host_groups_files_by_the_host_that_wrote_them(fixtures: Path, tmp_path: Path) -> None:
+    merge([fixtures / "clock" / "gloo"], tmp_path / "g.pftrace", split_by="host")
+    index = json.loads((tmp_path / "g.index.json").read_text())
+    groups = {t["group"]: t for t in index["traces"]}
+    assert sorted(groups) == ["node-a", "node-b"]  # no phases in a bare gloo run
+    assert groups["node-a"]["processes"] == ["rank 0", "rank 1"]
+    assert groups["node-b"]["processes"] == ["rank 2", "rank 3"]
+    assert sorted(Path(p).name for p in groups["node-b"]["inputs"]) == ["rank2.pt.trace.json", "rank3.pt.trace.json"]
+
+
+def test_cli_refuses_an_unknown_grouping(fixtures: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, [str(fixtures / "rl_run"), "-o", str(tmp_path / "m.pftrace"), "--split-by", "x"])
+    assert result.exit_code == 2
+    assert "--split-by: unknown grouping 'x'" in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def _whole(run: Path, out: Path) -> Path:
+    merge([run], out)
+    return out

@@ -1,0 +1,122 @@
+"""Where files are found and processed: in-process, in local worker processes, or on a Ray cluster.
+
+An :class:`Executor` does two things for :func:`~tracemerge.pipeline.merge`: it finds the trace
+files under the given paths (:meth:`~Executor.discover`) and runs
+:func:`~tracemerge.filework.process_file` over a list of jobs (:meth:`~Executor.run`), yielding
+the outcomes in the jobs' order with each job's chunk (and kept layout) at the paths the job
+names. Nothing else in the pipeline knows which executor runs. The Ray one lives in
+:mod:`tracemerge.ray_executor`, imported only when asked for.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import suppress
+from pathlib import Path
+from types import TracebackType
+from typing import Protocol
+
+from tracemerge.discover import Discovery, discover
+from tracemerge.errors import FatalError
+from tracemerge.filework import FileJob, FileOutcome, process_file
+
+# With jobs=0 (automatic), inputs smaller than this are merged in-process: a pool costs more than it saves.
+PARALLEL_MIN_BYTES = 16 << 20
+
+
+class Executor(Protocol):
+    """Finds and processes the files of one merge; used as a context manager around it."""
+
+    def discover(self, inputs: list[Path]) -> Discovery:
+        """The trace files under ``inputs``, in the order a local walk of them finds them."""
+        ...
+
+    def run(self, jobs: list[FileJob]) -> Iterator[FileOutcome]:
+        """``process_file`` of each job, yielded in the jobs' order; each chunk written at ``job.chunk``."""
+        ...
+
+    def __enter__(self) -> Executor: ...
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None: ...
+
+
+class SerialExecutor:
+    """Everything in this process, one file after another."""
+
+    def discover(self, inputs: list[Path]) -> Discovery:
+        return discover(inputs)
+
+    def run(self, jobs: list[FileJob]) -> Iterator[FileOutcome]:
+        return map(process_file, jobs)
+
+    def __enter__(self) -> SerialExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class ProcessExecutor(SerialExecutor):
+    """Files processed in ``workers`` local worker processes (0: one per CPU when the inputs add
+    up to PARALLEL_MIN_BYTES or more, else in-process). The pool starts with the first run."""
+
+    def __init__(self, workers: int = 0) -> None:
+        self.workers = workers
+        self.pool: ProcessPoolExecutor | None = None
+        self.started = False
+
+    def run(self, jobs: list[FileJob]) -> Iterator[FileOutcome]:
+        if not self.started:
+            self.started = True
+            count = min(self.workers if self.workers > 0 else _auto_workers(jobs), len(jobs))
+            if count > 1:
+                self.pool = ProcessPoolExecutor(count)
+        if self.pool is None:
+            return map(process_file, jobs)
+        return self.pool.map(process_file, jobs)
+
+    def __enter__(self) -> ProcessExecutor:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        pool, self.pool, self.started = self.pool, None, False
+        if pool is None:
+            return
+        if exc_type is None:
+            pool.shutdown()
+            return
+        # The merge failed or was stopped: end the workers now rather than let them finish files
+        # nobody will use (the pool's own shutdown would wait for them).
+        processes = list((getattr(pool, "_processes", None) or {}).values())  # no public way to stop them
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
+
+
+def local_executor(jobs: int) -> Executor:
+    """``--jobs``: 1 in-process, N worker processes, 0 automatic."""
+    return SerialExecutor() if jobs == 1 else ProcessExecutor(jobs)
+
+
+def _auto_workers(jobs: list[FileJob]) -> int:
+    total = 0
+    for job in jobs:
+        with suppress(OSError):
+            total += job.candidate.path.stat().st_size
+    return (os.cpu_count() or 1) if total >= PARALLEL_MIN_BYTES else 1
+
+
+LOCAL_RAY = "local"
+
+
+def ray_executor(address: str = LOCAL_RAY) -> Executor:
+    """``--ray [ADDRESS]``: the cluster at ``address``, or a Ray instance started here (``local``)."""
+    try:
+        from tracemerge.ray_executor import RayExecutor
+    except ImportError as exc:
+        raise FatalError(f'--ray needs Ray ({exc}): pip install "tracemerge[ray]"') from None
+    return RayExecutor(None if address == LOCAL_RAY else address)
