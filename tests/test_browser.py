@@ -34,20 +34,16 @@ def _missing() -> str | None:
     return None
 
 
-@pytest.mark.parametrize("ext", [".pftrace", ".json"])
-def test_merged_tracks_show_in_the_perfetto_ui(tmp_path: Path, ext: str) -> None:
+def _show(out: Path, names: list[str], expand: str) -> Path:
+    """Open ``out`` in the UI, check every process in ``names`` is listed, and screenshot it."""
     reason = _missing()
     if reason:
         if os.environ.get("TRACEMERGE_REQUIRE_VIEWER"):
             pytest.fail(f"browser test required here: {reason}")
         pytest.skip(reason)
-    out = tmp_path / f"rl_run{ext}"
-    report = merge([FIXTURES / "rl_run"], out)
-    names = [p.label for p in report.processes]
-    assert len(names) == 6
-    names.append("Pipeline")  # the derived group of job steps and per-role phases
     SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
-    shot = SCREENSHOT_DIR / f"rl_run{ext.replace('.', '_')}.png"
+    shot = SCREENSHOT_DIR / out.name.replace(".", "_")
+    shot = shot.with_name(shot.name + ".png")
     server = serve(out, ui_dir=find_ui_build().parent, port=0)  # type: ignore[union-attr]
     try:
         done = subprocess.run(
@@ -55,7 +51,7 @@ def test_merged_tracks_show_in_the_perfetto_ui(tmp_path: Path, ext: str) -> None
             capture_output=True,
             text=True,
             timeout=240,
-            env={**os.environ, "EXPAND": "Pipeline,actor · rank 0"},
+            env={**os.environ, "EXPAND": expand},
         )
     finally:
         server.close()
@@ -66,3 +62,23 @@ def test_merged_tracks_show_in_the_perfetto_ui(tmp_path: Path, ext: str) -> None
     assert result["title"].startswith(out.name)
     assert server.served.is_set()
     assert shot.stat().st_size > 10_000
+    return shot
+
+
+@pytest.mark.parametrize("ext", [".pftrace", ".json"])
+def test_merged_tracks_show_in_the_perfetto_ui(tmp_path: Path, ext: str) -> None:
+    out = tmp_path / f"rl_run{ext}"
+    report = merge([FIXTURES / "rl_run"], out)
+    names = [p.label for p in report.processes]
+    assert len(names) == 6
+    names.append("Pipeline")  # the derived group of job steps and per-role phases
+    _show(out, names, "Pipeline,actor · rank 0")
+
+
+def test_metrics_show_beside_the_phases(tmp_path: Path) -> None:
+    """Engine queue depth and KV-cache usage under the rollout ranks, GPU utilisation in Metrics."""
+    out = tmp_path / "metrics_run.pftrace"
+    report = merge([FIXTURES / "metrics_run"], out)
+    names = [p.label for p in report.processes]
+    assert sorted(names) == ["Metrics", "rollout · rank 0", "rollout · rank 1", "trainer · rank 0"]
+    _show(out, [*names, "Pipeline"], "Pipeline,rollout · rank 0,Metrics")

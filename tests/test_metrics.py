@@ -50,31 +50,30 @@ def test_engine_metrics_sit_under_the_rollout_ranks(tmp_path: Path, suffix: str)
     rb = READERS[suffix](out)
     for rank in (0, 1):
         found = counters_of(rb, f"rollout · rank {rank}")
-        instance = f'instance="10.0.0.{7 + rank}:8000"'  # not what placed it: shown
         assert sorted(found) == sorted(
             [
-                f'requests waiting · vllm:num_requests_waiting{{engine="0",{instance}}}',
-                f'requests running · vllm:num_requests_running{{engine="0",{instance}}}',
-                f'KV cache usage (fraction) · vllm:kv_cache_usage_perc{{engine="0",{instance}}}',
-                f'generated tokens (/s) · vllm:generation_tokens_total{{engine="0",{instance}}}',
+                'requests waiting {engine="0"} · vllm:num_requests_waiting',
+                'requests running {engine="0"} · vllm:num_requests_running',
+                'KV cache usage (fraction) {engine="0"} · vllm:kv_cache_usage_perc',
+                'generated tokens (/s) {engine="0"} · vllm:generation_tokens_total',
             ]
         )
         waiting = fixture_series("vllm:num_requests_waiting", rank=str(rank))
         assert len(waiting) == SAMPLES
-        assert found[f'requests waiting · vllm:num_requests_waiting{{engine="0",{instance}}}'] == waiting
+        assert found['requests waiting {engine="0"} · vllm:num_requests_waiting'] == waiting
         kv = fixture_series("vllm:kv_cache_usage_perc", rank=str(rank))
-        assert found[f'KV cache usage (fraction) · vllm:kv_cache_usage_perc{{engine="0",{instance}}}'] == kv
+        assert found['KV cache usage (fraction) {engine="0"} · vllm:kv_cache_usage_perc'] == kv
         # The counter as its rate per second over each interval, drawn from where the interval starts.
         tokens = fixture_series("vllm:generation_tokens_total", rank=str(rank))
         rates = [(t0, (v1 - v0) / ((t1 - t0) / 1e9)) for (t0, v0), (t1, v1) in itertools.pairwise(tokens)]
-        assert found[f'generated tokens (/s) · vllm:generation_tokens_total{{engine="0",{instance}}}'] == rates
+        assert found['generated tokens (/s) {engine="0"} · vllm:generation_tokens_total'] == rates
         assert {v for _, v in rates} == {0.0, 3000.0}  # 1500 tokens per 0.5 s while generating
     gpus = counters_of(rb, "Metrics")
     assert sorted(gpus) == [
-        'GPU utilization (%) · ray_node_gpus_utilization{GpuIndex="0",ip="10.0.0.7"}',
-        'GPU utilization (%) · ray_node_gpus_utilization{GpuIndex="1",ip="10.0.0.7"}',
+        'GPU utilization (%) {GpuIndex="0",ip="10.0.0.7"} · ray_node_gpus_utilization',
+        'GPU utilization (%) {GpuIndex="1",ip="10.0.0.7"} · ray_node_gpus_utilization',
     ]
-    assert gpus['GPU utilization (%) · ray_node_gpus_utilization{GpuIndex="0",ip="10.0.0.7"}'] == fixture_series(
+    assert gpus['GPU utilization (%) {GpuIndex="0",ip="10.0.0.7"} · ray_node_gpus_utilization'] == fixture_series(
         "ray_node_gpus_utilization", GpuIndex="0"
     )
 
@@ -201,7 +200,7 @@ def test_snapshots_jsonl_of_two_targets(tmp_path: Path) -> None:
     rb = read_pftrace(out)
     for t in range(2):
         found = counters_of(rb, f"rollout · 10.0.0.{7 + t}:8000")
-        name = 'requests waiting · vllm:num_requests_waiting{engine="0"}'
+        name = 'requests waiting {engine="0"} · vllm:num_requests_waiting'
         assert found == {name: [(T0_NS + 250_000_000 + k * 10**9, float(k + t)) for k in range(3)]}
 
 

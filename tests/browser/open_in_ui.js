@@ -31,8 +31,8 @@ async function main() {
     }
     // Open the groups named in $EXPAND (comma-separated), as a user clicks on a group's title.
     for (const name of (process.env.EXPAND || '').split(',').filter(Boolean)) {
-      const title = page.getByText(name, { exact: false }).first();
-      if (await title.count()) await title.click();
+      const title = page.locator('.pf-track__title-popup', { hasText: name }).first();
+      if (await title.count()) await title.click({ force: true });  // a long name's ellipsis span covers it
       await page.waitForTimeout(300);
     }
     await page.waitForTimeout(1000);  // let the tracks render before the picture

@@ -7,8 +7,9 @@ A series is a metric name, its labels and its ``(time ns, value)`` samples. Wher
   (vLLM, SGLang) without a role belong to ``rollout``, SkyRL's to ``trainer``; a role without a
   rank is told apart by its ``instance`` (or Ray's ``WorkerId``/``ReplicaId``); a series naming
   none of these goes to the ``Metrics`` process;
-* its title: known series get a readable one with the unit, followed by the metric name and the
-  labels that say which series it is (``requests waiting · vllm:num_requests_waiting``);
+* its title: known series get a readable one with the unit, the labels that say which series it
+  is, then the metric name (``GPU utilization (%) {GpuIndex="0"} · ray_node_gpus_utilization``);
+  labels that placed it (role, rank, the instance of a ranked engine) are not repeated;
 * monotonic counters (``_total``, or TYPE counter) are drawn as their rate per second over each
   interval between samples, starting where the interval starts; a value lower than the one before
   is a counter reset (the rate counts from zero, as Prometheus's ``rate()`` does);
@@ -118,8 +119,8 @@ class MetricWriter:
             role = "rollout" if name.startswith(_ENGINE_PREFIXES) else "trainer" if name.startswith("skyrl_") else None
         if role is None and rank is None:
             return (None, None, METRICS_PROCESS), frozenset(used)
-        if rank is not None:
-            return (role, rank, ""), frozenset(used)
+        if rank is not None:  # a rank's process is one engine: its instance would only lengthen titles
+            return (role, rank, ""), frozenset({*used, *_TAG_LABELS})
         tag_label = next((k for k in _TAG_LABELS if labels.get(k)), None)
         if tag_label is None:
             return (role, None, METRIC_CAT), frozenset(used)
@@ -129,8 +130,8 @@ class MetricWriter:
         shown = [(k, v) for k, v in series.labels if k not in _UNSHOWN_LABELS and k not in placing]
         labels = "{" + ",".join(f'{k}="{v}"' for k, v in shown) + "}" if shown else ""
         known = KNOWN_TITLES.get(_base(series.metric))
-        if known:
-            return f"{known} · {series.metric}{labels}"
+        if known:  # which series first: the UI elides the middle of a long title
+            return f"{known} {labels} · {series.metric}" if labels else f"{known} · {series.metric}"
         return f"{series.metric}{labels} (/s)" if rate else f"{series.metric}{labels}"
 
     def add(self, series: Series, samples: Iterable[tuple[int, float]]) -> None:
