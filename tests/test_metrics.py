@@ -271,3 +271,26 @@ def test_bad_metric_input_is_counted_by_name(tmp_path: Path) -> None:
         "queue": [(T0_NS, 4.0)],
         "busy": [(T0_NS, 1.0)],
     }
+
+
+@pytest.mark.parametrize("suffix", [".pftrace", ".json"])
+def test_perfetto_imports_the_metric_tracks_as_written(tmp_path: Path, suffix: str) -> None:
+    """trace_processor's own import: no errors or data losses, and per process the counter tracks
+    and sample counts tracemerge wrote."""
+    from test_perfetto_conformance import open_trace_processor
+
+    out = tmp_path / f"merged{suffix}"
+    merge([RUN], out)
+    rb = READERS[suffix](out)
+    with open_trace_processor() as tp:
+        tp.load(out)
+        problems = tp.query("select name, value from stats where severity in ('error', 'data_loss') and value > 0")
+        rows = tp.query(
+            "select p.name as process, t.name as track, count(*) as n from counter c "
+            "join process_counter_track t on c.track_id = t.id join process p using (upid) group by 1, 2"
+        )
+    assert problems == []
+    for process in ("rollout · rank 0", "rollout · rank 1", "Metrics"):
+        written = {name: len(samples) for name, samples in counters_of(rb, process).items()}
+        assert {r["track"]: r["n"] for r in rows if r["process"] == process} == written
+        assert sum(written.values()) in (4 * SAMPLES - 1, 2 * SAMPLES)  # a rate has one value fewer
