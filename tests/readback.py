@@ -261,6 +261,10 @@ def read_chrome_json(path: Path) -> Readback:
     rb.realtime_base = base
     per_thread: dict[tuple, list] = defaultdict(list)
     flow_ends: dict[int, list] = defaultdict(list)
+    # B events open on each thread, and the slice each thread's flow events bind to: the one
+    # written last before them (the writer puts a slice's flow events right after it).
+    open_begins: dict[tuple, list[Slice]] = defaultdict(list)
+    last_slice: dict[tuple, Slice] = {}
     counter_ids: dict[tuple, int] = {}
     for e in top["traceEvents"]:
         ph = e["ph"]
@@ -271,11 +275,24 @@ def read_chrome_json(path: Path) -> Readback:
                 rb.threads[(e["pid"], e["tid"])] = (e["pid"], e["args"]["name"])
             continue
         ts = base + exact_ns(e["ts"])
-        if ph == "X":
-            s = Slice((e["pid"], e["tid"]), e["name"], e.get("cat", ""), ts, exact_ns(e["dur"]), 0, e.get("args", {}))
-            per_thread[(e["pid"], e["tid"])].append(s)
+        thread = (e.get("pid"), e.get("tid"))
+        if ph in ("X", "B"):
+            dur = exact_ns(e["dur"]) if ph == "X" else 0
+            s = Slice(thread, e["name"], e.get("cat", ""), ts, dur, 0, e.get("args", {}))
+            if ph == "X":
+                per_thread[thread].append(s)
+            else:
+                open_begins[thread].append(s)
+            last_slice[thread] = s
             if "bind_id" in e:
                 flow_ends[e["bind_id"]].append((s, e.get("flow_out", False), e.get("flow_in", False)))
+        elif ph == "E":
+            s = open_begins[thread].pop()
+            s.dur = ts - s.ts
+            per_thread[thread].append(s)
+        elif ph in ("s", "t", "f"):
+            assert ph != "f" or e.get("bp") == "e", "flow ends bind to their enclosing slice"
+            flow_ends[e["id"]].append((last_slice[thread], ph != "f", ph != "s"))
         elif ph == "i" and e.get("s") == "p":
             rb.process_instants[e["pid"]].append(Slice(e["pid"], e["name"], e.get("cat", ""), ts, 0, 0, e["args"]))
         elif ph == "i":
@@ -287,6 +304,7 @@ def read_chrome_json(path: Path) -> Readback:
             rb.counters[cid].append((ts, value))
         else:
             raise AssertionError(f"unexpected phase {ph!r} in output")
+    assert not any(open_begins.values()), "B events without their E"
     for key, slices in per_thread.items():
         assert key in rb.threads, f"thread {key} has no thread_name"
         slices.sort(key=lambda s: (s.ts, -s.dur))

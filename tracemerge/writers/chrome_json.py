@@ -1,9 +1,16 @@
 """Chrome trace-event JSON output (``.json``, ``.json.gz``), as Perfetto's JSON importer reads it.
 
 Timestamps are written as exact decimal microseconds relative to the trace's time base, so they
-keep their nanoseconds. Slices are complete (``X``) events; flows use ``bind_id`` with
-``flow_in``/``flow_out`` so each binds to exactly its slice. Overlap lanes become threads of their
+keep their nanoseconds. Slices are complete (``X``) events. Overlap lanes become threads of their
 own, since Chrome JSON has no child tracks.
+
+Flows are flow events (``s``, ``t``, ``f`` with ``bp: "e"``), any number per slice, each written
+right after its slice. Perfetto's importer binds such an event to the slice on top of its thread's
+stack when it processes it, and at one timestamp it processes every ``X`` before any other event
+(``X`` longest first, the rest in file order). So a flow event at its slice's start binds to that
+slice unless a shorter slice starts at the same time on the thread: such slices, once a flow event
+was written at their start, are written as ``B``/``E`` pairs instead, which come in file order after
+the flow event. (``bind_id`` binds only one flow per event, which is why it is not used.)
 """
 
 from __future__ import annotations
@@ -33,13 +40,22 @@ def _dumps(value: Any) -> bytes:
         return orjson.dumps(str(value))
 
 
+_FLOW_EVENTS = {
+    FlowPhase.START: b',\n{"ph":"s","id":%d,"pid":%d,"tid":%d,"ts":%s,"cat":"flow","name":"flow"}',
+    FlowPhase.STEP: b',\n{"ph":"t","id":%d,"pid":%d,"tid":%d,"ts":%s,"cat":"flow","name":"flow"}',
+    FlowPhase.END: b',\n{"ph":"f","bp":"e","id":%d,"pid":%d,"tid":%d,"ts":%s,"cat":"flow","name":"flow"}',
+}
+
+
 class UnitEncoder:
     """Encodes one input file's laid-out events as JSON event objects, each preceded by ``,\\n``."""
 
-    flows_per_slice = 1  # one bind_id per event
-
     def __init__(self, sequence_id: int, out: BinaryIO) -> None:
         self.write = out.write
+        # Per thread: the start time after which slices are written as B/E (a flow event or a B
+        # event was written there), and which open slices were.
+        self.begin_events_at: dict[int, int] = {}
+        self.open_as_begin: dict[int, list[bool]] = {}
 
     def prefix(self, name: str, cat: str) -> bytes:
         return b',"name":' + orjson.dumps(name) + (b',"cat":' + orjson.dumps(cat) if cat else b"")
@@ -50,22 +66,25 @@ class UnitEncoder:
         return b',"args":' + text
 
     def slice_begin(self, track: ThreadTrack, ts: int, dur: int, body: bytes, flows: list[Flow] | None) -> None:
-        flow = b""
-        if flows:  # at most one: flows_per_slice
-            fid, phase = flows[0]
-            if phase == FlowPhase.START:
-                flow = b',"bind_id":%d,"flow_out":true' % fid
-            elif phase == FlowPhase.END:
-                flow = b',"bind_id":%d,"flow_in":true' % fid
-            else:
-                flow = b',"bind_id":%d,"flow_in":true,"flow_out":true' % fid
-        self.write(
-            b',\n{"ph":"X","pid":%d,"tid":%d,"ts":%s,"dur":%s%s%s}'
-            % (track.pid, track.tid, _us(ts), _us(dur), body, flow)
-        )
+        thread = track.uuid
+        stamp = _us(ts)
+        as_begin = self.begin_events_at.get(thread) == ts
+        if as_begin:
+            self.write(b',\n{"ph":"B","pid":%d,"tid":%d,"ts":%s%s}' % (track.pid, track.tid, stamp, body))
+        else:
+            self.write(
+                b',\n{"ph":"X","pid":%d,"tid":%d,"ts":%s,"dur":%s%s}' % (track.pid, track.tid, stamp, _us(dur), body)
+            )
+        self.open_as_begin.setdefault(thread, []).append(as_begin)
+        if flows:
+            for fid, phase in flows:
+                self.write(_FLOW_EVENTS[phase] % (fid, track.pid, track.tid, stamp))
+            self.begin_events_at[thread] = ts
 
     def slice_end(self, track: ThreadTrack, ts: int) -> None:
-        """Complete events carry their duration; nothing to write."""
+        """Complete events carry their duration; a slice written as B gets its E."""
+        if self.open_as_begin[track.uuid].pop():
+            self.write(b',\n{"ph":"E","pid":%d,"tid":%d,"ts":%s}' % (track.pid, track.tid, _us(ts)))
 
     def instant(self, track: ThreadTrack, ts: int, body: bytes) -> None:
         self.write(b',\n{"ph":"i","s":"t","pid":%d,"tid":%d,"ts":%s%s}' % (track.pid, track.tid, _us(ts), body))

@@ -1,0 +1,123 @@
+"""Chrome JSON keeps every flow, bound as the .pftrace output binds it, as trace_processor reads it.
+
+Each input is merged to both formats and loaded into Perfetto's trace_processor; the flows it
+finds are compared as (slice, slice) pairs, slices named by (name, time after the first slice,
+duration).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, ROOT
+from readback import read_chrome_json
+from test_perfetto_conformance import open_trace_processor
+
+from tracemerge.pipeline import merge
+
+CORPUS = ROOT.parent / "shared" / "corpus"
+HTA_NCCL = CORPUS / "torch" / "HolisticTraceAnalysis" / "tests" / "data" / "nccl_parser_config"
+ASCEND_CORPUS = CORPUS / "ascend" / "msinsight" / "test" / "data" / "pytorch"
+T0 = 1_700_000_000_000_000  # µs
+PAIRS = (
+    "select so.name as a, so.ts as a_ts, so.dur as a_dur, si.name as b, si.ts as b_ts, si.dur as b_dur "
+    "from flow f join slice so on f.slice_out = so.id join slice si on f.slice_in = si.id"
+)
+
+
+def flow_pairs(path: Path) -> tuple[Counter, list]:
+    """The flows trace_processor finds, and its import problems."""
+    with open_trace_processor() as tp:
+        tp.load(path)
+        first = tp.query("select min(ts) as ts from slice")[0]["ts"]
+        pairs = Counter(
+            (r["a"], r["a_ts"] - first, r["a_dur"], r["b"], r["b_ts"] - first, r["b_dur"]) for r in tp.query(PAIRS)
+        )
+        problems = tp.query("select name, value from stats where severity in ('error', 'data_loss') and value > 0")
+    return pairs, problems
+
+
+def both_formats(tmp_path: Path, *inputs: Path) -> dict[str, tuple]:
+    out = {}
+    for ext in (".pftrace", ".json"):
+        report = merge(list(inputs), tmp_path / f"out{ext}")
+        out[ext] = (report, *flow_pairs(tmp_path / f"out{ext}"))
+    return out
+
+
+def kineto_with_crowded_slices(path: Path) -> Path:
+    """A CPU thread where flows start on slices that share their start with shorter ones (step ⊃
+    aten::mm ⊃ cudaLaunchKernel, all at 0), two flows on one launch, and two kernels that each end
+    two flows: every slice carries flows beyond one, and the JSON needs B/E for the crowded ones."""
+    cpu, gpu = {"pid": 10, "tid": 11}, {"pid": 0, "tid": 7}
+
+    def x(name: str, at: int, dur: int, where: dict) -> dict:
+        return {"ph": "X", "name": name, "ts": T0 + at, "dur": dur, "cat": "cpu_op", **where}
+
+    def flow(ph: str, fid: int, at: int, where: dict) -> dict:
+        return {"ph": ph, "id": fid, "ts": T0 + at, "cat": "ac2g", "name": "ac2g", "bp": "e", **where}
+
+    events = [
+        x("step", 0, 100, cpu),
+        x("aten::mm", 0, 60, cpu),
+        x("cudaLaunchKernel", 0, 10, cpu),
+        {"ph": "i", "s": "t", "name": "mark", "ts": T0, **cpu},
+        x("kernel_a", 200, 50, gpu),
+        x("kernel_b", 300, 20, gpu),
+        flow("s", 1, 5, cpu),  # cudaLaunchKernel → kernel_a
+        flow("s", 4, 6, cpu),  # cudaLaunchKernel → kernel_b
+        flow("s", 3, 30, cpu),  # aten::mm → kernel_b
+        flow("s", 2, 80, cpu),  # step → kernel_a
+        flow("f", 1, 200, gpu),
+        flow("f", 2, 210, gpu),
+        flow("f", 3, 300, gpu),
+        flow("f", 4, 305, gpu),
+    ]
+    path.write_text(json.dumps({"traceEvents": events, "distributedInfo": {"rank": 0}}))
+    return path
+
+
+def test_every_flow_of_crowded_slices_survives_in_json(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    kineto_with_crowded_slices(run / "rank0.pt.trace.json")
+    got = both_formats(tmp_path, run)
+    pftrace_report, pftrace_pairs, pftrace_problems = got[".pftrace"]
+    json_report, json_pairs, json_problems = got[".json"]
+    assert pftrace_pairs == {
+        ("cudaLaunchKernel", 0, 10_000, "kernel_a", 200_000, 50_000): 1,
+        ("cudaLaunchKernel", 0, 10_000, "kernel_b", 300_000, 20_000): 1,
+        ("aten::mm", 0, 60_000, "kernel_b", 300_000, 20_000): 1,
+        ("step", 0, 100_000, "kernel_a", 200_000, 50_000): 1,
+    }
+    assert json_pairs == pftrace_pairs
+    assert (pftrace_problems, json_problems) == ([], [])
+    assert json_report.written.flows == pftrace_report.written.flows == 4
+    assert json_report.dropped == {}
+    # the slices sharing a start with a flow-carrying one are B/E pairs, read back as they nest
+    rb = read_chrome_json(tmp_path / "out.json")
+    assert sorted((s.name, s.depth) for s in rb.slices) == [
+        ("aten::mm", 1),
+        ("cudaLaunchKernel", 2),
+        ("kernel_a", 0),
+        ("kernel_b", 0),
+        ("step", 0),
+    ]
+    assert sum(rb.flow_links.values()) == 4
+
+
+@pytest.mark.parametrize("inputs", ["ascend_fixture", "hta_nccl", "ascend_corpus"])
+def test_json_and_pftrace_draw_the_same_flows(tmp_path: Path, inputs: str) -> None:
+    path = {"ascend_fixture": FIXTURES / "ascend", "hta_nccl": HTA_NCCL, "ascend_corpus": ASCEND_CORPUS}[inputs]
+    if not path.is_dir():
+        pytest.skip(f"no corpus at {path}")
+    got = both_formats(tmp_path, path)
+    pftrace_report, pftrace_pairs, _ = got[".pftrace"]
+    json_report, json_pairs, json_problems = got[".json"]
+    assert json_pairs == pftrace_pairs
+    assert json_problems == []
+    assert json_report.written.flows == pftrace_report.written.flows == sum(pftrace_pairs.values())
+    assert not [reason for reason in json_report.dropped if reason.startswith("flows beyond")]
