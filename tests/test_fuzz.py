@@ -27,6 +27,9 @@ SAMPLES = {
     "sessions": FIXTURES / "clock" / "areal" / "session_tracer" / "rollout" / "sessions-r0.jsonl",
     "spans": FIXTURES / "phases" / "trainer" / "spans.jsonl",
     "ascend_text": next((FIXTURES / "ascend" / "text").rglob("trace_view.json")),
+    "prometheus_query": FIXTURES / "metrics_run" / "prometheus" / "query_range.json",
+    "prometheus_scrape": sorted((FIXTURES / "metrics_scrapes").rglob("*.prom"))[0],
+    "tracker": FIXTURES / "metrics_run" / "trainer" / "metrics.jsonl",
 }
 NUMBER = re.compile(rb"-?\d+(\.\d+)?")
 
