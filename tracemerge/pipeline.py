@@ -115,6 +115,7 @@ def merge(
             if report.skipped:
                 raise FatalError(f"no usable trace files in {where}: " + "; ".join(report.skipped))
             raise FatalError(f"no trace files found in {where}")
+        progress(f"found {len(candidates)} trace files")
         work = _work_dir(out_path)
         on_error.pop_all()
 
