@@ -260,3 +260,26 @@ def test_split_parts_on_ray_equal_the_local_ones(nodes: Nodes, tmp_path: Path) -
 def _label(nodes: Nodes, name: str) -> str:
     node = next(n for n in ray.nodes() if n["NodeID"] == nodes.ids[name])
     return f"{node['NodeManagerAddress']} ({node['NodeID'][:8]})"
+
+
+def test_the_command_line_merges_on_the_cluster_it_is_given(nodes: Nodes, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from tracemerge.cli import app
+
+    out = tmp_path / "cli.pftrace"
+    result = CliRunner().invoke(app, ["traces", "-o", str(out), "-q", "--ray", nodes.cluster.address])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes() == _local(nodes.root / "all", tmp_path / "local.pftrace").read_bytes()
+    assert ray.is_initialized()  # the test's own connection is left as it was
+
+
+def test_a_path_no_node_has_is_one_line_naming_it(nodes: Nodes, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from tracemerge.cli import app
+
+    result = CliRunner().invoke(app, ["nowhere", "-o", str(tmp_path / "x.pftrace"), "--ray", nodes.cluster.address])
+    assert result.exit_code == 1
+    assert result.output == "tracemerge: error: nowhere: no such file or directory on any node of the Ray cluster\n"
+    assert list(tmp_path.iterdir()) == []

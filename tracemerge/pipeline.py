@@ -103,7 +103,7 @@ def merge(
 
     runner = executor if executor is not None else local_executor(jobs)
     with ExitStack() as on_error:
-        on_error.push(runner)  # closed (a cluster disconnected) if nothing can be merged
+        on_error.enter_context(runner)  # left (a cluster disconnected) at once if nothing can be merged
         found = runner.discover([Path(p) for p in inputs])
         report.ignored.extend(found.ignored)
         report.notes.extend(found.notes)
@@ -117,10 +117,10 @@ def merge(
             raise FatalError(f"no trace files found in {where}")
         progress(f"found {len(candidates)} trace files")
         work = _work_dir(out_path)
-        on_error.pop_all()
+        entered = on_error.pop_all()
 
     try:
-        with runner:
+        with entered:
             run = _Runner(runner, progress)
             # Sequence 1 carries the descriptors; each file gets the next, in discovery order.
             found_skipped, found_ignored = len(report.skipped), len(report.ignored)

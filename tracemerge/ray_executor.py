@@ -151,8 +151,31 @@ class RayExecutor:
         self.placed: dict[Path, _Placed] = {}
         self.folder = f"tracemerge-{uuid.uuid4().hex[:12]}"
         self.used: set[str] = set()  # nodes that may hold files of this merge in self.folder
+        self.depth = 0  # nested ``with`` blocks: the caller's around merge()'s own
 
     def __enter__(self) -> RayExecutor:
+        self._connect()
+        self.depth += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.depth -= 1
+        if self.depth > 0:  # a merge inside the caller's own ``with``: the caller's exit closes
+            return
+        try:
+            if self.used:
+                cleanups = [self._on(node, _remove_folder, 0).remote(self.folder) for node in self.used]
+                ray.wait(cleanups, num_returns=len(cleanups), timeout=30)
+                self.used.clear()
+        finally:
+            if self.connected_here:
+                ray.shutdown()
+                self.connected_here = False
+            self.nodes = {}
+
+    def _connect(self) -> None:
+        if self.nodes:
+            return
         if not ray.is_initialized():
             options: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
             if self.runtime_env is not None:
@@ -169,17 +192,6 @@ class RayExecutor:
         for n in sorted(nodes, key=lambda n: (n["NodeManagerAddress"], n["NodeID"])):
             label = f"{n['NodeManagerAddress']} ({n['NodeID'][:8]})"
             self.nodes[n["NodeID"]] = _Node(n["NodeID"], label, n["Resources"].get("CPU", 0.0))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            if self.used:
-                cleanups = [self._on(node, _remove_folder, 0).remote(self.folder) for node in self.used]
-                ray.wait(cleanups, num_returns=len(cleanups), timeout=30)
-        finally:
-            if self.connected_here:
-                ray.shutdown()
-                self.connected_here = False
 
     def _on(self, node: str, remote: Any, cpus: float) -> Any:
         strategy = NodeAffinitySchedulingStrategy(node, soft=False)
@@ -187,6 +199,7 @@ class RayExecutor:
         return remote.options(num_cpus=cpus, scheduling_strategy=strategy, max_retries=1)
 
     def discover(self, inputs: list[Path]) -> Discovery:
+        self._connect()  # merge() looks for files before it enters the executor
         texts = [str(p) for p in inputs]
         refs = {node: self._on(node, _find_files, 0).remote(texts) for node in self.nodes}
         found: dict[str, NodeFiles] = {}
@@ -197,6 +210,8 @@ class RayExecutor:
             except ray.exceptions.RayError as exc:
                 label = self.nodes[node].label
                 skipped.append(InputError(f"node {label}", f"lost while looking for files ({_why(exc)}): not merged"))
+        if not found:
+            raise FatalError("no node of the Ray cluster could look for files: " + "; ".join(map(str, skipped)))
         missing = [p for n, p in enumerate(texts) if not any(n in f.inputs_here for f in found.values())]
         if missing:
             raise FatalError(f"{shown(missing[0])}: no such file or directory on any node of the Ray cluster")
