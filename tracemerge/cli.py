@@ -17,6 +17,7 @@ from tracemerge import __version__
 from tracemerge.clock import AlignOptions, load_offsets, parse_offset
 from tracemerge.errors import TracemergeError, shown
 from tracemerge.executors import ray_executor
+from tracemerge.metrics_map import NO_MAP, load_metrics_map
 from tracemerge.phases import AUTO, PhaseOptions, format_summary, resolve
 from tracemerge.pipeline import merge as run_merge
 from tracemerge.progress import progress_bar
@@ -81,6 +82,10 @@ def _err(message: str) -> None:
     typer.echo(message, err=True)
 
 
+def _say(message: str) -> None:
+    _err(f"tracemerge: {message}")
+
+
 @app.command()
 def merge(
     inputs: Annotated[list[Path], typer.Argument(help="Trace files or directories (searched recursively).")],
@@ -139,6 +144,10 @@ def merge(
         Optional[str], typer.Option("--steps", help="Keep only these RL steps (and their phases), e.g. 3-5.")
     ] = None,
     summary: Annotated[bool, typer.Option("--summary", help="Print where each step's time went, per role.")] = False,
+    metrics_map_file: Annotated[
+        Optional[Path],
+        typer.Option("--metrics-map", help="TOML file placing metric series by label under a role/rank."),
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="Let -o replace one of the inputs.")] = False,
     strict: Annotated[
         bool, typer.Option("--strict", help="Write nothing if any file is skipped or any event dropped.")
@@ -161,6 +170,7 @@ def merge(
         phase_rules = PhaseOptions(resolve(phases), parse_ranks(steps) if steps is not None else None)
         if split_by is not None:
             check_kind(split_by)
+        metrics_map = load_metrics_map(metrics_map_file) if metrics_map_file is not None else NO_MAP
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     with progress_bar(enabled=not quiet) as on_progress:
@@ -182,6 +192,7 @@ def merge(
                 selection=selection,
                 clocks=clocks,
                 phase_rules=phase_rules,
+                metrics_map=metrics_map,
                 force=force,
                 strict=strict,
                 on_plan=show,
@@ -356,3 +367,49 @@ def open_(
         pass
     finally:
         server.close()
+
+
+@app.command()
+def scrape(
+    urls: Annotated[
+        list[str], typer.Argument(help="/metrics URLs of engines or exporters, e.g. http://10.0.0.7:8000/metrics.")
+    ],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Directory the scrapes are written to.")],
+    every: Annotated[str, typer.Option("--every", help="Time between scrapes, e.g. 0.5s, 2s.")] = "1s",
+    count: Annotated[
+        Optional[int], typer.Option("--count", help="Stop after this many scrapes of each URL (default: Ctrl+C).")
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print errors only.")] = False,
+) -> None:
+    """Record live Prometheus /metrics pages during a run (one file per scrape), to merge with its traces."""
+    from tracemerge.scrape import check_url
+    from tracemerge.scrape import scrape as run_scrape
+
+    try:
+        targets = [check_url(u) for u in urls]
+        period = parse_duration(every) / 1e9
+        if period <= 0:
+            raise ValueError("--every: must be longer than 0")
+        if count is not None and count < 1:
+            raise ValueError("--count: must be at least 1")
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        if not quiet:
+            _err(f"scraping {len(targets)} URL(s) every {every} into {shown(output)} (Ctrl+C stops)")
+        result = run_scrape(
+            targets, output, period, count=count, stop=stop, on_error=lambda m: _err(f"tracemerge: {m}")
+        )
+    except OSError as exc:
+        _err(f"tracemerge: error: {shown(output)}: cannot write ({exc.strerror or exc})")
+        raise typer.Exit(EXIT_FATAL) from None
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    written = sum(result.written.values())
+    if not quiet:
+        failed = sum(result.failed.values())
+        _err(f"wrote {written} scrape(s) of {len(result.written)} URL(s) to {shown(output)}; {failed} failed")
+    raise typer.Exit(EXIT_OK if written else EXIT_FATAL)

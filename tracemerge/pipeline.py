@@ -23,6 +23,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import replace
@@ -35,9 +36,12 @@ from tracemerge.errors import FatalError, shown
 from tracemerge.executors import Executor, local_executor
 from tracemerge.filework import FileJob, FileOutcome
 from tracemerge.layout import DEFAULT_BUDGET
+from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.phases import (
     AUTO_PHASES,
     PhaseOptions,
+    StepScalars,
+    attach_scalars,
     derive,
     summary,
 )
@@ -67,6 +71,7 @@ def merge(
     selection: Selection = EVERYTHING,
     clocks: AlignOptions = AUTOMATIC,
     phase_rules: PhaseOptions = AUTO_PHASES,
+    metrics_map: MetricsMap = NO_MAP,
     force: bool = False,
     strict: bool = False,
     on_plan: Callable[[RunReport], None] | None = None,
@@ -85,6 +90,7 @@ def merge(
     processes, time window and slice durations to keep (everything by default). ``clocks`` says
     how files are placed on one timeline (:mod:`tracemerge.clock`: automatic by default);
     ``phase_rules`` which phase rules derive the Phases and Pipeline tracks, and which steps to keep.
+    ``metrics_map`` places metric series whose labels name no role and rank.
     ``force`` lets ``output`` replace one of the inputs (which is then left out). ``strict``
     writes nothing when any file is skipped or any event dropped (FatalError naming the first).
     ``on_plan`` is called with the report of what was found before the output is assembled.
@@ -141,18 +147,22 @@ def merge(
                         wide_ids=wide,
                         sync=clocks.sync,
                         phases=phase_rules.presets,
+                        metrics_map=metrics_map,
                         keep_layout=keep_layout,
                     )
                     for n, c in enumerate(candidates)
                 ]
                 del report.skipped[found_skipped:], report.ignored[found_ignored:]
-                scans = _collect(run.map(jobs_, "read"), report)
+                scalars: list[StepScalars] = []
+                scans = _collect(run.map(jobs_, "read"), report, scalars)
                 if not scans:
                     raise FatalError("no usable trace files: " + "; ".join(report.skipped))
                 try:
                     plan = make_plan(scans, wide, clocks)
                     keep = None if selection.roles is None and selection.ranks is None else selection.keeps
                     model = derive(scans, plan.offsets, phase_rules.presets, phase_rules.steps, keep)
+                    scalars_dropped = Counter(d for f in scalars for d in f.dropped.elements())
+                    attach_scalars(model, scalars, scalars_dropped)
                     derived = derived_scan(model, len(candidates) + 2, work / "phases.chunk", plan)
                     if derived is not None:
                         plan = make_plan([*scans, derived], wide, clocks, plan.alignment)
@@ -200,6 +210,7 @@ def merge(
                         wide,
                         clocks.sync,
                         phase_rules.presets,
+                        metrics_map,
                         saved=sc if keep_layout else None,
                     )
                 )
@@ -219,6 +230,12 @@ def merge(
                     scan_of[path] = outcome.scan
                 scans = [scan_of[sc.path] for sc in scans]
             _fill_report(report, plan, scans)
+            report.dropped.update(scalars_dropped)
+            for f in scalars:
+                placed = sum(1 for step in f.values if step in model.scalars)
+                report.notes.append(
+                    f"{shown(f.path)}: tracker scalars of {len(f.values)} steps, {placed} of them on steps of the trace"
+                )
             _note_json_precision(report, writer, scans, plan)
             report.phases = numbers
             report.filtered.update(model.left_out)
@@ -356,7 +373,7 @@ def _work_dir(out_path: Path) -> Path:
         raise FatalError(f"{shown(out_path)}: cannot write in {out_dir} ({exc.strerror or exc})") from None
 
 
-def _collect(outcomes: Iterable[FileOutcome], report: RunReport) -> list[FileScan]:
+def _collect(outcomes: Iterable[FileOutcome], report: RunReport, scalars: list[StepScalars]) -> list[FileScan]:
     scans: list[FileScan] = []
     for outcome in outcomes:
         if outcome.ignored:
@@ -365,6 +382,8 @@ def _collect(outcomes: Iterable[FileOutcome], report: RunReport) -> list[FileSca
             report.skipped.append(outcome.skipped)
         elif outcome.scan:
             scans.append(outcome.scan)
+        elif outcome.scalars:
+            scalars.append(outcome.scalars)
     return scans
 
 
