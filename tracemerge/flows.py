@@ -4,20 +4,25 @@ A point binds to the innermost slice enclosing it on its thread (or, for a Chrom
 ``bp: "e"``, to the next slice starting there). Points are grouped into chains (s, t..., f) by
 source id. The result, per thread, is the attachments ``(start, -dur, kind, ordinal, flow id,
 phase)`` of its slices, sorted like the thread's entries so that the layout's walk meets them in
-order. Everything here may spill to disk (:mod:`tracemerge.spill`).
+order. Everything here may spill to disk (:mod:`tracemerge.spill`); a file held in memory whose
+flows have integer ids is bound and numbered column-wise (:func:`_bind_columns`), with the same
+result.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from operator import itemgetter
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from tracemerge.model import FlowPhase, Identity, Kind, OriginKey, ThreadKey
 from tracemerge.report import EventCounts
 from tracemerge.select import TimeFilter
-from tracemerge.spill import SortedBuffer, spill_over
+from tracemerge.spill import RunStore, SortedBuffer, spill_over
 
 if TYPE_CHECKING:
     from tracemerge.layout import FileLayout, LayoutResult
@@ -25,6 +30,7 @@ if TYPE_CHECKING:
 SLICE = int(Kind.SLICE)
 START, STEP, END = int(FlowPhase.START), int(FlowPhase.STEP), int(FlowPhase.END)
 FILTERED_FLOW = "flows with an end left out by --window/--min-dur"
+Attached = dict[tuple[OriginKey, ThreadKey], SortedBuffer]
 
 
 def bind_flows(
@@ -34,7 +40,7 @@ def bind_flows(
     flow_id_base: int,
     times: TimeFilter | None,
     limit: int | None,
-) -> dict[tuple[OriginKey, ThreadKey], SortedBuffer]:
+) -> Attached:
     """Bind ``layout``'s flow points to its slices and number the flows from ``flow_id_base``;
     returns, per thread, the attachments of its slices. ``limit`` is how many flows the output
     format binds to one slice (None: any number); ``times`` drops flows with an end it leaves out.
@@ -45,42 +51,25 @@ def bind_flows(
     """
     if not any(buf.total for buf in layout.points.values()):
         return {}
+    numbering = _Numbering(layout, ident, result, flow_id_base, times, limit)
+    if numbering.fast:
+        columns = _columns(layout)
+        if columns is not None:
+            _bind_columns(numbering, columns)
+            return numbering.attached
     store = layout.store
     # Every point with its binding, sortable by source id: (namespace, id type, int id, other
     # id, ts, phase, ordinal, thread, slice entry or None), where a namespace numbers an
     # (origin, cat, name). Ordinals are unique: nothing after them is ever compared.
     namespaces: dict[tuple, int] = {}
-    origins: list[OriginKey] = []
+    origins = numbering.origins
     bound = SortedBuffer()
     add = bound.append
     for (origin, thread), pts in layout.points.items():
         if not pts.total:
             continue
         entries = layout.entries.get((origin, thread))
-        slices = iter(entries.ordered(store)) if entries is not None else iter(())
-        stack: list[tuple] = []
-        upcoming = next(slices, None)
-        while upcoming is not None and upcoming[2] != SLICE:
-            upcoming = next(slices, None)
-        for ts, phase, ordinal, key, bind_next in pts.ordered(store):
-            # The stack holds the slices open at ``ts``, outermost first (a slice that ended
-            # before the next one starts leaves it, so it stays as deep as the nesting).
-            while upcoming is not None and (upcoming[0] < ts or (upcoming[0] == ts and not bind_next)):
-                start = upcoming[0]
-                while stack and stack[-1][0] - stack[-1][1] < start:
-                    stack.pop()
-                stack.append(upcoming)
-                upcoming = next(slices, None)
-                while upcoming is not None and upcoming[2] != SLICE:
-                    upcoming = next(slices, None)
-            target = None
-            if bind_next:
-                target = upcoming
-            else:
-                while stack and stack[-1][0] - stack[-1][1] < ts:
-                    stack.pop()
-                if stack:
-                    target = stack[-1]
+        for (ts, phase, ordinal, key, _), target in _bound_points(entries, pts, store):
             cat, name, fid = key if type(key) is tuple and len(key) == 3 else ("", "", key)
             ns = namespaces.get((origin, cat, name))
             if ns is None:
@@ -92,46 +81,80 @@ def bind_flows(
                 add((ns, 1, 0, repr(fid), ts, phase, ordinal, thread, target and target[:4]))
             if len(bound) > layout.budget // 4:
                 bound.spill(store)
-
-    per_slice: Counter[int] = Counter()
-    attached: dict[tuple[OriginKey, ThreadKey], SortedBuffer] = defaultdict(SortedBuffer)
-    next_id = flow_id_base
-    dropped = result.dropped
-    counts: dict[int, tuple[EventCounts, EventCounts]] = {}
-    fast = limit is None and times is None
     for (ns, *_), group in itertools.groupby(bound.ordered(store), key=_id_of):
-        origin = origins[ns]
-        found = counts.get(ns)
+        numbering.group(ns, list(group))
+    return numbering.attached
+
+
+class _Numbering:
+    """Turns groups of points sharing an id into numbered flows attached to their slices."""
+
+    def __init__(
+        self,
+        layout: FileLayout,
+        ident: Callable[[OriginKey], Identity],
+        result: LayoutResult,
+        flow_id_base: int,
+        times: TimeFilter | None,
+        limit: int | None,
+    ) -> None:
+        self.layout, self.ident, self.result = layout, ident, result
+        self.times, self.limit = times, limit
+        self.fast = limit is None and times is None
+        self.next_id = flow_id_base
+        self.origins: list[OriginKey] = []  # per namespace
+        self.counts: dict[int, tuple[EventCounts, EventCounts]] = {}
+        self.per_slice: Counter[int] = Counter()
+        self.attached: Attached = defaultdict(SortedBuffer)
+
+    def counts_of(self, ns: int) -> tuple[EventCounts, EventCounts]:
+        """The read and written counts of a namespace's process."""
+        found = self.counts.get(ns)
         if found is None:
-            who = ident(origin)
-            found = counts[ns] = (result.read[who], result.written[who])
-        read, written = found
-        records = list(group)
-        if fast and len(records) == 2:
-            # The common case, one start and one end (Kineto's ac2g): no chain to assemble.
-            a, b = records
-            if a[5] == START and b[5] == END:
-                start_rec, end_rec = a, b
-            elif b[5] == START and a[5] == END:
-                start_rec, end_rec = b, a
-            else:
-                start_rec = None
-            if start_rec is not None and start_rec[8] is not None and end_rec[8] is not None:
-                read.flows += 1
-                written.flows += 1
-                next_id += 1
-                source, target = start_rec[8], end_rec[8]
-                if target[0] < source[0]:  # drawn from the earlier slice (host/device clock skew)
-                    result.reversed_flows += 1
-                    start_rec, end_rec, source, target = end_rec, start_rec, target, source
-                attached[(origin, start_rec[7])].append((*source, next_id, START))
-                attached[(origin, end_rec[7])].append((*target, next_id, END))
-                if next_id & 0x3FFF == 0:
-                    spill_over(attached.values(), layout.budget // 4, store)
-                continue
+            who = self.ident(self.origins[ns])
+            found = self.counts[ns] = (self.result.read[who], self.result.written[who])
+        return found
+
+    def _spill(self) -> None:
+        if self.next_id & 0x3FFF == 0:
+            spill_over(self.attached.values(), self.layout.budget // 4, self.layout.store)
+
+    def group(self, ns: int, records: list[tuple]) -> None:
+        """One id's records ``(ns, id type, int id, other id, ts, phase, ordinal, thread, slice)``."""
+        if self.fast and len(records) == 2 and self._pair(ns, *records):
+            return
+        self._chains(ns, records)
+
+    def _pair(self, ns: int, a: tuple, b: tuple) -> bool:
+        """The common case, one start and one end (Kineto's ac2g): no chain to assemble."""
+        if a[5] == START and b[5] == END:
+            start_rec, end_rec = a, b
+        elif b[5] == START and a[5] == END:
+            start_rec, end_rec = b, a
+        else:
+            return False
+        if start_rec[8] is None or end_rec[8] is None:
+            return False
+        read, written = self.counts_of(ns)
+        read.flows += 1
+        written.flows += 1
+        self.next_id += 1
+        source, target = start_rec[8], end_rec[8]
+        if target[0] < source[0]:  # drawn from the earlier slice (host/device clock skew)
+            self.result.reversed_flows += 1
+            start_rec, end_rec, source, target = end_rec, start_rec, target, source
+        origin = self.origins[ns]
+        self.attached[(origin, start_rec[7])].append((*source, self.next_id, START))
+        self.attached[(origin, end_rec[7])].append((*target, self.next_id, END))
+        self._spill()
+        return True
+
+    def _chains(self, ns: int, records: list[tuple]) -> None:
+        origin = self.origins[ns]
+        read, written = self.counts_of(ns)
+        result, dropped, times, limit = self.result, self.result.dropped, self.times, self.limit
         points = [(r[4], r[5], r[6], (r[7], r[8])) for r in records]  # ts, phase, ordinal, (thread, target)
-        chains = _chains(points, dropped)
-        for chain in chains:
+        for chain in _chains(points, dropped):
             read.flows += len(chain) - 1
             kept = [p[3] for p in chain if p[3][1] is not None]
             if len(kept) < len(chain):
@@ -148,21 +171,19 @@ def bind_flows(
             # start (clock skew between host and device) is drawn from the earlier slice.
             kept.sort(key=_slice_start)
             if limit is not None:
-                if any(per_slice[t[1][3]] >= limit for t in kept):
+                if any(self.per_slice[t[1][3]] >= limit for t in kept):
                     dropped[f"flows beyond {limit} on one slice (the output format binds {limit})"] += 1
                     continue
-                per_slice.update(t[1][3] for t in kept)
-            next_id += 1
+                self.per_slice.update(t[1][3] for t in kept)
+            self.next_id += 1
             if kept[0] is not first and kept[0][1][3] != first[1][3]:
                 result.reversed_flows += 1
             last = len(kept) - 1
             for n, (thread, entry) in enumerate(kept):
                 phase = START if n == 0 else END if n == last else STEP
-                attached[(origin, thread)].append((*entry, next_id, phase))
-            if next_id & 0x3FFF == 0:
-                spill_over(attached.values(), layout.budget // 4, store)
+                self.attached[(origin, thread)].append((*entry, self.next_id, phase))
+            self._spill()
             written.flows += last
-    return attached
 
 
 def _id_of(record: tuple) -> tuple:
@@ -209,3 +230,273 @@ def _chains(points: list[tuple], dropped: Counter[str]) -> list[list[tuple]]:
         else:
             kept.append(chain)
     return kept
+
+
+# -- binding a point to its slice ---------------------------------------------------------------
+
+
+def _bound_points(entries: SortedBuffer | None, pts: SortedBuffer, store: RunStore) -> Iterable[tuple]:
+    """Each of a thread's flow points, in order, with the slice entry it binds to (or None)."""
+    if entries is not None and not entries.runs and not pts.runs:
+        slices, points = _slices(entries.ordered(store)), pts.ordered(store)
+        try:
+            found = _searched_targets(slices, _starts(slices), points, _starts(points))
+        except OverflowError:  # a time beyond int64: bind by walking instead
+            pass
+        else:
+            return zip(points, map([*slices, None].__getitem__, found.tolist()), strict=True)
+    slices_iter = iter(entries.ordered(store)) if entries is not None else iter(())
+    return zip(pts.ordered(store), _walked_targets(slices_iter, pts.ordered(store)), strict=True)
+
+
+def _walked_targets(slices: Iterator[tuple], points: Iterable[tuple]) -> Iterator[tuple | None]:
+    """Binds points by walking the thread's entries once: a point binds to the innermost slice open
+    at its time, a ``bind_next`` one to the next slice starting there."""
+    stack: list[tuple] = []
+    upcoming = next(slices, None)
+    while upcoming is not None and upcoming[2] != SLICE:
+        upcoming = next(slices, None)
+    for point in points:
+        ts, bind_next = point[0], point[4]
+        # The stack holds the slices open at ``ts``, outermost first (a slice that ended before
+        # the next one starts leaves it, so it stays as deep as the nesting).
+        while upcoming is not None and (upcoming[0] < ts or (upcoming[0] == ts and not bind_next)):
+            start = upcoming[0]
+            while stack and stack[-1][0] - stack[-1][1] < start:
+                stack.pop()
+            stack.append(upcoming)
+            upcoming = next(slices, None)
+            while upcoming is not None and upcoming[2] != SLICE:
+                upcoming = next(slices, None)
+        target = None
+        if bind_next:
+            target = upcoming
+        else:
+            while stack and stack[-1][0] - stack[-1][1] < ts:
+                stack.pop()
+            if stack:
+                target = stack[-1]
+        yield target
+
+
+def _slices(entries: list[tuple]) -> list[tuple]:
+    """A thread's slice entries, in order (instants left out)."""
+    if not any(map(_kind, entries)):  # SLICE is 0
+        return entries
+    return [entry for entry in entries if entry[2] == SLICE]
+
+
+def _starts(rows: list[tuple]) -> np.ndarray:
+    """The first field of each row (a slice's start, a point's time)."""
+    return np.fromiter(map(_start, rows), np.int64, len(rows))
+
+
+def _searched_targets(slices: list[tuple], starts: np.ndarray, points: list[tuple], ts: np.ndarray) -> np.ndarray:
+    """The index in ``slices`` each point binds to (``len(slices)`` for none): what
+    :func:`_walked_targets` finds, by binary search where it can.
+
+    The walk's innermost open slice is the last slice started at or before the point when that
+    one has not ended; only points where it has ended are bound by walking (as far as they need:
+    points the walk skips change nothing it finds later). A ``bind_next`` point binds to the first
+    slice starting after it when a point before it at the same time, not ``bind_next``, already
+    took the slices starting there, else to the first starting at or after it.
+    """
+    n = len(slices)
+    ends = starts - np.fromiter(map(_negdur, slices), np.int64, n)
+    bind_next = np.fromiter(map(_bind_next, points), bool, len(points))
+    last = np.searchsorted(starts, ts, "right") - 1
+    open_at = ends[np.maximum(last, 0)] >= ts if n else np.zeros(len(points), bool)
+    taken = (~bind_next).astype(np.int64)
+    before = np.cumsum(taken) - taken  # points not bind_next before each one
+    after_taken = before - before[np.searchsorted(ts, ts, "left")] > 0
+    upcoming = np.where(after_taken, last + 1, np.searchsorted(starts, ts, "left"))
+    found = np.where(bind_next, upcoming, np.where(last >= 0, last, n))
+    walked = np.flatnonzero(~bind_next & (last >= 0) & ~open_at)
+    if len(walked):
+        positions = {id(s): i for i, s in enumerate(slices)}
+        targets = _walked_targets(iter(slices), map(points.__getitem__, walked.tolist()))
+        found[walked] = [n if t is None else positions[id(t)] for t in targets]
+    return found
+
+
+_kind, _start, _negdur, _phase, _ordinal, _key, _bind_next = (itemgetter(i) for i in (2, 0, 1, 1, 2, 3, 4))
+_cat, _name, _fid = itemgetter(0), itemgetter(1), itemgetter(2)
+
+
+# -- the column-wise path -----------------------------------------------------------------------
+
+
+class _Columns:
+    """Every flow point of a file as columns, and the slices they bind to."""
+
+    def __init__(self) -> None:
+        self.threads: list[tuple[OriginKey, ThreadKey]] = []
+        self.slices: list[tuple] = []  # what points bind to: their threads' slices, one list
+        self.origins: list[OriginKey] = []  # per namespace
+        self.parts: dict[str, list[np.ndarray]] = defaultdict(list)
+
+    def add(self, name: str, values: np.ndarray) -> None:
+        self.parts[name].append(values)
+
+    def column(self, name: str) -> np.ndarray:
+        return np.concatenate(self.parts[name])
+
+
+def _columns(layout: FileLayout) -> _Columns | None:
+    """The file's flow points as columns, or None when they cannot be: something spilled, an id
+    that is not an int64, a key not ``(cat, name, id)``, a time beyond int64."""
+    store = layout.store
+    columns = _Columns()
+    namespaces: dict[tuple, int] = {}
+    try:
+        for (origin, thread), pts in layout.points.items():
+            if not pts.total:
+                continue
+            entries = layout.entries.get((origin, thread))
+            if pts.runs or (entries is not None and entries.runs):
+                return None
+            points = pts.ordered(store)
+            keys = list(map(_key, points))
+            if set(map(type, keys)) != {tuple} or set(map(len, keys)) != {3}:
+                return None
+            fids = list(map(_fid, keys))
+            if set(map(type, fids)) != {int}:
+                return None
+            slices = _slices(entries.ordered(store)) if entries is not None else []
+            starts, ts = _starts(slices), _starts(points)
+            found = _searched_targets(slices, starts, points, ts)
+            columns.add("target", np.where(found < len(slices), found + len(columns.slices), -1))
+            columns.add("slice_start", starts)
+            columns.slices.extend(slices)
+            n = len(points)
+            columns.add("ns", _namespaces(namespaces, columns.origins, origin, keys))
+            columns.add("fid", np.fromiter(fids, np.int64, n))
+            columns.add("ts", ts)
+            columns.add("phase", np.fromiter(map(_phase, points), np.int64, n))
+            columns.add("ordinal", np.fromiter(map(_ordinal, points), np.int64, n))
+            columns.add("thread", np.full(n, len(columns.threads), np.int64))
+            columns.threads.append((origin, thread))
+    except OverflowError:
+        return None
+    return columns
+
+
+def _namespaces(
+    namespaces: dict[tuple, int], origins: list[OriginKey], origin: OriginKey, keys: list[tuple]
+) -> np.ndarray:
+    """Each key's namespace, numbered in order of first appearance."""
+    cats, names = list(map(_cat, keys)), list(map(_name, keys))
+    if len(set(cats)) == 1 and len(set(names)) == 1:  # one (cat, name) on the thread, as usual
+        pairs = [(cats[0], names[0])]
+    else:
+        pairs = list(dict.fromkeys(zip(cats, names, strict=True)))
+    local = {}
+    for cat, name in pairs:
+        ns = namespaces.get((origin, cat, name))
+        if ns is None:
+            ns = namespaces[(origin, cat, name)] = len(origins)
+            origins.append(origin)
+        local[(cat, name)] = ns
+    if len(local) == 1:
+        return np.full(len(keys), ns, np.int64)
+    return np.fromiter(map(local.__getitem__, zip(cats, names, strict=True)), np.int64, len(keys))
+
+
+def _bind_columns(numbering: _Numbering, columns: _Columns) -> None:
+    """What :func:`bind_flows` does point by point, on columns: points sorted by id, each pair of
+    one start and one end numbered and attached at once, every other id through
+    :meth:`_Numbering.group` in its turn."""
+    numbering.origins = columns.origins
+    names = ("ns", "fid", "ts", "phase", "ordinal", "thread", "target")
+    cols = [columns.column(name) for name in names]
+    order = np.lexsort(cols[4::-1])  # by namespace, id, time, phase, ordinal
+    ns, fid, ts, phase, ordinal, thread, target = (c[order] for c in cols)
+    n = len(ns)
+    new = np.ones(n, bool)
+    new[1:] = (ns[1:] != ns[:-1]) | (fid[1:] != fid[:-1])
+    firsts = np.flatnonzero(new)
+    sizes = np.diff(np.append(firsts, n))
+    a, b = firsts, np.minimum(firsts + 1, n - 1)
+    a_starts = (phase[a] == START) & (phase[b] == END)
+    b_starts = (phase[b] == START) & (phase[a] == END)
+    paired = (sizes == 2) & (a_starts | b_starts) & (target[a] >= 0) & (target[b] >= 0)
+    for space in np.unique(ns).tolist():  # touched in the order the point-wise path touches them
+        numbering.counts_of(space)
+    extra = _number_others(numbering, columns, firsts, sizes, paired, (ns, fid, ts, phase, ordinal, thread, target))
+    src = np.where(a_starts, a, b)[paired]
+    dst = np.where(a_starts, b, a)[paired]
+    slice_starts = columns.column("slice_start")
+    drawn_back = slice_starts[target[dst]] < slice_starts[target[src]]  # host/device clock skew
+    src, dst = np.where(drawn_back, dst, src), np.where(drawn_back, src, dst)
+    numbering.result.reversed_flows += int(drawn_back.sum())
+    ids = numbering.next_id + np.arange(1, len(src) + 1) + extra[paired]
+    for space, count in enumerate(np.bincount(ns[firsts[paired]]).tolist()):
+        if count:
+            read, written = numbering.counts_of(space)
+            read.flows += count
+            written.flows += count
+    _attach(
+        numbering.attached,
+        columns,
+        np.concatenate([thread[src], thread[dst]]),
+        np.concatenate([target[src], target[dst]]),
+        np.concatenate([ids, ids]),
+        np.repeat(np.array([START, END], np.int64), len(src)),
+    )
+
+
+def _number_others(
+    numbering: _Numbering,
+    columns: _Columns,
+    firsts: np.ndarray,
+    sizes: np.ndarray,
+    paired: np.ndarray,
+    cols: tuple[np.ndarray, ...],
+) -> np.ndarray:
+    """Runs every id that is not a simple pair through :meth:`_Numbering.group`, in order, each
+    numbered after the pairs and others before it; returns, per id, how many flow ids the
+    others before it took."""
+    base = numbering.next_id
+    pairs_before = np.cumsum(paired) - paired
+    took = np.zeros(len(firsts), np.int64)
+    taken = 0
+    slices, threads = columns.slices, columns.threads
+    for g in np.flatnonzero(~paired).tolist():
+        numbering.next_id = base + int(pairs_before[g]) + taken
+        lo, hi = int(firsts[g]), int(firsts[g] + sizes[g])
+        records = [
+            (space, 0, flow_id, "", t, p, o, threads[th][1], slices[at][:4] if at >= 0 else None)
+            for space, flow_id, t, p, o, th, at in zip(*(c[lo:hi].tolist() for c in cols), strict=True)
+        ]
+        numbering.group(records[0][0], records)
+        took[g] = numbering.next_id - base - int(pairs_before[g]) - taken
+        taken += int(took[g])
+    numbering.next_id = base
+    return np.cumsum(took) - took
+
+
+def _attach(
+    attached: Attached, columns: _Columns, thread: np.ndarray, target: np.ndarray, ids: np.ndarray, phase: np.ndarray
+) -> None:
+    """Adds attachments given as columns to each thread's buffer, in the thread's entry order."""
+    order = np.lexsort((phase, ids, target, thread))
+    thread, target, ids, phase = thread[order], target[order], ids[order], phase[order]
+    bounds = np.flatnonzero(np.diff(thread)) + 1
+    for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(thread)], strict=True):
+        if lo == hi:
+            continue
+        chosen = list(map(columns.slices.__getitem__, target[lo:hi].tolist()))
+        attached[columns.threads[int(thread[lo])]].extend(
+            zip(
+                map(_start, chosen),
+                map(_negdur, chosen),
+                map(_kind, chosen),
+                map(_entry_ordinal, chosen),
+                ids[lo:hi].tolist(),
+                phase[lo:hi].tolist(),
+                strict=True,
+            )
+        )
+
+
+_entry_ordinal = itemgetter(3)
