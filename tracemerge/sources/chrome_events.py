@@ -36,6 +36,7 @@ _LIMIT = FLOAT_EXACT_LIMIT_US
 
 
 _NO_ARGS = msgspec.Raw(b"")
+_UNSEEN = object()
 
 
 class TraceEvent(msgspec.Struct, gc=False):
@@ -163,6 +164,13 @@ class ChromeEvents:
         device_pids = self.device_pids
         points = self._points
         flow_phases = _FLOW_PHASE_NUMBERS
+        # The last (pid, tid) as decoded, its thread key and buffer: events come in runs on one
+        # thread. Only typed batches use it: their pid and tid are int, str or None, which are
+        # equal only where their thread keys are.
+        last_pid: Any = _UNSEEN
+        last_tid: Any = _UNSEEN
+        key_pid = key_tid = buf = None
+        cached = bool(batch) and type(batch[0]) is TraceEvent
         for e in batch:
             ph = e.ph
             if ph != "X":
@@ -184,11 +192,17 @@ class ChromeEvents:
                 pts.append((start, phase, ordinal(), (e.cat, e.name, fid), ph == "f" and e.bp != "e"))
                 continue
             pid, tid = e.pid, e.tid
-            if type(tid) is str or type(pid) is str:
-                pid, tid = _hashable(pid), _hashable(tid)
-            buf = buffers.get((pid, tid))
-            if buf is None:
-                buf = buffers[(pid, tid)] = self._new_buffer(origin, pid, tid)
+            if tid == last_tid and pid == last_pid:
+                pid, tid = key_pid, key_tid
+            else:
+                if cached:
+                    last_pid, last_tid = pid, tid
+                if type(tid) is str or type(pid) is str:
+                    pid, tid = _hashable(pid), _hashable(tid)
+                buf = buffers.get((pid, tid))
+                if buf is None:
+                    buf = buffers[(pid, tid)] = self._new_buffer(origin, pid, tid)
+                key_pid, key_tid = pid, tid
             ts, dur = e.ts, e.dur
             # Float µs below 2**43 identify their 3-decimal text: check the rounded guess.
             if type(ts) is float and type(dur) is float and -_LIMIT < ts < _LIMIT and 0 <= dur < _LIMIT:
@@ -214,14 +228,12 @@ class ChromeEvents:
                 name, cat = _text(name), _text(cat)
                 body = prefix(name, cat)
                 layout.note(name, origin, (pid, tid), start, length)
-            args = e.args  # raw JSON text
-            if args:
-                text = bytes(args)
-                n = len(text)
-                if 2 < n < n_heads:
-                    body += heads[n] + text
-                elif n > 2:
-                    body += args_field(text)
+            args = e.args  # raw JSON text, joined as it is (no copy to bytes first)
+            n = len(args)
+            if 2 < n < n_heads:
+                body = b"".join((body, heads[n], args))
+            elif n > 2:
+                body += args_field(bytes(args))
             buf.append((start, -length, SLICE, ordinal(), body))
 
     def _new_points(self, origin: OriginKey, pid: Any, tid: Any) -> list:
