@@ -199,3 +199,18 @@ def test_chrome_json_reads_each_file_once(tmp_path: Path, monkeypatch) -> None:
     merge([FIXTURES / "kineto_gpu"], out, jobs=1)
     assert sorted(p.name for p in reads) == ["rank0.pt.trace.json", "rank1.pt.trace.json.gz"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]  # the kept layouts are gone too
+
+
+@pytest.mark.parametrize("run", ["metrics_run", "ascend"])
+def test_output_is_the_same_bytes_in_every_process(tmp_path: Path, run: str) -> None:
+    """Separate processes write the same bytes: nothing depends on hash order (a key holding None
+    hashes by its address, which differs from process to process)."""
+    import subprocess
+    import sys
+
+    digests = set()
+    for n in range(3):
+        out = tmp_path / f"{n}.pftrace"
+        subprocess.run([sys.executable, "-m", "tracemerge", str(FIXTURES / run), "-o", str(out), "-q"], check=False)
+        digests.add(out.read_bytes())
+    assert len(digests) == 1

@@ -336,7 +336,9 @@ def make_plan(
     for s in scans:
         for ident, series in s.counter_series.items():
             proc = processes[ident]
-            for (key, name), prefix in series.items():
+            # Series come from sets: sorted, so that the descriptors' order is the same every run
+            # (a key holding None hashes by address).
+            for (key, name), prefix in sorted(series.items(), key=lambda kv: (repr(kv[0][0]), kv[0][1])):
                 if (ident, key, name) not in counters:
                     json_name, _, json_key = name.rpartition(" ")
                     # A series named after its source already says where it comes from.
@@ -412,9 +414,9 @@ def make_plan(
 def _sorted_threads(infos: dict[tuple[ThreadKey, str], ThreadInfo]) -> list:
     items = list(infos.items())
     try:
-        return sorted(items, key=lambda kv: (kv[1].sort_key, kv[0][1], kv[1].name))
+        return sorted(items, key=lambda kv: (kv[1].sort_key, kv[0][1], kv[1].name, repr(kv[0][0])))
     except TypeError:  # sort keys from different formats need not compare
-        return sorted(items, key=lambda kv: (repr(kv[1].sort_key), kv[0][1], kv[1].name))
+        return sorted(items, key=lambda kv: (repr(kv[1].sort_key), kv[0][1], kv[1].name, repr(kv[0][0])))
 
 
 def _overlap_salts(scans: list[FileScan], offsets: dict[Path, int]) -> dict[tuple[Path, Identity], str]:
