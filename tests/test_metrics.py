@@ -294,3 +294,26 @@ def test_perfetto_imports_the_metric_tracks_as_written(tmp_path: Path, suffix: s
         written = {name: len(samples) for name, samples in counters_of(rb, process).items()}
         assert {r["track"]: r["n"] for r in rows if r["process"] == process} == written
         assert sum(written.values()) in (4 * SAMPLES - 1, 2 * SAMPLES)  # a rate has one value fewer
+
+
+def test_openmetrics_scrape_keeps_exemplar_lines_and_second_timestamps(tmp_path: Path) -> None:
+    page = (
+        "# TYPE req counter\n"
+        'req_total{path="/"} 12.0 # {trace_id="abc"} 1.0 1796090000.1\n'
+        'req_created{path="/"} 1796089000.0\n'
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        "vllm:num_requests_waiting 3.0 1796090000.25\n"
+        "# EOF\n"
+    )
+    folder = tmp_path / "scrapes" / "10.0.0.9_8000"
+    write_scrape(folder, T0_NS, page, url="http://10.0.0.9:8000/metrics")
+    write_scrape(folder, T0_NS + 10**9, page.replace("12.0", "22.0"), url="http://10.0.0.9:8000/metrics")
+    out = tmp_path / "out.pftrace"
+    report = merge([tmp_path / "scrapes"], out)
+    rb = read_pftrace(out)
+    # The gauge's own timestamp (in seconds, OpenMetrics) wins over the scrape time; twice the same sample.
+    assert counters_of(rb, "rollout · 10.0.0.9:8000") == {
+        "requests waiting · vllm:num_requests_waiting": [(T0_NS + 250_000_000, 3.0), (T0_NS + 250_000_000, 3.0)]
+    }
+    assert counters_of(rb, "Metrics") == {'req_total{instance="10.0.0.9:8000",path="/"} (/s)': [(T0_NS, 10.0)]}
+    assert report.as_dict()["stats"]["metric_created_sample"]["count"] == 2

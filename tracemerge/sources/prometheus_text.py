@@ -1,6 +1,7 @@
 """Prometheus text-exposition snapshots (what an engine's ``/metrics`` page says at one moment).
 
-Two shapes, parsed with ``prometheus_client``'s own parser:
+Two shapes, parsed with ``prometheus_client``'s own parsers (the Prometheus text format, or
+OpenMetrics when the text ends with ``# EOF``):
 
 * one scrape per file (``*.prom``, or any file starting with ``# HELP``/``# TYPE``), as
   ``tracemerge scrape`` writes them: the scrape time is in the first line
@@ -23,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Timestamp
 
 from tracemerge.errors import InputError, NotATrace
 from tracemerge.layout import FileLayout
@@ -53,14 +56,17 @@ def instance_of(url: str) -> str:
 def parse_snapshot(text: str, ts_ns: int | None, instance: str | None, dropped: Counter[str]) -> list[Point]:
     """Every sample of one exposition, at its own time or ``ts_ns``; what cannot be drawn is counted."""
     points: list[Point] = []
-    families = text_string_to_metric_families(text)
+    # OpenMetrics (what a scrape asking for it gets: exemplars, timestamps in seconds) ends "# EOF".
+    openmetrics = text.rstrip().endswith("\n# EOF") or text.strip() == "# EOF"
+    families = (openmetrics_families if openmetrics else text_string_to_metric_families)(text)
     while True:
         try:
             family = next(families)
         except StopIteration:
             break
         except ValueError as exc:  # the parser stops at a bad line: what came before is kept
-            dropped[f"metric text unreadable, the rest of the snapshot is lost ({str(exc)[:80]})"] += 1
+            why = str(exc)[:80] or type(exc).__name__
+            dropped[f"metric text unreadable, the rest of the snapshot is lost ({why})"] += 1
             break
         if family.type == "unknown" and not family.name.endswith(CUMULATIVE_SUFFIXES):
             dropped["metric of unknown type (drawn as a gauge)"] += len(family.samples)
@@ -90,6 +96,8 @@ def _kind(family_type: str, family: str, sample: str) -> str:
 
 
 def _sample_time(value: Any) -> int | None:
+    if isinstance(value, Timestamp):  # OpenMetrics: seconds and nanoseconds, exact
+        return value.sec * 1_000_000_000 + value.nsec
     try:
         return seconds_to_ns(value)
     except (TypeError, ValueError):
@@ -118,8 +126,11 @@ def _scrape(path: Path) -> tuple[str, int | None, str | None]:
         text = read_bytes(path).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(path, f"not UTF-8 text (byte {exc.start})") from None
-    first = text.split("\n", 1)[0]
-    fields = dict(_HEADER_FIELD.findall(first)) if first.startswith(SCRAPE_HEADER) else {}
+    first, _, rest = text.partition("\n")
+    fields = {}
+    if first.startswith(SCRAPE_HEADER):
+        fields = dict(_HEADER_FIELD.findall(first))
+        text = rest  # ours, not the page's (OpenMetrics allows no other comments)
     when = int(fields["time_unix_ns"]) if fields.get("time_unix_ns", "").isdigit() else _name_time(path)
     url = fields.get("url")
     return text, when, instance_of(url) if url else None
