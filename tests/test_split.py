@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from tracemerge.cli import app
 from tracemerge.pipeline import merge
+from tracemerge.select import Selection
 
 
 def _slices(rb: Readback) -> Counter:
@@ -72,6 +73,18 @@ def test_split_by_step_window_cuts_the_run_at_each_step(fixtures: Path, tmp_path
         assert _slices(part) == expected
         assert part.derived == whole.derived
     assert sum(len(read_chrome_json(tmp_path / t["file"]).slices) for t in index["traces"]) > len(whole.slices)
+
+
+def test_split_by_step_window_keeps_to_the_window_asked(fixtures: Path, tmp_path: Path) -> None:
+    merge([fixtures / "phases"], tmp_path / "all.json", split_by="step-window")
+    windows = [t["window_ns"] for t in json.loads((tmp_path / "all.index.json").read_text())["traces"]]
+    asked = (windows[1][0] + 1_000, windows[2][0] + 2_000)  # most of step 1, the start of step 2
+    merge([fixtures / "phases"], tmp_path / "s.json", split_by="step-window", selection=Selection(window=asked))
+    index = json.loads((tmp_path / "s.index.json").read_text())
+    assert [(t["file"], t["window_ns"]) for t in index["traces"]] == [
+        ("s.step1.json", [asked[0], windows[1][1]]),
+        ("s.step2.json", [windows[2][0], asked[1]]),
+    ]
 
 
 def test_split_by_host_groups_files_by_the_host_that_wrote_them(fixtures: Path, tmp_path: Path) -> None:

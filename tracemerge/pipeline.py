@@ -288,6 +288,17 @@ class _Runner:
             yield outcome
 
 
+def _intersect(
+    a: tuple[int | None, int | None], b: tuple[int | None, int | None] | None
+) -> tuple[int | None, int | None] | None:
+    """The time two windows share (None: nothing); ``None`` for ``b`` is no window at all."""
+    if b is None:
+        return a
+    lo = max((x for x in (a[0], b[0]) if x is not None), default=None)
+    hi = min((x for x in (a[1], b[1]) if x is not None), default=None)
+    return None if lo is not None and hi is not None and lo > hi else (lo, hi)
+
+
 def _local_window(
     selection: Selection, unit: UnitPlan, scan: FileScan
 ) -> tuple[str, tuple[int | None, int | None] | None]:
@@ -457,7 +468,11 @@ def _step_parts(
     if derived is not None:  # every part carries the whole run's Phases and Pipeline tracks
         kept_phases = derived.with_name(derived.name + ".kept")
         shutil.copyfile(derived, kept_phases)
-    for group, window in step_windows(steps, plan.base_ns):
+    asked = next(iter(first_jobs.values())).selection.window  # --window (and --steps): parts within it
+    for group, step_window in step_windows(steps, plan.base_ns):
+        window = _intersect(step_window, asked)
+        if window is None:
+            continue
         units, jobs, part_scans = [], [], dict(scan_of)
         for u in plan.units:
             if u.path == derived and kept_phases is not None:
