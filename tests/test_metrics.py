@@ -317,3 +317,11 @@ def test_openmetrics_scrape_keeps_exemplar_lines_and_second_timestamps(tmp_path:
     }
     assert counters_of(rb, "Metrics") == {'req_total{instance="10.0.0.9:8000",path="/"} (/s)': [(T0_NS, 10.0)]}
     assert report.as_dict()["stats"]["metric_created_sample"]["count"] == 2
+
+
+def test_a_counter_sampled_once_is_counted(tmp_path: Path) -> None:
+    folder = tmp_path / "scrapes" / "10.0.0.9_8000"
+    write_scrape(folder, T0_NS, "# TYPE tokens counter\ntokens_total 5\n# TYPE depth gauge\ndepth 1\n")
+    report = merge([tmp_path / "scrapes"], tmp_path / "out.pftrace")
+    assert report.as_dict()["stats"]["metric_counter_single_sample"]["count"] == 1
+    assert report.exit_code == 0

@@ -75,6 +75,12 @@ STATS: tuple[Stat, ...] = (
         r"^metric series without samples",
     ),
     _stat(
+        "metric_counter_single_sample",
+        Severity.INFO,
+        "cumulative counters sampled once (or at one time): no interval to draw a rate over",
+        r"^metric counter without two samples",
+    ),
+    _stat(
         "metric_type_unknown",
         Severity.INFO,
         "metric samples of an unknown type, drawn as gauges",

@@ -152,10 +152,14 @@ class MetricWriter:
             for ts, value in points:
                 add(origin, VALUES_THREAD, name, ts, value)
             return
+        drawn = 0
         for (t0, v0), (t1, v1) in itertools.pairwise(points):
             if t1 > t0:
                 increase = v1 - v0 if v1 >= v0 else v1
                 add(origin, VALUES_THREAD, name, t0, increase * 1e9 / (t1 - t0))
+                drawn += 1
+        if not drawn:
+            self.dropped["metric counter without two samples in time (no interval for a rate)"] += len(points)
 
     def _finite(self, samples: Iterable[tuple[int, float]]) -> list[tuple[int, float]]:
         points = []
