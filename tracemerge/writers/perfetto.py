@@ -102,6 +102,8 @@ _ARGS_IID = 1
 _ARGS_NAME = b"\x08\x01"  # DebugAnnotation.name_iid = 1: "args", interned when a sequence starts
 _pack_q = struct.Struct("<Q").pack
 _pack_d = struct.Struct("<d").pack
+_FLOW_KEY = np.frombuffer(_K_FLOW, np.uint8)
+_TERMINATING_FLOW_KEY = np.frombuffer(_K_TERMINATING_FLOW, np.uint8)
 
 
 def _interned_entry(tag: bytes, iid: int, name: str) -> bytes:
@@ -224,12 +226,38 @@ class UnitEncoder:
             (_K_TERMINATING_FLOW if phase == FlowPhase.END else _K_FLOW) + _pack_q(fid) for fid, phase in flows
         )
 
+    flow_field_size = 10  # a two-byte key and a fixed64
+
+    @staticmethod
+    def flow_field_run(ids: np.ndarray, phases: np.ndarray) -> bytes:
+        """``flow_fields`` of many flows at once, joined: ``flow_field_size`` bytes per flow."""
+        rows = np.empty((len(ids), UnitEncoder.flow_field_size), np.uint8)
+        rows[:, :2] = np.where((phases == FlowPhase.END)[:, None], _TERMINATING_FLOW_KEY, _FLOW_KEY)
+        rows[:, 2:] = ids.astype("<u8").view(np.uint8).reshape(-1, 8)
+        return rows.tobytes()
+
     def slice_begin(self, track: ThreadTrack, ts: int, dur: int, body: bytes, flows: list[Flow] | None) -> None:
         tail = self.begin_tails.get(track.uuid) or self._tails(track.uuid)
         self._emit(ts, body + tail + self.flow_fields(flows) if flows else body + tail)
 
     def slice_end(self, track: ThreadTrack, ts: int) -> None:
         self._emit(ts, self.end_events[track.uuid])
+
+    def add_slices(
+        self, times: np.ndarray, is_end: np.ndarray, end: bytes, begin_lengths: np.ndarray, begins: bytes
+    ) -> None:
+        """A thread's BEGINs and ENDs handed over at once (see :func:`pack_slices`), after the
+        packets collected so far."""
+        self.flush()
+        if self.first_head is not None or self.interned:
+            first = end
+            if not is_end[0]:
+                size = int(begin_lengths[0])
+                first, begins, begin_lengths = begins[:size], begins[size:], begin_lengths[1:]
+            self._write_first(int(times[0]), first)
+            times, is_end = times[1:], is_end[1:]
+        if len(times):
+            self.out.write(pack_slices(self.stamped_head, times, is_end, end, begin_lengths, begins))
 
     def instant(self, track: ThreadTrack, ts: int, body: bytes) -> None:
         if track.uuid not in self.track_fields:
@@ -273,9 +301,30 @@ def pack_packets(stamped_head: bytes, times: list[int], events: list[bytes]) -> 
     """``Trace.packet`` records of TrackEvents: per packet ``stamped_head`` (sequence id, flags and
     the timestamp key), the timestamp, and the TrackEvent bytes. Vectorised: per packet, Python
     only appends to the two lists."""
-    n = len(times)
-    stamps = np.array(times, dtype=np.uint64)
-    lengths = np.fromiter(map(len, events), np.int64, n)
+    lengths = np.fromiter(map(len, events), np.int64, len(events))
+    return _pack(stamped_head, np.array(times, dtype=np.uint64), lengths, b"".join(events))
+
+
+def pack_slices(
+    stamped_head: bytes, times: np.ndarray, is_end: np.ndarray, end: bytes, begin_lengths: np.ndarray, begins: bytes
+) -> bytes:
+    """What :func:`pack_packets` makes of a thread's BEGINs and ENDs: ``begins`` holds the BEGIN
+    events joined, every packet where ``is_end`` holds the END event ``end``."""
+    lengths = np.full(len(times), len(end), np.int64)
+    lengths[~is_end] = begin_lengths
+    return _pack(stamped_head, times.astype(np.uint64), lengths, begins, (is_end, end))
+
+
+def _pack(
+    stamped_head: bytes,
+    stamps: np.ndarray,
+    lengths: np.ndarray,
+    events: bytes,
+    inline: tuple[np.ndarray, bytes] | None = None,
+) -> bytes:
+    """Packets of ``events`` (joined, ``lengths`` long each); with ``inline`` (which packets,
+    what event), those packets hold that event, written with their headers."""
+    n = len(stamps)
     stamp_sizes = _varint_sizes(stamps)
     length_sizes = _varint_sizes(lengths.astype(np.uint64))
     body = len(stamped_head) + stamp_sizes + 1 + length_sizes + lengths
@@ -284,6 +333,10 @@ def pack_packets(stamped_head: bytes, times: list[int], events: list[bytes]) -> 
     # headers are built side by side, and the two streams interleaved with a mask: a sequential
     # copy each, not a scatter of every byte.
     header_sizes = 1 + body_sizes + len(stamped_head) + stamp_sizes + 1 + length_sizes
+    event_sizes = lengths
+    if inline is not None:
+        header_sizes = header_sizes + np.where(inline[0], lengths, 0)
+        event_sizes = np.where(inline[0], 0, lengths)
     ends = np.cumsum(header_sizes)
     at = ends - header_sizes
     headers = np.empty(int(ends[-1]), np.uint8)
@@ -297,10 +350,13 @@ def pack_packets(stamped_head: bytes, times: list[int], events: list[bytes]) -> 
     at += stamp_sizes
     headers[at] = _K_TRACK_EVENT[0]
     _put_varints(headers, at + 1, lengths, length_sizes)
-    is_header = np.repeat(np.tile(np.array([True, False]), n), np.stack((header_sizes, lengths), axis=1).ravel())
+    if inline is not None:
+        fixed = np.frombuffer(inline[1], np.uint8)
+        headers[(at + 1 + length_sizes)[inline[0]][:, None] + np.arange(len(fixed))] = fixed
+    is_header = np.repeat(np.tile(np.array([True, False]), n), np.stack((header_sizes, event_sizes), axis=1).ravel())
     out = np.empty(len(is_header), np.uint8)
     out[is_header] = headers
-    out[~is_header] = np.frombuffer(b"".join(events), np.uint8)
+    out[~is_header] = np.frombuffer(events, np.uint8)
     return out.tobytes()
 
 
