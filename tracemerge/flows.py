@@ -39,11 +39,10 @@ def bind_flows(
     result: LayoutResult,
     flow_id_base: int,
     times: TimeFilter | None,
-    limit: int | None,
 ) -> Attached:
     """Bind ``layout``'s flow points to its slices and number the flows from ``flow_id_base``;
-    returns, per thread, the attachments of its slices. ``limit`` is how many flows the output
-    format binds to one slice (None: any number); ``times`` drops flows with an end it leaves out.
+    returns, per thread, the attachments of its slices. ``times`` drops flows with an end it
+    leaves out.
 
     An id with a single start is one flow whatever the timestamps say (a device task can be
     stamped before the host call that launched it), and every end beyond the first fans out from
@@ -51,7 +50,7 @@ def bind_flows(
     """
     if not any(buf.total for buf in layout.points.values()):
         return {}
-    numbering = _Numbering(layout, ident, result, flow_id_base, times, limit)
+    numbering = _Numbering(layout, ident, result, flow_id_base, times)
     if numbering.fast:
         columns = _columns(layout)
         if columns is not None:
@@ -96,15 +95,13 @@ class _Numbering:
         result: LayoutResult,
         flow_id_base: int,
         times: TimeFilter | None,
-        limit: int | None,
     ) -> None:
         self.layout, self.ident, self.result = layout, ident, result
-        self.times, self.limit = times, limit
-        self.fast = limit is None and times is None
+        self.times = times
+        self.fast = times is None
         self.next_id = flow_id_base
         self.origins: list[OriginKey] = []  # per namespace
         self.counts: dict[int, tuple[EventCounts, EventCounts]] = {}
-        self.per_slice: Counter[int] = Counter()
         self.attached: Attached = defaultdict(SortedBuffer)
 
     def counts_of(self, ns: int) -> tuple[EventCounts, EventCounts]:
@@ -152,7 +149,7 @@ class _Numbering:
     def _chains(self, ns: int, records: list[tuple]) -> None:
         origin = self.origins[ns]
         read, written = self.counts_of(ns)
-        result, dropped, times, limit = self.result, self.result.dropped, self.times, self.limit
+        result, dropped, times = self.result, self.result.dropped, self.times
         points = [(r[4], r[5], r[6], (r[7], r[8])) for r in records]  # ts, phase, ordinal, (thread, target)
         for chain in _chains(points, dropped):
             read.flows += len(chain) - 1
@@ -170,11 +167,6 @@ class _Numbering:
             # Perfetto links flow points in time order; a flow whose end is stamped before its
             # start (clock skew between host and device) is drawn from the earlier slice.
             kept.sort(key=_slice_start)
-            if limit is not None:
-                if any(self.per_slice[t[1][3]] >= limit for t in kept):
-                    dropped[f"flows beyond {limit} on one slice (the output format binds {limit})"] += 1
-                    continue
-                self.per_slice.update(t[1][3] for t in kept)
             self.next_id += 1
             if kept[0] is not first and kept[0][1][3] != first[1][3]:
                 result.reversed_flows += 1

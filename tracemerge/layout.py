@@ -51,9 +51,7 @@ class Encoder(Protocol):
 
     What a slice or instant says is encoded once, when the event is read: ``prefix`` encodes a
     name and category (the layout caches it per pair), ``args`` an args object given as JSON
-    text; an event's body is the two concatenated. An encoder may set ``flows_per_slice`` when
-    its format binds only so many flows to a slice; flows beyond that are dropped whole, and
-    counted.
+    text; an event's body is the two concatenated.
     """
 
     def prefix(self, name: str, cat: str) -> bytes: ...
@@ -309,8 +307,7 @@ class FileLayout:
             self._leave_out(ident, keep, result)
         if summary_only:
             return self._summary(ident, result)
-        limit = getattr(self.enc, "flows_per_slice", None)
-        attached = bind_flows(self, ident, result, flow_id_base, times, limit)
+        attached = bind_flows(self, ident, result, flow_id_base, times)
         hi = result.ts_min
         store = self.store
         for (origin, thread), items in self.entries.items():

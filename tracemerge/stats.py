@@ -117,12 +117,6 @@ STATS: tuple[Stat, ...] = (
         r"flow event without id",
     ),
     _stat(
-        "flow_beyond_format",
-        Severity.DATA_LOSS,
-        "flows the output format cannot bind",
-        r"^flows beyond \d+ on one slice",
-    ),
-    _stat(
         "event_time_unreadable",
         Severity.DATA_LOSS,
         "events whose time is missing, unreadable or out of range",
