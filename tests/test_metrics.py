@@ -117,29 +117,14 @@ def write_scrape(folder: Path, when_ns: int, body: str, url: str = "http://10.0.
     (folder / f"{when_ns}.prom").write_text(f"# tracemerge-scrape time_unix_ns={when_ns} url={url}\n{body}")
 
 
-SGLANG_PAGE = """# HELP sglang:num_queue_reqs The number of requests in the waiting queue
-# TYPE sglang:num_queue_reqs gauge
-sglang:num_queue_reqs{{model_name="m"}} {queue}
-# HELP sglang:prompt_tokens_total Number of prefill tokens processed.
-# TYPE sglang:prompt_tokens_total counter
-sglang:prompt_tokens_total{{model_name="m"}} {tokens}
-# HELP sglang:e2e_request_latency_seconds Histogram
-# TYPE sglang:e2e_request_latency_seconds histogram
-sglang:e2e_request_latency_seconds_bucket{{le="1.0",model_name="m"}} {count}
-sglang:e2e_request_latency_seconds_bucket{{le="+Inf",model_name="m"}} {count}
-sglang:e2e_request_latency_seconds_sum{{model_name="m"}} {count}
-sglang:e2e_request_latency_seconds_count{{model_name="m"}} {count}
-process_start_time_seconds 1.7e9
-"""
+SCRAPES = FIXTURES / "metrics_scrapes"  # three scrapes of one SGLang engine (fixtures/make_metrics_run.py)
+SCRAPE_TIMES = [T0_NS, T0_NS + 500_000_000, T0_NS + 1_250_000_000]
 
 
 def test_scrape_directory_draws_gauges_and_counter_rates(tmp_path: Path) -> None:
-    folder = tmp_path / "scrapes" / "10.0.0.9_30000"
-    times = [T0_NS, T0_NS + 500_000_000, T0_NS + 1_250_000_000]
-    for n, when in enumerate(times):
-        write_scrape(folder, when, SGLANG_PAGE.format(queue=3 - n, tokens=100 * n * n, count=2 * n))
     out = tmp_path / "out.pftrace"
-    report = merge([tmp_path / "scrapes"], out)
+    report = merge([SCRAPES], out)
+    times = SCRAPE_TIMES
     found = counters_of(read_pftrace(out), "rollout · 10.0.0.9:30000")
     assert found["queued requests · sglang:num_queue_reqs"] == [
         (times[0], 3.0),
@@ -149,24 +134,22 @@ def test_scrape_directory_draws_gauges_and_counter_rates(tmp_path: Path) -> None
     # 100 tokens in 0.5 s, then 300 in 0.75 s; the last scrape starts no interval.
     assert found["sglang:prompt_tokens_total (/s)"] == [(times[0], 200.0), (times[1], 400.0)]
     bucket = 'sglang:e2e_request_latency_seconds_bucket{le="1.0"} (/s)'
-    assert found[bucket] == [(times[0], 4.0), (times[1], 2 / 0.75)]
+    assert found[bucket] == [(times[0], 2.0), (times[1], 1 / 0.75)]
     # No role in its name: the process's own metric goes to Metrics, 3 samples of an untyped metric.
     assert counters_of(read_pftrace(out), "Metrics") == {
-        'process_start_time_seconds{instance="10.0.0.9:30000"}': [(t, 1.7e9) for t in times]
+        'process_start_time_seconds{instance="10.0.0.9:30000"}': [(t, 1796089990.0) for t in times]
     }
     assert report.as_dict()["stats"]["metric_type_unknown"]["count"] == 3
     assert report.exit_code == 0
 
 
 def test_metrics_map_places_a_target_under_a_rank(tmp_path: Path) -> None:
-    folder = tmp_path / "scrapes" / "10.0.0.9_30000"
-    write_scrape(folder, T0_NS, SGLANG_PAGE.format(queue=5, tokens=0, count=0))
     rules = tmp_path / "map.toml"
     rules.write_text('[[process]]\nmatch = {instance = "10.0.0.9:30000"}\nrole = "rollout"\nrank = 3\n')
     out = tmp_path / "out.pftrace"
-    merge([tmp_path / "scrapes"], out, metrics_map=load_metrics_map(rules))
+    merge([SCRAPES], out, metrics_map=load_metrics_map(rules))
     found = counters_of(read_pftrace(out), "rollout · rank 3")
-    assert found["queued requests · sglang:num_queue_reqs"] == [(T0_NS, 5.0)]
+    assert found["queued requests · sglang:num_queue_reqs"] == list(zip(SCRAPE_TIMES, [3.0, 2.0, 1.0], strict=True))
 
 
 @pytest.mark.parametrize(
