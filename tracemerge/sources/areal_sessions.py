@@ -16,14 +16,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from tracemerge.anchors import session_tag
-from tracemerge.errors import NotATrace
 from tracemerge.layout import FileLayout
 from tracemerge.model import UNIX_EPOCH, ClockDomain, Event, Kind, SourceData, ThreadInfo
 from tracemerge.sources.base import SourceFormat, read_bytes
-from tracemerge.sources.common import as_rank
+from tracemerge.sources.common import JsonLines, as_rank, first_json_object
 from tracemerge.units import seconds_to_ns
 
 NAME = "areal-sessions"
@@ -40,30 +37,14 @@ def _is_record(obj: Any) -> bool:
 
 
 def claims(path: Path, head: bytes) -> bool:
-    for line in head.split(b"\n")[:20]:
-        if line.strip():
-            try:
-                obj = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue  # a first line cut or garbage does not hide the rest
-            return _is_record(obj)
-    return False
+    return _is_record(first_json_object(head))
 
 
 def read(path: Path, layout: FileLayout) -> SourceData:
     dropped: Counter[str] = Counter()
-    bad_lines: list[int] = []
-    records = 0
     epoch = None
-    for lineno, line in enumerate(read_bytes(path).split(b"\n"), 1):
-        if not line.strip():
-            continue
-        records += 1
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            bad_lines.append(lineno)
-            continue
+    lines = JsonLines(read_bytes(path))
+    for _, obj in lines:
         if not _is_record(obj):
             dropped["line is not a session record"] += 1
             continue
@@ -75,10 +56,7 @@ def read(path: Path, layout: FileLayout) -> SourceData:
         if epoch is None:
             epoch = obj["submit_ts"] >= _EPOCH_S_FLOOR
         _add_record(obj, submit, layout, dropped)
-    if records and len(bad_lines) == records:
-        raise NotATrace(path, "no line is valid JSON", where=str(bad_lines[0]))
-    if bad_lines:
-        dropped[f"invalid JSON line (first at line {bad_lines[0]})"] += len(bad_lines)
+    lines.account(path, dropped)
     return SourceData(
         path=path,
         format=NAME,

@@ -3,12 +3,60 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tracemerge.errors import InputError, shown
+import orjson
+
+from tracemerge.errors import InputError, NotATrace, shown
 from tracemerge.sources.chrome_events import ChromeEvents, ExactEvent, NeedsExactTimes
 from tracemerge.sources.json_stream import EventStream
+
+
+def first_json_object(head: bytes) -> dict | None:
+    """The first leading line that is a JSON object (a first line cut or garbage does not hide the
+    rest): what a JSON-lines format looks at to claim a file."""
+    for line in head.split(b"\n")[:50]:
+        if not line.strip():
+            continue
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if type(obj) is dict:
+            return obj
+    return None
+
+
+class JsonLines:
+    """The non-blank lines of JSON-lines content and their values; the lines that are not JSON are
+    noted, for :meth:`account`."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.count = 0  # non-blank lines met so far
+        self.bad: list[int] = []  # numbers of the lines that are not JSON
+
+    def __iter__(self) -> Iterator[tuple[bytes, Any]]:
+        for lineno, line in enumerate(self.data.split(b"\n"), 1):
+            if not line.strip():
+                continue
+            self.count += 1
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                self.bad.append(lineno)
+                continue
+            yield line, obj
+
+    def account(self, path: Path, dropped: Counter[str]) -> None:
+        """Once read: NotATrace when no line was JSON, else the lines that were not counted."""
+        if self.count and len(self.bad) == self.count:
+            raise NotATrace(path, "no line is valid JSON", where=str(self.bad[0]))
+        if self.bad:
+            dropped[f"invalid JSON line (first at line {self.bad[0]})"] += len(self.bad)
 
 
 def as_rank(value: Any) -> int | None:

@@ -23,15 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import orjson
 
 from tracemerge.anchors import session_tag
-from tracemerge.errors import NotATrace
 from tracemerge.layout import FileLayout
 from tracemerge.model import ClockDomain, Event, Kind, SourceData, ThreadInfo
 from tracemerge.sources.base import SourceFormat, read_bytes
 from tracemerge.sources.chrome_events import ChromeEvents, LenientEvent, TraceEvent
-from tracemerge.sources.common import as_rank
+from tracemerge.sources.common import JsonLines, as_rank, first_json_object
 from tracemerge.units import checked_ns, seconds_to_ns, us_to_ns
 
 _EVENT = msgspec.json.Decoder(TraceEvent)
@@ -43,26 +41,12 @@ MONOTONIC_SPANS = ClockDomain("monotonic, no wall-clock anchor", anchored=False)
 _SPAN_START_KEYS = ("start_ns", "start", "ts")
 
 
-def _first_object(head: bytes) -> dict | None:
-    """The first line that is a JSON object (a first line cut or garbage does not hide the rest)."""
-    for line in head.split(b"\n")[:50]:
-        if not line.strip():
-            continue
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-        if type(obj) is dict:
-            return obj
-    return None
-
-
 def _is_span_line(obj: dict) -> bool:
     return type(obj.get("name")) is str and any(k in obj for k in _SPAN_START_KEYS)
 
 
 def claims(path: Path, head: bytes) -> bool:
-    obj = _first_object(head)
+    obj = first_json_object(head)
     if obj is None or "traceEvents" in obj:
         return False
     return type(obj.get("ph")) is str or _is_span_line(obj)
@@ -73,21 +57,11 @@ def read(path: Path, layout: FileLayout) -> SourceData:
     span_threads: dict[Any, ThreadInfo] = {}
     dropped: Counter[str] = Counter()
     pid_origin: dict[Any, tuple[str | None, int | None]] = {}
-    bad_lines: list[int] = []
-    records = 0
     to_event = _EVENT.decode
-
-    for lineno, line in enumerate(read_bytes(path).split(b"\n"), 1):
-        if not line.strip():
-            continue
-        records += 1
-        if records % 65536 == 0:
+    lines = JsonLines(read_bytes(path))
+    for line, obj in lines:
+        if lines.count % 65536 == 0:
             layout.check_memory()
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            bad_lines.append(lineno)
-            continue
         if type(obj) is not dict:
             dropped["line is not a JSON object"] += 1
             continue
@@ -106,10 +80,7 @@ def read(path: Path, layout: FileLayout) -> SourceData:
         else:
             dropped["line is neither a trace event nor a span"] += 1
 
-    if records and len(bad_lines) == records:
-        raise NotATrace(path, "no line is valid JSON", where=str(bad_lines[0]))
-    if bad_lines:
-        dropped[f"invalid JSON line (first at line {bad_lines[0]})"] += len(bad_lines)
+    lines.account(path, dropped)
     chrome.finish()
 
     def origin_of(origin: tuple, thread: tuple) -> tuple:

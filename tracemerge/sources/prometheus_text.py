@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Timestamp
@@ -32,6 +30,7 @@ from tracemerge.errors import InputError, NotATrace
 from tracemerge.layout import FileLayout
 from tracemerge.model import UNIX_EPOCH, SourceData
 from tracemerge.sources.base import SourceFormat, read_bytes
+from tracemerge.sources.common import JsonLines, first_json_object
 from tracemerge.sources.metric_series import COUNTER, CUMULATIVE_SUFFIXES, GAUGE, THREADS, MetricWriter, Series
 from tracemerge.units import seconds_to_ns
 
@@ -186,24 +185,12 @@ PROMETHEUS_TEXT = SourceFormat(NAME, claims, read)
 # -- many scrapes in one JSONL file -----------------------------------------------------------
 
 
-def _snapshot_lines(data: bytes) -> Iterator[tuple[int, Any]]:
-    for lineno, line in enumerate(data.split(b"\n"), 1):
-        if line.strip():
-            try:
-                yield lineno, orjson.loads(line)
-            except orjson.JSONDecodeError:
-                yield lineno, None
-
-
 def _is_snapshot(obj: Any) -> bool:
     return type(obj) is dict and type(obj.get("text")) is str and "ph" not in obj and "name" not in obj
 
 
 def snapshots_claim(path: Path, head: bytes) -> bool:
-    for _, obj in _snapshot_lines(head.rsplit(b"\n", 1)[0] if b"\n" in head else head):
-        if obj is not None:
-            return _is_snapshot(obj)
-    return False
+    return _is_snapshot(first_json_object(head))
 
 
 def _snapshot_time(obj: dict) -> int | None:
@@ -216,22 +203,15 @@ def _snapshot_time(obj: dict) -> int | None:
 def read_snapshots(path: Path, layout: FileLayout) -> SourceData:
     dropped: Counter[str] = Counter()
     points: list[Point] = []
-    lines = bad = 0
-    for _lineno, obj in _snapshot_lines(read_bytes(path)):
-        lines += 1
-        if obj is None:
-            bad += 1
-            continue
+    lines = JsonLines(read_bytes(path))
+    for _, obj in lines:
         if not _is_snapshot(obj):
             dropped["line is not a metrics snapshot"] += 1
             continue
         url = obj.get("url") or obj.get("target")
         instance = instance_of(url) if type(url) is str else None
         points += parse_snapshot(obj["text"], _snapshot_time(obj), instance, dropped)
-    if lines and bad == lines:
-        raise NotATrace(path, "no line is valid JSON")
-    if bad:
-        dropped["invalid JSON line in metrics snapshots"] += bad
+    lines.account(path, dropped)
     _draw(points, MetricWriter(layout, dropped, layout.metrics_map))
     return SourceData(path=path, format=SNAPSHOTS_NAME, clock=UNIX_EPOCH, threads=dict(THREADS), dropped=dropped)
 

@@ -14,12 +14,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from tracemerge.errors import NotATrace
 from tracemerge.layout import FileLayout
 from tracemerge.model import SourceData
 from tracemerge.sources.base import SourceFormat, read_bytes
+from tracemerge.sources.common import JsonLines, first_json_object
 
 NAME = "tracker-scalars"
 STEP_KEYS = ("step", "global_step", "_step")
@@ -42,13 +40,7 @@ def _is_record(obj: Any) -> bool:
 
 
 def claims(path: Path, head: bytes) -> bool:
-    for line in head.split(b"\n")[:20]:
-        if line.strip():
-            try:
-                return _is_record(orjson.loads(line))
-            except orjson.JSONDecodeError:
-                continue  # a first line cut or garbage does not hide the rest
-    return False
+    return _is_record(first_json_object(head))
 
 
 def _scalars(obj: dict) -> dict[str, Any]:
@@ -61,16 +53,8 @@ def _scalars(obj: dict) -> dict[str, Any]:
 def read(path: Path, layout: FileLayout) -> SourceData:
     dropped: Counter[str] = Counter()
     values: dict[int, dict[str, float]] = {}
-    lines = bad = 0
-    for line in read_bytes(path).split(b"\n"):
-        if not line.strip():
-            continue
-        lines += 1
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            bad += 1
-            continue
+    lines = JsonLines(read_bytes(path))
+    for _, obj in lines:
         step = _step_of(obj) if type(obj) is dict else None
         if step is None:
             dropped["line is not a step record"] += 1
@@ -81,10 +65,7 @@ def read(path: Path, layout: FileLayout) -> SourceData:
                 found[str(key)] = value
             else:
                 dropped["tracker value that is not a finite number (not drawn)"] += 1
-    if lines and bad == lines:
-        raise NotATrace(path, "no line is valid JSON")
-    if bad:
-        dropped["invalid JSON line in tracker scalars"] += bad
+    lines.account(path, dropped)
     return SourceData(path=path, format=NAME, clock=None, threads={}, dropped=dropped, step_values=values)
 
 
