@@ -10,6 +10,7 @@ from readback import Readback, read_chrome_json, read_pftrace
 from typer.testing import CliRunner
 
 from tracemerge.cli import app
+from tracemerge.phases import PhaseOptions, resolve
 from tracemerge.pipeline import merge
 from tracemerge.select import Selection
 
@@ -85,6 +86,17 @@ def test_split_by_step_window_keeps_to_the_window_asked(fixtures: Path, tmp_path
         ("s.step1.json", [asked[0], windows[1][1]]),
         ("s.step2.json", [windows[2][0], asked[1]]),
     ]
+
+
+def test_split_by_step_window_keeps_to_the_steps_asked(fixtures: Path, tmp_path: Path) -> None:
+    merge([fixtures / "phases"], tmp_path / "all.json", split_by="step-window")
+    windows = [t["window_ns"] for t in json.loads((tmp_path / "all.index.json").read_text())["traces"]]
+    only_step_1 = PhaseOptions(resolve("auto"), frozenset({1}))
+    merge([fixtures / "phases"], tmp_path / "s.json", split_by="step-window", phase_rules=only_step_1)
+    [part] = json.loads((tmp_path / "s.index.json").read_text())["traces"]
+    assert part["file"] == "s.step1.json"
+    lo, hi = part["window_ns"]
+    assert lo == windows[1][0] and hi is not None and hi > lo  # the step, not the run
 
 
 def test_split_by_host_groups_files_by_the_host_that_wrote_them(fixtures: Path, tmp_path: Path) -> None:

@@ -172,7 +172,7 @@ def merge(
                         raise FatalError("two tracks hash to one 63-bit uuid") from None
             selection = steps_window(selection, phase_rules.steps, model, plan)
             chunk_of = {j.candidate.path: j.chunk for j in jobs_}
-            cand_of = {j.candidate.path: j.candidate for j in jobs_}
+            first_jobs = {j.candidate.path: j for j in jobs_}
             # Chrome JSON encodes with the plan. Perfetto re-encodes only files whose threads overlap
             # another file's of the same process in time (they need their own copies), and files
             # that a --window cuts; files wholly outside the window are left out.
@@ -195,22 +195,14 @@ def merge(
                     window = None
                 if writer.one_pass and u.salts == sc.salts and window is None:
                     continue
-                unit = None if writer.one_pass else u
                 redo.append(
-                    FileJob(
-                        cand_of[u.path],
-                        u.sequence_id,
-                        writer.name,
-                        chunk_of[u.path],
-                        unit,
-                        u.salts,
-                        memory_budget,
-                        selection,
-                        window,
-                        wide,
-                        clocks.sync,
-                        phase_rules.presets,
-                        metrics_map,
+                    replace(
+                        first_jobs[u.path],
+                        writer=writer.name,
+                        unit=None if writer.one_pass else u,
+                        salts=u.salts,
+                        selection=selection,
+                        window=window,
                         saved=sc if keep_layout else None,
                     )
                 )
@@ -250,9 +242,17 @@ def merge(
             else:
                 derived_path = derived.path if derived is not None else None
                 if split_by == "step-window":
-                    first_jobs = {j.candidate.path: j for j in jobs_}
                     parts = _step_parts(
-                        plan, model.steps, scan_of, chunk_of, first_jobs, writer, run, derived_path, report
+                        plan,
+                        model.steps,
+                        selection.window,
+                        scan_of,
+                        chunk_of,
+                        first_jobs,
+                        writer,
+                        run,
+                        derived_path,
+                        report,
                     )
                 else:
                     parts = ((part, scan_of) for part in groups(split_by, plan, scan_of, derived_path))
@@ -454,6 +454,7 @@ def _assemble(
 def _step_parts(
     plan: MergePlan,
     steps: list[tuple[int, int, int]],
+    asked: tuple[int | None, int | None] | None,
     scan_of: dict[Path, FileScan],
     chunk_of: dict[Path, Path],
     first_jobs: dict[Path, FileJob],
@@ -463,12 +464,12 @@ def _step_parts(
     report: RunReport,
 ) -> Iterator[tuple[Part, dict[Path, FileScan]]]:
     """``--split-by step-window``: per step, every file that shares time with it encoded again, cut
-    to it as ``--window`` cuts (Chrome JSON from the events its first read kept)."""
+    to it (and to ``asked``, the --window or --steps time) as ``--window`` cuts (Chrome JSON from
+    the events its first read kept)."""
     kept_phases = None
     if derived is not None:  # every part carries the whole run's Phases and Pipeline tracks
         kept_phases = derived.with_name(derived.name + ".kept")
         shutil.copyfile(derived, kept_phases)
-    asked = next(iter(first_jobs.values())).selection.window  # --window (and --steps): parts within it
     for group, step_window in step_windows(steps, plan.base_ns):
         window = _intersect(step_window, asked)
         if window is None:
