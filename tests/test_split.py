@@ -10,7 +10,7 @@ from readback import Readback, read_chrome_json, read_pftrace
 from typer.testing import CliRunner
 
 from tracemerge.cli import app
-from tracemerge.phases import PhaseOptions, resolve
+from tracemerge.phase_rules import PhaseOptions, resolve
 from tracemerge.pipeline import merge
 from tracemerge.select import Selection
 

@@ -10,7 +10,7 @@ Three kinds of events are noted (as marks ``(start, end)`` under a tag), never r
   that give the same sessions' wall-clock times (tag ``"session <id> <name>"``).
 
 :mod:`tracemerge.clock` relates the files' clocks from these marks. Phase rules
-(:mod:`tracemerge.phases`) add ``"phase <preset>\t<phase>"`` and ``"step <preset>\t<step>"``
+(:mod:`tracemerge.phase_rules`) add ``"phase <preset>\t<phase>"`` and ``"step <preset>\t<step>"``
 marks for :mod:`tracemerge.phases` to derive each RL step's phases from.
 """
 

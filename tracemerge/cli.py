@@ -18,7 +18,8 @@ from tracemerge.clock import AlignOptions, load_offsets, parse_offset
 from tracemerge.errors import TracemergeError, shown
 from tracemerge.executors import ray_executor
 from tracemerge.metrics_map import NO_MAP, load_metrics_map
-from tracemerge.phases import AUTO, PhaseOptions, format_summary, resolve
+from tracemerge.phase_rules import AUTO, PhaseOptions, resolve
+from tracemerge.phase_summary import format_summary
 from tracemerge.pipeline import merge as run_merge
 from tracemerge.progress import progress_bar
 from tracemerge.report import (

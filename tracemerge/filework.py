@@ -26,11 +26,8 @@ from tracemerge.errors import InputError, NotATrace, shown
 from tracemerge.layout import DEFAULT_BUDGET, FileLayout
 from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.model import UNIX_EPOCH, ClockDomain, Identity, ThreadInfo
-from tracemerge.phases import (
-    PhaseRules,
-    Preset,
-    StepScalars,
-)
+from tracemerge.phase_rules import PhaseRules, Preset
+from tracemerge.phases import StepScalars
 from tracemerge.plan import (
     FileScan,
     LocalTracks,

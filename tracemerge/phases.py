@@ -1,24 +1,13 @@
-"""RL phases: which span names are which phase of a step, and where each step's time went.
-
-Phase rules turn event names into phases (``generate``, ``old_log_prob``, ``update_actor``, …)
-and step markers. Every preset's rules are applied while the files are read (as marks, see
-:mod:`tracemerge.anchors`); the preset whose phases occur most is then chosen, unless one is
-named with ``--phases``. A rules file is TOML::
-
-    [[phase]]
-    match = "^rollout_"        # a regular expression searched in the event name
-    name = "generate"          # the phase; omitted: the event name itself
-    role = "rollout"           # optional: only in this role's processes
-
-    [[step]]
-    match = "^train_step"      # spans that delimit steps
+"""RL phases: where each step's time went, derived from the phase and step marks the files'
+reads noted (:mod:`tracemerge.phase_rules` says which names are which).
 
 Steps per process come from its step markers (``ProfilerStep#N`` in any torch trace, or the
 preset's); a process without any takes the job's steps (the union of the others' step N); a run
 without any step marker counts a step from each start of the phase a process runs first.
 Within a step, time belongs to the innermost phase running (a phase nested in another takes
 its time from it) and the rest is ``idle``: per process and step, phase times plus idle time
-equal the step's time, to the nanosecond.
+equal the step's time, to the nanosecond. The summary of the numbers is
+:mod:`tracemerge.phase_summary`.
 """
 
 from __future__ import annotations
@@ -26,189 +15,17 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-import re
-import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from tracemerge.anchors import PHASE, STEP, phase_tag, step_tag
+from tracemerge.anchors import PHASE, STEP
 from tracemerge.model import Event, Identity, Kind, ThreadInfo
-from tracemerge.tomlfile import read_toml
+from tracemerge.phase_rules import MSTX, Preset
 
 IDLE = "idle"
-MSTX = "mstx"  # Ascend MSTX ranges: phases named after the range (noted by the Ascend readers)
-TORCH_STEP = re.compile(r"^ProfilerStep#(\d+)$")
-
-
-@dataclass(frozen=True)
-class Rule:
-    pattern: re.Pattern[str]
-    phase: str | None  # None: the event's own name
-    role: str | None = None
-
-
-@dataclass(frozen=True)
-class Preset:
-    name: str
-    phases: tuple[Rule, ...]
-    steps: tuple[Rule, ...] = ()
-
-
-def _exact(names: dict[str, str], role: str | None = None) -> tuple[Rule, ...]:
-    return tuple(Rule(re.compile(f"^{re.escape(name)}$"), phase, role) for name, phase in names.items())
-
-
-VERL = Preset(
-    "verl",
-    _exact(
-        {
-            # trainer timers (ray_trainer.py marked_timer names)
-            "gen": "generate",
-            "reward": "reward",
-            "old_log_prob": "old_log_prob",
-            "ref": "ref",
-            "values": "values",
-            "adv": "adv",
-            "update_critic": "update_critic",
-            "update_actor": "update_actor",
-            "update_weights": "update_weights",
-            "testing": "testing",
-            "save_checkpoint": "save_checkpoint",
-            # worker profiler annotations
-            "rollout_generate": "generate",
-            "actor_compute_log_prob": "old_log_prob",
-            "ref_compute_log_prob": "ref",
-            "compute_values": "values",
-            "critic_update": "update_critic",
-            "actor_update": "update_actor",
-            "compute_rm_score": "reward",
-        }
-    ),
-    _exact({"step": "", "train_batch": ""}),
-)
-_ENGINE_WEIGHTS = (Rule(re.compile(r"_engine\.update_weights_from_(distributed|disk)$"), "update_weights"),)
-AREAL = Preset(
-    "areal",
-    _exact(
-        {
-            "train.rollout": "generate",
-            "train.compute_values": "values",
-            "train.ref_logp": "ref",
-            "train.teacher_logp": "teacher",
-            "train.recompute_logp": "old_log_prob",
-            "train.compute_advantage": "adv",
-            "train.ppo_update": "update_actor",
-            "train.critic_ppo_update": "update_critic",
-            "train.update_weights": "update_weights",
-            "train.save": "save_checkpoint",
-            "train.checkpoint": "save_checkpoint",
-            "train.eval": "eval",
-            "ppo_actor.compute_logp": "old_log_prob",
-            "ppo_actor.compute_advantages": "adv",
-            "ppo_actor.ppo_update": "update_actor",
-            "ppo_critic.compute_values": "values",
-            "ppo_critic.ppo_update": "update_critic",
-            "rollout_controller.rollout_batch": "generate",
-            "workflow_executor.rollout_batch": "generate",
-        }
-    )
-    + _ENGINE_WEIGHTS,
-)
-SKYRL = Preset(
-    "skyrl",
-    _exact(
-        {
-            "generate": "generate",
-            "fwd_logprobs_values_reward": "fwd_logprobs_values_reward",
-            "train_critic_and_policy": "train_critic_and_policy",
-            "sync_weights": "sync_weights",
-            "eval": "eval",
-        }
-    ),
-    _exact({"step": ""}),
-)
-PRESETS = {p.name: p for p in (VERL, AREAL, SKYRL)}
-AUTO = "auto"
-
-
-@dataclass(frozen=True)
-class PhaseOptions:
-    """Phase rules noted while reading (every preset: the best is chosen), and ``--steps``."""
-
-    presets: tuple[Preset, ...] = tuple(PRESETS.values())
-    steps: frozenset[int] | None = None
-
-
-AUTO_PHASES = PhaseOptions()
-
-
-def load_rules(path: Path) -> Preset:
-    """A user rules file (see the module docstring); raises ValueError naming the file and rule."""
-    content = read_toml(path)
-    rules: dict[str, list[Rule]] = {"phase": [], "step": []}
-    for kind in rules:
-        entries = content.get(kind, [])
-        if type(entries) is not list:
-            raise ValueError(f"{path}: [[{kind}]] must be a list of tables")
-        for n, entry in enumerate(entries, 1):
-            if type(entry) is not dict or type(entry.get("match")) is not str:
-                raise ValueError(f'{path}: {kind} rule {n} needs match = "regex"')
-            try:
-                pattern = re.compile(entry["match"])
-            except re.error as exc:
-                raise ValueError(f"{path}: {kind} rule {n}: bad regex ({exc})") from None
-            name, role = entry.get("name"), entry.get("role")
-            if (name is not None and type(name) is not str) or (role is not None and type(role) is not str):
-                raise ValueError(f"{path}: {kind} rule {n}: name and role must be strings")
-            rules[kind].append(Rule(pattern, name if kind == "phase" else "", role))
-    if not rules["phase"]:
-        raise ValueError(f"{path}: no [[phase]] rule")
-    return Preset(path.stem, tuple(rules["phase"]), tuple(rules["step"]))
-
-
-def resolve(choice: str) -> tuple[Preset, ...]:
-    """``--phases``: a preset name, ``auto`` (every preset, the best chosen later) or a rules file."""
-    if choice == AUTO:
-        return tuple(PRESETS.values())
-    if choice in PRESETS:
-        return (PRESETS[choice],)
-    path = Path(choice)
-    if path.suffix == ".toml" or path.exists():
-        return (load_rules(path),)
-    raise ValueError(f"--phases: {choice!r} is neither a preset ({', '.join([AUTO, *PRESETS])}) nor a rules file")
-
-
-class PhaseRules:
-    """Event name -> the phase and step tags every preset gives it (applied while reading).
-
-    Role filters are applied later, when the marks are known to belong to a process."""
-
-    def __init__(self, presets: Iterable[Preset]) -> None:
-        self.presets = tuple(presets)
-
-    def __call__(self, name: str) -> tuple[str, ...]:
-        tags = []
-        found = TORCH_STEP.match(name)
-        if found:
-            tags.append(step_tag("torch", found.group(1)))
-        for preset in self.presets:
-            for rule in preset.phases:
-                if rule.pattern.search(name):
-                    tags.append(phase_tag(preset.name, (rule.phase or name) + _role_suffix(rule.role)))
-                    break
-            for rule in preset.steps:
-                if rule.pattern.search(name):
-                    tags.append(step_tag(preset.name, _role_suffix(rule.role)))
-                    break
-        return tuple(tags)
-
-
-def _role_suffix(role: str | None) -> str:
-    return f"\t{role}" if role else ""
-
 
 # -- deriving the steps and phases -------------------------------------------------------------
 
@@ -467,102 +284,6 @@ def _pipeline(processes: dict[Identity, ProcessPhases]) -> dict[str, list[Pipeli
             )
         )
     return dict(roles)
-
-
-# -- the summary ------------------------------------------------------------------------------
-
-
-def summary(model: PhaseModel, labels: dict[Identity, str] | None = None) -> dict:
-    """Per role and phase: total time, share of step time, mean/p50/p90/max across ranks (of the
-    per-rank totals), the slowest rank, and the idle fraction; the per-rank, per-step accounting."""
-    out: dict = {"preset": model.preset, "steps": [s for s, _, _ in model.steps], "roles": {}, "processes": []}
-    by_role: dict[str, dict[Identity, ProcessPhases]] = defaultdict(dict)
-    for ident, proc in model.processes.items():
-        by_role[ident.role][ident] = proc
-        out["processes"].append(
-            {
-                "process": (labels or {}).get(ident, ident.label),
-                "role": ident.role,
-                "rank": ident.rank,
-                "preset": proc.preset,
-                "steps": [
-                    {"step": st.step, "dur_ns": st.dur, "idle_ns": st.idle, "phases_ns": dict(st.phases)}
-                    for st in proc.steps
-                ],
-            }
-        )
-    for role, procs in sorted(by_role.items()):
-        step_total = sum(st.dur for p in procs.values() for st in p.steps)
-        idle_total = sum(st.idle for p in procs.values() for st in p.steps)
-        names = sorted({ph for p in procs.values() for st in p.steps for ph in st.phases})
-        phases = {}
-        for name in names:
-            per_rank = {ident: sum(st.phases.get(name, 0) for st in p.steps) for ident, p in procs.items()}
-            values = sorted(per_rank.values())
-            slowest = max(per_rank, key=lambda i: (per_rank[i], -(i.rank or 0)))
-            phases[name] = {
-                "total_ns": sum(values),
-                "share": sum(values) / step_total if step_total else 0.0,
-                "mean_ns": round(statistics.fmean(values)),
-                "p50_ns": _quantile(values, 0.5),
-                "p90_ns": _quantile(values, 0.9),
-                "max_ns": values[-1],
-                "slowest_rank": slowest.rank,
-            }
-        out["roles"][role] = {
-            "ranks": len(procs),
-            "step_ns": step_total,
-            "idle_ns": idle_total,
-            "idle_fraction": idle_total / step_total if step_total else 0.0,
-            "phases": phases,
-        }
-    return out
-
-
-def _quantile(values: list[int], q: float) -> int:
-    """Nearest-rank quantile of sorted ``values``."""
-    rank = max(1, -(-len(values) * q // 1))
-    return values[int(rank) - 1]
-
-
-def format_summary(numbers: dict) -> str:
-    """The terminal table of :func:`summary`."""
-    from tracemerge.report import format_duration, format_table
-
-    if not numbers["roles"]:
-        return "phases: none found (name a preset or a rules file with --phases)"
-    rows = [("role", "phase", "total", "share", "mean", "p50", "p90", "max", "slowest rank")]
-    for role, r in numbers["roles"].items():
-        for name, p in sorted(r["phases"].items(), key=lambda kv: -kv[1]["total_ns"]):
-            rows.append(
-                (
-                    role or "-",
-                    name,
-                    format_duration(p["total_ns"]),
-                    f"{100 * p['share']:.1f}%",
-                    format_duration(p["mean_ns"]),
-                    format_duration(p["p50_ns"]),
-                    format_duration(p["p90_ns"]),
-                    format_duration(p["max_ns"]),
-                    "-" if p["slowest_rank"] is None else str(p["slowest_rank"]),
-                )
-            )
-        rows.append(
-            (
-                role or "-",
-                IDLE,
-                format_duration(r["idle_ns"]),
-                f"{100 * r['idle_fraction']:.1f}%",
-                "",
-                "",
-                "",
-                "",
-                "",
-            )
-        )
-    steps = numbers["steps"]
-    head = f"phases ({numbers['preset']}), {len(steps)} step(s); per rank: totals over its steps"
-    return head + "\n" + format_table(rows, left=frozenset({0, 1}))
 
 
 # -- the derived tracks -----------------------------------------------------------------------

@@ -37,14 +37,9 @@ from tracemerge.executors import Executor, local_executor
 from tracemerge.filework import FileJob, FileOutcome
 from tracemerge.layout import DEFAULT_BUDGET
 from tracemerge.metrics_map import NO_MAP, MetricsMap
-from tracemerge.phases import (
-    AUTO_PHASES,
-    PhaseOptions,
-    StepScalars,
-    attach_scalars,
-    derive,
-    summary,
-)
+from tracemerge.phase_rules import AUTO_PHASES, PhaseOptions
+from tracemerge.phase_summary import summary
+from tracemerge.phases import StepScalars, attach_scalars, derive
 from tracemerge.plan import (
     FileScan,
     IdCollision,

@@ -169,7 +169,7 @@ class MergePlan:
     offsets: dict[Path, int]
     alignment: Alignment
     clock_notes: list[ClockNote] = field(default_factory=list)
-    phase_summary: dict = field(default_factory=dict)  # tracemerge.phases.summary(), kept in the trace
+    phase_summary: dict = field(default_factory=dict)  # tracemerge.phase_summary.summary(), kept in the trace
 
 
 def resolve_identity(origin: OriginKey, data: SourceData, role_hint: str | None, rank_hint: int | None) -> Identity:

@@ -29,7 +29,7 @@ from tracemerge.anchors import phase_tag
 from tracemerge.errors import InputError, NotATrace
 from tracemerge.layout import FileLayout
 from tracemerge.model import Event, FlowPhase, Kind, SourceData, ThreadInfo, ThreadKey
-from tracemerge.phases import MSTX
+from tracemerge.phase_rules import MSTX
 from tracemerge.sources import ascend_layout as layout_dirs
 from tracemerge.sources.ascend_counters import COUNTER_TABLES, CounterTable
 from tracemerge.sources.ascend_layout import MSTX_THREAD

@@ -15,7 +15,7 @@ from typing import Any
 from tracemerge.anchors import phase_tag
 from tracemerge.layout import FileLayout
 from tracemerge.model import NO_ORIGIN, OriginKey, SourceData, ThreadInfo, ThreadKey
-from tracemerge.phases import MSTX
+from tracemerge.phase_rules import MSTX
 from tracemerge.sources import ascend_layout as layout_dirs
 from tracemerge.sources.ascend_layout import MSTX_THREAD
 from tracemerge.sources.base import SourceFormat

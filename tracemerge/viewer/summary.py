@@ -15,7 +15,7 @@ from tracemerge.writers.perfetto import DESCRIPTOR_SEQUENCE
 
 
 def read_summary(path: Path) -> dict | None:
-    """The numbers of :func:`tracemerge.phases.summary` stored in a tracemerge output; None when
+    """The numbers of :func:`tracemerge.phase_summary.summary` stored in a tracemerge output; None when
     the trace has none (no phases were found, or another tool wrote it)."""
     with path.open("rb") as raw:
         gz = raw.read(2) == GZIP_MAGIC

@@ -1,0 +1,195 @@
+"""Phase rules: which span names are which phase of an RL step, and which delimit steps.
+
+Phase rules turn event names into phases (``generate``, ``old_log_prob``, ``update_actor``, …)
+and step markers. Every preset's rules are applied while the files are read (as marks, see
+:mod:`tracemerge.anchors`); :mod:`tracemerge.phases` then chooses, per process, the preset whose
+phases occur most, unless one is named with ``--phases``. A rules file is TOML::
+
+    [[phase]]
+    match = "^rollout_"        # a regular expression searched in the event name
+    name = "generate"          # the phase; omitted: the event name itself
+    role = "rollout"           # optional: only in this role's processes
+
+    [[step]]
+    match = "^train_step"      # spans that delimit steps
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracemerge.anchors import phase_tag, step_tag
+from tracemerge.tomlfile import read_toml
+
+MSTX = "mstx"  # Ascend MSTX ranges: phases named after the range (noted by the Ascend readers)
+TORCH_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+@dataclass(frozen=True)
+class Rule:
+    pattern: re.Pattern[str]
+    phase: str | None  # None: the event's own name
+    role: str | None = None
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    phases: tuple[Rule, ...]
+    steps: tuple[Rule, ...] = ()
+
+
+def _exact(names: dict[str, str], role: str | None = None) -> tuple[Rule, ...]:
+    return tuple(Rule(re.compile(f"^{re.escape(name)}$"), phase, role) for name, phase in names.items())
+
+
+VERL = Preset(
+    "verl",
+    _exact(
+        {
+            # trainer timers (ray_trainer.py marked_timer names)
+            "gen": "generate",
+            "reward": "reward",
+            "old_log_prob": "old_log_prob",
+            "ref": "ref",
+            "values": "values",
+            "adv": "adv",
+            "update_critic": "update_critic",
+            "update_actor": "update_actor",
+            "update_weights": "update_weights",
+            "testing": "testing",
+            "save_checkpoint": "save_checkpoint",
+            # worker profiler annotations
+            "rollout_generate": "generate",
+            "actor_compute_log_prob": "old_log_prob",
+            "ref_compute_log_prob": "ref",
+            "compute_values": "values",
+            "critic_update": "update_critic",
+            "actor_update": "update_actor",
+            "compute_rm_score": "reward",
+        }
+    ),
+    _exact({"step": "", "train_batch": ""}),
+)
+_ENGINE_WEIGHTS = (Rule(re.compile(r"_engine\.update_weights_from_(distributed|disk)$"), "update_weights"),)
+AREAL = Preset(
+    "areal",
+    _exact(
+        {
+            "train.rollout": "generate",
+            "train.compute_values": "values",
+            "train.ref_logp": "ref",
+            "train.teacher_logp": "teacher",
+            "train.recompute_logp": "old_log_prob",
+            "train.compute_advantage": "adv",
+            "train.ppo_update": "update_actor",
+            "train.critic_ppo_update": "update_critic",
+            "train.update_weights": "update_weights",
+            "train.save": "save_checkpoint",
+            "train.checkpoint": "save_checkpoint",
+            "train.eval": "eval",
+            "ppo_actor.compute_logp": "old_log_prob",
+            "ppo_actor.compute_advantages": "adv",
+            "ppo_actor.ppo_update": "update_actor",
+            "ppo_critic.compute_values": "values",
+            "ppo_critic.ppo_update": "update_critic",
+            "rollout_controller.rollout_batch": "generate",
+            "workflow_executor.rollout_batch": "generate",
+        }
+    )
+    + _ENGINE_WEIGHTS,
+)
+SKYRL = Preset(
+    "skyrl",
+    _exact(
+        {
+            "generate": "generate",
+            "fwd_logprobs_values_reward": "fwd_logprobs_values_reward",
+            "train_critic_and_policy": "train_critic_and_policy",
+            "sync_weights": "sync_weights",
+            "eval": "eval",
+        }
+    ),
+    _exact({"step": ""}),
+)
+PRESETS = {p.name: p for p in (VERL, AREAL, SKYRL)}
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class PhaseOptions:
+    """Phase rules noted while reading (every preset: the best is chosen), and ``--steps``."""
+
+    presets: tuple[Preset, ...] = tuple(PRESETS.values())
+    steps: frozenset[int] | None = None
+
+
+AUTO_PHASES = PhaseOptions()
+
+
+def load_rules(path: Path) -> Preset:
+    """A user rules file (see the module docstring); raises ValueError naming the file and rule."""
+    content = read_toml(path)
+    rules: dict[str, list[Rule]] = {"phase": [], "step": []}
+    for kind in rules:
+        entries = content.get(kind, [])
+        if type(entries) is not list:
+            raise ValueError(f"{path}: [[{kind}]] must be a list of tables")
+        for n, entry in enumerate(entries, 1):
+            if type(entry) is not dict or type(entry.get("match")) is not str:
+                raise ValueError(f'{path}: {kind} rule {n} needs match = "regex"')
+            try:
+                pattern = re.compile(entry["match"])
+            except re.error as exc:
+                raise ValueError(f"{path}: {kind} rule {n}: bad regex ({exc})") from None
+            name, role = entry.get("name"), entry.get("role")
+            if (name is not None and type(name) is not str) or (role is not None and type(role) is not str):
+                raise ValueError(f"{path}: {kind} rule {n}: name and role must be strings")
+            rules[kind].append(Rule(pattern, name if kind == "phase" else "", role))
+    if not rules["phase"]:
+        raise ValueError(f"{path}: no [[phase]] rule")
+    return Preset(path.stem, tuple(rules["phase"]), tuple(rules["step"]))
+
+
+def resolve(choice: str) -> tuple[Preset, ...]:
+    """``--phases``: a preset name, ``auto`` (every preset, the best chosen later) or a rules file."""
+    if choice == AUTO:
+        return tuple(PRESETS.values())
+    if choice in PRESETS:
+        return (PRESETS[choice],)
+    path = Path(choice)
+    if path.suffix == ".toml" or path.exists():
+        return (load_rules(path),)
+    raise ValueError(f"--phases: {choice!r} is neither a preset ({', '.join([AUTO, *PRESETS])}) nor a rules file")
+
+
+class PhaseRules:
+    """Event name -> the phase and step tags every preset gives it (applied while reading).
+
+    Role filters are applied later, when the marks are known to belong to a process."""
+
+    def __init__(self, presets: Iterable[Preset]) -> None:
+        self.presets = tuple(presets)
+
+    def __call__(self, name: str) -> tuple[str, ...]:
+        tags = []
+        found = TORCH_STEP.match(name)
+        if found:
+            tags.append(step_tag("torch", found.group(1)))
+        for preset in self.presets:
+            for rule in preset.phases:
+                if rule.pattern.search(name):
+                    tags.append(phase_tag(preset.name, (rule.phase or name) + _role_suffix(rule.role)))
+                    break
+            for rule in preset.steps:
+                if rule.pattern.search(name):
+                    tags.append(step_tag(preset.name, _role_suffix(rule.role)))
+                    break
+        return tuple(tags)
+
+
+def _role_suffix(role: str | None) -> str:
+    return f"\t{role}" if role else ""
