@@ -18,16 +18,15 @@ import pickle
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from operator import itemgetter
 from pathlib import Path
 from typing import Any, Protocol
 
 import msgspec
-import numpy as np
 import orjson
 
 from tracemerge.anchors import MAX_MARKS, MAX_PHASE_MARKS, PHASE, STEP
 from tracemerge.flows import bind_flows
+from tracemerge.laminar import walk_laminar
 from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.model import Event, FlowPhase, Identity, Kind, OriginKey, ThreadKey
 from tracemerge.plan import CounterTrack, ThreadTrack, lane_track
@@ -42,8 +41,6 @@ SLICE, INSTANT = int(Kind.SLICE), int(Kind.INSTANT)
 DEFAULT_BUDGET = 400_000
 FILTERED_TIME = "events outside --window"
 FILTERED_SHORT = "slices shorter than --min-dur"
-# The laminar walk sums times in int64: threads with times beyond this take the general walk.
-_TIME_LIMIT = 1 << 61
 
 
 class Encoder(Protocol):
@@ -399,11 +396,11 @@ class FileLayout:
         (``packets``, flushed at ``batch`` packets) get the thread's own slices appended
         directly: this loop runs once per input slice. Those that also take a thread's slices
         at once (``add_slices``) get a well-nested thread held in memory laid out in numpy
-        (:func:`_walk_laminar`), with the same bytes.
+        (:func:`~tracemerge.laminar.walk_laminar`), with the same bytes.
         """
         enc = self.enc
         if hasattr(enc, "add_slices"):
-            found = _walk_laminar(enc, items, track, attached, shift)
+            found = walk_laminar(enc, items, track, attached, shift)
             if found is not None:
                 counts.slices += found[0]
                 return found[1]
@@ -483,128 +480,6 @@ class FileLayout:
         lanes.append(lane)
         result.lanes.append(lane)
         return n
-
-
-def _walk_laminar(
-    enc: Any, items: Iterable[tuple], track: ThreadTrack, attached: Iterable[tuple], shift: int
-) -> tuple[int, int] | None:
-    """What :meth:`FileLayout._walk` emits for a thread of well-nested slices, in numpy: returns
-    (slices, latest time), or None, having emitted nothing, when the thread is anything else
-    (instants, overlaps, spilled or filtered entries, times near the int64 limits)."""
-    if not isinstance(items, list) or not isinstance(attached, list | tuple) or not items:
-        return None
-    if not -_TIME_LIMIT < shift < _TIME_LIMIT:
-        return None
-    times = _slice_times(items)
-    if times is None:
-        return None
-    starts, ends = times
-    nested = _nested_order(starts, ends)
-    if nested is None or nested[0][0] + shift < 0:  # the general walk's encoder rejects these
-        return None
-    _, _, tail, end_event = enc.packets(track)
-    if attached:
-        tails = _flow_tails(enc, tail, items, attached)
-        if tails is None:
-            return None
-    else:
-        tails = [tail] * len(items), np.full(len(items), len(tail), np.int64)
-    stamps, begin_slots, is_begin = nested
-    stamps += shift
-    _add_slices(enc, stamps, begin_slots, ~is_begin, list(map(_body, items)), tails, end_event)
-    return len(items), int(ends.max())
-
-
-def _slice_times(items: list[tuple]) -> tuple[np.ndarray, np.ndarray] | None:
-    """The starts and ends of a thread's entries; None unless all are slices, with times well
-    within int64."""
-    if any(map(_kind, items)):
-        return None
-    try:
-        starts = np.fromiter(map(_start, items), np.int64, len(items))
-        durations = -np.fromiter(map(_negdur, items), np.int64, len(items))
-    except OverflowError:
-        return None
-    if durations.min() < 0 or durations.max() >= _TIME_LIMIT:
-        return None
-    if not -_TIME_LIMIT < starts.min() <= starts.max() < _TIME_LIMIT:
-        return None
-    return starts, starts + durations
-
-
-def _add_slices(
-    enc: Any,
-    stamps: np.ndarray,
-    begin_slots: np.ndarray,
-    is_end: np.ndarray,
-    bodies: list[bytes],
-    tails: tuple[list[bytes], np.ndarray],
-    end: bytes,
-) -> None:
-    """Hands the packets over in batches: per slice a BEGIN (its body, then its tail), ``end``
-    where ``is_end`` holds."""
-    lengths = np.fromiter(map(len, bodies), np.int64, len(bodies)) + tails[1]
-    step = enc.batch
-    for lo in range(0, len(stamps), step):
-        hi = min(lo + step, len(stamps))
-        first, last = np.searchsorted(begin_slots, (lo, hi)).tolist()
-        begins = b"".join(itertools.chain.from_iterable(zip(bodies[first:last], tails[0][first:last], strict=True)))
-        enc.add_slices(stamps[lo:hi], is_end[lo:hi], end, lengths[first:last], begins)
-
-
-def _nested_order(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The timestamps of a thread's BEGINs and ENDs in the walk's order, where its BEGINs are in
-    it and which are; None when the slices are not well nested (the walk would open a lane).
-
-    An END goes just before the first later BEGIN at or after it (or at the end), ENDs that go
-    to one place innermost first. That order is the walk's exactly when it is well nested: time
-    never goes back and each END closes the slice opened last.
-    """
-    n = len(starts)
-    at = np.maximum(np.arange(1, n + 1), np.searchsorted(starts, ends, "left"))
-    end_order = (n - 1) - np.argsort(at[::-1], kind="stable")
-    begin_slots = np.arange(n) + np.cumsum(np.bincount(at, minlength=n + 1))[:n]
-    is_begin = np.zeros(2 * n, bool)
-    is_begin[begin_slots] = True
-    end_slots = np.flatnonzero(~is_begin)
-    stamps = np.empty(2 * n, np.int64)
-    stamps[begin_slots] = starts
-    stamps[end_slots] = ends[end_order]
-    if (stamps[1:] < stamps[:-1]).any():
-        return None
-    depth = np.cumsum(is_begin.astype(np.int64) * 2 - 1)
-    if (depth[end_slots] + 1 != depth[begin_slots][end_order]).any():
-        return None
-    return stamps, begin_slots, is_begin
-
-
-def _flow_tails(
-    enc: Any, tail: bytes, items: list[tuple], attached: list[tuple] | tuple
-) -> tuple[list[bytes], np.ndarray] | None:
-    """Per slice, what follows its body in its BEGIN (``tail`` and the fields of its flows) and
-    its length; None when an attachment is not for one of ``items`` or out of their order."""
-    n = len(items)
-    ordinals = np.fromiter(map(_ordinal, items), np.int64, n)
-    try:
-        wanted = np.fromiter(map(_ordinal, attached), np.int64, len(attached))
-        ids = np.fromiter(map(_flow_id, attached), np.uint64, len(attached))
-    except OverflowError:
-        return None
-    sorter = np.argsort(ordinals)
-    at = sorter[np.minimum(np.searchsorted(ordinals, wanted, sorter=sorter), n - 1)]
-    if (ordinals[at] != wanted).any() or (at[1:] < at[:-1]).any():
-        return None
-    fields = enc.flow_field_run(ids, np.fromiter(map(_flow_phase, attached), np.int64, len(attached)))
-    size = enc.flow_field_size
-    firsts = np.flatnonzero(np.r_[True, at[1:] != at[:-1]])
-    bounds = zip((firsts * size).tolist(), (np.r_[firsts[1:], len(at)] * size).tolist(), strict=True)
-    tails = np.full(n, tail, object)
-    tails[at[firsts]] = [tail + fields[lo:hi] for lo, hi in bounds]
-    return tails.tolist(), len(tail) + size * np.bincount(at, minlength=n)
-
-
-_start, _negdur, _kind, _ordinal, _body = (itemgetter(i) for i in range(5))
-_flow_id, _flow_phase = itemgetter(4), itemgetter(5)
 
 
 def _kept_entries(
