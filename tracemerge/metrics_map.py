@@ -13,15 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from tracemerge.model import as_rank
 from tracemerge.tomlfile import read_toml
-
-
-def _rank(value: Any) -> int | None:
-    if type(value) is int and value >= 0:
-        return value
-    return int(value) if type(value) is str and value.strip().isdigit() else None
 
 
 @dataclass(frozen=True)
@@ -57,9 +51,9 @@ def load_metrics_map(path: Path) -> MetricsMap:
         role, rank = (entry.get("role"), entry.get("rank")) if type(entry) is dict else (None, None)
         if type(match) is not dict or not match or not all(type(v) is str for v in match.values()):
             raise ValueError(f'{path}: [[process]] entry {n}: match must be a table of label = "value"')
-        if (role is not None and type(role) is not str) or (rank is not None and _rank(rank) is None):
+        if (role is not None and type(role) is not str) or (rank is not None and as_rank(rank) is None):
             raise ValueError(f"{path}: [[process]] entry {n}: role must be text and rank a number")
         if role is None and rank is None:
             raise ValueError(f"{path}: [[process]] entry {n}: names neither a role nor a rank")
-        placements.append(Placement(tuple(sorted(match.items())), role, _rank(rank)))
+        placements.append(Placement(tuple(sorted(match.items())), role, as_rank(rank)))
     return MetricsMap(tuple(placements))

@@ -135,3 +135,12 @@ class Identity:
     def label(self) -> str:
         who = f"rank {self.rank}" if self.rank is not None else (self.tag or "rank ?")
         return f"{self.role} · {who}" if self.role else who
+
+
+def as_rank(value: Any) -> int | None:
+    """A rank from an int or a numeric string; None for anything else."""
+    if type(value) is int and value >= 0:
+        return value
+    if type(value) is str and value.strip().isdigit():
+        return int(value)
+    return None

@@ -18,9 +18,9 @@ from typing import Any
 
 from tracemerge.anchors import session_tag
 from tracemerge.layout import FileLayout
-from tracemerge.model import UNIX_EPOCH, ClockDomain, Event, Kind, SourceData, ThreadInfo
+from tracemerge.model import UNIX_EPOCH, ClockDomain, Event, Kind, SourceData, ThreadInfo, as_rank
 from tracemerge.sources.base import SourceFormat, read_bytes
-from tracemerge.sources.common import JsonLines, as_rank, first_json_object
+from tracemerge.sources.common import JsonLines, first_json_object
 from tracemerge.units import seconds_to_ns
 
 NAME = "areal-sessions"

@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
-from tracemerge.model import UNIX_EPOCH, SourceData, ThreadInfo, ThreadKey
-from tracemerge.sources.common import as_rank, host_of
+from tracemerge.model import UNIX_EPOCH, SourceData, ThreadInfo, ThreadKey, as_rank
+from tracemerge.sources.common import host_of
 
 RUN_SUFFIXES = ("_ascend_pt", "_ascend_ms")
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"

@@ -59,15 +59,6 @@ class JsonLines:
             dropped[f"invalid JSON line (first at line {self.bad[0]})"] += len(self.bad)
 
 
-def as_rank(value: Any) -> int | None:
-    """A rank from an int or a numeric string; None for anything else."""
-    if type(value) is int and value >= 0:
-        return value
-    if type(value) is str and value.strip().isdigit():
-        return int(value)
-    return None
-
-
 # ``{hostname}_{pid}`` then a timestamp: torch's tensorboard_trace_handler files
 # (``{worker}.{time_ns}.pt.trace.json``) and torch_npu run directories (``{worker}_{ts}_ascend_pt``).
 _WORKER_NAME = re.compile(r"^(?P<host>.+)_\d+[._]\d+(?:\.pt\.trace\.json(?:\.gz)?|_ascend_(?:pt|ms))$")

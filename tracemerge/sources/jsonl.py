@@ -26,10 +26,10 @@ import msgspec
 
 from tracemerge.anchors import session_tag
 from tracemerge.layout import FileLayout
-from tracemerge.model import ClockDomain, Event, Kind, SourceData, ThreadInfo
+from tracemerge.model import ClockDomain, Event, Kind, SourceData, ThreadInfo, as_rank
 from tracemerge.sources.base import SourceFormat, read_bytes
 from tracemerge.sources.chrome_events import ChromeEvents, LenientEvent, TraceEvent
-from tracemerge.sources.common import JsonLines, as_rank, first_json_object
+from tracemerge.sources.common import JsonLines, first_json_object
 from tracemerge.units import checked_ns, seconds_to_ns, us_to_ns
 
 _EVENT = msgspec.json.Decoder(TraceEvent)

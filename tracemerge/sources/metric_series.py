@@ -27,8 +27,7 @@ from dataclasses import dataclass
 
 from tracemerge.layout import FileLayout
 from tracemerge.metrics_map import NO_MAP, MetricsMap
-from tracemerge.model import Event, Kind, ThreadInfo
-from tracemerge.sources.common import as_rank
+from tracemerge.model import Event, Kind, ThreadInfo, as_rank
 
 METRICS_PROCESS = "Metrics"
 VALUES_THREAD = ("metrics",)
