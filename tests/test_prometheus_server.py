@@ -112,16 +112,15 @@ def query_range(server: str, query: str, start: float, end: float, step: float) 
 
 def test_prometheus_query_range_lands_on_the_rollout_rank(prometheus: str, tmp_path: Path) -> None:
     start = time.time()
-    # Wait until the server holds at least 8 scrapes of the exporter (500 ms apart).
     deadline = time.monotonic() + 30
+    # Until the answer holds at least 8 evaluations with data (the scrapes are 500 ms apart).
     while True:
-        raw = get_json(f"{prometheus}/api/v1/query?query=" + urllib.parse.quote("demo_queue_depth[60s]"))
-        if raw["data"]["result"] and len(raw["data"]["result"][0]["values"]) >= 8:
+        end = time.time()
+        responses = {q: query_range(prometheus, q, start, end, 0.5) for q in ("demo_queue_depth", "demo_tokens_total")}
+        if all(r["data"]["result"] and len(r["data"]["result"][0]["values"]) >= 8 for r in responses.values()):
             break
-        assert time.monotonic() < deadline, f"no scrapes in 30 s: {raw}"
+        assert time.monotonic() < deadline, f"fewer than 8 samples in 30 s: {responses}"
         time.sleep(0.5)
-    end = time.time()
-    responses = {q: query_range(prometheus, q, start, end, 0.5) for q in ("demo_queue_depth", "demo_tokens_total")}
     for response in responses.values():
         assert response["status"] == "success" and response["data"]["resultType"] == "matrix"
     run = tmp_path / "run"
