@@ -22,10 +22,6 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
-from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.samples import Timestamp
-
 from tracemerge.errors import InputError, NotATrace
 from tracemerge.layout import FileLayout
 from tracemerge.model import UNIX_EPOCH, SourceData
@@ -57,7 +53,12 @@ def parse_snapshot(text: str, ts_ns: int | None, instance: str | None, dropped: 
     points: list[Point] = []
     # OpenMetrics (what a scrape asking for it gets: exemplars, timestamps in seconds) ends "# EOF".
     openmetrics = text.rstrip().endswith("\n# EOF") or text.strip() == "# EOF"
-    families = (openmetrics_families if openmetrics else text_string_to_metric_families)(text)
+    # Imported here: the parsers pull in an HTTP server, which every other merge would pay for at start.
+    if openmetrics:
+        from prometheus_client.openmetrics.parser import text_string_to_metric_families
+    else:
+        from prometheus_client.parser import text_string_to_metric_families
+    families = text_string_to_metric_families(text)
     while True:
         try:
             family = next(families)
@@ -95,7 +96,7 @@ def _kind(family_type: str, family: str, sample: str) -> str:
 
 
 def _sample_time(value: Any) -> int | None:
-    if isinstance(value, Timestamp):  # OpenMetrics: seconds and nanoseconds, exact
+    if hasattr(value, "nsec"):  # OpenMetrics' Timestamp: seconds and nanoseconds, exact
         return value.sec * 1_000_000_000 + value.nsec
     try:
         return seconds_to_ns(value)
