@@ -30,7 +30,49 @@ if TYPE_CHECKING:
 SLICE = int(Kind.SLICE)
 START, STEP, END = int(FlowPhase.START), int(FlowPhase.STEP), int(FlowPhase.END)
 FILTERED_FLOW = "flows with an end left out by --window/--min-dur"
-Attached = dict[tuple[OriginKey, ThreadKey], SortedBuffer]
+
+
+class ThreadAttachments:
+    """One thread's flow attachments as the column-wise binding leaves them: per attachment, the
+    position of its slice in ``slices`` (the thread's slices, in order), its flow id and its phase,
+    in the walk's order; with the slices' starts and negated durations. :meth:`ordered` gives the
+    attachment tuples; the laminar walk takes the columns as they are."""
+
+    __slots__ = ("at", "ids", "negdurs", "phases", "slices", "starts")
+
+    def __init__(
+        self,
+        slices: list[tuple],
+        starts: np.ndarray,
+        negdurs: np.ndarray,
+        at: np.ndarray,
+        ids: np.ndarray,
+        phases: np.ndarray,
+    ) -> None:
+        self.slices, self.starts, self.negdurs = slices, starts, negdurs
+        self.at, self.ids, self.phases = at, ids, phases
+
+    @property
+    def total(self) -> int:
+        return len(self.at)
+
+    def ordered(self, store: RunStore | None = None) -> list[tuple]:
+        """The attachments ``(start, -dur, kind, ordinal, flow id, phase)``, in order."""
+        chosen = list(map(self.slices.__getitem__, self.at.tolist()))
+        return list(
+            zip(
+                map(_start, chosen),
+                map(_negdur, chosen),
+                map(_kind, chosen),
+                map(_entry_ordinal, chosen),
+                self.ids.tolist(),
+                self.phases.tolist(),
+                strict=True,
+            )
+        )
+
+
+Attached = dict[tuple[OriginKey, ThreadKey], "SortedBuffer | ThreadAttachments"]
 
 
 def bind_flows(
@@ -283,7 +325,9 @@ def _starts(rows: list[tuple]) -> np.ndarray:
     return np.fromiter(map(_start, rows), np.int64, len(rows))
 
 
-def _searched_targets(slices: list[tuple], starts: np.ndarray, points: list[tuple], ts: np.ndarray) -> np.ndarray:
+def _searched_targets(
+    slices: list[tuple], starts: np.ndarray, points: list[tuple], ts: np.ndarray, negdurs: np.ndarray | None = None
+) -> np.ndarray:
     """The index in ``slices`` each point binds to (``len(slices)`` for none): what
     :func:`_walked_targets` finds, by binary search where it can.
 
@@ -294,7 +338,7 @@ def _searched_targets(slices: list[tuple], starts: np.ndarray, points: list[tupl
     took the slices starting there, else to the first starting at or after it.
     """
     n = len(slices)
-    ends = starts - np.fromiter(map(_negdur, slices), np.int64, n)
+    ends = starts - (np.fromiter(map(_negdur, slices), np.int64, n) if negdurs is None else negdurs)
     bind_next = np.fromiter(map(_bind_next, points), bool, len(points))
     last = np.searchsorted(starts, ts, "right") - 1
     open_at = ends[np.maximum(last, 0)] >= ts if n else np.zeros(len(points), bool)
@@ -324,6 +368,8 @@ class _Columns:
     def __init__(self) -> None:
         self.threads: list[tuple[OriginKey, ThreadKey]] = []
         self.slices: list[tuple] = []  # what points bind to: their threads' slices, one list
+        # Per thread: its slices, their starts and negated durations, and where they begin in ``slices``.
+        self.thread_slices: list[tuple[list[tuple], np.ndarray, np.ndarray, int]] = []
         self.origins: list[OriginKey] = []  # per namespace
         self.parts: dict[str, list[np.ndarray]] = defaultdict(list)
 
@@ -356,9 +402,11 @@ def _columns(layout: FileLayout) -> _Columns | None:
                 return None
             slices = _slices(entries.ordered(store)) if entries is not None else []
             starts, ts = _starts(slices), _starts(points)
-            found = _searched_targets(slices, starts, points, ts)
+            negdurs = np.fromiter(map(_negdur, slices), np.int64, len(slices))
+            found = _searched_targets(slices, starts, points, ts, negdurs)
             columns.add("target", np.where(found < len(slices), found + len(columns.slices), -1))
             columns.add("slice_start", starts)
+            columns.thread_slices.append((slices, starts, negdurs, len(columns.slices)))
             columns.slices.extend(slices)
             n = len(points)
             columns.add("ns", _namespaces(namespaces, columns.origins, origin, keys))
@@ -470,25 +518,22 @@ def _number_others(
 def _attach(
     attached: Attached, columns: _Columns, thread: np.ndarray, target: np.ndarray, ids: np.ndarray, phase: np.ndarray
 ) -> None:
-    """Adds attachments given as columns to each thread's buffer, in the thread's entry order."""
+    """Adds attachments given as columns to each thread, in the thread's entry order: as
+    :class:`ThreadAttachments`, or as tuples beside those the point-wise numbering added."""
     order = np.lexsort((phase, ids, target, thread))
     thread, target, ids, phase = thread[order], target[order], ids[order], phase[order]
     bounds = np.flatnonzero(np.diff(thread)) + 1
     for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(thread)], strict=True):
         if lo == hi:
             continue
-        chosen = list(map(columns.slices.__getitem__, target[lo:hi].tolist()))
-        attached[columns.threads[int(thread[lo])]].extend(
-            zip(
-                map(_start, chosen),
-                map(_negdur, chosen),
-                map(_kind, chosen),
-                map(_entry_ordinal, chosen),
-                ids[lo:hi].tolist(),
-                phase[lo:hi].tolist(),
-                strict=True,
-            )
-        )
+        n = int(thread[lo])
+        slices, starts, negdurs, first = columns.thread_slices[n]
+        found = ThreadAttachments(slices, starts, negdurs, target[lo:hi] - first, ids[lo:hi], phase[lo:hi])
+        key = columns.threads[n]
+        if key in attached:
+            attached[key].extend(found.ordered())
+        else:
+            attached[key] = found
 
 
 _entry_ordinal = itemgetter(3)

@@ -14,23 +14,40 @@ from typing import Any
 
 import numpy as np
 
+from tracemerge.flows import ThreadAttachments
 from tracemerge.plan import ThreadTrack
+from tracemerge.spill import RunStore, SortedBuffer
 
 # Times are summed in int64: threads with times beyond this take the general walk.
 _TIME_LIMIT = 1 << 61
 
 
 def walk_laminar(
-    enc: Any, items: Iterable[tuple], track: ThreadTrack, attached: Iterable[tuple], shift: int
+    enc: Any,
+    items: Iterable[tuple],
+    track: ThreadTrack,
+    attached: SortedBuffer | ThreadAttachments | None,
+    store: RunStore,
+    shift: int,
 ) -> tuple[int, int] | None:
     """What :meth:`~tracemerge.layout.FileLayout._walk` emits for a thread of well-nested slices, in numpy: returns
     (slices, latest time), or None, having emitted nothing, when the thread is anything else
     (instants, overlaps, spilled or filtered entries, times near the int64 limits)."""
-    if not isinstance(items, list) or not isinstance(attached, list | tuple) or not items:
+    if not isinstance(items, list) or not items:
         return None
     if not -_TIME_LIMIT < shift < _TIME_LIMIT:
         return None
-    times = _slice_times(items)
+    columns, flows = None, ()
+    if isinstance(attached, ThreadAttachments):
+        if attached.slices is items:
+            columns = attached
+        else:
+            flows = attached.ordered()
+    elif attached is not None:
+        if attached.runs:
+            return None
+        flows = attached.ordered(store)
+    times = _slice_times(items, columns)
     if times is None:
         return None
     starts, ends = times
@@ -38,8 +55,10 @@ def walk_laminar(
     if nested is None or nested[0][0] + shift < 0:  # the general walk's encoder rejects these
         return None
     _, _, tail, end_event = enc.packets(track)
-    if attached:
-        tails = _flow_tails(enc, tail, items, attached)
+    if columns is not None:
+        tails = _tails(enc, tail, len(items), columns.at, columns.ids, columns.phases)
+    elif flows:
+        tails = _flow_tails(enc, tail, items, flows)
         if tails is None:
             return None
     else:
@@ -50,16 +69,19 @@ def walk_laminar(
     return len(items), int(ends.max())
 
 
-def _slice_times(items: list[tuple]) -> tuple[np.ndarray, np.ndarray] | None:
-    """The starts and ends of a thread's entries; None unless all are slices, with times well
-    within int64."""
+def _slice_times(items: list[tuple], known: ThreadAttachments | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """The starts and ends of a thread's entries (``known`` already holds them); None unless all
+    are slices, with times well within int64."""
     if any(map(_kind, items)):
         return None
-    try:
-        starts = np.fromiter(map(_start, items), np.int64, len(items))
-        durations = -np.fromiter(map(_negdur, items), np.int64, len(items))
-    except OverflowError:
-        return None
+    if known is not None:
+        starts, durations = known.starts, -known.negdurs
+    else:
+        try:
+            starts = np.fromiter(map(_start, items), np.int64, len(items))
+            durations = -np.fromiter(map(_negdur, items), np.int64, len(items))
+        except OverflowError:
+            return None
     if durations.min() < 0 or durations.max() >= _TIME_LIMIT:
         return None
     if not -_TIME_LIMIT < starts.min() <= starts.max() < _TIME_LIMIT:
@@ -114,10 +136,9 @@ def _nested_order(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.
 
 
 def _flow_tails(
-    enc: Any, tail: bytes, items: list[tuple], attached: list[tuple] | tuple
+    enc: Any, tail: bytes, items: list[tuple], attached: list[tuple] | SortedBuffer
 ) -> tuple[list[bytes], np.ndarray] | None:
-    """Per slice, what follows its body in its BEGIN (``tail`` and the fields of its flows) and
-    its length; None when an attachment is not for one of ``items`` or out of their order."""
+    """:func:`_tails` of attachment tuples; None when one is not for one of ``items`` or out of their order."""
     n = len(items)
     ordinals = np.fromiter(map(_ordinal, items), np.int64, n)
     try:
@@ -129,7 +150,17 @@ def _flow_tails(
     at = sorter[np.minimum(np.searchsorted(ordinals, wanted, sorter=sorter), n - 1)]
     if (ordinals[at] != wanted).any() or (at[1:] < at[:-1]).any():
         return None
-    fields = enc.flow_field_run(ids, np.fromiter(map(_flow_phase, attached), np.int64, len(attached)))
+    return _tails(enc, tail, n, at, ids, np.fromiter(map(_flow_phase, attached), np.int64, len(attached)))
+
+
+def _tails(
+    enc: Any, tail: bytes, n: int, at: np.ndarray, ids: np.ndarray, phases: np.ndarray
+) -> tuple[list[bytes], np.ndarray]:
+    """Per slice of ``n``, what follows its body in its BEGIN (``tail`` and the fields of its
+    flows) and its length; flow ``i`` is on slice ``at[i]`` (``at`` in order)."""
+    if not len(at):
+        return [tail] * n, np.full(n, len(tail), np.int64)
+    fields = enc.flow_field_run(ids, phases)
     size = enc.flow_field_size
     firsts = np.flatnonzero(np.r_[True, at[1:] != at[:-1]])
     bounds = zip((firsts * size).tolist(), (np.r_[firsts[1:], len(at)] * size).tolist(), strict=True)

@@ -25,7 +25,7 @@ import msgspec
 import orjson
 
 from tracemerge.anchors import MAX_MARKS, MAX_PHASE_MARKS, PHASE, STEP
-from tracemerge.flows import bind_flows
+from tracemerge.flows import ThreadAttachments, bind_flows
 from tracemerge.laminar import walk_laminar
 from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.model import Event, FlowPhase, Identity, Kind, OriginKey, ThreadKey
@@ -316,18 +316,7 @@ class FileLayout:
             if times is not None:
                 ordered = _kept_entries(ordered, times, result.filtered, result.read[who])
             track = tracks.thread(who, thread)
-            flows = attached.get((origin, thread))
-            hi = max(
-                hi,
-                self._walk(
-                    ordered,
-                    track,
-                    flows.ordered(store) if flows is not None else (),
-                    shift,
-                    result,
-                    result.written[who],
-                ),
-            )
+            hi = max(hi, self._walk(ordered, track, attached.get((origin, thread)), shift, result, result.written[who]))
         counter = self.enc.counter
         for (origin, thread, name), samples in self.samples.items():
             if not samples.total:
@@ -383,7 +372,7 @@ class FileLayout:
         self,
         items: Iterable[tuple],
         track: ThreadTrack,
-        attached: Iterable[tuple],
+        attached: SortedBuffer | ThreadAttachments | None,
         shift: int,
         result: LayoutResult,
         counts: EventCounts,
@@ -392,7 +381,7 @@ class FileLayout:
         returns the latest time on the thread.
 
         ``attached`` holds the thread's flow attachments ``(start, -dur, kind, ordinal, flow id,
-        phase)`` in the order of the entries. Encoders that collect packets in lists
+        phase)``, met in the order of the entries. Encoders that collect packets in lists
         (``packets``, flushed at ``batch`` packets) get the thread's own slices appended
         directly: this loop runs once per input slice. Those that also take a thread's slices
         at once (``add_slices``) get a well-nested thread held in memory laid out in numpy
@@ -400,7 +389,7 @@ class FileLayout:
         """
         enc = self.enc
         if hasattr(enc, "add_slices"):
-            found = walk_laminar(enc, items, track, attached, shift)
+            found = walk_laminar(enc, items, track, attached, self.store, shift)
             if found is not None:
                 counts.slices += found[0]
                 return found[1]
@@ -408,7 +397,7 @@ class FileLayout:
         lanes: list[ThreadTrack] = [track]
         stack: list[int] = []  # end timestamps of the open slices on the thread itself
         stacks: list[list[int]] = [stack]
-        flows_of = iter(attached)
+        flows_of = iter(attached.ordered(self.store) if attached is not None else ())
         pending = next(flows_of, None)
         hi = -(1 << 63)
         slices = instants = 0
