@@ -183,8 +183,7 @@ def _process_file(job: FileJob) -> FileOutcome:
             lo, hi = job.window or (None, None)
             times = TimeFilter(lo, hi, sel.min_dur)
         keep = None if sel.roles is None and sel.ranks is None else sel.keeps
-        if keep_layout:
-            layout.check_memory(0)  # everything to the run file, which the second pass reads
+        if keep_layout:  # the second pass names the processes of everything kept
             for key in [*layout.entries, *layout.points, *layout.samples]:
                 identity_of(key[0])
         result = layout.finish(
@@ -251,6 +250,7 @@ def _encode_saved(job: FileJob, prior: FileScan) -> FileOutcome:
     with job.chunk.open("wb") as out:
         enc = WRITERS[job.writer].unit_encoder(job.sequence_id, out)
         layout = FileLayout.load(index, enc, job.budget)
+        layout.load_runs()
         times = None
         if job.window is not None or job.selection.min_dur:
             lo, hi = job.window or (None, None)

@@ -14,10 +14,12 @@ belong to by :mod:`tracemerge.flows`.
 from __future__ import annotations
 
 import itertools
+import operator
 import pickle
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -190,6 +192,19 @@ class FileLayout:
         layout.samples = defaultdict(SortedBuffer, samples)
         return layout
 
+    def load_runs(self) -> None:
+        """Reads the spilled runs back into memory when together they fit in the budget (a layout
+        kept for a second pass, see :meth:`save`): what is held in memory takes the column-wise
+        paths."""
+        buffers = [*self.entries.values(), *self.points.values(), *self.samples.values()]
+        if sum(buf.total for buf in buffers) > self.budget:
+            return
+        for buf in buffers:
+            if buf.runs:
+                items = list(buf.ordered(self.store))
+                buf.discard()
+                buf.extend(items)
+
     def reset(self) -> None:
         """Forget every event handed over so far (the source reads the file again)."""
         for buffers in (self.entries, self.points, self.samples):
@@ -293,7 +308,7 @@ class FileLayout:
 
         # A file that spilled while it was read spills the rest too: the bindings and the walk
         # below need room of their own. One that fits stays in memory.
-        if self.store.size:
+        if any(buf.runs for buffers in (self.entries, self.points, self.samples) for buf in buffers.values()):
             self.check_memory(0)
         firsts = [buf.smallest() for buf in (*self.entries.values(), *self.samples.values()) if buf.total]
         if not firsts:
@@ -348,7 +363,7 @@ class FileLayout:
         for (origin, thread), items in self.entries.items():
             if items.total:
                 result.threads[ident(origin)].add(thread)
-                hi = max(hi, max(start - negdur for start, negdur, *_ in items.ordered(self.store)))
+                hi = max(hi, _latest_end(items.ordered(self.store)))
         for (origin, thread, name), samples in self.samples.items():
             if samples.total:
                 result.counter_series[ident(origin)].add((thread, name))
@@ -487,6 +502,16 @@ def _kept_entries(
         else:
             filtered[FILTERED_TIME] += 1
             left_out.instants += 1
+
+
+def _latest_end(items: Iterable[tuple]) -> int:
+    """The latest end of entries ``(start, -dur, ...)``."""
+    if isinstance(items, list):
+        return max(map(operator.sub, map(_start, items), map(_negdur, items)))
+    return max(start - negdur for start, negdur, *_ in items)
+
+
+_start, _negdur = itemgetter(0), itemgetter(1)
 
 
 def _regrouped(buffers: dict, rekey: Callable[[tuple], tuple]) -> dict:
