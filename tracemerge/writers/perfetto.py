@@ -46,7 +46,9 @@ def _encode_varint(n: int) -> bytes:
 
 
 # Lengths, iids and small values are the most frequent varints: look them up.
-_SMALL_VARINTS = [_encode_varint(n) for n in range(1 << 14)]
+_SMALL_VARINTS = [bytes((n,)) for n in range(1 << 7)] + [
+    bytes((n & 0x7F | 0x80, n >> 7)) for n in range(1 << 7, 1 << 14)
+]
 
 
 def _varint(n: int) -> bytes:
