@@ -356,7 +356,7 @@ def _searched_targets(
 
 
 _kind, _start, _negdur, _phase, _ordinal, _key, _bind_next = (itemgetter(i) for i in (2, 0, 1, 1, 2, 3, 4))
-_cat, _name, _fid = itemgetter(0), itemgetter(1), itemgetter(2)
+_cat, _name, _fid, _pair_of = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(0, 1)
 
 
 # -- the column-wise path -----------------------------------------------------------------------
@@ -425,11 +425,10 @@ def _namespaces(
     namespaces: dict[tuple, int], origins: list[OriginKey], origin: OriginKey, keys: list[tuple]
 ) -> np.ndarray:
     """Each key's namespace, numbered in order of first appearance."""
-    cats, names = list(map(_cat, keys)), list(map(_name, keys))
-    if len(set(cats)) == 1 and len(set(names)) == 1:  # one (cat, name) on the thread, as usual
-        pairs = [(cats[0], names[0])]
+    if len(set(map(_cat, keys))) == 1 and len(set(map(_name, keys))) == 1:  # one (cat, name) on the thread, as usual
+        pairs = [keys[0][:2]]
     else:
-        pairs = list(dict.fromkeys(zip(cats, names, strict=True)))
+        pairs = list(dict.fromkeys(map(_pair_of, keys)))
     local = {}
     for cat, name in pairs:
         ns = namespaces.get((origin, cat, name))
@@ -439,7 +438,7 @@ def _namespaces(
         local[(cat, name)] = ns
     if len(local) == 1:
         return np.full(len(keys), ns, np.int64)
-    return np.fromiter(map(local.__getitem__, zip(cats, names, strict=True)), np.int64, len(keys))
+    return np.fromiter(map(local.__getitem__, map(_pair_of, keys)), np.int64, len(keys))
 
 
 def _bind_columns(numbering: _Numbering, columns: _Columns) -> None:
