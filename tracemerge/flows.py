@@ -110,7 +110,7 @@ def bind_flows(
         if not pts.total:
             continue
         entries = layout.entries.get((origin, thread))
-        for (ts, phase, ordinal, key, _), target in _bound_points(entries, pts, store):
+        for (ts, phase, ordinal, key, _), target in _bound_points(entries, pts, store, layout.budget):
             cat, name, fid = key if type(key) is tuple and len(key) == 3 else ("", "", key)
             ns = namespaces.get((origin, cat, name))
             if ns is None:
@@ -269,8 +269,11 @@ def _chains(points: list[tuple], dropped: Counter[str]) -> list[list[tuple]]:
 # -- binding a point to its slice ---------------------------------------------------------------
 
 
-def _bound_points(entries: SortedBuffer | None, pts: SortedBuffer, store: RunStore) -> Iterable[tuple]:
-    """Each of a thread's flow points, in order, with the slice entry it binds to (or None)."""
+def _bound_points(entries: SortedBuffer | None, pts: SortedBuffer, store: RunStore, budget: int) -> Iterable[tuple]:
+    """Each of a thread's flow points, in order, with the slice entry it binds to (or None); a
+    spilled thread whose entries and points fit in ``budget`` is read back and bound in memory."""
+    if entries is not None and entries.total + pts.total <= budget:
+        entries, pts = entries.loaded(store), pts.loaded(store)
     if entries is not None and not entries.runs and not pts.runs:
         slices, points = _slices(entries.ordered(store)), pts.ordered(store)
         try:

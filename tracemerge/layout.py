@@ -327,11 +327,16 @@ class FileLayout:
                 continue
             who = ident(origin)
             result.threads[who].add(thread)
+            flows = attached.get((origin, thread))
+            if items.runs and items.total + (flows.total if flows is not None else 0) <= self.budget:
+                # A spilled file's thread that fits in the budget on its own is walked in memory.
+                items = items.loaded(store)
+                flows = flows.loaded(store) if isinstance(flows, SortedBuffer) else flows
             ordered = items.ordered(store)
             if times is not None:
                 ordered = _kept_entries(ordered, times, result.filtered, result.read[who])
             track = tracks.thread(who, thread)
-            hi = max(hi, self._walk(ordered, track, attached.get((origin, thread)), shift, result, result.written[who]))
+            hi = max(hi, self._walk(ordered, track, flows, shift, result, result.written[who]))
         counter = self.enc.counter
         for (origin, thread, name), samples in self.samples.items():
             if not samples.total:

@@ -104,6 +104,14 @@ class SortedBuffer(list):
         self.runs.extend(other.runs)
         self.spilled += other.spilled
 
+    def loaded(self, store: RunStore) -> SortedBuffer:
+        """The same items, all in memory: itself when none is spilled, else a new buffer."""
+        if not self.runs:
+            return self
+        found = SortedBuffer()
+        found.extend(self.ordered(store))
+        return found
+
     def ordered(self, store: RunStore) -> Iterable:
         """Every item, in order.
 
