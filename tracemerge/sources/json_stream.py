@@ -35,6 +35,7 @@ _HEAD_LIMIT = 64 << 20
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _ARRAY_END = re.compile(rb"\}\s*\]")
 _WS = b" \t\r\n"
+_SEPARATOR = re.compile(rb"[ \t\r\n]*,?")  # what follows an event in the array
 
 
 class Damage(Exception):
@@ -142,19 +143,14 @@ class EventStream:
 
     def _advance(self, buf: bytes, used: int) -> bytes:
         """Drops ``buf[:used]`` and the comma after it, keeping count of lines for messages."""
-        consumed = buf[:used]
-        rest = buf[used:]
-        stripped = rest.lstrip(_WS)
-        if stripped[:1] == b",":
-            stripped = stripped[1:]
-        consumed += rest[: len(rest) - len(stripped)]
-        newlines = consumed.count(b"\n")
+        end = _SEPARATOR.match(buf, used).end()  # always a match: the pattern matches empty text
+        newlines = buf.count(b"\n", 0, end)
         if newlines:
             self._lines_before += newlines
-            self._col_base = len(consumed) - consumed.rfind(b"\n") - 1
+            self._col_base = end - buf.rfind(b"\n", 0, end) - 1
         else:
-            self._col_base += len(consumed)
-        return stripped
+            self._col_base += end
+        return buf[end:]
 
     def _where(self, buf: bytes, pos: int) -> str:
         pos = max(0, min(pos, len(buf)))
@@ -204,7 +200,7 @@ class EventStream:
         """Events of ``buf[:cut + 1]``, cut earlier when that boundary lies inside a string;
         None when no boundary before ``cut`` ends an event."""
         while True:
-            doc = b"[" + buf[: cut + 1] + b"]"
+            doc = b"".join((b"[", memoryview(buf)[: cut + 1], b"]"))  # one copy of the block, not three
             try:
                 return self._decode(doc), cut + 1
             except msgspec.DecodeError as exc:
