@@ -133,6 +133,36 @@ def test_worker_processes_write_the_same_bytes(tmp_path: Path, ext: str) -> None
     assert serial.as_dict()["dropped"] == parallel.as_dict()["dropped"]
 
 
+def test_a_pool_starts_the_largest_file_first_and_yields_in_the_jobs_order(tmp_path: Path) -> None:
+    """A large file started last would run alone while the other workers idle: jobs go to the
+    pool largest first, and their outcomes still come back in the jobs' order."""
+    from concurrent.futures import Future
+
+    from tracemerge import executors
+    from tracemerge.discover import discover
+    from tracemerge.filework import FileJob
+
+    sizes = {"a.pt.trace.json": 10, "b.pt.trace.json": 300, "c.pt.trace.json": 40, "d.pt.trace.json": 300}
+    for name, n in sizes.items():
+        events = [{"ph": "X", "name": "s", "pid": 1, "tid": 1, "ts": 10 * t, "dur": 1} for t in range(n)]
+        (tmp_path / name).write_text(json.dumps({"traceEvents": events}))
+    jobs = [FileJob(c, n) for n, c in enumerate(discover([tmp_path]).candidates)]
+    submitted: list[str] = []
+
+    class Pool:  # runs each job when it is handed over, noting the order
+        def submit(self, fn, job):
+            submitted.append(job.candidate.path.name)
+            done: Future = Future()
+            done.set_result(fn(job))
+            return done
+
+    outcomes = list(executors._largest_first(Pool(), jobs))
+    assert submitted == ["b.pt.trace.json", "d.pt.trace.json", "c.pt.trace.json", "a.pt.trace.json"]
+    assert [o.candidate.path.name for o in outcomes] == sorted(sizes)
+    spans = [o.scan.ts_max - o.scan.ts_min for o in outcomes]  # each outcome is its own file's
+    assert spans == [(10 * (sizes[name] - 1) + 1) * 1000 for name in sorted(sizes)]
+
+
 @pytest.mark.parametrize("ext", [".pftrace", ".json"])
 def test_spilling_to_disk_writes_the_same_bytes(tmp_path: Path, ext: str, monkeypatch) -> None:
     """A file whose events exceed the memory budget is laid out from sorted runs on disk:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import suppress
 from pathlib import Path
 from types import TracebackType
@@ -77,7 +77,7 @@ class ProcessExecutor(SerialExecutor):
                 self.pool = ProcessPoolExecutor(count)
         if self.pool is None:
             return map(process_file, jobs)
-        return self.pool.map(process_file, jobs)
+        return _largest_first(self.pool, jobs)
 
     def __enter__(self) -> ProcessExecutor:
         return self
@@ -102,11 +102,24 @@ def local_executor(jobs: int) -> Executor:
     return SerialExecutor() if jobs == 1 else ProcessExecutor(jobs)
 
 
+def _largest_first(pool: ProcessPoolExecutor, jobs: list[FileJob]) -> Iterator[FileOutcome]:
+    """``process_file`` of each job in ``pool``, yielded in the jobs' order but started largest
+    input first: a large file started last would keep one worker busy while the others idle."""
+    futures: dict[int, Future[FileOutcome]] = {}
+    for n in sorted(range(len(jobs)), key=lambda n: -_size(jobs[n])):
+        futures[n] = pool.submit(process_file, jobs[n])
+    for n in range(len(jobs)):
+        yield futures.pop(n).result()
+
+
+def _size(job: FileJob) -> int:
+    with suppress(OSError):
+        return job.candidate.path.stat().st_size
+    return 0
+
+
 def _auto_workers(jobs: list[FileJob]) -> int:
-    total = 0
-    for job in jobs:
-        with suppress(OSError):
-            total += job.candidate.path.stat().st_size
+    total = sum(map(_size, jobs))
     return (os.cpu_count() or 1) if total >= PARALLEL_MIN_BYTES else 1
 
 
