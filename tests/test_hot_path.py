@@ -51,7 +51,9 @@ def _trace(seed: int) -> dict:
     # Half the traces have only simple pairs (bound and numbered column-wise, per thread); the
     # others also reuse ids and put starts outside any slice (numbered point by point).
     messy = rng.random() < 0.5
-    ids = list(range(1, 60)) + ([5, 5, 9] if messy else [])
+    ids: list = list(range(1, 60)) + ([5, 5, 9] if messy else [])
+    if rng.random() < 0.25:  # ids as strings, as some tools write them: bound point by point
+        ids = [f"0x{fid:x}" for fid in ids]
     for fid in ids:
         if not cpu or not kernels:
             break

@@ -379,8 +379,9 @@ class _Columns:
     def add(self, name: str, values: np.ndarray) -> None:
         self.parts[name].append(values)
 
-    def column(self, name: str) -> np.ndarray:
-        return np.concatenate(self.parts[name])
+    def take(self, name: str) -> np.ndarray:
+        """One column, whole; its parts are let go."""
+        return np.concatenate(self.parts.pop(name))
 
 
 def _columns(layout: FileLayout) -> _Columns | None:
@@ -450,9 +451,10 @@ def _bind_columns(numbering: _Numbering, columns: _Columns) -> None:
     :meth:`_Numbering.group` in its turn."""
     numbering.origins = columns.origins
     names = ("ns", "fid", "ts", "phase", "ordinal", "thread", "target")
-    cols = [columns.column(name) for name in names]
+    cols = [columns.take(name) for name in names]
     order = np.lexsort(cols[4::-1])  # by namespace, id, time, phase, ordinal
     ns, fid, ts, phase, ordinal, thread, target = (c[order] for c in cols)
+    del cols, order  # the columns unsorted: not needed again
     n = len(ns)
     new = np.ones(n, bool)
     new[1:] = (ns[1:] != ns[:-1]) | (fid[1:] != fid[:-1])
@@ -467,7 +469,7 @@ def _bind_columns(numbering: _Numbering, columns: _Columns) -> None:
     extra = _number_others(numbering, columns, firsts, sizes, paired, (ns, fid, ts, phase, ordinal, thread, target))
     src = np.where(a_starts, a, b)[paired]
     dst = np.where(a_starts, b, a)[paired]
-    slice_starts = columns.column("slice_start")
+    slice_starts = columns.take("slice_start")
     drawn_back = slice_starts[target[dst]] < slice_starts[target[src]]  # host/device clock skew
     src, dst = np.where(drawn_back, dst, src), np.where(drawn_back, src, dst)
     numbering.result.reversed_flows += int(drawn_back.sum())
