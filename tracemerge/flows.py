@@ -277,7 +277,8 @@ def _bound_points(entries: SortedBuffer | None, pts: SortedBuffer, store: RunSto
     if entries is not None and not entries.runs and not pts.runs:
         slices, points = _slices(entries.ordered(store)), pts.ordered(store)
         try:
-            found = _searched_targets(slices, _starts(slices), points, _starts(points))
+            starts, negdurs = slice_times(slices)
+            found = _searched_targets(slices, starts, negdurs, points, _starts(points))
         except OverflowError:  # a time beyond int64: bind by walking instead
             pass
         else:
@@ -328,8 +329,13 @@ def _starts(rows: list[tuple]) -> np.ndarray:
     return np.fromiter(map(_start, rows), np.int64, len(rows))
 
 
+def slice_times(slices: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
+    """The starts and negated durations of entries ``(start, -dur, ...)``; OverflowError beyond int64."""
+    return _starts(slices), np.fromiter(map(_negdur, slices), np.int64, len(slices))
+
+
 def _searched_targets(
-    slices: list[tuple], starts: np.ndarray, points: list[tuple], ts: np.ndarray, negdurs: np.ndarray | None = None
+    slices: list[tuple], starts: np.ndarray, negdurs: np.ndarray, points: list[tuple], ts: np.ndarray
 ) -> np.ndarray:
     """The index in ``slices`` each point binds to (``len(slices)`` for none): what
     :func:`_walked_targets` finds, by binary search where it can.
@@ -341,7 +347,7 @@ def _searched_targets(
     took the slices starting there, else to the first starting at or after it.
     """
     n = len(slices)
-    ends = starts - (np.fromiter(map(_negdur, slices), np.int64, n) if negdurs is None else negdurs)
+    ends = starts - negdurs
     bind_next = np.fromiter(map(_bind_next, points), bool, len(points))
     last = np.searchsorted(starts, ts, "right") - 1
     open_at = ends[np.maximum(last, 0)] >= ts if n else np.zeros(len(points), bool)
@@ -405,9 +411,8 @@ def _columns(layout: FileLayout) -> _Columns | None:
             if set(map(type, fids)) != {int}:
                 return None
             slices = _slices(entries.ordered(store)) if entries is not None else []
-            starts, ts = _starts(slices), _starts(points)
-            negdurs = np.fromiter(map(_negdur, slices), np.int64, len(slices))
-            found = _searched_targets(slices, starts, points, ts, negdurs)
+            (starts, negdurs), ts = slice_times(slices), _starts(points)
+            found = _searched_targets(slices, starts, negdurs, points, ts)
             columns.add("target", np.where(found < len(slices), found + len(columns.slices), -1))
             columns.add("slice_start", starts)
             columns.thread_slices.append((slices, starts, negdurs, len(columns.slices)))

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from tracemerge.flows import ThreadAttachments
+from tracemerge.flows import ThreadAttachments, slice_times
 from tracemerge.plan import ThreadTrack
 from tracemerge.spill import RunStore, SortedBuffer
 
@@ -74,14 +74,11 @@ def _slice_times(items: list[tuple], known: ThreadAttachments | None) -> tuple[n
     are slices, with times well within int64."""
     if any(map(_kind, items)):
         return None
-    if known is not None:
-        starts, durations = known.starts, -known.negdurs
-    else:
-        try:
-            starts = np.fromiter(map(_start, items), np.int64, len(items))
-            durations = -np.fromiter(map(_negdur, items), np.int64, len(items))
-        except OverflowError:
-            return None
+    try:
+        starts, negdurs = (known.starts, known.negdurs) if known is not None else slice_times(items)
+    except OverflowError:
+        return None
+    durations = -negdurs
     if durations.min() < 0 or durations.max() >= _TIME_LIMIT:
         return None
     if not -_TIME_LIMIT < starts.min() <= starts.max() < _TIME_LIMIT:
@@ -169,5 +166,5 @@ def _tails(
     return tails.tolist(), len(tail) + size * np.bincount(at, minlength=n)
 
 
-_start, _negdur, _kind, _ordinal, _body = (itemgetter(i) for i in range(5))
+_kind, _ordinal, _body = itemgetter(2), itemgetter(3), itemgetter(4)
 _flow_id, _flow_phase = itemgetter(4), itemgetter(5)

@@ -196,21 +196,21 @@ class FileLayout:
         """Reads the spilled runs back into memory when together they fit in the budget (a layout
         kept for a second pass, see :meth:`save`): what is held in memory takes the column-wise
         paths."""
-        buffers = [*self.entries.values(), *self.points.values(), *self.samples.values()]
-        if sum(buf.total for buf in buffers) > self.budget:
+        if sum(buf.total for buf in self._buffers()) > self.budget:
             return
-        for buf in buffers:
-            if buf.runs:
-                items = list(buf.ordered(self.store))
-                buf.discard()
-                buf.extend(items)
+        for buffers in (self.entries, self.points, self.samples):
+            for key, buf in buffers.items():
+                buffers[key] = buf.loaded(self.store)
 
     def reset(self) -> None:
         """Forget every event handed over so far (the source reads the file again)."""
-        for buffers in (self.entries, self.points, self.samples):
-            for buf in buffers.values():
-                buf.discard()
+        for buf in self._buffers():
+            buf.discard()
         self.marks.clear()
+
+    def _buffers(self) -> list[SortedBuffer]:
+        """Every buffer of the file: slices and instants, flow points, counter samples."""
+        return [*self.entries.values(), *self.points.values(), *self.samples.values()]
 
     def buffer(self, origin: OriginKey, thread: ThreadKey) -> SortedBuffer:
         """The entry list of one (origin, thread); sources append ``(start, -dur, kind, ordinal, body)``."""
@@ -245,11 +245,7 @@ class FileLayout:
 
     def check_memory(self, limit: int | None = None) -> None:
         """Spill every buffer to disk when together they hold more than ``limit`` (the budget)."""
-        spill_over(
-            [*self.entries.values(), *self.points.values(), *self.samples.values()],
-            self.budget if limit is None else limit,
-            self.store,
-        )
+        spill_over(self._buffers(), self.budget if limit is None else limit, self.store)
 
     def regroup(self, origin_of: Callable[[OriginKey, ThreadKey], OriginKey]) -> None:
         """Re-key events whose origin is only known once the whole file is read (per-pid roles)."""
@@ -308,7 +304,7 @@ class FileLayout:
 
         # A file that spilled while it was read spills the rest too: the bindings and the walk
         # below need room of their own. One that fits stays in memory.
-        if any(buf.runs for buffers in (self.entries, self.points, self.samples) for buf in buffers.values()):
+        if any(buf.runs for buf in self._buffers()):
             self.check_memory(0)
         firsts = [buf.smallest() for buf in (*self.entries.values(), *self.samples.values()) if buf.total]
         if not firsts:
