@@ -28,6 +28,9 @@ from tracemerge.plan import (
 from tracemerge.select import Selection
 from tracemerge.writers import WRITERS, Writer
 
+# The FileScan format of the derived unit (what a split's index leaves out of its inputs).
+DERIVED_FORMAT = "derived phases"
+
 
 def derived_scan(model: PhaseModel, sequence_id: int, chunk: Path, plan: MergePlan) -> FileScan | None:
     """The summary of the derived tracks (Phases per process, the Pipeline group), as if a file."""
@@ -37,7 +40,7 @@ def derived_scan(model: PhaseModel, sequence_id: int, chunk: Path, plan: MergePl
     lo, hi = min(a for a, _ in times), max(b for _, b in times)
     return FileScan(
         path=chunk,
-        format="derived phases",
+        format=DERIVED_FORMAT,
         clock=UNIX_EPOCH if plan.wall_clock else RELATIVE_NO_ANCHOR,
         sequence_id=sequence_id,
         origin_ns=0,

@@ -178,10 +178,7 @@ def _process_file(job: FileJob) -> FileOutcome:
         else:
             tracks, shift = LocalTracks(job.salts, job.wide_ids), None
         sel = job.selection
-        times = None
-        if job.window is not None or sel.min_dur:
-            lo, hi = job.window or (None, None)
-            times = TimeFilter(lo, hi, sel.min_dur)
+        times = _time_filter(job)
         keep = None if sel.roles is None and sel.ranks is None else sel.keeps
         if keep_layout:  # the second pass names the processes of everything kept
             for key in [*layout.entries, *layout.points, *layout.samples]:
@@ -251,17 +248,13 @@ def _encode_saved(job: FileJob, prior: FileScan) -> FileOutcome:
         enc = WRITERS[job.writer].unit_encoder(job.sequence_id, out)
         layout = FileLayout.load(index, enc, job.budget)
         layout.load_runs()
-        times = None
-        if job.window is not None or job.selection.min_dur:
-            lo, hi = job.window or (None, None)
-            times = TimeFilter(lo, hi, job.selection.min_dur)
         result = layout.finish(
             prior.identities.__getitem__,
             PlannedTracks(job.unit),
             job.unit.shift_ns,
             flow_id_base(job.sequence_id),
             None,
-            times,
+            _time_filter(job),
         )
         enc.close()
     dropped = Counter(prior.dropped)
@@ -282,6 +275,14 @@ def _encode_saved(job: FileJob, prior: FileScan) -> FileOutcome:
             salts=dict(job.salts),
         ),
     )
+
+
+def _time_filter(job: FileJob) -> TimeFilter | None:
+    """What ``--window`` (in the file's own timestamps) and ``--min-dur`` keep of a file; None: all."""
+    if job.window is None and not job.selection.min_dur:
+        return None
+    lo, hi = job.window or (None, None)
+    return TimeFilter(lo, hi, job.selection.min_dur)
 
 
 def _marks(

@@ -259,7 +259,9 @@ def merge(
                     work,
                     plan,
                     writer.name,
-                    lambda sub, part_scans, staged: _assemble(sub, part_scans, writer, staged, work, chunk_of),
+                    lambda sub, part_scans, staged: _assemble(
+                        sub, part_scans, writer, staged, work, chunk_of, keep=derived_path
+                    ),
                 )
                 report.output_bytes = sum(p.stat().st_size for p in report.parts)
     except OSError as exc:
@@ -423,8 +425,16 @@ def _fill_report(report: RunReport, plan: MergePlan, scans: list[FileScan]) -> N
 
 
 def _assemble(
-    plan: MergePlan, scans: list[FileScan], writer: Writer, out_path: Path, work: Path, chunk_of: dict[Path, Path]
+    plan: MergePlan,
+    scans: list[FileScan],
+    writer: Writer,
+    out_path: Path,
+    work: Path,
+    chunk_of: dict[Path, Path],
+    keep: Path | None = None,
 ) -> None:
+    """Writes the output: header, then per unit its clock prologue and chunk. Chunks are deleted
+    once copied (they are as large as the output), but ``keep``, which later parts use again."""
     scan_of = {s.path: s for s in scans}
     # Lanes opened while encoding carry no names yet: take them from their planned threads.
     planned = {t.uuid: t for t in plan.threads}
@@ -441,7 +451,8 @@ def _assemble(
             chunk = chunk_of[unit.path]
             with chunk.open("rb") as f:
                 shutil.copyfileobj(f, out, 1 << 20)
-            chunk.unlink()
+            if unit.path != keep:
+                chunk.unlink()
         writer.write_footer(out, plan)
     os.replace(assembled, out_path)
 
@@ -461,18 +472,13 @@ def _step_parts(
     """``--split-by step-window``: per step, every file that shares time with it encoded again, cut
     to it (and to ``asked``, the --window or --steps time) as ``--window`` cuts (Chrome JSON from
     the events its first read kept)."""
-    kept_phases = None
-    if derived is not None:  # every part carries the whole run's Phases and Pipeline tracks
-        kept_phases = derived.with_name(derived.name + ".kept")
-        shutil.copyfile(derived, kept_phases)
     for group, step_window in step_windows(steps, plan.base_ns):
         window = _intersect(step_window, asked)
         if window is None:
             continue
         units, jobs, part_scans = [], [], dict(scan_of)
         for u in plan.units:
-            if u.path == derived and kept_phases is not None:
-                shutil.copyfile(kept_phases, derived)
+            if u.path == derived:  # every part carries the whole run's Phases and Pipeline tracks
                 units.append(u)
                 continue
             first, sc = first_jobs[u.path], scan_of[u.path]

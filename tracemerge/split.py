@@ -21,13 +21,13 @@ from pathlib import Path
 
 import orjson
 
+from tracemerge.derived import DERIVED_FORMAT
 from tracemerge.errors import FatalError, shown
 from tracemerge.plan import FileScan, MergePlan, UnitPlan
 
 SPLIT_KINDS = ("role", "host", "step-window")
 PIPELINE_PART = "pipeline"
 UNKNOWN_HOST = "unknown-host"
-DERIVED_FORMAT = "derived phases"  # the FileScan format of the Phases and Pipeline unit
 
 
 @dataclass(frozen=True)
@@ -126,9 +126,8 @@ def check_targets(paths: list[Path]) -> None:
             raise FatalError(f"{shown(path)}: is not a regular file; not replacing it")
 
 
-def index_entry(part: Part, path: Path, plan: MergePlan, scan_of: dict[Path, FileScan]) -> dict:
-    """One part in the index: its file, group, processes, inputs and time range."""
-    sub = sub_plan(plan, part.units)
+def index_entry(part: Part, path: Path, plan: MergePlan, sub: MergePlan, scan_of: dict[Path, FileScan]) -> dict:
+    """One part in the index: its file, group, processes (``sub``: its plan), inputs and time range."""
     spans = [
         (s.ts_min + plan.offsets.get(s.path, 0) - plan.base_ns, s.ts_max + plan.offsets.get(s.path, 0) - plan.base_ns)
         for u in part.units
@@ -180,9 +179,10 @@ def write_parts(
     for n, (part, scan_of) in enumerate(parts):
         target = part_path(out_path, part.group, extensions)
         staged = work / f"part{n:05d}"
-        assemble(sub_plan(plan, part.units), [scan_of[u.path] for u in part.units], staged)
+        sub = sub_plan(plan, part.units)
+        assemble(sub, [scan_of[u.path] for u in part.units], staged)
         written.append((staged, target))
-        entries.append(index_entry(part, staged, plan, scan_of) | {"file": target.name})
+        entries.append(index_entry(part, staged, plan, sub, scan_of) | {"file": target.name})
     index = index_path(out_path, extensions)
     check_targets([t for _, t in written] + [index])
     staged_index = work / "index.json"
