@@ -32,7 +32,6 @@ MAX_PAGE_BYTES = 64 << 20  # an engine's /metrics page is kilobytes; more is not
 class ScrapeResult:
     written: Counter[str] = field(default_factory=Counter)  # scrapes per URL
     failed: Counter[str] = field(default_factory=Counter)
-    first_error: dict[str, str] = field(default_factory=dict)
 
 
 def target_dir(url: str) -> str:
@@ -91,8 +90,7 @@ def scrape(
                     result.written[url] += 1
                 else:
                     result.failed[url] += 1
-                    if url not in result.first_error:
-                        result.first_error[url] = page
+                    if result.failed[url] == 1:  # said once
                         on_error(f"{url}: {page} (retried at every tick)")
             rounds += 1
             tick += every

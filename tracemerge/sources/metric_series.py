@@ -26,7 +26,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from tracemerge.layout import FileLayout
-from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.model import Event, Kind, ThreadInfo, as_rank
 
 METRICS_PROCESS = "Metrics"
@@ -37,6 +36,12 @@ METRIC_CAT = "metrics"
 COUNTER, GAUGE = "counter", "gauge"
 # Without a TYPE line, names with these endings are cumulative counters (Prometheus's conventions).
 CUMULATIVE_SUFFIXES = ("_total", "_count", "_sum", "_bucket")
+
+
+def untyped_kind(name: str) -> str:
+    """The kind of a metric whose type is not known, from its name's ending."""
+    return COUNTER if name.endswith(CUMULATIVE_SUFFIXES) else GAUGE
+
 
 _RANK_LABELS = ("rank", "replica", "dp_rank")
 _TAG_LABELS = ("instance", "WorkerId", "ReplicaId")
@@ -94,10 +99,10 @@ class Series:
 class MetricWriter:
     """Hands series to a file's layout; counts what cannot be drawn in ``dropped``."""
 
-    def __init__(self, layout: FileLayout, dropped: Counter[str], metrics_map: MetricsMap = NO_MAP) -> None:
+    def __init__(self, layout: FileLayout, dropped: Counter[str]) -> None:
         self.layout = layout
         self.dropped = dropped
-        self.metrics_map = metrics_map
+        self.metrics_map = layout.metrics_map
 
     def place(self, metric: str, labels: Mapping[str, str]) -> tuple[tuple, frozenset[str]]:
         """The series's origin (role, rank, tag) and the labels that said it (not repeated in its title)."""

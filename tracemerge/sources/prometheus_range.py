@@ -20,7 +20,7 @@ from tracemerge.errors import InputError, NotATrace
 from tracemerge.layout import FileLayout
 from tracemerge.model import UNIX_EPOCH, SourceData
 from tracemerge.sources.base import SourceFormat, read_bytes
-from tracemerge.sources.metric_series import COUNTER, CUMULATIVE_SUFFIXES, GAUGE, THREADS, MetricWriter, Series
+from tracemerge.sources.metric_series import THREADS, MetricWriter, Series, untyped_kind
 from tracemerge.units import seconds_to_ns
 
 NAME = "prometheus-query"
@@ -53,7 +53,7 @@ def _responses(data: bytes, path: Path) -> list[tuple[str | None, Any]]:
 
 def read(path: Path, layout: FileLayout) -> SourceData:
     dropped: Counter[str] = Counter()
-    metrics = MetricWriter(layout, dropped, layout.metrics_map)
+    metrics = MetricWriter(layout, dropped)
     responses = _responses(read_bytes(path), path)
     results = 0
     for query, response in responses:
@@ -93,8 +93,7 @@ def _add_series(series: Any, query: str | None, metrics: MetricWriter, dropped: 
             samples.append((seconds_to_ns(ts), float(value)))
         except (TypeError, ValueError):
             dropped["metric sample with unreadable time or value"] += 1
-    kind = COUNTER if name.endswith(CUMULATIVE_SUFFIXES) else GAUGE
-    metrics.add(Series(name, tuple(sorted(labels.items())), kind), samples)
+    metrics.add(Series(name, tuple(sorted(labels.items())), untyped_kind(name)), samples)
 
 
 PROMETHEUS_QUERY = SourceFormat(NAME, claims, read)

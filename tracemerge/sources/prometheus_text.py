@@ -17,6 +17,8 @@ Like a Prometheus server, a scrape of ``url`` labels its series ``instance="host
 
 from __future__ import annotations
 
+import bisect
+import functools
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -27,7 +29,7 @@ from tracemerge.layout import FileLayout
 from tracemerge.model import UNIX_EPOCH, SourceData
 from tracemerge.sources.base import SourceFormat, read_bytes
 from tracemerge.sources.common import JsonLines, first_json_object
-from tracemerge.sources.metric_series import COUNTER, CUMULATIVE_SUFFIXES, GAUGE, THREADS, MetricWriter, Series
+from tracemerge.sources.metric_series import COUNTER, GAUGE, THREADS, MetricWriter, Series, untyped_kind
 from tracemerge.units import seconds_to_ns
 
 NAME = "prometheus-text"
@@ -68,7 +70,7 @@ def parse_snapshot(text: str, ts_ns: int | None, instance: str | None, dropped: 
             why = str(exc)[:80] or type(exc).__name__
             dropped[f"metric text unreadable, the rest of the snapshot is lost ({why})"] += 1
             break
-        if family.type == "unknown" and not family.name.endswith(CUMULATIVE_SUFFIXES):
+        if family.type == "unknown" and untyped_kind(family.name) == GAUGE:
             dropped["metric of unknown type (drawn as a gauge)"] += len(family.samples)
         for sample in family.samples:
             if sample.name.endswith("_created"):
@@ -81,18 +83,16 @@ def parse_snapshot(text: str, ts_ns: int | None, instance: str | None, dropped: 
             labels = dict(sample.labels)
             if instance and "instance" not in labels:
                 labels["instance"] = instance
-            series = Series(sample.name, tuple(sorted(labels.items())), _kind(family.type, family.name, sample.name))
+            series = Series(sample.name, tuple(sorted(labels.items())), _kind(family.type, sample.name))
             points.append((series, when, float(sample.value)))
     return points
 
 
-def _kind(family_type: str, family: str, sample: str) -> str:
+def _kind(family_type: str, sample: str) -> str:
     if family_type in _COUNTER_PARTS:
         parts = _COUNTER_PARTS[family_type]
         return COUNTER if parts is None or sample.endswith(parts) else GAUGE
-    if family_type == "unknown" and sample.endswith(CUMULATIVE_SUFFIXES):
-        return COUNTER
-    return GAUGE
+    return untyped_kind(sample) if family_type == "unknown" else GAUGE
 
 
 def _sample_time(value: Any) -> int | None:
@@ -145,14 +145,18 @@ def _name_time(path: Path) -> int | None:
 def _next_scrape(path: Path) -> Path | None:
     """The scrape after this one in its directory (file-name order, shorter names first)."""
     try:
-        siblings = sorted(
-            (p for p in path.parent.iterdir() if p.suffix == path.suffix and p.is_file()),
-            key=lambda p: (len(p.name), p.name),
-        )
+        names = _scrape_names(path.parent, path.suffix, path.parent.stat().st_mtime_ns)
     except OSError:
         return None
-    later = [p for p in siblings if (len(p.name), p.name) > (len(path.name), path.name)]
-    return later[0] if later else None
+    n = bisect.bisect_right(names, (len(path.name), path.name))
+    return path.parent / names[n][1] if n < len(names) else None
+
+
+# A directory of scrapes is listed once, not once per scrape (it holds one file per tick of a
+# run); the modification time in the key lists it again if it changed.
+@functools.lru_cache(maxsize=16)
+def _scrape_names(directory: Path, suffix: str, mtime_ns: int) -> list[tuple[int, str]]:
+    return sorted((len(p.name), p.name) for p in directory.iterdir() if p.suffix == suffix and p.is_file())
 
 
 def read(path: Path, layout: FileLayout) -> SourceData:
@@ -176,7 +180,7 @@ def read(path: Path, layout: FileLayout) -> SourceData:
             points += [p for p in parse_snapshot(text, when, instance, Counter()) if p[0] in counters]
         except InputError:
             pass  # that scrape is reported when it is read itself
-    _draw(points, MetricWriter(layout, dropped, layout.metrics_map))
+    _draw(points, MetricWriter(layout, dropped))
     return SourceData(path=path, format=NAME, clock=UNIX_EPOCH, threads=dict(THREADS), dropped=dropped)
 
 
@@ -213,7 +217,7 @@ def read_snapshots(path: Path, layout: FileLayout) -> SourceData:
         instance = instance_of(url) if type(url) is str else None
         points += parse_snapshot(obj["text"], _snapshot_time(obj), instance, dropped)
     lines.account(path, dropped)
-    _draw(points, MetricWriter(layout, dropped, layout.metrics_map))
+    _draw(points, MetricWriter(layout, dropped))
     return SourceData(path=path, format=SNAPSHOTS_NAME, clock=UNIX_EPOCH, threads=dict(THREADS), dropped=dropped)
 
 
