@@ -161,9 +161,9 @@ def derive(
         found.update(n for n, _, _ in windows)
         if steps_kept is not None:
             kept = [w for w in windows if w[0] in steps_kept]
-            left = [o for o in proc.occurrences if not any(a <= o.start < b for _, a, b in kept)]
-            model.left_out["phase slices of steps outside --steps"] += len(left)
-            proc.occurrences = [o for o in proc.occurrences if o not in left]
+            inside = [o for o in proc.occurrences if any(a <= o.start < b for _, a, b in kept)]
+            model.left_out["phase slices of steps outside --steps"] += len(proc.occurrences) - len(inside)
+            proc.occurrences = inside
             windows = kept
         _account(proc, windows)
     job = _job_steps([[(st.step, st.start, st.end) for st in p.steps] for p in model.processes.values()])
