@@ -53,9 +53,9 @@ class UnitEncoder:
     def __init__(self, sequence_id: int, out: BinaryIO) -> None:
         self.write = out.write
         # Per thread: the start time after which slices are written as B/E (a flow event or a B
-        # event was written there), and which open slices were.
+        # event was written there), and the ends of the open slices written as B (innermost last).
         self.begin_events_at: dict[int, int] = {}
-        self.open_as_begin: dict[int, list[bool]] = {}
+        self.begin_ends: dict[int, list[int]] = {}
 
     def prefix(self, name: str, cat: str) -> bytes:
         return b',"name":' + orjson.dumps(name) + (b',"cat":' + orjson.dumps(cat) if cat else b"")
@@ -71,19 +71,24 @@ class UnitEncoder:
         as_begin = self.begin_events_at.get(thread) == ts
         if as_begin:
             self.write(b',\n{"ph":"B","pid":%d,"tid":%d,"ts":%s%s}' % (track.pid, track.tid, stamp, body))
+            self.begin_ends.setdefault(thread, []).append(ts + dur)
         else:
             self.write(
                 b',\n{"ph":"X","pid":%d,"tid":%d,"ts":%s,"dur":%s%s}' % (track.pid, track.tid, stamp, _us(dur), body)
             )
-        self.open_as_begin.setdefault(thread, []).append(as_begin)
         if flows:
             for fid, phase in flows:
                 self.write(_FLOW_EVENTS[phase] % (fid, track.pid, track.tid, stamp))
             self.begin_events_at[thread] = ts
 
     def slice_end(self, track: ThreadTrack, ts: int) -> None:
-        """Complete events carry their duration; a slice written as B gets its E."""
-        if self.open_as_begin[track.uuid].pop():
+        """Complete events carry their duration; a slice written as B gets its E. Slices end
+        innermost first, and those ending at one time one after another, so the E of a B slice
+        ending at ``ts`` is written when the first of them ends: the same bytes, without a note
+        per slice."""
+        ends = self.begin_ends.get(track.uuid)
+        if ends and ends[-1] == ts:
+            ends.pop()
             self.write(b',\n{"ph":"E","pid":%d,"tid":%d,"ts":%s}' % (track.pid, track.tid, _us(ts)))
 
     def instant(self, track: ThreadTrack, ts: int, body: bytes) -> None:
