@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, unavailable
 
 from tracemerge.pipeline import merge
 from tracemerge.viewer.serve import serve
@@ -38,9 +38,7 @@ def _show(out: Path, names: list[str], expand: str) -> Path:
     """Open ``out`` in the UI, check every process in ``names`` is listed, and screenshot it."""
     reason = _missing()
     if reason:
-        if os.environ.get("TRACEMERGE_REQUIRE_VIEWER"):
-            pytest.fail(f"browser test required here: {reason}")
-        pytest.skip(reason)
+        unavailable(reason, "TRACEMERGE_REQUIRE_VIEWER")
     SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
     shot = SCREENSHOT_DIR / out.name.replace(".", "_")
     shot = shot.with_name(shot.name + ".png")

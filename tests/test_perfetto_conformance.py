@@ -22,12 +22,11 @@ check every stat of severity ``error`` or ``data_loss``; among them the ones a m
 
 from __future__ import annotations
 
-import os
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, unavailable
 from expected import FIXTURE_RUNS, anchored_start, fixture_expectations
 from readback import read_chrome_json, read_pftrace
 
@@ -52,9 +51,7 @@ def open_trace_processor() -> TraceProcessor:
     try:
         return TraceProcessor.any()
     except TraceProcessorUnavailable as exc:
-        if os.environ.get("TRACEMERGE_REQUIRE_VIEWER"):
-            pytest.fail(f"trace_processor required here: {exc}")
-        pytest.skip(f"no trace_processor: {exc}")
+        unavailable(f"no trace_processor: {exc}", "TRACEMERGE_REQUIRE_VIEWER")
 
 
 def load(path: Path) -> dict:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import shutil
 import signal
 import socket
@@ -23,14 +22,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, unavailable
+from metrics.exporter import TOKENS_PER_TICK
 from readback import read_pftrace
 
 from tracemerge.pipeline import merge
 
 EXPORTER = ROOT / "tests" / "metrics" / "exporter.py"
-TICK_S = 0.25  # tests/metrics/exporter.py TICK
-TOKENS_PER_TICK = 10
+QUERY_STEP_S = 0.5
 
 
 def free_port() -> int:
@@ -58,10 +57,7 @@ def exporter() -> Iterator[str]:
 def prometheus_binary() -> str:
     found = shutil.which("prometheus")
     if found is None:
-        reason = "needs Debian's prometheus server (apt-get install prometheus)"
-        if os.environ.get("TRACEMERGE_REQUIRE_PROMETHEUS"):
-            pytest.fail(reason)
-        pytest.skip(reason)
+        unavailable("needs Debian's prometheus server (apt-get install prometheus)", "TRACEMERGE_REQUIRE_PROMETHEUS")
     return found
 
 
@@ -116,7 +112,9 @@ def test_prometheus_query_range_lands_on_the_rollout_rank(prometheus: str, tmp_p
     # Until the answer holds at least 8 evaluations with data (the scrapes are 500 ms apart).
     while True:
         end = time.time()
-        responses = {q: query_range(prometheus, q, start, end, 0.5) for q in ("demo_queue_depth", "demo_tokens_total")}
+        responses = {
+            q: query_range(prometheus, q, start, end, QUERY_STEP_S) for q in ("demo_queue_depth", "demo_tokens_total")
+        }
         if all(r["data"]["result"] and len(r["data"]["result"][0]["values"]) >= 8 for r in responses.values()):
             break
         assert time.monotonic() < deadline, f"fewer than 8 samples in 30 s: {responses}"
@@ -147,7 +145,7 @@ def test_prometheus_query_range_lands_on_the_rollout_rank(prometheus: str, tmp_p
     rates = [(t0, (v1 - v0) / ((t1 - t0) / 1e9)) for (t0, v0), (t1, v1) in itertools.pairwise(points)]
     assert found["demo_tokens_total (/s)"] == rates
     # 10 tokens every 0.25 s is 40/s; a 0.5 s query step sees 1 to 3 ticks, as scrapes fall.
-    assert all(value in (20.0, 40.0, 60.0) for _, value in rates[1:-1]), rates
+    assert all(value in {k * TOKENS_PER_TICK / QUERY_STEP_S for k in (1, 2, 3)} for _, value in rates[1:-1]), rates
 
 
 def test_scrape_records_the_exporter_and_merges(exporter: str, tmp_path: Path) -> None:

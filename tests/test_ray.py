@@ -15,14 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES, unavailable
 
 try:
     import ray
     from ray.cluster_utils import Cluster
 except ImportError as exc:
-    if os.environ.get("TRACEMERGE_REQUIRE_RAY") == "1":
-        raise RuntimeError(f"TRACEMERGE_REQUIRE_RAY=1 but Ray cannot be imported ({exc})") from exc
-    pytest.skip(f"Ray is not installed ({exc}): pip install 'tracemerge[ray]'", allow_module_level=True)
+    unavailable(f"Ray is not installed ({exc}): pip install 'tracemerge[ray]'", "TRACEMERGE_REQUIRE_RAY", module=True)
 
 from readback import read_pftrace
 
@@ -31,7 +30,6 @@ from tracemerge.ray_executor import RayExecutor
 
 pytestmark = pytest.mark.ray
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 RUN = FIXTURES / "rl_run"
 NODE_A_FILES = [
     "actor/rank0.pt.trace.json",
