@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from run import compile_package
+
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
 
@@ -63,6 +65,7 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=23.0)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
+    compile_package()
 
     import ray
     from ray.cluster_utils import Cluster

@@ -11,16 +11,14 @@ Bytecode is compiled first, as an installed copy has it.
 from __future__ import annotations
 
 import argparse
-import compileall
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from importlib.metadata import version
-from pathlib import Path
 
-import tracemerge
+from run import compile_package
 
 
 def main() -> None:
@@ -28,7 +26,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--top", type=int, default=12)
     args = parser.parse_args()
-    compileall.compile_dir(Path(tracemerge.__file__).parent, quiet=1)
+    compile_package()
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "tracemerge", "merge", f"{tmp}/missing", "-o", f"{tmp}/out.pftrace"]
         subprocess.run(cmd, capture_output=True)  # warm the page cache
