@@ -21,7 +21,7 @@ from __future__ import annotations
 import sqlite3
 import urllib.parse
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -377,19 +377,12 @@ class _DbReader:
 
     def _named_counters(self, table: str, named: CounterTable) -> None:
         """A table the text export draws too, named and scaled as it draws it."""
-        for row in self._dicts(table):
-            ts = self._counter_time(row, table)
-            if ts is None:
-                continue
-            device = row.get("deviceId") or 0
-            thread = self._track(("counter", named.process, device), named.process, (8, named.process, device, ""))
-            for name, key, value in named.samples(row, self):
-                if type(value) not in (int, float):
-                    self.dropped["counter row without a numeric value"] += 1
-                    continue
-                self.emit(Event(Kind.COUNTER, ts, thread, counter_series(name, key), "", value=value))
-            if table == "NPU_OP_MEM":
-                self._operator_memory(row, ts, device)
+
+        def samples(row: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+            return ((counter_series(name, key), value) for name, key, value in named.samples(row, self))
+
+        per_row = self._operator_memory if table == "NPU_OP_MEM" else None
+        self._counter_rows(table, named.process, 8, samples, per_row)
 
     def _operator_memory(self, row: dict[str, Any], ts: int, device: int) -> None:
         """An operator's allocation or release: the totals are counters, the operator an instant."""
@@ -403,20 +396,35 @@ class _DbReader:
         keys = [c for c in cols if c in SERIES_KEYS]
         values = [c for c in cols if c not in NOT_VALUES]
         enums = {k: self._enum(ENUM_KEYS[k]) for k in keys if k in ENUM_KEYS}
+
+        def samples(row: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+            series = " ".join(self._series_part(k, row[k], enums) for k in keys)
+            return ((" ".join(part for part in (label, series, col) if part), row.get(col)) for col in values)
+
+        self._counter_rows(table, label, 9, samples)
+
+    def _counter_rows(
+        self,
+        table: str,
+        process: str,
+        order: int,
+        samples: Callable[[dict[str, Any]], Iterable[tuple[str, Any]]],
+        per_row: Callable[[dict[str, Any], int, int], None] | None = None,
+    ) -> None:
+        """Each row's counter values ``samples`` names, on the device's track of ``process``."""
         for row in self._dicts(table):
             ts = self._counter_time(row, table)
             if ts is None:
                 continue
             device = row.get("deviceId") or 0
-            thread = self._track(("counter", label, device), label, (9, label, device, ""))
-            series = " ".join(self._series_part(k, row[k], enums) for k in keys)
-            for col in values:
-                value = row.get(col)
+            thread = self._track(("counter", process, device), process, (order, process, device, ""))
+            for name, value in samples(row):
                 if type(value) not in (int, float):
                     self.dropped["counter row without a numeric value"] += 1
                     continue
-                name = " ".join(part for part in (label, series, col) if part)
                 self.emit(Event(Kind.COUNTER, ts, thread, name, "", value=value))
+            if per_row is not None:
+                per_row(row, ts, device)
 
     def _counter_time(self, row: dict[str, Any], table: str) -> int | None:
         try:
