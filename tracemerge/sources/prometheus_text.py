@@ -50,6 +50,11 @@ def instance_of(url: str) -> str:
     return url.split("://", 1)[-1].split("/", 1)[0]
 
 
+# Reasons parse_snapshot counts that make a lone scrape unreadable (read says so as an error).
+UNREADABLE, REST_LOST = "metric text unreadable", ", the rest of the snapshot is lost"
+NO_TIME = "metric snapshot without a time"
+
+
 def parse_snapshot(text: str, ts_ns: int | None, instance: str | None, dropped: Counter[str]) -> list[Point]:
     """Every sample of one exposition, at its own time or ``ts_ns``; what cannot be drawn is counted."""
     points: list[Point] = []
@@ -68,7 +73,7 @@ def parse_snapshot(text: str, ts_ns: int | None, instance: str | None, dropped: 
             break
         except ValueError as exc:  # the parser stops at a bad line: what came before is kept
             why = str(exc)[:80] or type(exc).__name__
-            dropped[f"metric text unreadable, the rest of the snapshot is lost ({why})"] += 1
+            dropped[f"{UNREADABLE}{REST_LOST} ({why})"] += 1
             break
         if family.type == "unknown" and untyped_kind(family.name) == GAUGE:
             dropped["metric of unknown type (drawn as a gauge)"] += len(family.samples)
@@ -78,7 +83,7 @@ def parse_snapshot(text: str, ts_ns: int | None, instance: str | None, dropped: 
                 continue
             when = ts_ns if sample.timestamp is None else _sample_time(sample.timestamp)
             if when is None:
-                dropped["metric snapshot without a time"] += 1
+                dropped[NO_TIME] += 1
                 continue
             labels = dict(sample.labels)
             if instance and "instance" not in labels:
@@ -164,11 +169,11 @@ def read(path: Path, layout: FileLayout) -> SourceData:
     text, when, instance = _scrape(path)
     points = parse_snapshot(text, when, instance, dropped)
     if not points:
-        unreadable = next((reason for reason in dropped if reason.startswith("metric text unreadable")), None)
+        unreadable = next((reason for reason in dropped if reason.startswith(UNREADABLE)), None)
         if unreadable:
-            raise InputError(path, unreadable.replace(", the rest of the snapshot is lost", ""))
-        if "metric snapshot without a time" in dropped:
-            raise InputError(path, "metric snapshot without a time (no scrape header, no Unix time in its name)")
+            raise InputError(path, unreadable.replace(REST_LOST, ""))
+        if NO_TIME in dropped:
+            raise InputError(path, f"{NO_TIME} (no scrape header, no Unix time in its name)")
         if not dropped:
             raise NotATrace(path, "no metric samples")
     following = _next_scrape(path)
