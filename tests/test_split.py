@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -114,6 +115,34 @@ def test_cli_refuses_an_unknown_grouping(fixtures: Path, tmp_path: Path) -> None
     assert result.exit_code == 2
     assert "--split-by: unknown grouping 'x'" in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_split_never_replaces_an_input_or_a_read_only_part(fixtures: Path, tmp_path: Path) -> None:
+    # A JSON split written into the directory it reads: running it again finds its own parts
+    # as inputs, and must not overwrite them (as -o would not).
+    run_dir = tmp_path / "run"
+    shutil.copytree(fixtures / "rl_run", run_dir)
+    merge([run_dir], run_dir / "m.json", split_by="role")
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.name.startswith("m.")}
+    result = CliRunner().invoke(app, [str(run_dir), "-o", str(run_dir / "m.json"), "--split-by", "role", "-q"])
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        f"tracemerge: error: {run_dir / 'm.pipeline.json'}: is one of the inputs; "
+        "not overwriting it (use --force to replace it)"
+    )
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.name.startswith("m.")} == before
+    assert not [p for p in run_dir.iterdir() if p.name.startswith(".tracemerge-")]
+
+    out = tmp_path / "out"
+    out.mkdir()
+    merge([fixtures / "rl_run"], out / "m.json", split_by="role")
+    part = out / "m.actor.json"
+    part.chmod(0o444)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    result = CliRunner().invoke(app, [str(fixtures / "rl_run"), "-o", str(out / "m.json"), "--split-by", "role", "-q"])
+    assert result.exit_code == 1
+    assert result.output.strip() == f"tracemerge: error: {part}: is read-only; not replacing it"
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
 def _whole(run: Path, out: Path) -> Path:

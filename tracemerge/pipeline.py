@@ -31,7 +31,6 @@ from pathlib import Path
 
 from tracemerge.clock import AUTOMATIC, AlignOptions
 from tracemerge.derived import derived_scan, encode_derived, steps_window
-from tracemerge.discover import Candidate
 from tracemerge.errors import FatalError, shown
 from tracemerge.executors import Executor, local_executor
 from tracemerge.filework import FileJob, FileOutcome
@@ -109,7 +108,8 @@ def merge(
         report.ignored.extend(found.ignored)
         report.notes.extend(found.notes)
         report.skipped.extend(str(e) for e in found.skipped)
-        _check_output(out_path, [Path(p) for p in inputs], found.candidates, force)
+        named = {Path(p).resolve() for p in inputs} | {c.path.resolve() for c in found.candidates}
+        _check_output(out_path, named, force)
         candidates = [c for c in found.candidates if c.path.resolve() != out_path.resolve()]
         if not candidates:
             where = ", ".join(str(p) for p in inputs)
@@ -262,6 +262,7 @@ def merge(
                     lambda sub, part_scans, staged: _assemble(
                         sub, part_scans, writer, staged, work, chunk_of, keep=derived_path
                     ),
+                    lambda target: _check_output(target, named, force),
                 )
                 report.output_bytes = sum(p.stat().st_size for p in report.parts)
     except OSError as exc:
@@ -353,9 +354,10 @@ def _note_json_precision(report: RunReport, writer: Writer, scans: list[FileScan
         )
 
 
-def _check_output(out_path: Path, inputs: list[Path], candidates: list[Candidate], force: bool) -> None:
-    """Refuse an output that would destroy something: an input (unless ``force``), or anything
-    that is not a regular file we may write (a device, a FIFO, a symlink, a read-only file)."""
+def _check_output(out_path: Path, named: set[Path], force: bool) -> None:
+    """Refuse an output that would destroy something: an input (one of ``named``, resolved; unless
+    ``force``), or anything that is not a regular file we may write (a device, a FIFO, a symlink,
+    a read-only file)."""
     if os.path.lexists(out_path):
         if out_path.is_symlink():
             raise FatalError(f"{shown(out_path)}: is a symbolic link; not replacing it (name the file itself)")
@@ -365,9 +367,7 @@ def _check_output(out_path: Path, inputs: list[Path], candidates: list[Candidate
             raise FatalError(f"{shown(out_path)}: is read-only; not replacing it")
     if force:
         return
-    target = out_path.resolve()
-    named = {p.resolve() for p in inputs} | {c.path.resolve() for c in candidates}
-    if target in named:
+    if out_path.resolve() in named:
         raise FatalError(f"{shown(out_path)}: is one of the inputs; not overwriting it (use --force to replace it)")
 
 

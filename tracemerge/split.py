@@ -115,17 +115,6 @@ def index_path(out_path: Path, extensions: tuple[str, ...]) -> Path:
     return out_path.with_name(f"{stem}.index.json")
 
 
-def check_targets(paths: list[Path]) -> None:
-    """Refuse to replace what is not a regular, writable file (like -o itself)."""
-    seen: set[Path] = set()
-    for path in paths:
-        if path in seen:
-            raise FatalError(f"{shown(path)}: two parts would be written to this file")
-        seen.add(path)
-        if os.path.lexists(path) and (path.is_symlink() or not path.is_file()):
-            raise FatalError(f"{shown(path)}: is not a regular file; not replacing it")
-
-
 def index_entry(part: Part, path: Path, plan: MergePlan, sub: MergePlan, scan_of: dict[Path, FileScan]) -> dict:
     """One part in the index: its file, group, processes (``sub``: its plan), inputs and time range."""
     spans = [
@@ -172,19 +161,26 @@ def write_parts(
     plan: MergePlan,
     writer: str,
     assemble: Callable[[MergePlan, list[FileScan], Path], None],
+    check: Callable[[Path], None],
 ) -> list[Path]:
-    """Assemble every part in ``work``, then move them and the index into place; the paths written."""
+    """Assemble every part in ``work``, then move them and the index into place; the paths written.
+
+    ``check`` refuses a path that must not be replaced (as it refuses ``-o``), before any part
+    is assembled for it; nothing is moved into place unless every path passes."""
     written: list[tuple[Path, Path]] = []
     entries = []
+    index = index_path(out_path, extensions)
+    check(index)
     for n, (part, scan_of) in enumerate(parts):
         target = part_path(out_path, part.group, extensions)
+        if target == index or any(target == t for _, t in written):
+            raise FatalError(f"{shown(target)}: two parts would be written to this file")
+        check(target)
         staged = work / f"part{n:05d}"
         sub = sub_plan(plan, part.units)
         assemble(sub, [scan_of[u.path] for u in part.units], staged)
         written.append((staged, target))
         entries.append(index_entry(part, staged, plan, sub, scan_of) | {"file": target.name})
-    index = index_path(out_path, extensions)
-    check_targets([t for _, t in written] + [index])
     staged_index = work / "index.json"
     write_index(staged_index, by, writer, plan, entries)
     for staged, target in [*written, (staged_index, index)]:
