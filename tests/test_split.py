@@ -100,6 +100,30 @@ def test_split_by_step_window_keeps_to_the_steps_asked(fixtures: Path, tmp_path:
     assert lo == windows[1][0] and hi is not None and hi > lo  # the step, not the run
 
 
+def test_a_file_that_changes_before_its_step_is_encoded_is_left_out_of_that_part(
+    fixtures: Path, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(fixtures / "phases", run_dir)
+    victim = run_dir / "actor" / "rank0.pt.trace.json"
+    report = merge(
+        [run_dir], tmp_path / "s.pftrace", split_by="step-window", on_plan=lambda _: victim.write_bytes(b"garbage")
+    )
+    assert report.skipped == [
+        f"{victim}: changed while being merged, left out of step{n} (no events)" for n in range(3)
+    ]
+    index = json.loads((tmp_path / "s.index.json").read_text())
+    assert [t["inputs"] for t in index["traces"]] == [
+        [str(run_dir / "trainer" / "spans.jsonl")],
+        [str(run_dir / "trainer" / "spans.jsonl")],
+        [str(run_dir / "trainer" / "spans.jsonl"), str(run_dir / "actor" / "rank1.pt.trace.json")],
+    ]
+    for t in index["traces"]:
+        # No track of the file is declared (empty) in the part either.
+        rb = read_pftrace(tmp_path / t["file"])
+        assert "actor · rank 0" not in {rb.processes[pid] for pid, _ in rb.threads.values()}
+
+
 def test_split_by_host_groups_files_by_the_host_that_wrote_them(fixtures: Path, tmp_path: Path) -> None:
     merge([fixtures / "clock" / "gloo"], tmp_path / "g.pftrace", split_by="host")
     index = json.loads((tmp_path / "g.index.json").read_text())

@@ -489,11 +489,16 @@ def _step_parts(
             saved = sc if first.keep_layout else None
             unit = None if writer.one_pass else u
             jobs.append(replace(first, writer=writer.name, unit=unit, salts=u.salts, window=local, saved=saved))
+        lost = set()
         for outcome in run.map(jobs, "split"):
             path = outcome.candidate.path
-            if outcome.scan is None:
-                report.skipped.append(f"{outcome.skipped or shown(path)}: left out of {group}")
-                chunk_of[path].write_bytes(b"")
+            if outcome.scan is None:  # as in the main pass; the part then holds nothing of the file
+                if outcome.lost:
+                    report.skipped.append(f"{outcome.skipped}, left out of {group}")
+                else:
+                    why = outcome.skipped or "no events"
+                    report.skipped.append(f"{shown(path)}: changed while being merged, left out of {group} ({why})")
+                lost.add(path)
                 continue
             part_scans[path] = outcome.scan
-        yield Part(group, units, window), part_scans
+        yield Part(group, [u for u in units if u.path not in lost], window), part_scans
