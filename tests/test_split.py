@@ -7,10 +7,12 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from readback import Readback, read_chrome_json, read_pftrace
 from typer.testing import CliRunner
 
 from tracemerge.cli import app
+from tracemerge.errors import FatalError
 from tracemerge.phase_rules import PhaseOptions, resolve
 from tracemerge.pipeline import merge
 from tracemerge.select import Selection
@@ -122,6 +124,22 @@ def test_a_file_that_changes_before_its_step_is_encoded_is_left_out_of_that_part
         # No track of the file is declared (empty) in the part either.
         rb = read_pftrace(tmp_path / t["file"])
         assert "actor · rank 0" not in {rb.processes[pid] for pid, _ in rb.threads.values()}
+
+
+def test_strict_writes_no_part_when_a_file_fails_its_step(fixtures: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(fixtures / "phases", run_dir)
+    victim = run_dir / "actor" / "rank0.pt.trace.json"
+    with pytest.raises(FatalError) as raised:
+        merge(
+            [run_dir],
+            tmp_path / "s.pftrace",
+            split_by="step-window",
+            strict=True,
+            on_plan=lambda _: victim.write_bytes(b"garbage"),
+        )
+    assert str(raised.value) == f"--strict: {victim}: changed while being merged, left out of step0 (no events)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
 def test_split_by_host_groups_files_by_the_host_that_wrote_them(fixtures: Path, tmp_path: Path) -> None:

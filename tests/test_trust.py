@@ -73,6 +73,33 @@ def test_read_only_output_is_not_replaced(tmp_path: Path) -> None:
     assert out.read_bytes() == b"old" and stat.S_IMODE(out.stat().st_mode) == 0o444
 
 
+def test_strict_writes_nothing_when_an_input_event_is_lost(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(FIXTURES / "kineto_gpu", run_dir)
+    victim = run_dir / "rank0.pt.trace.json"
+    victim.write_bytes(victim.read_bytes()[:5_000])  # cut: the events before the cut are salvaged
+    out = tmp_path / "out.pftrace"
+    result = run(str(run_dir), "-o", str(out), "--strict", "-q")
+    assert result.exit_code == 1
+    assert result.output.startswith(f"tracemerge: error: --strict: dropped input events: {victim}:")
+    assert len(result.output.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert run(str(run_dir), "-o", str(out), "-q").exit_code == 3  # without it: written, incomplete
+
+
+def test_strict_accepts_what_is_only_counted(tmp_path: Path) -> None:
+    # Info statistics (here a metric of unknown type, drawn as a gauge, and counters sampled
+    # once) lose no input event: the exit status is 0, and --strict writes the trace.
+    out = tmp_path / "out.pftrace"
+    report = merge([FIXTURES / "metrics_scrapes"], out, strict=True)
+    assert dict(report.dropped) == {
+        "metric of unknown type (drawn as a gauge)": 3,
+        "metric counter without two samples in time (no interval for a rate)": 5,
+    }
+    assert report.incomplete is None and report.exit_code == 0
+    assert out.stat().st_size > 0
+
+
 def test_an_existing_output_is_replaced_whole(tmp_path: Path) -> None:
     out = tmp_path / "out.pftrace"
     out.write_bytes(b"old")

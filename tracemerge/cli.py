@@ -151,7 +151,7 @@ def merge(
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Let -o replace one of the inputs.")] = False,
     strict: Annotated[
-        bool, typer.Option("--strict", help="Write nothing if any file is skipped or any event dropped.")
+        bool, typer.Option("--strict", help="Write nothing if any file is skipped or any input event lost.")
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print errors only.")] = False,
 ) -> None:

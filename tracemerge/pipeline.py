@@ -86,7 +86,8 @@ def merge(
     ``phase_rules`` which phase rules derive the Phases and Pipeline tracks, and which steps to keep.
     ``metrics_map`` places metric series whose labels name no role and rank.
     ``force`` lets ``output`` replace one of the inputs (which is then left out). ``strict``
-    writes nothing when any file is skipped or any event dropped (FatalError naming the first).
+    writes nothing when the output would be incomplete: a file skipped or an input event lost
+    (:attr:`RunReport.incomplete`; FatalError naming the first).
     ``on_plan`` is called with the report of what was found before the output is assembled.
 
     Raises :class:`~tracemerge.errors.FatalError` when no output can be produced; then nothing
@@ -226,9 +227,8 @@ def merge(
             _note_json_precision(report, writer, scans, plan)
             report.phases = numbers
             report.filtered.update(model.left_out)
-            if strict and (report.skipped or report.dropped):
-                first = report.skipped[0] if report.skipped else f"dropped input events: {next(iter(report.dropped))}"
-                raise FatalError(f"--strict: {first}")
+            if strict and (problem := report.incomplete) is not None:
+                raise FatalError(f"--strict: {problem}")
             if on_plan:
                 on_plan(report)
             if split_by is None:
@@ -248,6 +248,7 @@ def merge(
                         run,
                         derived_path,
                         report,
+                        strict,
                     )
                 else:
                     parts = ((part, scan_of) for part in groups(split_by, plan, scan_of, derived_path))
@@ -468,6 +469,7 @@ def _step_parts(
     run: _Runner,
     derived: Path | None,
     report: RunReport,
+    strict: bool,
 ) -> Iterator[tuple[Part, dict[Path, FileScan]]]:
     """``--split-by step-window``: per step, every file that shares time with it encoded again, cut
     to it (and to ``asked``, the --window or --steps time) as ``--window`` cuts (Chrome JSON from
@@ -498,6 +500,8 @@ def _step_parts(
                 else:
                     why = outcome.skipped or "no events"
                     report.skipped.append(f"{shown(path)}: changed while being merged, left out of {group} ({why})")
+                if strict:  # raised before any part is moved into place
+                    raise FatalError(f"--strict: {report.skipped[-1]}")
                 lost.add(path)
                 continue
             part_scans[path] = outcome.scan

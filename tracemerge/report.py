@@ -91,10 +91,19 @@ class RunReport:
         return total
 
     @property
+    def incomplete(self) -> str | None:
+        """What keeps the output from holding every input event: the first file skipped, else the
+        first input event lost; None when there is none (what Perfetto would ignore too, such as a
+        flow end without a start, is only counted: an info statistic)."""
+        if self.skipped:
+            return self.skipped[0]
+        lost = next(filter(is_loss, self.dropped), None)
+        return f"dropped input events: {lost}" if lost is not None else None
+
+    @property
     def exit_code(self) -> int:
-        """0 when everything was merged; 3 when a file was skipped or an input event lost (what
-        Perfetto would ignore too, such as a flow end without a start, is only counted)."""
-        return EXIT_INCOMPLETE if self.skipped or any(map(is_loss, self.dropped)) else EXIT_OK
+        """0 when everything was merged; 3 when the output is :attr:`incomplete`."""
+        return EXIT_INCOMPLETE if self.incomplete is not None else EXIT_OK
 
     def as_dict(self) -> dict[str, Any]:
         return {
