@@ -12,6 +12,7 @@ import pytest
 from conftest import FIXTURES
 from readback import read_chrome_json, read_pftrace
 
+from tracemerge.errors import FatalError
 from tracemerge.metrics_map import MetricsMap, load_metrics_map
 from tracemerge.pipeline import merge
 
@@ -254,6 +255,28 @@ def test_bad_metric_input_is_counted_by_name(tmp_path: Path) -> None:
         "queue": [(T0_NS, 4.0)],
         "busy": [(T0_NS, 1.0)],
     }
+
+
+def test_query_responses_one_per_line_keep_every_readable_line(tmp_path: Path) -> None:
+    doc = json.loads((RUN / "prometheus" / "query_range.json").read_text())
+    gpus = [s for s in doc["data"]["result"] if s["metric"]["__name__"] == "ray_node_gpus_utilization"]
+    responses = [json.dumps({"status": "success", "data": {"resultType": "matrix", "result": [s]}}) for s in gpus]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "query_range.json").write_text(responses[0] + '\n{"status": "succ\n' + responses[1] + "\n")
+    report = merge([run], tmp_path / "out.pftrace")
+    assert dict(report.dropped) == {"invalid JSON line (first at line 2)": 1}
+    assert report.exit_code == 3
+    assert counters_of(read_pftrace(tmp_path / "out.pftrace"), "Metrics") == {
+        f'GPU utilization (%) {{GpuIndex="{n}",ip="10.0.0.7"}} · ray_node_gpus_utilization': fixture_series(
+            "ray_node_gpus_utilization", GpuIndex=str(n)
+        )
+        for n in (0, 1)
+    }
+    # One response cut short is no JSON at all: the file is skipped, saying why.
+    (run / "query_range.json").write_text(responses[0][:-40])
+    with pytest.raises(FatalError, match=r"query_range.json: not JSON \(unexpected end of data"):
+        merge([run], tmp_path / "out.pftrace")
 
 
 @pytest.mark.parametrize("suffix", [".pftrace", ".json"])

@@ -20,6 +20,7 @@ from tracemerge.errors import InputError, NotATrace
 from tracemerge.layout import FileLayout
 from tracemerge.model import UNIX_EPOCH, SourceData
 from tracemerge.sources.base import SourceFormat, read_bytes
+from tracemerge.sources.common import JsonLines
 from tracemerge.sources.metric_series import THREADS, MetricWriter, Series, untyped_kind
 from tracemerge.units import seconds_to_ns
 
@@ -32,16 +33,18 @@ def claims(path: Path, head: bytes) -> bool:
     return start in (b"{", b"[") and all(m in head for m in _MARKERS)
 
 
-def _responses(data: bytes, path: Path) -> list[tuple[str | None, Any]]:
-    """(query or None, response) for every response in the file."""
+def _responses(data: bytes, path: Path, dropped: Counter[str]) -> list[tuple[str | None, Any]]:
+    """(query or None, response) for every response in the file; in a file of one response per
+    line, a line that is not JSON is counted in ``dropped`` and the others are read."""
     try:
         doc = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        lines = [line for line in data.split(b"\n") if line.strip()]
-        try:
-            return [(None, orjson.loads(line)) for line in lines]
-        except orjson.JSONDecodeError as exc:
+    except orjson.JSONDecodeError as exc:
+        lines = JsonLines(data)
+        found: list[tuple[str | None, Any]] = [(None, response) for _, response in lines]
+        if not found:  # one document, damaged
             raise InputError(path, f"not JSON ({exc})") from None
+        lines.account(path, dropped)
+        return found
     if type(doc) is list:
         return [(None, r) for r in doc]
     if type(doc) is dict and ("data" in doc or "status" in doc):
@@ -54,7 +57,7 @@ def _responses(data: bytes, path: Path) -> list[tuple[str | None, Any]]:
 def read(path: Path, layout: FileLayout) -> SourceData:
     dropped: Counter[str] = Counter()
     metrics = MetricWriter(layout, dropped)
-    responses = _responses(read_bytes(path), path)
+    responses = _responses(read_bytes(path), path, dropped)
     results = 0
     for query, response in responses:
         data = response.get("data") if type(response) is dict else None
