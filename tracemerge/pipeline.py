@@ -26,11 +26,12 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tracemerge.clock import AUTOMATIC, AlignOptions
 from tracemerge.derived import derived_scan, encode_derived, steps_window
+from tracemerge.discover import Candidate
 from tracemerge.errors import FatalError, shown
 from tracemerge.executors import Executor, local_executor
 from tracemerge.filework import FileJob, FileOutcome
@@ -38,7 +39,7 @@ from tracemerge.layout import DEFAULT_BUDGET
 from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.phase_rules import AUTO_PHASES, PhaseOptions
 from tracemerge.phase_summary import summary
-from tracemerge.phases import StepScalars, attach_scalars, derive
+from tracemerge.phases import PhaseModel, StepScalars, attach_scalars, derive
 from tracemerge.plan import (
     FileScan,
     IdCollision,
@@ -101,22 +102,12 @@ def merge(
         raise FatalError(str(exc)) from None
     progress = on_progress or (lambda _msg: None)
     report = RunReport(output=out_path, format=writer.name)
+    asked = _Asked(writer, selection, clocks, phase_rules, metrics_map, memory_budget)
 
     runner = executor if executor is not None else local_executor(jobs)
     with ExitStack() as on_error:
         on_error.enter_context(runner)  # left (a cluster disconnected) at once if nothing can be merged
-        found = runner.discover([Path(p) for p in inputs])
-        report.ignored.extend(found.ignored)
-        report.notes.extend(found.notes)
-        report.skipped.extend(str(e) for e in found.skipped)
-        named = {Path(p).resolve() for p in inputs} | {c.path.resolve() for c in found.candidates}
-        _check_output(out_path, named, force)
-        candidates = [c for c in found.candidates if c.path.resolve() != out_path.resolve()]
-        if not candidates:
-            where = ", ".join(str(p) for p in inputs)
-            if report.skipped:
-                raise FatalError(f"no usable trace files in {where}: " + "; ".join(report.skipped))
-            raise FatalError(f"no trace files found in {where}")
+        candidates, named = _discover(runner, inputs, out_path, force, report)
         progress(f"found {len(candidates)} trace files")
         work = _work_dir(out_path)
         entered = on_error.pop_all()
@@ -124,144 +115,30 @@ def merge(
     try:
         with entered:
             run = _Runner(runner, progress)
-            # Sequence 1 carries the descriptors; each file gets the next, in discovery order.
-            found_skipped, found_ignored = len(report.skipped), len(report.ignored)
-            # Chrome JSON keeps each file's laid-out events from its first read for the second pass
-            # (a selection of processes is applied while reading: then the file is read again).
-            keep_layout = (
-                "" if writer.one_pass or not (selection.roles is None and selection.ranks is None) else writer.name
-            )
-            for wide in (False, True):
-                jobs_ = [
-                    FileJob(
-                        c,
-                        n + 2,
-                        writer.name if writer.one_pass else "",
-                        work / f"{n:06d}.chunk",
-                        budget=memory_budget,
-                        selection=selection,
-                        wide_ids=wide,
-                        sync=clocks.sync,
-                        phases=phase_rules.presets,
-                        metrics_map=metrics_map,
-                        keep_layout=keep_layout,
-                    )
-                    for n, c in enumerate(candidates)
-                ]
-                del report.skipped[found_skipped:], report.ignored[found_ignored:]
-                scalars: list[StepScalars] = []
-                scans = _collect(run.map(jobs_, "read"), report, scalars)
-                if not scans:
-                    raise FatalError("no usable trace files: " + "; ".join(report.skipped))
-                try:
-                    plan = make_plan(scans, wide, clocks)
-                    keep = None if selection.roles is None and selection.ranks is None else selection.keeps
-                    model = derive(scans, plan.offsets, phase_rules.presets, phase_rules.steps, keep)
-                    scalars_dropped = Counter(d for f in scalars for d in f.dropped.elements())
-                    attach_scalars(model, scalars, scalars_dropped)
-                    derived = derived_scan(model, len(candidates) + 2, work / "phases.chunk", plan)
-                    if derived is not None:
-                        plan = make_plan([*scans, derived], wide, clocks, plan.alignment)
-                    break
-                except IdCollision:  # as rare as two equal 35-bit hashes: encode again, wide
-                    if wide:
-                        raise FatalError("two tracks hash to one 63-bit uuid") from None
-            selection = steps_window(selection, phase_rules.steps, model, plan)
-            chunk_of = {j.candidate.path: j.chunk for j in jobs_}
-            first_jobs = {j.candidate.path: j for j in jobs_}
-            # Chrome JSON encodes with the plan. Perfetto re-encodes only files whose threads overlap
-            # another file's of the same process in time (they need their own copies), and files
-            # that a --window cuts; files wholly outside the window are left out.
-            scan_of = {sc.path: sc for sc in scans}
-            numbers = summary(model, {p.identity: p.name for p in plan.processes})
-            if derived is not None:
-                chunk_of[derived.path] = derived.path
-                scan_of[derived.path] = encode_derived(model, plan, writer, derived, memory_budget, wide)
-                plan.phase_summary = numbers
-            redo = []
-            for u in plan.units:
-                if derived is not None and u.path == derived.path:
-                    continue
-                sc = scan_of[u.path]
-                place, window = _local_window(selection, u, sc)
-                if place == "outside" and writer.one_pass:  # its chunk is written: drop it
-                    _leave_out_file(sc, chunk_of[u.path])
-                    continue
-                if place == "inside":
-                    window = None
-                if writer.one_pass and u.salts == sc.salts and window is None:
-                    continue
-                redo.append(
-                    replace(
-                        first_jobs[u.path],
-                        writer=writer.name,
-                        unit=None if writer.one_pass else u,
-                        salts=u.salts,
-                        selection=selection,
-                        window=window,
-                        saved=sc if keep_layout else None,
-                    )
-                )
-            if redo:
-                # A file read again describes itself anew: its summary replaces the first one.
-                for outcome in run.map(redo, "encode"):
-                    path = outcome.candidate.path
-                    if outcome.lost:  # its node or task failed, and no other node holds it
-                        report.skipped.append(f"{outcome.skipped}, left out")
-                        _leave_out_file(scan_of[path], chunk_of[path], FILE_LOST)
-                        continue
-                    if outcome.scan is None:  # it changed since the plan was made: left out, said so
-                        why = outcome.skipped or "no events"
-                        report.skipped.append(f"{shown(path)}: changed while being merged, left out ({why})")
-                        _leave_out_file(scan_of[path], chunk_of[path], FILE_CHANGED)
-                        continue
-                    scan_of[path] = outcome.scan
-                scans = [scan_of[sc.path] for sc in scans]
-            _fill_report(report, plan, scans)
-            report.dropped.update(scalars_dropped)
-            for f in scalars:
-                placed = sum(1 for step in f.values if step in model.scalars)
-                report.notes.append(
-                    f"{shown(f.path)}: tracker scalars of {len(f.values)} steps, {placed} of them on steps of the trace"
-                )
-            _note_json_precision(report, writer, scans, plan)
-            report.phases = numbers
-            report.filtered.update(model.left_out)
+            first = _read_all(run, candidates, asked, work, report)
+            asked = replace(asked, selection=steps_window(selection, phase_rules.steps, first.model, first.plan))
+            numbers = summary(first.model, {p.identity: p.name for p in first.plan.processes})
+            scan_of, chunk_of = _encode(run, first, asked, numbers, report)
+            _report_outcome(report, first, [scan_of[sc.path] for sc in first.scans], numbers, writer)
             if strict and (problem := report.incomplete) is not None:
                 raise FatalError(f"--strict: {problem}")
             if on_plan:
                 on_plan(report)
             if split_by is None:
-                _assemble(plan, list(scan_of.values()), writer, out_path, work, chunk_of)
+                _assemble(first.plan, list(scan_of.values()), writer, out_path, work, chunk_of)
                 report.output_bytes = out_path.stat().st_size
             else:
-                derived_path = derived.path if derived is not None else None
-                if split_by == "step-window":
-                    parts = _step_parts(
-                        plan,
-                        model.steps,
-                        selection.window,
-                        scan_of,
-                        chunk_of,
-                        first_jobs,
-                        writer,
-                        run,
-                        derived_path,
-                        report,
-                        strict,
-                    )
-                else:
-                    parts = ((part, scan_of) for part in groups(split_by, plan, scan_of, derived_path))
+                parts = _parts(split_by, run, first, asked, scan_of, report, strict)
                 report.parts = write_parts(
                     split_by,
                     parts,
                     out_path,
                     writer.extensions,
                     work,
-                    plan,
+                    first.plan,
                     writer.name,
                     lambda sub, part_scans, staged: _assemble(
-                        sub, part_scans, writer, staged, work, chunk_of, keep=derived_path
+                        sub, part_scans, writer, staged, work, chunk_of, keep=first.derived_path
                     ),
                     lambda target: _check_output(target, named, force),
                 )
@@ -272,6 +149,201 @@ def merge(
         shutil.rmtree(work, ignore_errors=True)
     report.seconds = time.perf_counter() - started
     return report
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """What a merge was asked, as its stages use it."""
+
+    writer: Writer
+    selection: Selection
+    clocks: AlignOptions
+    phase_rules: PhaseOptions
+    metrics_map: MetricsMap
+    memory_budget: int
+
+
+@dataclass
+class _FirstRead:
+    """Every file read once: its job, the summaries, and the plan and phases made of them."""
+
+    jobs: dict[Path, FileJob]
+    scans: list[FileScan]
+    scalars: list[StepScalars]
+    scalars_dropped: Counter[str]
+    plan: MergePlan
+    model: PhaseModel
+    derived: FileScan | None
+    wide: bool
+    keep_layout: str  # the writer whose layouts the first read kept for a second pass, or ""
+
+    @property
+    def derived_path(self) -> Path | None:
+        return self.derived.path if self.derived is not None else None
+
+
+def _discover(
+    runner: Executor, inputs: Sequence[str | os.PathLike[str]], out_path: Path, force: bool, report: RunReport
+) -> tuple[list[Candidate], set[Path]]:
+    """The files to merge, and every path named or found (resolved), which no output may replace."""
+    found = runner.discover([Path(p) for p in inputs])
+    report.ignored.extend(found.ignored)
+    report.notes.extend(found.notes)
+    report.skipped.extend(str(e) for e in found.skipped)
+    named = {Path(p).resolve() for p in inputs} | {c.path.resolve() for c in found.candidates}
+    _check_output(out_path, named, force)
+    candidates = [c for c in found.candidates if c.path.resolve() != out_path.resolve()]
+    if not candidates:
+        where = ", ".join(str(p) for p in inputs)
+        if report.skipped:
+            raise FatalError(f"no usable trace files in {where}: " + "; ".join(report.skipped))
+        raise FatalError(f"no trace files found in {where}")
+    return candidates, named
+
+
+def _read_all(run: _Runner, candidates: list[Candidate], asked: _Asked, work: Path, report: RunReport) -> _FirstRead:
+    """Reads (and, for Perfetto, encodes) every file once, then plans the merge from the summaries."""
+    found = len(report.skipped), len(report.ignored)
+    try:
+        return _read_and_plan(run, candidates, asked, work, report, found, wide=False)
+    except IdCollision:  # as rare as two equal 35-bit hashes: encode again, wide
+        pass
+    try:
+        return _read_and_plan(run, candidates, asked, work, report, found, wide=True)
+    except IdCollision:
+        raise FatalError("two tracks hash to one 63-bit uuid") from None
+
+
+def _read_and_plan(
+    run: _Runner,
+    candidates: list[Candidate],
+    asked: _Asked,
+    work: Path,
+    report: RunReport,
+    found: tuple[int, int],
+    wide: bool,
+) -> _FirstRead:
+    """:func:`_read_all` with track ids of 35 bits, or ``wide`` ones; ``found`` is how many files
+    the report listed as skipped and ignored before any was read."""
+    writer, selection = asked.writer, asked.selection
+    del report.skipped[found[0] :], report.ignored[found[1] :]
+    # Chrome JSON keeps each file's laid-out events from its first read for the second pass
+    # (a selection of processes is applied while reading: then the file is read again).
+    keep_layout = "" if writer.one_pass or not (selection.roles is None and selection.ranks is None) else writer.name
+    # Sequence 1 carries the descriptors; each file gets the next, in discovery order.
+    jobs = [
+        FileJob(
+            c,
+            n + 2,
+            writer.name if writer.one_pass else "",
+            work / f"{n:06d}.chunk",
+            budget=asked.memory_budget,
+            selection=selection,
+            wide_ids=wide,
+            sync=asked.clocks.sync,
+            phases=asked.phase_rules.presets,
+            metrics_map=asked.metrics_map,
+            keep_layout=keep_layout,
+        )
+        for n, c in enumerate(candidates)
+    ]
+    scalars: list[StepScalars] = []
+    scans = _collect(run.map(jobs, "read"), report, scalars)
+    if not scans:
+        raise FatalError("no usable trace files: " + "; ".join(report.skipped))
+    plan = make_plan(scans, wide, asked.clocks)
+    keep = None if selection.roles is None and selection.ranks is None else selection.keeps
+    model = derive(scans, plan.offsets, asked.phase_rules.presets, asked.phase_rules.steps, keep)
+    scalars_dropped = Counter(d for f in scalars for d in f.dropped.elements())
+    attach_scalars(model, scalars, scalars_dropped)
+    derived = derived_scan(model, len(candidates) + 2, work / "phases.chunk", plan)
+    if derived is not None:
+        plan = make_plan([*scans, derived], wide, asked.clocks, plan.alignment)
+    by_path = {j.candidate.path: j for j in jobs}
+    return _FirstRead(by_path, scans, scalars, scalars_dropped, plan, model, derived, wide, keep_layout)
+
+
+def _encode(
+    run: _Runner, first: _FirstRead, asked: _Asked, numbers: dict, report: RunReport
+) -> tuple[dict[Path, FileScan], dict[Path, Path]]:
+    """Encodes, with the plan, what the first read could not: the derived tracks; for Chrome JSON
+    every file; for Perfetto the files whose threads overlap another file's of the same process in
+    time (they need their own copies) and the files a --window cuts. Files wholly outside the
+    window are left out. Returns each unit's summary and chunk, by path."""
+    writer, plan, derived = asked.writer, first.plan, first.derived
+    chunk_of = {path: job.chunk for path, job in first.jobs.items()}
+    scan_of = {sc.path: sc for sc in first.scans}
+    if derived is not None:
+        chunk_of[derived.path] = derived.path
+        scan_of[derived.path] = encode_derived(first.model, plan, writer, derived, asked.memory_budget, first.wide)
+        plan.phase_summary = numbers
+    redo = []
+    for u in plan.units:
+        if u.path == first.derived_path:
+            continue
+        sc = scan_of[u.path]
+        place, window = _local_window(asked.selection, u, sc)
+        if place == "outside" and writer.one_pass:  # its chunk is written: drop it
+            _leave_out_file(sc, chunk_of[u.path])
+            continue
+        if place == "inside":
+            window = None
+        if writer.one_pass and u.salts == sc.salts and window is None:
+            continue
+        redo.append(
+            replace(
+                first.jobs[u.path],
+                writer=writer.name,
+                unit=None if writer.one_pass else u,
+                salts=u.salts,
+                selection=asked.selection,
+                window=window,
+                saved=sc if first.keep_layout else None,
+            )
+        )
+    # A file read again describes itself anew: its summary replaces the first one.
+    for outcome in run.map(redo, "encode") if redo else ():
+        path = outcome.candidate.path
+        if outcome.lost:  # its node or task failed, and no other node holds it
+            report.skipped.append(f"{outcome.skipped}, left out")
+            _leave_out_file(scan_of[path], chunk_of[path], FILE_LOST)
+            continue
+        if outcome.scan is None:  # it changed since the plan was made: left out, said so
+            why = outcome.skipped or "no events"
+            report.skipped.append(f"{shown(path)}: changed while being merged, left out ({why})")
+            _leave_out_file(scan_of[path], chunk_of[path], FILE_CHANGED)
+            continue
+        scan_of[path] = outcome.scan
+    return scan_of, chunk_of
+
+
+def _report_outcome(report: RunReport, first: _FirstRead, scans: list[FileScan], numbers: dict, writer: Writer) -> None:
+    """What was merged, left out and lost, once every file is encoded."""
+    _fill_report(report, first.plan, scans)
+    report.dropped.update(first.scalars_dropped)
+    for f in first.scalars:
+        placed = sum(1 for step in f.values if step in first.model.scalars)
+        report.notes.append(
+            f"{shown(f.path)}: tracker scalars of {len(f.values)} steps, {placed} of them on steps of the trace"
+        )
+    _note_json_precision(report, writer, scans, first.plan)
+    report.phases = numbers
+    report.filtered.update(first.model.left_out)
+
+
+def _parts(
+    split_by: str,
+    run: _Runner,
+    first: _FirstRead,
+    asked: _Asked,
+    scan_of: dict[Path, FileScan],
+    report: RunReport,
+    strict: bool,
+) -> Iterable[tuple[Part, dict[Path, FileScan]]]:
+    """The parts of ``--split-by``, each with the summaries of its files."""
+    if split_by == "step-window":
+        return _step_parts(first, asked, scan_of, run, report, strict)
+    return ((part, scan_of) for part in groups(split_by, first.plan, scan_of, first.derived_path))
 
 
 class _Runner:
@@ -459,38 +531,34 @@ def _assemble(
 
 
 def _step_parts(
-    plan: MergePlan,
-    steps: list[tuple[int, int, int]],
-    asked: tuple[int | None, int | None] | None,
+    first: _FirstRead,
+    asked: _Asked,
     scan_of: dict[Path, FileScan],
-    chunk_of: dict[Path, Path],
-    first_jobs: dict[Path, FileJob],
-    writer: Writer,
     run: _Runner,
-    derived: Path | None,
     report: RunReport,
     strict: bool,
 ) -> Iterator[tuple[Part, dict[Path, FileScan]]]:
     """``--split-by step-window``: per step, every file that shares time with it encoded again, cut
-    to it (and to ``asked``, the --window or --steps time) as ``--window`` cuts (Chrome JSON from
-    the events its first read kept)."""
-    for group, step_window in step_windows(steps, plan.base_ns):
-        window = _intersect(step_window, asked)
+    to it (and to the --window or --steps time asked) as ``--window`` cuts (Chrome JSON from the
+    events its first read kept)."""
+    plan, writer = first.plan, asked.writer
+    for group, step_window in step_windows(first.model.steps, plan.base_ns):
+        window = _intersect(step_window, asked.selection.window)
         if window is None:
             continue
         units, jobs, part_scans = [], [], dict(scan_of)
         for u in plan.units:
-            if u.path == derived:  # every part carries the whole run's Phases and Pipeline tracks
+            if u.path == first.derived_path:  # every part carries the whole run's Phases and Pipeline tracks
                 units.append(u)
                 continue
-            first, sc = first_jobs[u.path], scan_of[u.path]
-            place, local = _local_window(replace(first.selection, window=window), u, sc)
+            job, sc = first.jobs[u.path], scan_of[u.path]
+            place, local = _local_window(replace(job.selection, window=window), u, sc)
             if place == "outside":
                 continue
             units.append(u)
-            saved = sc if first.keep_layout else None
+            saved = sc if job.keep_layout else None
             unit = None if writer.one_pass else u
-            jobs.append(replace(first, writer=writer.name, unit=unit, salts=u.salts, window=local, saved=saved))
+            jobs.append(replace(job, writer=writer.name, unit=unit, salts=u.salts, window=local, saved=saved))
         lost = set()
         for outcome in run.map(jobs, "split"):
             path = outcome.candidate.path
