@@ -241,9 +241,6 @@ def test_db_counter_ids_are_named_as_ids_not_as_strings(tmp_path: Path) -> None:
         "LLC 1 Read/Throughput Throughput(MB/s)",
         "NPU Module MEM: HCCL Total Reserved(MB)",
     }
-    assert not [
-        n for n in names if "aclnnAdd_op" in n or "ZerosLike" in n or n.endswith(("hbmId", "llcId", "moduleId"))
-    ]
 
 
 COUNTERS = ASCEND / "counters"
