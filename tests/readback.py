@@ -80,6 +80,15 @@ class Readback:
         assert len(matches) == 1, f"process {label!r}: {matches} in {sorted(self.processes.values())}"
         return matches[0]
 
+    def counters_of(self, label: str) -> dict[str, list[tuple[int, float]]]:
+        """Per counter track of one process, its samples (as floats: JSON reads back decimals)."""
+        pid = self.pid_of(label)
+        return {
+            name: [(ts, float(value)) for ts, value in self.counters[track]]
+            for track, (p, name) in self.counter_tracks.items()
+            if p == pid
+        }
+
     def expected_view(self, label: str) -> Expected:
         """This process's content in the same shape as :class:`expected.Expected`."""
         pid = self.pid_of(label)

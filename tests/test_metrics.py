@@ -22,15 +22,6 @@ SAMPLES = 37  # 0 to 18 s every 0.5 s
 READERS = {".pftrace": read_pftrace, ".json": read_chrome_json}
 
 
-def counters_of(rb, process: str) -> dict[str, list[tuple[int, float]]]:
-    pid = rb.pid_of(process)
-    return {
-        name: [(ts, float(value)) for ts, value in rb.counters[track]]  # JSON reads back decimals
-        for track, (p, name) in rb.counter_tracks.items()
-        if p == pid
-    }
-
-
 def fixture_series(name: str, **labels: str) -> list[tuple[int, float]]:
     """The samples of one series as the fixture's query response holds them, times in exact ns."""
     doc = json.loads((RUN / "prometheus" / "query_range.json").read_text())
@@ -50,7 +41,7 @@ def test_engine_metrics_sit_under_the_rollout_ranks(tmp_path: Path, suffix: str)
     assert report.exit_code == 0
     rb = READERS[suffix](out)
     for rank in (0, 1):
-        found = counters_of(rb, f"rollout · rank {rank}")
+        found = rb.counters_of(f"rollout · rank {rank}")
         assert sorted(found) == sorted(
             [
                 'requests waiting {engine="0"} · vllm:num_requests_waiting',
@@ -69,7 +60,7 @@ def test_engine_metrics_sit_under_the_rollout_ranks(tmp_path: Path, suffix: str)
         rates = [(t0, (v1 - v0) / ((t1 - t0) / 1e9)) for (t0, v0), (t1, v1) in itertools.pairwise(tokens)]
         assert found['generated tokens (/s) {engine="0"} · vllm:generation_tokens_total'] == rates
         assert {v for _, v in rates} == {0.0, 3000.0}  # 1500 tokens per 0.5 s while generating
-    gpus = counters_of(rb, "Metrics")
+    gpus = rb.counters_of("Metrics")
     assert sorted(gpus) == [
         'GPU utilization (%) {GpuIndex="0",ip="10.0.0.7"} · ray_node_gpus_utilization',
         'GPU utilization (%) {GpuIndex="1",ip="10.0.0.7"} · ray_node_gpus_utilization',
@@ -126,7 +117,7 @@ def test_scrape_directory_draws_gauges_and_counter_rates(tmp_path: Path) -> None
     out = tmp_path / "out.pftrace"
     report = merge([SCRAPES], out)
     times = SCRAPE_TIMES
-    found = counters_of(read_pftrace(out), "rollout · 10.0.0.9:30000")
+    found = read_pftrace(out).counters_of("rollout · 10.0.0.9:30000")
     assert found["queued requests · sglang:num_queue_reqs"] == [
         (times[0], 3.0),
         (times[1], 2.0),
@@ -137,7 +128,7 @@ def test_scrape_directory_draws_gauges_and_counter_rates(tmp_path: Path) -> None
     bucket = 'sglang:e2e_request_latency_seconds_bucket{le="1.0"} (/s)'
     assert found[bucket] == [(times[0], 2.0), (times[1], 1 / 0.75)]
     # No role in its name: the process's own metric goes to Metrics, 3 samples of an untyped metric.
-    assert counters_of(read_pftrace(out), "Metrics") == {
+    assert read_pftrace(out).counters_of("Metrics") == {
         'process_start_time_seconds{instance="10.0.0.9:30000"}': [(t, 1796089990.0) for t in times]
     }
     assert report.as_dict()["stats"]["metric_type_unknown"]["count"] == 3
@@ -149,7 +140,7 @@ def test_metrics_map_places_a_target_under_a_rank(tmp_path: Path) -> None:
     rules.write_text('[[process]]\nmatch = {instance = "10.0.0.9:30000"}\nrole = "rollout"\nrank = 3\n')
     out = tmp_path / "out.pftrace"
     merge([SCRAPES], out, metrics_map=load_metrics_map(rules))
-    found = counters_of(read_pftrace(out), "rollout · rank 3")
+    found = read_pftrace(out).counters_of("rollout · rank 3")
     assert found["queued requests · sglang:num_queue_reqs"] == list(zip(SCRAPE_TIMES, [3.0, 2.0, 1.0], strict=True))
 
 
@@ -183,7 +174,7 @@ def test_snapshots_jsonl_of_two_targets(tmp_path: Path) -> None:
     merge([path], out)
     rb = read_pftrace(out)
     for t in range(2):
-        found = counters_of(rb, f"rollout · 10.0.0.{7 + t}:8000")
+        found = rb.counters_of(f"rollout · 10.0.0.{7 + t}:8000")
         name = 'requests waiting {engine="0"} · vllm:num_requests_waiting'
         assert found == {name: [(T0_NS + 250_000_000 + k * 10**9, float(k + t)) for k in range(3)]}
 
@@ -213,7 +204,7 @@ def test_skyrl_training_phase_gauge_becomes_phase_slices(tmp_path: Path) -> None
         ("generating", 4 * s, s),  # still running at the last sample: ends there
         ("training", 2 * s, 2 * s),
     ]
-    assert not counters_of(rb, "trainer · 10.0.0.7:8080")
+    assert not rb.counters_of("trainer · 10.0.0.7:8080")
 
 
 def test_bad_metric_input_is_counted_by_name(tmp_path: Path) -> None:
@@ -249,7 +240,7 @@ def test_bad_metric_input_is_counted_by_name(tmp_path: Path) -> None:
     ]
     assert report.exit_code == 3  # samples lost: Inf, unreadable, untimed
     rb = read_pftrace(tmp_path / "out.pftrace")
-    assert counters_of(rb, "Metrics") == {
+    assert rb.counters_of("Metrics") == {
         "gappy": [(T0_NS, 1.0)],
         "wild": [(T0_NS + 10**9, 2.0)],
         "queue": [(T0_NS, 4.0)],
@@ -267,7 +258,7 @@ def test_query_responses_one_per_line_keep_every_readable_line(tmp_path: Path) -
     report = merge([run], tmp_path / "out.pftrace")
     assert dict(report.dropped) == {"invalid JSON line (first at line 2)": 1}
     assert report.exit_code == 3
-    assert counters_of(read_pftrace(tmp_path / "out.pftrace"), "Metrics") == {
+    assert read_pftrace(tmp_path / "out.pftrace").counters_of("Metrics") == {
         f'GPU utilization (%) {{GpuIndex="{n}",ip="10.0.0.7"}} · ray_node_gpus_utilization': fixture_series(
             "ray_node_gpus_utilization", GpuIndex=str(n)
         )
@@ -292,7 +283,7 @@ def test_perfetto_imports_the_metric_tracks_as_written(tmp_path: Path, suffix: s
     assert tp["problems"] == []
     process_of = {r["upid"]: r["name"] for r in tp["processes"]}
     for process in ("rollout · rank 0", "rollout · rank 1", "Metrics"):
-        written = {name: len(samples) for name, samples in counters_of(rb, process).items()}
+        written = {name: len(samples) for name, samples in rb.counters_of(process).items()}
         assert {r["name"]: r["n"] for r in tp["counters"] if process_of.get(r["upid"]) == process} == written
         assert sum(written.values()) in (4 * SAMPLES - 1, 2 * SAMPLES)  # a rate has one value fewer
 
@@ -313,10 +304,10 @@ def test_openmetrics_scrape_keeps_exemplar_lines_and_second_timestamps(tmp_path:
     report = merge([tmp_path / "scrapes"], out)
     rb = read_pftrace(out)
     # The gauge's own timestamp (in seconds, OpenMetrics) wins over the scrape time; twice the same sample.
-    assert counters_of(rb, "rollout · 10.0.0.9:8000") == {
+    assert rb.counters_of("rollout · 10.0.0.9:8000") == {
         "requests waiting · vllm:num_requests_waiting": [(T0_NS + 250_000_000, 3.0), (T0_NS + 250_000_000, 3.0)]
     }
-    assert counters_of(rb, "Metrics") == {'req_total{instance="10.0.0.9:8000",path="/"} (/s)': [(T0_NS, 10.0)]}
+    assert rb.counters_of("Metrics") == {'req_total{instance="10.0.0.9:8000",path="/"} (/s)': [(T0_NS, 10.0)]}
     assert report.as_dict()["stats"]["metric_created_sample"]["count"] == 2
 
 

@@ -130,8 +130,7 @@ def test_prometheus_query_range_lands_on_the_rollout_rank(prometheus: str, tmp_p
     assert report.exit_code == 0, report.as_dict()["stats"]
 
     rb = read_pftrace(out)
-    pid = rb.pid_of("rollout · rank 1")
-    found = {name: samples for t, (p, name) in rb.counter_tracks.items() if p == pid for samples in [rb.counters[t]]}
+    found = rb.counters_of("rollout · rank 1")
     [depth] = responses["demo_queue_depth"]["data"]["result"]
     assert depth["metric"]["instance"].startswith("127.0.0.1:")  # not in the title of a rank's track
     expected_depth = [(round(t * 1000) * 1_000_000, float(v)) for t, v in depth["values"]]
@@ -172,7 +171,7 @@ def test_scrape_records_the_exporter_and_merges(exporter: str, tmp_path: Path) -
     assert report.exit_code == 0, report.as_dict()["stats"]
     rb = read_pftrace(out)
     instance = exporter.split("//")[1].split("/")[0]
-    found = {name: rb.counters[t] for t, (p, name) in rb.counter_tracks.items() if p == rb.pid_of("Metrics")}
+    found = rb.counters_of("Metrics")
     depth = found[f'demo_queue_depth{{instance="{instance}"}}']
     assert [t for t, _ in depth] == times
     assert [v for _, v in depth] == sorted(v for _, v in depth)
