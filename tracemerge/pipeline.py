@@ -175,7 +175,6 @@ class _FirstRead:
     model: PhaseModel
     derived: FileScan | None
     wide: bool
-    keep_layout: str  # the writer whose layouts the first read kept for a second pass, or ""
 
     @property
     def derived_path(self) -> Path | None:
@@ -260,7 +259,7 @@ def _read_and_plan(
     if derived is not None:
         plan = make_plan([*scans, derived], wide, asked.clocks, plan.alignment)
     by_path = {j.candidate.path: j for j in jobs}
-    return _FirstRead(by_path, scans, scalars, scalars_dropped, plan, model, derived, wide, keep_layout)
+    return _FirstRead(by_path, scans, scalars, scalars_dropped, plan, model, derived, wide)
 
 
 def _encode(
@@ -290,28 +289,24 @@ def _encode(
             window = None
         if writer.one_pass and u.salts == sc.salts and window is None:
             continue
+        job = first.jobs[u.path]
         redo.append(
             replace(
-                first.jobs[u.path],
+                job,
                 writer=writer.name,
                 unit=None if writer.one_pass else u,
                 salts=u.salts,
                 selection=asked.selection,
                 window=window,
-                saved=sc if first.keep_layout else None,
+                saved=sc if job.keep_layout else None,
             )
         )
     # A file read again describes itself anew: its summary replaces the first one.
     for outcome in run.map(redo, "encode") if redo else ():
         path = outcome.candidate.path
-        if outcome.lost:  # its node or task failed, and no other node holds it
-            report.skipped.append(f"{outcome.skipped}, left out")
-            _leave_out_file(scan_of[path], chunk_of[path], FILE_LOST)
-            continue
-        if outcome.scan is None:  # it changed since the plan was made: left out, said so
-            why = outcome.skipped or "no events"
-            report.skipped.append(f"{shown(path)}: changed while being merged, left out ({why})")
-            _leave_out_file(scan_of[path], chunk_of[path], FILE_CHANGED)
+        if outcome.scan is None:
+            report.skipped.append(_left_out(outcome))
+            _leave_out_file(scan_of[path], chunk_of[path], FILE_LOST if outcome.lost else FILE_CHANGED)
             continue
         scan_of[path] = outcome.scan
     return scan_of, chunk_of
@@ -390,6 +385,16 @@ def _local_window(
 
 FILE_CHANGED = "changed"
 FILE_LOST = "lost"
+
+
+def _left_out(outcome: FileOutcome, part: str = "") -> str:
+    """The line a file that failed its second read leaves in the report: lost with its node or
+    task (no other node holds it), or changed since the plan was made; ``part`` names the
+    ``--split-by`` part it is left out of."""
+    left = f"left out of {part}" if part else "left out"
+    if outcome.lost:
+        return f"{outcome.skipped}, {left}"
+    return f"{shown(outcome.candidate.path)}: changed while being merged, {left} ({outcome.skipped or 'no events'})"
 
 
 def _leave_out_file(scan: FileScan, chunk: Path, why: str = "") -> None:
@@ -563,11 +568,7 @@ def _step_parts(
         for outcome in run.map(jobs, "split"):
             path = outcome.candidate.path
             if outcome.scan is None:  # as in the main pass; the part then holds nothing of the file
-                if outcome.lost:
-                    report.skipped.append(f"{outcome.skipped}, left out of {group}")
-                else:
-                    why = outcome.skipped or "no events"
-                    report.skipped.append(f"{shown(path)}: changed while being merged, left out of {group} ({why})")
+                report.skipped.append(_left_out(outcome, group))
                 if strict:  # raised before any part is moved into place
                     raise FatalError(f"--strict: {report.skipped[-1]}")
                 lost.add(path)
