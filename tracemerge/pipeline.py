@@ -18,10 +18,8 @@ out and kept (see FileLayout.save); nothing is read twice.
 
 from __future__ import annotations
 
-import gzip
 import os
 import shutil
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -37,6 +35,8 @@ from tracemerge.executors import Executor, local_executor
 from tracemerge.filework import FileJob, FileOutcome
 from tracemerge.layout import DEFAULT_BUDGET
 from tracemerge.metrics_map import NO_MAP, MetricsMap
+from tracemerge.outcomes import collect, fill_report, note_json_precision
+from tracemerge.output import assemble, check_output, work_dir
 from tracemerge.phase_rules import AUTO_PHASES, PhaseOptions
 from tracemerge.phase_summary import summary
 from tracemerge.phases import PhaseModel, StepScalars, attach_scalars, derive
@@ -45,10 +45,9 @@ from tracemerge.plan import (
     IdCollision,
     MergePlan,
     UnitPlan,
-    lane_track,
     make_plan,
 )
-from tracemerge.report import ProcessReport, RunReport
+from tracemerge.report import RunReport
 from tracemerge.select import EVERYTHING, Selection
 from tracemerge.split import Part, groups, step_windows, write_parts
 from tracemerge.writers import Writer, writer_for
@@ -109,7 +108,7 @@ def merge(
         on_error.enter_context(runner)  # left (a cluster disconnected) at once if nothing can be merged
         candidates, named = _discover(runner, inputs, out_path, force, report)
         progress(f"found {len(candidates)} trace files")
-        work = _work_dir(out_path)
+        work = work_dir(out_path)
         entered = on_error.pop_all()
 
     try:
@@ -125,7 +124,7 @@ def merge(
             if on_plan:
                 on_plan(report)
             if split_by is None:
-                _assemble(first.plan, list(scan_of.values()), writer, out_path, work, chunk_of)
+                assemble(first.plan, list(scan_of.values()), writer, out_path, work, chunk_of)
                 report.output_bytes = out_path.stat().st_size
             else:
                 parts = _parts(split_by, run, first, asked, scan_of, report, strict)
@@ -137,10 +136,10 @@ def merge(
                     work,
                     first.plan,
                     writer.name,
-                    lambda sub, part_scans, staged: _assemble(
+                    lambda sub, part_scans, staged: assemble(
                         sub, part_scans, writer, staged, work, chunk_of, keep=first.derived_path
                     ),
-                    lambda target: _check_output(target, named, force),
+                    lambda target: check_output(target, named, force),
                 )
                 report.output_bytes = sum(p.stat().st_size for p in report.parts)
     except OSError as exc:
@@ -190,7 +189,7 @@ def _discover(
     report.notes.extend(found.notes)
     report.skipped.extend(str(e) for e in found.skipped)
     named = {Path(p).resolve() for p in inputs} | {c.path.resolve() for c in found.candidates}
-    _check_output(out_path, named, force)
+    check_output(out_path, named, force)
     candidates = [c for c in found.candidates if c.path.resolve() != out_path.resolve()]
     if not candidates:
         where = ", ".join(str(p) for p in inputs)
@@ -247,7 +246,7 @@ def _read_and_plan(
         for n, c in enumerate(candidates)
     ]
     scalars: list[StepScalars] = []
-    scans = _collect(run.map(jobs, "read"), report, scalars)
+    scans = collect(run.map(jobs, "read"), report, scalars)
     if not scans:
         raise FatalError("no usable trace files: " + "; ".join(report.skipped))
     plan = make_plan(scans, wide, asked.clocks)
@@ -314,14 +313,14 @@ def _encode(
 
 def _report_outcome(report: RunReport, first: _FirstRead, scans: list[FileScan], numbers: dict, writer: Writer) -> None:
     """What was merged, left out and lost, once every file is encoded."""
-    _fill_report(report, first.plan, scans)
+    fill_report(report, first.plan, scans)
     report.dropped.update(first.scalars_dropped)
     for f in first.scalars:
         placed = sum(1 for step in f.values if step in first.model.scalars)
         report.notes.append(
             f"{shown(f.path)}: tracker scalars of {len(f.values)} steps, {placed} of them on steps of the trace"
         )
-    _note_json_precision(report, writer, scans, first.plan)
+    note_json_precision(report, writer, scans, first.plan)
     report.phases = numbers
     report.filtered.update(first.model.left_out)
 
@@ -412,127 +411,6 @@ def _leave_out_file(scan: FileScan, chunk: Path, why: str = "") -> None:
     scan.written = {}
     scan.lanes = []
     chunk.write_bytes(b"")
-
-
-# Chrome JSON times are µs that Perfetto reads as doubles: exact to the ns below 2**53 ns of span.
-JSON_EXACT_SPAN_NS = 1 << 53
-
-
-def _note_json_precision(report: RunReport, writer: Writer, scans: list[FileScan], plan: MergePlan) -> None:
-    if writer.one_pass:
-        return
-    ends = [(s.ts_max or 0) + plan.offsets.get(s.path, 0) for s in scans if s.ts_max is not None]
-    span = max(ends, default=plan.base_ns) - plan.base_ns
-    if span >= JSON_EXACT_SPAN_NS:
-        days = span / 86_400e9
-        report.notes.append(
-            f"the trace spans {days:.0f} days: past {JSON_EXACT_SPAN_NS / 86_400e9:.0f} days Perfetto reads "
-            "Chrome JSON times with less than ns precision (and may drop slices that then touch); "
-            ".pftrace keeps every ns"
-        )
-
-
-def _check_output(out_path: Path, named: set[Path], force: bool) -> None:
-    """Refuse an output that would destroy something: an input (one of ``named``, resolved; unless
-    ``force``), or anything that is not a regular file we may write (a device, a FIFO, a symlink,
-    a read-only file)."""
-    if os.path.lexists(out_path):
-        if out_path.is_symlink():
-            raise FatalError(f"{shown(out_path)}: is a symbolic link; not replacing it (name the file itself)")
-        if not out_path.is_file():
-            raise FatalError(f"{shown(out_path)}: is not a regular file; not replacing it")
-        if not out_path.stat().st_mode & 0o222:  # its mode, not access(): root may write anything
-            raise FatalError(f"{shown(out_path)}: is read-only; not replacing it")
-    if force:
-        return
-    if out_path.resolve() in named:
-        raise FatalError(f"{shown(out_path)}: is one of the inputs; not overwriting it (use --force to replace it)")
-
-
-def _work_dir(out_path: Path) -> Path:
-    out_dir = out_path.parent if str(out_path.parent) else Path(".")
-    if not out_dir.is_dir():
-        raise FatalError(f"{shown(out_path)}: output directory {out_dir} does not exist")
-    try:
-        return Path(tempfile.mkdtemp(prefix=".tracemerge-", dir=out_dir))
-    except OSError as exc:
-        raise FatalError(f"{shown(out_path)}: cannot write in {out_dir} ({exc.strerror or exc})") from None
-
-
-def _collect(outcomes: Iterable[FileOutcome], report: RunReport, scalars: list[StepScalars]) -> list[FileScan]:
-    scans: list[FileScan] = []
-    for outcome in outcomes:
-        if outcome.ignored:
-            report.ignored.append(outcome.candidate.path)
-        elif outcome.skipped:
-            report.skipped.append(outcome.skipped)
-        elif outcome.scan:
-            scans.append(outcome.scan)
-        elif outcome.scalars:
-            scalars.append(outcome.scalars)
-    return scans
-
-
-def _fill_report(report: RunReport, plan: MergePlan, scans: list[FileScan]) -> None:
-    procs = {p.identity: ProcessReport(p.name, p.identity.role, p.identity.rank, p.pid) for p in plan.processes}
-    for s in scans:
-        report.dropped.update(s.dropped)
-        report.metadata_records += s.metadata_records
-        report.moved_to_lanes += s.moved_to_lanes
-        report.reversed_flows += s.reversed_flows
-        for ident, counts in s.counts.items():
-            proc = procs[ident]
-            proc.files.append(s.path)
-            proc.clocks.add(s.clock.name)
-            proc.read.add(counts)
-        for ident, counts in s.written.items():
-            procs[ident].written.add(counts)
-        report.filtered.update(s.filtered)
-    report.processes = [procs[p.identity] for p in plan.processes if procs[p.identity].files]
-    report.time_base_unix_ns = plan.base_ns if plan.wall_clock else None
-    labels = {p.identity: p.name for p in plan.processes}
-    for s in sorted(scans, key=lambda s: (s.ts_min is None, (s.ts_min or 0) + plan.offsets.get(s.path, 0))):
-        placed = plan.alignment.sources.get(s.path)
-        if placed is None or s.ts_min is None:
-            continue
-        entry = placed.as_dict()
-        entry["processes"] = sorted({labels[i] for i in (*s.counts, *s.threads, *s.counter_series) if i in labels})
-        entry["epoch"] = s.clock.anchored
-        entry["first_event_ns"] = s.ts_min + placed.offset_ns - plan.base_ns
-        report.alignment.append(entry)
-
-
-def _assemble(
-    plan: MergePlan,
-    scans: list[FileScan],
-    writer: Writer,
-    out_path: Path,
-    work: Path,
-    chunk_of: dict[Path, Path],
-    keep: Path | None = None,
-) -> None:
-    """Writes the output: header, then per unit its clock prologue and chunk. Chunks are deleted
-    once copied (they are as large as the output), but ``keep``, which later parts use again."""
-    scan_of = {s.path: s for s in scans}
-    # Lanes opened while encoding carry no names yet: take them from their planned threads.
-    planned = {t.uuid: t for t in plan.threads}
-    lanes = [lane_track(planned[lane.parent_uuid], lane.lane) for u in plan.units for lane in scan_of[u.path].lanes]
-    assembled = work / "assembled"
-    with ExitStack() as stack:
-        raw = stack.enter_context(assembled.open("wb"))
-        out = raw
-        if writer.gzip:
-            out = stack.enter_context(gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=5, mtime=0))
-        writer.write_header(out, plan, lanes)
-        for unit in plan.units:
-            out.write(writer.prologue(unit, scan_of[unit.path].local_min or 0))
-            chunk = chunk_of[unit.path]
-            with chunk.open("rb") as f:
-                shutil.copyfileobj(f, out, 1 << 20)
-            if unit.path != keep:
-                chunk.unlink()
-        writer.write_footer(out, plan)
-    os.replace(assembled, out_path)
 
 
 def _step_parts(
