@@ -102,11 +102,10 @@ class MetricWriter:
     def __init__(self, layout: FileLayout, dropped: Counter[str]) -> None:
         self.layout = layout
         self.dropped = dropped
-        self.metrics_map = layout.metrics_map
 
     def place(self, metric: str, labels: Mapping[str, str]) -> tuple[tuple, frozenset[str]]:
         """The series's origin (role, rank, tag) and the labels that said it (not repeated in its title)."""
-        placed = self.metrics_map.place(labels)
+        placed = self.layout.metrics_map.place(labels)
         if placed is not None:
             used = frozenset(k for k, _ in placed.labels)
             return (placed.role, placed.rank, "" if placed.rank is not None else METRIC_CAT), used
