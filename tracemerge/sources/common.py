@@ -37,7 +37,8 @@ class JsonLines:
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.count = 0  # non-blank lines met so far
-        self.bad: list[int] = []  # numbers of the lines that are not JSON
+        self.bad = 0  # lines that are not JSON
+        self.first_bad = 0  # the number of the first of them
 
     def __iter__(self) -> Iterator[tuple[bytes, Any]]:
         for lineno, line in enumerate(self.data.split(b"\n"), 1):
@@ -47,16 +48,17 @@ class JsonLines:
             try:
                 obj = orjson.loads(line)
             except orjson.JSONDecodeError:
-                self.bad.append(lineno)
+                self.bad += 1
+                self.first_bad = self.first_bad or lineno
                 continue
             yield line, obj
 
     def account(self, path: Path, dropped: Counter[str]) -> None:
         """Once read: NotATrace when no line was JSON, else the lines that were not counted."""
-        if self.count and len(self.bad) == self.count:
-            raise NotATrace(path, "no line is valid JSON", where=str(self.bad[0]))
+        if self.count and self.bad == self.count:
+            raise NotATrace(path, "no line is valid JSON", where=str(self.first_bad))
         if self.bad:
-            dropped[f"invalid JSON line (first at line {self.bad[0]})"] += len(self.bad)
+            dropped[f"invalid JSON line (first at line {self.first_bad})"] += self.bad
 
 
 # ``{hostname}_{pid}`` then a timestamp: torch's tensorboard_trace_handler files
