@@ -7,7 +7,7 @@ import statistics
 from collections import defaultdict
 
 from tracemerge.model import Identity
-from tracemerge.phases import IDLE, PhaseModel, ProcessPhases
+from tracemerge.phases import IDLE, PhaseModel, ProcessPhases, slowest_rank
 
 
 def summary(model: PhaseModel, labels: dict[Identity, str] | None = None) -> dict:
@@ -37,7 +37,7 @@ def summary(model: PhaseModel, labels: dict[Identity, str] | None = None) -> dic
         for name in names:
             per_rank = {ident: sum(st.phases.get(name, 0) for st in p.steps) for ident, p in procs.items()}
             values = sorted(per_rank.values())
-            slowest = max(per_rank, key=lambda i: (per_rank[i], -(i.rank or 0)))
+            slowest = slowest_rank(per_rank)
             phases[name] = {
                 "total_ns": sum(values),
                 "share": sum(values) / step_total if step_total else 0.0,

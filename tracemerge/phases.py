@@ -259,6 +259,11 @@ def _account(proc: ProcessPhases, windows: list[tuple[int, int, int]]) -> None:
         proc.steps.append(step)
 
 
+def slowest_rank(time_of: dict[Identity, int]) -> Identity:
+    """The process that took longest; of those that took as long, the lowest rank."""
+    return max(time_of, key=lambda i: (time_of[i], -(i.rank or 0)))
+
+
 def _pipeline(processes: dict[Identity, ProcessPhases]) -> dict[str, list[PipelineSlice]]:
     """Per role, per step and phase: first start to last end across the role's ranks."""
     groups: dict[tuple[str, int, str], dict[Identity, list[Occurrence]]] = defaultdict(lambda: defaultdict(list))
@@ -271,7 +276,7 @@ def _pipeline(processes: dict[Identity, ProcessPhases]) -> dict[str, list[Pipeli
         starts = [o.start for found in by_rank.values() for o in found]
         ends = [o.end for found in by_rank.values() for o in found]
         durations = {ident: sum(o.end - o.start for o in found) for ident, found in by_rank.items()}
-        slowest = max(durations, key=lambda i: (durations[i], -(i.rank or 0)))
+        slowest = slowest_rank(durations)
         roles[role].append(
             PipelineSlice(
                 phase,
