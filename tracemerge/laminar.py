@@ -33,16 +33,15 @@ def walk_laminar(
     """What :meth:`~tracemerge.layout.FileLayout._walk` emits for a thread of well-nested slices, in numpy: returns
     (slices, latest time), or None, having emitted nothing, when the thread is anything else
     (instants, overlaps, spilled or filtered entries, times near the int64 limits)."""
-    if not isinstance(items, list) or not items:
+    if not isinstance(items, list) or not items or any(map(_kind, items)):
         return None
     if not -_TIME_LIMIT < shift < _TIME_LIMIT:
         return None
     columns, flows = None, ()
     if isinstance(attached, ThreadAttachments):
-        if attached.slices is items:
-            columns = attached
-        else:
-            flows = attached.ordered()
+        if attached.slices is not items:  # bound against another list of the slices: the loop walks it
+            return None
+        columns = attached
     elif attached is not None:
         if attached.runs:
             return None
@@ -70,10 +69,8 @@ def walk_laminar(
 
 
 def _slice_times(items: list[tuple], known: ThreadAttachments | None) -> tuple[np.ndarray, np.ndarray] | None:
-    """The starts and ends of a thread's entries (``known`` already holds them); None unless all
-    are slices, with times well within int64."""
-    if any(map(_kind, items)):
-        return None
+    """The starts and ends of a thread's slices (``known`` already holds them); None unless their
+    times are well within int64."""
     try:
         starts, negdurs = (known.starts, known.negdurs) if known is not None else slice_times(items)
     except OverflowError:
