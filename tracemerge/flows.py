@@ -93,7 +93,7 @@ def bind_flows(
     if not any(buf.total for buf in layout.points.values()):
         return {}
     numbering = _Numbering(layout, ident, result, flow_id_base, times)
-    if numbering.fast:
+    if times is None:  # with a selection, flows with an end left out go point by point
         columns = _columns(layout)
         if columns is not None:
             _bind_columns(numbering, columns)
@@ -140,7 +140,6 @@ class _Numbering:
     ) -> None:
         self.layout, self.ident, self.result = layout, ident, result
         self.times = times
-        self.fast = times is None
         self.next_id = flow_id_base
         self.origins: list[OriginKey] = []  # per namespace
         self.counts: dict[int, tuple[EventCounts, EventCounts]] = {}
@@ -160,7 +159,7 @@ class _Numbering:
 
     def group(self, ns: int, records: list[tuple]) -> None:
         """One id's records ``(ns, id type, int id, other id, ts, phase, ordinal, thread, slice)``."""
-        if self.fast and len(records) == 2 and self._pair(ns, *records):
+        if self.times is None and len(records) == 2 and self._pair(ns, *records):
             return
         self._chains(ns, records)
 
@@ -284,7 +283,8 @@ def _bound_points(entries: SortedBuffer | None, pts: SortedBuffer, store: RunSto
         else:
             return zip(points, map([*slices, None].__getitem__, found.tolist()), strict=True)
     slices_iter = iter(entries.ordered(store)) if entries is not None else iter(())
-    return zip(pts.ordered(store), _walked_targets(slices_iter, pts.ordered(store)), strict=True)
+    points, walked = itertools.tee(pts.ordered(store))  # spilled runs read once
+    return zip(points, _walked_targets(slices_iter, walked), strict=True)
 
 
 def _walked_targets(slices: Iterator[tuple], points: Iterable[tuple]) -> Iterator[tuple | None]:
@@ -414,7 +414,6 @@ def _columns(layout: FileLayout) -> _Columns | None:
             (starts, negdurs), ts = slice_times(slices), _starts(points)
             found = _searched_targets(slices, starts, negdurs, points, ts)
             columns.add("target", np.where(found < len(slices), found + len(columns.slices), -1))
-            columns.add("slice_start", starts)
             columns.thread_slices.append((slices, starts, negdurs, len(columns.slices)))
             columns.slices.extend(slices)
             n = len(points)
@@ -474,7 +473,7 @@ def _bind_columns(numbering: _Numbering, columns: _Columns) -> None:
     extra = _number_others(numbering, columns, firsts, sizes, paired, (ns, fid, ts, phase, ordinal, thread, target))
     src = np.where(a_starts, a, b)[paired]
     dst = np.where(a_starts, b, a)[paired]
-    slice_starts = columns.take("slice_start")
+    slice_starts = np.concatenate([starts for _, starts, _, _ in columns.thread_slices])
     drawn_back = slice_starts[target[dst]] < slice_starts[target[src]]  # host/device clock skew
     src, dst = np.where(drawn_back, dst, src), np.where(drawn_back, src, dst)
     numbering.result.reversed_flows += int(drawn_back.sum())
