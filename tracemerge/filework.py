@@ -247,7 +247,6 @@ def _encode_saved(job: FileJob, prior: FileScan) -> FileOutcome:
     with job.chunk.open("wb") as out:
         enc = WRITERS[job.writer].unit_encoder(job.sequence_id, out)
         layout = FileLayout.load(index, enc, job.budget)
-        layout.load_runs()
         result = layout.finish(
             prior.identities.__getitem__,
             PlannedTracks(job.unit),

@@ -192,16 +192,6 @@ class FileLayout:
         layout.samples = defaultdict(SortedBuffer, samples)
         return layout
 
-    def load_runs(self) -> None:
-        """Reads the spilled runs back into memory when together they fit in the budget (a layout
-        kept for a second pass, see :meth:`save`): what is held in memory takes the column-wise
-        paths."""
-        if sum(buf.total for buf in self._buffers()) > self.budget:
-            return
-        for buffers in (self.entries, self.points, self.samples):
-            for key, buf in buffers.items():
-                buffers[key] = buf.loaded(self.store)
-
     def reset(self) -> None:
         """Forget every event handed over so far (the source reads the file again)."""
         for buf in self._buffers():
@@ -302,10 +292,17 @@ class FileLayout:
                 found = idents[origin] = identity_of(origin)
             return found
 
-        # A file that spilled while it was read spills the rest too: the bindings and the walk
-        # below need room of their own. One that fits stays in memory.
-        if any(buf.runs for buf in self._buffers()):
-            self.check_memory(0)
+        # A spilled file (one too large while it was read, or a layout kept for a second pass,
+        # see save) that fits in the budget is read back, where the column-wise paths run; one
+        # that does not spills the rest too: the bindings and the walk below need room of their own.
+        buffers = self._buffers()
+        if any(buf.runs for buf in buffers):
+            if sum(buf.total for buf in buffers) <= self.budget:
+                for held in (self.entries, self.points, self.samples):
+                    for key, buf in held.items():
+                        held[key] = buf.loaded(self.store)
+            else:
+                self.check_memory(0)
         firsts = [buf.smallest() for buf in (*self.entries.values(), *self.samples.values()) if buf.total]
         if not firsts:
             return result
