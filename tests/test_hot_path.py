@@ -9,13 +9,14 @@ import json
 import random
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
+from conftest import assert_spilling_changes_nothing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracemerge import spill
+from tracemerge import flows, layout
 from tracemerge.pipeline import merge
-from tracemerge.sources import json_stream
 
 
 def _nested(rng: random.Random, lo: int, hi: int, depth: int, out: list[tuple[int, int]]) -> None:
@@ -55,8 +56,6 @@ def _trace(seed: int) -> dict:
     if rng.random() < 0.25:  # ids as strings, as some tools write them: bound point by point
         ids = [f"0x{fid:x}" for fid in ids]
     for fid in ids:
-        if not cpu or not kernels:
-            break
         src, dst = rng.choice(cpu), rng.choice(kernels)
         s_ts = rng.choice((src[0], (src[0] + src[1]) // 2, src[1] + rng.choice((0, 3)) if messy else src[1]))
         events.append({"ph": "s", "cat": "ac2g", "name": "ac2g", "id": fid, "pid": 1, "tid": 1, "ts": s_ts})
@@ -71,19 +70,39 @@ def _trace(seed: int) -> dict:
 @given(seed=st.integers(0, 2**32 - 1))
 def test_column_wise_paths_write_what_the_point_wise_ones_write(tmp_path: Path, monkeypatch, seed: int) -> None:
     run = tmp_path / str(seed)
-    run.mkdir()
+    run.mkdir(exist_ok=True)  # hypothesis may run a seed again
     trace = _trace(seed)
     (run / "rank0.pt.trace.json").write_text(json.dumps(trace))
+    taken = _count_shortcuts(monkeypatch)
     in_memory = merge([run], run / "memory.pftrace", jobs=1)
+    # The shortcuts ran: every thread is well nested; flow ids as ints are bound by columns.
+    int_ids = all(type(e["id"]) is int for e in trace["traceEvents"] if "id" in e)
+    assert (taken["laminar"] > 0, taken["columns"]) == (True, int(int_ids)), taken
     per_thread = Counter((e["pid"], e["tid"]) for e in trace["traceEvents"])
-    # 5: every thread spills; the largest thread: the file spills, each thread fits on its own.
-    budgets = {5, max(per_thread.values())} if max(per_thread.values()) < len(trace["traceEvents"]) else {5}
-    for budget in sorted(budgets):
-        with monkeypatch.context() as patched:
-            patched.setattr(json_stream, "BLOCK", 700)
-            patched.setattr(spill, "BLOCK_ITEMS", 3)
-            spilled = merge([run / "rank0.pt.trace.json"], run / "spilled.pftrace", jobs=1, memory_budget=budget)
-        assert (run / "memory.pftrace").read_bytes() == (run / "spilled.pftrace").read_bytes(), budget
-        assert in_memory.as_dict()["written"] == spilled.as_dict()["written"]
-        assert in_memory.as_dict()["dropped"] == spilled.as_dict()["dropped"]
-        assert in_memory.moved_to_lanes == spilled.moved_to_lanes
+    # 5: every thread spills; the largest thread: the file spills, each thread fits on its own
+    # and is walked by the shortcut (a spilled file's flows are bound point by point).
+    for budget, laminar in ((5, False), (max(per_thread.values()), True)):
+        taken.clear()
+        spilled = run / "spilled.pftrace"
+        assert_spilling_changes_nothing(in_memory, [run / "rank0.pt.trace.json"], spilled, budget, monkeypatch)
+        assert (taken["laminar"] > 0, taken["columns"]) == (laminar, 0), (budget, taken)
+
+
+def _count_shortcuts(monkeypatch) -> Counter:
+    """Counts the threads the laminar walk laid out (``laminar``) and the files bound by
+    columns (``columns``)."""
+    taken: Counter = Counter()
+    walk, bind = layout.walk_laminar, flows._bind_columns
+
+    def counted_walk(*args: Any) -> Any:
+        found = walk(*args)
+        taken["laminar"] += found is not None
+        return found
+
+    def counted_bind(*args: Any) -> None:
+        taken["columns"] += 1
+        bind(*args)
+
+    monkeypatch.setattr(layout, "walk_laminar", counted_walk)
+    monkeypatch.setattr(flows, "_bind_columns", counted_bind)
+    return taken

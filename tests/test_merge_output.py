@@ -6,11 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, assert_spilling_changes_nothing
 from expected import FIXTURE_RUNS, Expected, fixture_expectations, kineto_file
 from readback import Readback, read_chrome_json, read_pftrace
 
-from tracemerge import spill
 from tracemerge.pipeline import merge
 from tracemerge.sources import json_stream
 
@@ -171,12 +170,7 @@ def test_spilling_to_disk_writes_the_same_bytes(tmp_path: Path, ext: str, monkey
     inputs = [FIXTURES / "rl_run", FIXTURES / "kineto_gpu", FIXTURES / "edge_cases", FIXTURES / "precision"]
     inputs.append(FIXTURES / "ascend" / "text")
     in_memory = merge(inputs, tmp_path / f"memory{ext}", jobs=1)
-    monkeypatch.setattr(json_stream, "BLOCK", 700)
-    monkeypatch.setattr(spill, "BLOCK_ITEMS", 3)
-    spilled = merge(inputs, tmp_path / f"spilled{ext}", jobs=1, memory_budget=5)
-    assert (tmp_path / f"memory{ext}").read_bytes() == (tmp_path / f"spilled{ext}").read_bytes()
-    assert in_memory.as_dict()["written"] == spilled.as_dict()["written"]
-    assert in_memory.as_dict()["dropped"] == spilled.as_dict()["dropped"]
+    assert_spilling_changes_nothing(in_memory, inputs, tmp_path / f"spilled{ext}", 5, monkeypatch)
 
 
 def test_narrow_track_ids_that_collide_are_encoded_again_wide(tmp_path: Path, monkeypatch) -> None:
