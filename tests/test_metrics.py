@@ -116,8 +116,9 @@ SCRAPE_TIMES = [T0_NS, T0_NS + 500_000_000, T0_NS + 1_250_000_000]
 def test_scrape_directory_draws_gauges_and_counter_rates(tmp_path: Path) -> None:
     out = tmp_path / "out.pftrace"
     report = merge([SCRAPES], out)
+    rb = read_pftrace(out)
     times = SCRAPE_TIMES
-    found = read_pftrace(out).counters_of("rollout · 10.0.0.9:30000")
+    found = rb.counters_of("rollout · 10.0.0.9:30000")
     assert found["queued requests · sglang:num_queue_reqs"] == [
         (times[0], 3.0),
         (times[1], 2.0),
@@ -128,7 +129,7 @@ def test_scrape_directory_draws_gauges_and_counter_rates(tmp_path: Path) -> None
     bucket = 'sglang:e2e_request_latency_seconds_bucket{le="1.0"} (/s)'
     assert found[bucket] == [(times[0], 2.0), (times[1], 1 / 0.75)]
     # No role in its name: the process's own metric goes to Metrics, 3 samples of an untyped metric.
-    assert read_pftrace(out).counters_of("Metrics") == {
+    assert rb.counters_of("Metrics") == {
         'process_start_time_seconds{instance="10.0.0.9:30000"}': [(t, 1796089990.0) for t in times]
     }
     assert report.as_dict()["stats"]["metric_type_unknown"]["count"] == 3
