@@ -236,7 +236,8 @@ def test_bad_metric_input_is_counted_by_name(tmp_path: Path) -> None:
     assert stats["metric_unreadable"]["count"] == 3  # two unreadable samples, one cut exposition
     assert stats["metric_snapshot_without_time"]["count"] == 1
     assert sorted(report.skipped) == [
-        f"{tmp_path / 'garbled.prom'}: metric text unreadable (could not convert string to float: '{{')",
+        f"{tmp_path / 'garbled.prom'}: metric text unreadable"
+        " (first at line 2: could not convert string to float: '{')",
         f"{tmp_path / 'untimed.prom'}: metric snapshot without a time (no scrape header, no Unix time in its name)",
     ]
     assert report.exit_code == 3  # samples lost: Inf, unreadable, untimed
@@ -318,3 +319,67 @@ def test_a_counter_sampled_once_is_counted(tmp_path: Path) -> None:
     report = merge([tmp_path / "scrapes"], tmp_path / "out.pftrace")
     assert report.as_dict()["stats"]["metric_counter_single_sample"]["count"] == 1
     assert report.exit_code == 0
+
+
+def test_a_bad_exposition_line_loses_that_line_alone(tmp_path: Path) -> None:
+    page = '# TYPE f gauge\nf 9\n# TYPE g gauge\ng{a="1"} 1\ng{a="2" 2\ng{a="3"} 3\n# TYPE h gauge\nh 4\n'
+    (tmp_path / "1796090000.prom").write_text(page)
+    report = merge([tmp_path / "1796090000.prom"], tmp_path / "out.pftrace")
+    assert dict(report.dropped) == {
+        "metric text unreadable (first at line 5: could not convert string to float: '{a=\"2\"')": 1
+    }
+    assert report.exit_code == 3
+    assert read_pftrace(tmp_path / "out.pftrace").counters_of("Metrics") == {
+        "f": [(T0_NS, 9.0)],
+        'g{a="1"}': [(T0_NS, 1.0)],
+        'g{a="3"}': [(T0_NS, 3.0)],
+        "h": [(T0_NS, 4.0)],
+    }
+
+
+def test_scrape_names_with_decimal_seconds_give_their_time_and_order(tmp_path: Path) -> None:
+    folder = tmp_path / "scrapes"
+    folder.mkdir()
+    # In name order 1796090001.prom (15 characters) would come before 1796090000.750.prom.
+    for name, total in (("1796090000.prom", 0), ("1796090000.750.prom", 30), ("1796090001.prom", 40)):
+        (folder / name).write_text(f"# TYPE tokens counter\ntokens_total {total}\n# TYPE depth gauge\ndepth {total}\n")
+    report = merge([folder], tmp_path / "out.pftrace")
+    assert read_pftrace(tmp_path / "out.pftrace").counters_of("Metrics") == {
+        "tokens_total (/s)": [(T0_NS, 40.0), (T0_NS + 750_000_000, 40.0)],
+        "depth": [(T0_NS, 0.0), (T0_NS + 750_000_000, 30.0), (T0_NS + 1_000_000_000, 40.0)],
+    }
+    assert report.as_dict()["stats"]["metric_counter_single_sample"]["count"] == 1  # the last scrape
+
+
+def test_every_counter_sample_is_drawn_or_counted(tmp_path: Path) -> None:
+    values = [[1_796_090_000, "1"], [1_796_090_001.5, "3"], [1_796_090_001.5, "3"], [1_796_090_003.25, "4"]]
+    series = {"metric": {"__name__": "reqs_total"}, "values": values}
+    doc = {"status": "success", "data": {"resultType": "matrix", "result": [series]}}
+    (tmp_path / "q.json").write_text(json.dumps(doc))
+    report = merge([tmp_path / "q.json"], tmp_path / "out.pftrace")
+    assert read_pftrace(tmp_path / "out.pftrace").counters_of("Metrics") == {
+        "reqs_total (/s)": [(T0_NS, 2 / 1.5), (T0_NS + 1_500_000_000, 1 / 1.75)]
+    }
+    assert dict(report.dropped) == {
+        "metric counter sample at the time of the next one (no interval)": 1,
+        "metric counter sample closing its series (the last rate is drawn up to it)": 1,
+    }
+    assert report.as_dict()["stats"]["metric_counter_interval_end"]["count"] == 2
+    assert report.exit_code == 0  # every sample is in a rate
+
+
+def test_a_failed_query_and_a_cut_pretty_printed_response_are_skipped_saying_why(tmp_path: Path) -> None:
+    error = {"status": "error", "errorType": "bad_data", "error": "invalid parameter"}
+    (tmp_path / "failed.json").write_text(json.dumps(error))
+    good = {
+        "status": "success",
+        "data": {"resultType": "matrix", "result": [{"metric": {"__name__": "up"}, "values": [[1_796_090_000, "1"]]}]},
+    }
+    (tmp_path / "cut.json").write_text(json.dumps(good, indent=2)[:-30])
+    (tmp_path / "up.json").write_text(json.dumps(good))
+    report = merge([tmp_path], tmp_path / "out.pftrace")
+    assert sorted(report.skipped) == [
+        f"{tmp_path / 'cut.json'}: not JSON (unexpected end of data: line 14 column 12 (char 230))",
+        f"{tmp_path / 'failed.json'}: the query failed (bad_data: invalid parameter)",
+    ]
+    assert report.exit_code == 3

@@ -80,6 +80,15 @@ class FileOutcome:
     scalars: StepScalars | None = None  # a file of step-keyed values (they have no time of their own)
 
 
+def _what_was_there(dropped: Counter[str]) -> str:
+    """What a file without events held instead, as the reasons it was counted under."""
+    if not dropped:
+        return ""
+    shown_reasons = [f"{reason} ×{count}" for reason, count in dropped.most_common(3)]
+    more = f", {len(dropped) - 3} more reasons" if len(dropped) > 3 else ""
+    return f" (only what is not drawn: {'; '.join(shown_reasons)}{more})"
+
+
 class _NoOutput:
     """An encoder that writes nothing: a file read only for its summary."""
 
@@ -192,7 +201,7 @@ def _process_file(job: FileJob) -> FileOutcome:
     if result.ts_min is None:
         if data.step_values:
             return FileOutcome(cand, scalars=StepScalars(cand.path, data.step_values, data.dropped))
-        return FileOutcome(cand, skipped=f"{shown(cand.path)}: no events")
+        return FileOutcome(cand, skipped=f"{shown(cand.path)}: no events{_what_was_there(data.dropped)}")
     clock = data.clock
     if clock is None:
         # The latest event decides: an epoch trace whose first event says 0 is still an epoch trace.

@@ -81,6 +81,13 @@ STATS: tuple[Stat, ...] = (
         r"^metric counter without two samples",
     ),
     _stat(
+        "metric_counter_interval_end",
+        Severity.INFO,
+        "cumulative counter samples that only end an interval (a series' last, or one at the time of"
+        " the next): each rate is drawn where its interval starts",
+        r"^metric counter sample (closing|at the time)",
+    ),
+    _stat(
         "metric_type_unknown",
         Severity.INFO,
         "metric samples of an unknown type, drawn as gauges",

@@ -37,7 +37,7 @@ def _is_record(obj: Any) -> bool:
 
 
 def claims(path: Path, head: bytes) -> bool:
-    return _is_record(first_json_object(head))
+    return _is_record(first_json_object(head, path))
 
 
 def read(path: Path, layout: FileLayout) -> SourceData:
@@ -54,7 +54,7 @@ def read(path: Path, layout: FileLayout) -> SourceData:
             dropped["session record with unreadable submit_ts"] += 1
             continue
         if epoch is None:
-            epoch = obj["submit_ts"] >= _EPOCH_S_FLOOR
+            epoch = submit >= _EPOCH_S_FLOOR * 1_000_000_000
         _add_record(obj, submit, layout, dropped)
     lines.account(path, dropped)
     return SourceData(
@@ -74,25 +74,35 @@ def _add_record(obj: dict, submit: int, layout: FileLayout, dropped: Counter[str
     end = _seconds(obj.get("finalized_ts"))
     layout.mark(session_tag(sid, SUBMIT), origin, THREAD, submit, end if end is not None else submit)
     phases = obj.get("phases")
-    if not phases or type(phases) is not dict:
+    spans = [] if type(phases) is not dict else [(p, v) for p, found in phases.items() for v in _listed(found)]
+    if not spans:
         # Nothing ran (rejected, pending) or nothing readable: the record is an instant at submit.
         layout.add_event(Event(Kind.INSTANT, submit, THREAD, "session", "session", 0, args, origin))
         return
-    for phase, spans in phases.items():
-        for span in spans if type(spans) is list else [spans]:
-            start = _seconds(span.get("start_ts")) if type(span) is dict else None
-            if start is None:
-                dropped["session phase without a readable start_ts"] += 1
-                continue
-            stop = _seconds(span.get("end_ts"))
-            if stop is not None and stop < start:
-                dropped["session phase ending before it starts"] += 1
-                continue
-            kind = Kind.INSTANT if stop is None else Kind.SLICE
-            dur = 0 if stop is None else stop - start
-            # A session's phases are one sample's, many at once: no step phases (tracemerge.phases).
-            layout.add_event(Event(kind, start, THREAD, str(phase), "session", dur, args, origin), note=False)
-            layout.mark(session_tag(sid, f"@{phase}"), origin, THREAD, start, start + dur)
+    for phase, span in spans:
+        if type(span) is not dict or span.get("start_ts") is None:
+            dropped["session phase without start_ts"] += 1
+            continue
+        start = _seconds(span["start_ts"])
+        if start is None:
+            dropped["session phase with unreadable start_ts"] += 1
+            continue
+        stop = _seconds(span.get("end_ts"))
+        if stop is None and span.get("end_ts") is not None:
+            dropped["session phase with unreadable times (end_ts)"] += 1
+            continue
+        if stop is not None and stop < start:
+            dropped["session phase ending before it starts"] += 1
+            continue
+        kind = Kind.INSTANT if stop is None else Kind.SLICE
+        dur = 0 if stop is None else stop - start
+        # A session's phases are one sample's, many at once: no step phases (tracemerge.phases).
+        layout.add_event(Event(kind, start, THREAD, str(phase), "session", dur, args, origin), note=False)
+        layout.mark(session_tag(sid, f"@{phase}"), origin, THREAD, start, start + dur)
+
+
+def _listed(spans: Any) -> list:
+    return spans if type(spans) is list else [spans]
 
 
 def _seconds(value: Any) -> int | None:

@@ -2,29 +2,59 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 
 from tracemerge.errors import InputError, NotATrace, shown
+from tracemerge.sources.base import HEAD_BYTES, read_head
 from tracemerge.sources.chrome_events import ChromeEvents, ExactEvent, NeedsExactTimes
 from tracemerge.sources.json_stream import EventStream
 
 
-def first_json_object(head: bytes) -> dict | None:
+def first_json_object(head: bytes, path: Path | None = None) -> dict | None:
     """The first leading line that is a JSON object (a first line cut or garbage does not hide the
-    rest): what a JSON-lines format looks at to claim a file."""
+    rest): what a JSON-lines format looks at to claim a file. A first line longer than the head
+    (a metrics page, large args) is read further from ``path``, up to LONG_LINE bytes."""
+    found = _first_object(head)
+    if found is None and path is not None and len(head) >= HEAD_BYTES:
+        start = head.lstrip()
+        if start[:1] == b"{" and b"\n" not in start:
+            try:
+                stat = path.stat()
+                found = _first_object(_long_head(path, stat.st_size, stat.st_mtime_ns))
+            except OSError:
+                return None
+    return found
+
+
+# Longest first line of a JSON-lines file that is looked at to claim it.
+LONG_LINE = 16 << 20
+
+
+@functools.lru_cache(maxsize=4)  # each JSON-lines format asks for the same file in turn
+def _long_head(path: Path, size: int, mtime_ns: int) -> bytes:
+    return read_head(path, LONG_LINE)
+
+
+def _first_object(head: bytes) -> dict | None:
     for line in head.split(b"\n")[:50]:
         if not line.strip():
             continue
         try:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError:
-            continue
+            read = _as_python_reads(line)
+            if read is None:
+                continue
+            obj = read[1]
         if type(obj) is dict:
             return obj
     return None
@@ -48,9 +78,12 @@ class JsonLines:
             try:
                 obj = orjson.loads(line)
             except orjson.JSONDecodeError:
-                self.bad += 1
-                self.first_bad = self.first_bad or lineno
-                continue
+                read = _as_python_reads(line)
+                if read is None:
+                    self.bad += 1
+                    self.first_bad = self.first_bad or lineno
+                    continue
+                line, obj = read
             yield line, obj
 
     def account(self, path: Path, dropped: Counter[str]) -> None:
@@ -59,6 +92,32 @@ class JsonLines:
             raise NotATrace(path, "no line is valid JSON", where=str(self.first_bad))
         if self.bad:
             dropped[f"invalid JSON line (first at line {self.first_bad})"] += self.bad
+
+
+def _as_python_reads(line: bytes) -> tuple[bytes, Any] | None:
+    """A line with what Python's json writes and reads (NaN, Infinity) or a bad UTF-8 byte, read
+    as Python reads it (the byte as U+FFFD), with its text re-encoded as strict JSON (NaN and
+    Infinity as null, as a ``.json`` file's events are read); None when it is not JSON at all."""
+    try:
+        obj = json.loads(line.decode("utf-8", "replace"))
+    except ValueError:
+        return None
+    try:
+        return msgspec.json.encode(obj), obj
+    except UnicodeEncodeError:  # a lone surrogate escape ("\udcff", as json.dumps writes one)
+        obj = _without_surrogates(obj)
+        return msgspec.json.encode(obj), obj
+
+
+def _without_surrogates(value: Any) -> Any:
+    """``value`` with each lone surrogate in its strings made U+FFFD, as a bad byte is."""
+    if type(value) is str:
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if type(value) is list:
+        return [_without_surrogates(v) for v in value]
+    if type(value) is dict:
+        return {_without_surrogates(k): _without_surrogates(v) for k, v in value.items()}
+    return value
 
 
 # ``{hostname}_{pid}`` then a timestamp: torch's tensorboard_trace_handler files

@@ -28,12 +28,13 @@ from tracemerge.anchors import session_tag
 from tracemerge.layout import FileLayout
 from tracemerge.model import ClockDomain, Event, Kind, SourceData, ThreadInfo, as_rank
 from tracemerge.sources.base import SourceFormat, read_bytes
-from tracemerge.sources.chrome_events import ChromeEvents, LenientEvent, TraceEvent
+from tracemerge.sources.chrome_events import ChromeEvents, ExactEvent, LenientEvent, NeedsExactTimes, TraceEvent
 from tracemerge.sources.common import JsonLines, first_json_object
 from tracemerge.units import checked_ns, seconds_to_ns, us_to_ns
 
 _EVENT = msgspec.json.Decoder(TraceEvent)
 _LENIENT = msgspec.json.Decoder(LenientEvent)
+_EXACT = msgspec.json.Decoder(ExactEvent)
 
 NAME = "jsonl-spans"
 PERF_COUNTER = ClockDomain("perf_counter µs, no wall-clock anchor", anchored=False)
@@ -46,7 +47,9 @@ def _is_span_line(obj: dict) -> bool:
 
 
 def claims(path: Path, head: bytes) -> bool:
-    obj = first_json_object(head)
+    if head.lstrip()[:1] == b"[" or b'"traceEvents"' in head:
+        return False  # a Chrome trace file written one event per line, not JSON lines
+    obj = first_json_object(head, path)
     if obj is None or "traceEvents" in obj:
         return False
     return type(obj.get("ph")) is str or _is_span_line(obj)
@@ -71,12 +74,16 @@ def read(path: Path, layout: FileLayout) -> SourceData:
                 ev = to_event(line)
             except msgspec.ValidationError:
                 ev = _LENIENT.decode(line)
-            chrome.add(ev, origin)
+            try:
+                chrome.add(ev, origin)
+            except NeedsExactTimes:  # a float too large to hold its ns: its time from the text
+                ev = _EXACT.decode(line)
+                chrome.add(ev, origin)
             args = obj.get("args")
             if type(args) is dict and "session_id" in args and ev.ph == "X":
                 _note_session(args["session_id"], ev, origin, layout)
         elif _is_span_line(obj):
-            _add_span(obj, layout, span_threads, dropped)
+            _add_span(obj, line, layout, span_threads, dropped)
         else:
             dropped["line is neither a trace event nor a span"] += 1
 
@@ -144,9 +151,9 @@ def _process_name_origin(name: Any) -> tuple[str | None, int | None]:
     return (role, rank)
 
 
-def _add_span(obj: dict, layout: FileLayout, threads: dict, dropped: Counter) -> None:
+def _add_span(obj: dict, line: bytes, layout: FileLayout, threads: dict, dropped: Counter) -> None:
     try:
-        start, end = _span_times(obj)
+        start, end = _span_times(line)
     except (ValueError, TypeError):
         dropped["span with unreadable times"] += 1
         return
@@ -169,25 +176,43 @@ def _add_span(obj: dict, layout: FileLayout, threads: dict, dropped: Counter) ->
     layout.add_event(Event(kind, start, key, obj["name"], cat, 0 if end is None else end - start, args, origin))
 
 
-def _span_times(obj: dict) -> tuple[int, int | None]:
-    if "start_ns" in obj:
-        start = _int_ns(obj["start_ns"])
-        if "end_ns" in obj:
-            return start, _int_ns(obj["end_ns"])
-        if "duration_ns" in obj:
-            return start, start + _int_ns(obj["duration_ns"])
+def _span_times(line: bytes) -> tuple[int, int | None]:
+    """A span's start and end in ns, from the numbers' text (a float would lose nanoseconds)."""
+    times = _time_texts(line)
+    if times.get("start_ns") is not None:
+        start = _int_ns(times["start_ns"])
+        if times.get("end_ns") is not None:
+            return start, _int_ns(times["end_ns"])
+        if times.get("duration_ns") is not None:
+            return start, start + _int_ns(times["duration_ns"])
         return start, None
-    if "start" in obj:
-        start = seconds_to_ns(obj["start"])
-        if obj.get("end") is not None:
-            return start, seconds_to_ns(obj["end"])
-        if obj.get("duration") is not None:
-            return start, start + seconds_to_ns(obj["duration"])
+    if times.get("start") is not None:
+        start = seconds_to_ns(times["start"])
+        if times.get("end") is not None:
+            return start, seconds_to_ns(times["end"])
+        if times.get("duration") is not None:
+            return start, start + seconds_to_ns(times["duration"])
         return start, None
-    start = us_to_ns(obj["ts"])
-    if obj.get("dur") is not None:
-        return start, start + us_to_ns(obj["dur"])
+    start = us_to_ns(times.get("ts"))
+    if times.get("dur") is not None:
+        return start, start + us_to_ns(times["dur"])
     return start, None
+
+
+_TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def _time_texts(line: bytes) -> dict[str, str | None]:
+    """The line's time keys as text: a number as written, a string's value, None for null."""
+    texts: dict[str, str | None] = {}
+    for key, raw in _TOP_LEVEL.decode(line).items():
+        if key in _TIME_KEYS:
+            text = bytes(raw)
+            texts[key] = None if text == b"null" else msgspec.json.decode(text) if text[:1] == b'"' else text.decode()
+    return texts
+
+
+_TIME_KEYS = frozenset({"start_ns", "end_ns", "duration_ns", "start", "end", "duration", "ts", "dur"})
 
 
 def _int_ns(value: Any) -> int:

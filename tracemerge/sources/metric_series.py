@@ -137,8 +137,9 @@ class MetricWriter:
             return f"{known} {labels} · {series.metric}" if labels else f"{known} · {series.metric}"
         return f"{series.metric}{labels} (/s)" if rate else f"{series.metric}{labels}"
 
-    def add(self, series: Series, samples: Iterable[tuple[int, float]]) -> None:
-        """Every sample of one series, in time order."""
+    def add(self, series: Series, samples: Iterable[tuple[int, float]], closing: bool = True) -> None:
+        """Every sample of one series, in time order. ``closing`` False says the last sample of a
+        counter is another file's (read for the rate over the last interval), counted there."""
         points = self._finite(samples)
         if not points:
             self.dropped["metric series without samples"] += 1
@@ -162,7 +163,15 @@ class MetricWriter:
                 add(origin, VALUES_THREAD, name, t0, increase * 1e9 / (t1 - t0))
                 drawn += 1
         if not drawn:
-            self.dropped["metric counter without two samples in time (no interval for a rate)"] += len(points)
+            own = len(points) if closing else len(points) - 1
+            self.dropped["metric counter without two samples in time (no interval for a rate)"] += own
+            return
+        # A rate is drawn where its interval starts: the series' last sample starts none, nor
+        # does one at the time of the sample after it.
+        if closing:
+            self.dropped["metric counter sample closing its series (the last rate is drawn up to it)"] += 1
+        if len(points) - 1 > drawn:
+            self.dropped["metric counter sample at the time of the next one (no interval)"] += len(points) - 1 - drawn
 
     def _finite(self, samples: Iterable[tuple[int, float]]) -> list[tuple[int, float]]:
         points = []

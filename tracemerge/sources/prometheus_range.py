@@ -26,11 +26,12 @@ from tracemerge.units import seconds_to_ns
 
 NAME = "prometheus-query"
 _MARKERS = (b'"resultType"', b'"result"')
+_ERROR_MARKERS = (b'"status"', b'"errorType"')  # a failed query's response
 
 
 def claims(path: Path, head: bytes) -> bool:
     start = head.lstrip()[:1]
-    return start in (b"{", b"[") and all(m in head for m in _MARKERS)
+    return start in (b"{", b"[") and (all(m in head for m in _MARKERS) or all(m in head for m in _ERROR_MARKERS))
 
 
 def _responses(data: bytes, path: Path, dropped: Counter[str]) -> list[tuple[str | None, Any]]:
@@ -41,7 +42,8 @@ def _responses(data: bytes, path: Path, dropped: Counter[str]) -> list[tuple[str
     except orjson.JSONDecodeError as exc:
         lines = JsonLines(data)
         found: list[tuple[str | None, Any]] = [(None, response) for _, response in lines]
-        if not found:  # one document, damaged
+        if not found or any(type(response) is not dict for _, response in found):
+            # One document, damaged (the lines of a pretty-printed one are not responses).
             raise InputError(path, f"not JSON ({exc})") from None
         lines.account(path, dropped)
         return found
@@ -59,11 +61,14 @@ def read(path: Path, layout: FileLayout) -> SourceData:
     metrics = MetricWriter(layout, dropped)
     responses = _responses(read_bytes(path), path, dropped)
     results = 0
+    failure = None
     for query, response in responses:
         data = response.get("data") if type(response) is dict else None
         if type(data) is not dict or type(data.get("result")) is not list:
             status = response.get("status") if type(response) is dict else None
             dropped[f"query response without a result (status {status})"] += 1
+            if failure is None and status == "error":
+                failure = f"{response.get('errorType', 'error')}: {response.get('error', '')}".strip(": ")
             continue
         kind = data.get("resultType")
         if kind not in ("matrix", "vector"):
@@ -72,6 +77,8 @@ def read(path: Path, layout: FileLayout) -> SourceData:
         for series in data["result"]:
             results += 1
             _add_series(series, query, metrics, dropped)
+    if not results and failure is not None:
+        raise InputError(path, f"the query failed ({failure[:200]})")
     if not results and not dropped:
         raise NotATrace(path, "no query result in the file")
     return SourceData(path=path, format=NAME, clock=UNIX_EPOCH, threads=dict(THREADS), dropped=dropped)

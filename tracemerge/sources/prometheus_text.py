@@ -6,9 +6,10 @@ OpenMetrics when the text ends with ``# EOF``):
 * one scrape per file (``*.prom``, or any file starting with ``# HELP``/``# TYPE``), as
   ``tracemerge scrape`` writes them: the scrape time is in the first line
   (``# tracemerge-scrape time_unix_ns=... url=...``), else in the file name (Unix time in s, ms,
-  µs or ns: ``1732900000123.prom``); samples with a timestamp of their own keep it. A directory of
-  scrapes is read in file-name order: a counter's rate over the interval a scrape starts needs
-  the next scrape of the same directory, which is read for it.
+  µs or ns, decimals allowed: ``1732900000123.prom``, ``1732900000.250.prom``); samples with a
+  timestamp of their own keep it. A counter's rate over the interval a scrape starts needs the
+  next scrape of the same directory (in the order of the times in their names), which is read
+  for it.
 * many scrapes in one JSONL file, one ``{"ts": <Unix seconds>, "text": "...", "url": "..."}``
   per line (``time_unix_ns`` instead of ``ts`` also works).
 
@@ -21,6 +22,7 @@ import bisect
 import functools
 import re
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,7 @@ from tracemerge.model import UNIX_EPOCH, SourceData
 from tracemerge.sources.base import SourceFormat, read_bytes
 from tracemerge.sources.common import JsonLines, first_json_object
 from tracemerge.sources.metric_series import COUNTER, GAUGE, THREADS, MetricWriter, Series, untyped_kind
-from tracemerge.units import seconds_to_ns
+from tracemerge.units import decimal_text_to_int, seconds_to_ns
 
 NAME = "prometheus-text"
 SNAPSHOTS_NAME = "prometheus-snapshots"
@@ -38,8 +40,10 @@ SCRAPE_HEADER = "# tracemerge-scrape"
 SUFFIX = ".prom"
 _TEXT_STARTS = (b"# HELP ", b"# TYPE ", SCRAPE_HEADER.encode())
 _HEADER_FIELD = re.compile(r"(\w+)=(\S+)")
-# Digits of a Unix time in a file name, by how many there are: the unit in ns.
-_NAME_TIME_UNITS = {10: 10**9, 13: 10**6, 16: 10**3, 19: 1}
+# A Unix time in a file name (``1732900000.250.prom``), its unit told by how many whole digits
+# it has: the decimals of a second that unit has.
+_NAME_TIME = re.compile(r"^(\d+)(?:\.\d+)?(?:\.|$)")
+_NAME_TIME_DIGITS = {10: 9, 13: 6, 16: 3, 19: 0}
 _COUNTER_PARTS = {"counter": None, "histogram": ("_bucket", "_count", "_sum"), "summary": ("_count", "_sum")}
 
 Point = tuple[Series, int, float]
@@ -58,23 +62,7 @@ NO_TIME = "metric snapshot without a time"
 def parse_snapshot(text: str, ts_ns: int | None, instance: str | None, dropped: Counter[str]) -> list[Point]:
     """Every sample of one exposition, at its own time or ``ts_ns``; what cannot be drawn is counted."""
     points: list[Point] = []
-    # OpenMetrics (what a scrape asking for it gets: exemplars, timestamps in seconds) ends "# EOF".
-    openmetrics = text.rstrip().endswith("\n# EOF") or text.strip() == "# EOF"
-    # Imported here: the parsers pull in an HTTP server, which every other merge would pay for at start.
-    if openmetrics:
-        from prometheus_client.openmetrics.parser import text_string_to_metric_families
-    else:
-        from prometheus_client.parser import text_string_to_metric_families
-    families = text_string_to_metric_families(text)
-    while True:
-        try:
-            family = next(families)
-        except StopIteration:
-            break
-        except ValueError as exc:  # the parser stops at a bad line: what came before is kept
-            why = str(exc)[:80] or type(exc).__name__
-            dropped[f"{UNREADABLE}{REST_LOST} ({why})"] += 1
-            break
+    for family in _families(text, dropped):
         if family.type == "unknown" and untyped_kind(family.name) == GAUGE:
             dropped["metric of unknown type (drawn as a gauge)"] += len(family.samples)
         for sample in family.samples:
@@ -93,6 +81,73 @@ def parse_snapshot(text: str, ts_ns: int | None, instance: str | None, dropped: 
     return points
 
 
+# Lines of one exposition that are left out, each counted, before the rest of it is given up.
+_MAX_BAD_LINES = 20
+
+
+def _families(text: str, dropped: Counter[str]) -> list:
+    """The exposition's metric families. The parser gives up at a bad line, losing the family it
+    was in: the line is found, counted and left out, and the text parsed again."""
+    # OpenMetrics (what a scrape asking for it gets: exemplars, timestamps in seconds) ends "# EOF".
+    openmetrics = text.rstrip().endswith("\n# EOF") or text.strip() == "# EOF"
+    parse = _parser(openmetrics)
+    lines = text.split("\n")
+    numbers = list(range(1, len(lines) + 1))
+    first_bad, bad = "", 0
+    while True:
+        families: list = []
+        try:
+            families.extend(parse("\n".join(lines)))
+            break
+        except ValueError as exc:  # what came before the bad line's family is in ``families``
+            why = str(exc)[:80] or type(exc).__name__
+            at = _first_bad_line(parse, lines, openmetrics) if bad < _MAX_BAD_LINES else None
+            if at is None:
+                dropped[f"{UNREADABLE}{REST_LOST} ({why})"] += 1
+                break
+            first_bad = first_bad or f"first at line {numbers[at]}: {why}"
+            bad += 1
+            del lines[at], numbers[at]
+    if bad:
+        dropped[f"{UNREADABLE} ({first_bad})"] += bad
+    return families
+
+
+def _parser(openmetrics: bool) -> Callable[[str], Iterator]:
+    # Imported here: the parsers pull in an HTTP server, which every other merge would pay for at start.
+    if openmetrics:
+        from prometheus_client.openmetrics.parser import text_string_to_metric_families
+    else:
+        from prometheus_client.parser import text_string_to_metric_families
+    return text_string_to_metric_families
+
+
+def _first_bad_line(parse: Callable[[str], Iterator], lines: list[str], openmetrics: bool) -> int | None:
+    """The first line at which the parser gives up (a bisection over prefixes of the text)."""
+
+    def fails(count: int) -> bool:
+        text = "\n".join(lines[:count])
+        if openmetrics and lines[count - 1].strip() != "# EOF":
+            text += "\n# EOF"
+        try:
+            for _ in parse(text + "\n"):
+                pass
+        except ValueError:
+            return True
+        return False
+
+    lo, hi = 1, len(lines)
+    if not fails(hi):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fails(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo - 1
+
+
 def _kind(family_type: str, sample: str) -> str:
     if family_type in _COUNTER_PARTS:
         parts = _COUNTER_PARTS[family_type]
@@ -109,12 +164,13 @@ def _sample_time(value: Any) -> int | None:
         return None
 
 
-def _draw(points: list[Point], metrics: MetricWriter) -> None:
+def _draw(points: list[Point], metrics: MetricWriter, borrowed: frozenset[Series] = frozenset()) -> None:
+    """Draws every series; the last sample of those in ``borrowed`` is the next scrape's."""
     by_series: dict[Series, list[tuple[int, float]]] = defaultdict(list)
     for series, ts, value in points:
         by_series[series].append((ts, value))
     for series, samples in by_series.items():
-        metrics.add(series, samples)
+        metrics.add(series, samples, closing=series not in borrowed)
 
 
 # -- one scrape per file ---------------------------------------------------------------------
@@ -142,26 +198,32 @@ def _scrape(path: Path) -> tuple[str, int | None, str | None]:
 
 
 def _name_time(path: Path) -> int | None:
-    stem = path.name.split(".", 1)[0]
-    unit = _NAME_TIME_UNITS.get(len(stem)) if stem.isdigit() else None
-    return int(stem) * unit if unit else None
+    found = _NAME_TIME.match(path.name)
+    digits = _NAME_TIME_DIGITS.get(len(found.group(1))) if found else None
+    return None if digits is None else decimal_text_to_int(found.group(0).rstrip("."), digits)
 
 
 def _next_scrape(path: Path) -> Path | None:
-    """The scrape after this one in its directory (file-name order, shorter names first)."""
+    """The scrape after this one in its directory: in the order of the times in their names
+    (names without one after, shorter names first)."""
     try:
         names = _scrape_names(path.parent, path.suffix, path.parent.stat().st_mtime_ns)
     except OSError:
         return None
-    n = bisect.bisect_right(names, (len(path.name), path.name))
-    return path.parent / names[n][1] if n < len(names) else None
+    n = bisect.bisect_right(names, _scrape_order(path.name))
+    return path.parent / names[n][-1] if n < len(names) else None
+
+
+def _scrape_order(name: str) -> tuple[bool, int, int, str]:
+    when = _name_time(Path(name))
+    return (when is None, when or 0, len(name), name)
 
 
 # A directory of scrapes is listed once, not once per scrape (it holds one file per tick of a
 # run); the modification time in the key lists it again if it changed.
 @functools.lru_cache(maxsize=16)
-def _scrape_names(directory: Path, suffix: str, mtime_ns: int) -> list[tuple[int, str]]:
-    return sorted((len(p.name), p.name) for p in directory.iterdir() if p.suffix == suffix and p.is_file())
+def _scrape_names(directory: Path, suffix: str, mtime_ns: int) -> list[tuple[bool, int, int, str]]:
+    return sorted(_scrape_order(p.name) for p in directory.iterdir() if p.suffix == suffix and p.is_file())
 
 
 def read(path: Path, layout: FileLayout) -> SourceData:
@@ -177,15 +239,18 @@ def read(path: Path, layout: FileLayout) -> SourceData:
         if not dropped:
             raise NotATrace(path, "no metric samples")
     following = _next_scrape(path)
+    borrowed: frozenset[Series] = frozenset()
     if following is not None:
         # The next scrape's counter values: each counter's rate over the interval this scrape starts.
         try:
             text, when, instance = _scrape(following)
             counters = {s for s, _, _ in points if s.kind == COUNTER}
-            points += [p for p in parse_snapshot(text, when, instance, Counter()) if p[0] in counters]
+            later = [p for p in parse_snapshot(text, when, instance, Counter()) if p[0] in counters]
         except InputError:
-            pass  # that scrape is reported when it is read itself
-    _draw(points, MetricWriter(layout, dropped))
+            later = []  # that scrape is reported when it is read itself
+        points += later
+        borrowed = frozenset(series for series, _, _ in later)
+    _draw(points, MetricWriter(layout, dropped), borrowed)
     return SourceData(path=path, format=NAME, clock=UNIX_EPOCH, threads=dict(THREADS), dropped=dropped)
 
 
@@ -200,7 +265,7 @@ def _is_snapshot(obj: Any) -> bool:
 
 
 def snapshots_claim(path: Path, head: bytes) -> bool:
-    return _is_snapshot(first_json_object(head))
+    return _is_snapshot(first_json_object(head, path))
 
 
 def _snapshot_time(obj: dict) -> int | None:

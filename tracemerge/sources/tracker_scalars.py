@@ -40,7 +40,7 @@ def _is_record(obj: Any) -> bool:
 
 
 def claims(path: Path, head: bytes) -> bool:
-    return _is_record(first_json_object(head))
+    return _is_record(first_json_object(head, path))
 
 
 def _scalars(obj: dict) -> dict[str, Any]:
