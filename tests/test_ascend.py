@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 from collections import Counter
@@ -327,3 +328,312 @@ def test_db_counters_are_named_and_scaled_as_the_text_export_draws_them(tmp_path
     ]
     assert db_report.written.counters == sum(map(len, from_db.values())) == 82
     assert (text_report.dropped, db_report.dropped) == ({}, {})
+
+
+# -- exports read once, damaged ones reported, DB rows kept or counted ---------------------------
+
+PROF = ASCEND / "prof" / "PROF_000001_20260101000000000_ABCDEFGHIJKLMNOP"
+MSPROF = PROF / "mindstudio_profiler_output" / "msprof_20260101000000.json"
+
+
+def copy_run(tmp_path: Path, kind: str) -> Path:
+    """A copy of the fixture run of ``kind`` ("text" or "db") under tmp_path/in/actor_update."""
+    run = tmp_path / "in" / "actor_update" / RUN
+    shutil.copytree(ASCEND / kind / "actor_update" / RUN, run)
+    return run
+
+
+def copy_prof(tmp_path: Path) -> Path:
+    prof = tmp_path / "in" / PROF.name
+    shutil.copytree(PROF, prof)
+    return prof
+
+
+def stat_of(report, name: str) -> tuple[str, int]:
+    entry = report.as_dict()["stats"][name]
+    return entry["severity"], entry["count"]
+
+
+def test_msprof_json_beside_trace_view_is_claimed_and_reported_not_read(tmp_path: Path) -> None:
+    """data_simplification=False keeps PROF_*/mindstudio_profiler_output/msprof_*.json, whose
+    events trace_view.json already holds: read once, the other named with the reason."""
+    run = copy_run(tmp_path, "text")
+    msprof = run / PROF.name / "mindstudio_profiler_output" / MSPROF.name
+    msprof.parent.mkdir(parents=True)
+    shutil.copy(MSPROF, msprof)
+    _rb, report = merged(tmp_path / "out", tmp_path / "in")
+    assert [(p.label, [f.name for f in p.files]) for p in report.processes] == [
+        ("actor_update · rank 0", ["trace_view.json"])
+    ]
+    assert report.written.slices == 24
+    assert msprof in report.ignored
+    assert report.dropped == {f"same-run export not read (trace_view.json holds its events): {msprof}": 1}
+    assert stat_of(report, "export_read_elsewhere") == ("info", 1)
+    assert report.exit_code == 0
+    named = CliRunner().invoke(cli.app, [str(msprof), "-o", str(tmp_path / "n.pftrace")])
+    assert named.exit_code == 1  # named alone: nothing else to merge, and said why
+    assert f"{msprof}: not read: {run / 'ASCEND_PROFILER_OUTPUT' / 'trace_view.json'} holds the same events" in (
+        named.output
+    )
+
+
+def test_msprof_tx_and_step_trace_files_are_parts_of_msprof_json(tmp_path: Path) -> None:
+    from tracemerge.discover import recognise
+
+    prof = copy_prof(tmp_path)
+    out = prof / "mindstudio_profiler_output"
+    events = json.loads(MSPROF.read_text())
+    tx = [e for e in events if e["ph"] == "M" and e["args"]["name"] == "python3"]
+    tx += [e for e in events if "event_type" in e.get("args", {})]
+    (out / "msprof_tx_20260101000000.json").write_text(json.dumps(tx))
+    (out / "step_trace_20260101000000.json").write_text(json.dumps(events[:1]))
+    _rb, alone = merged(tmp_path / "a", PROF)
+    _rb, report = merged(tmp_path / "b", tmp_path / "in")
+    assert (
+        report.written.as_dict()
+        == alone.written.as_dict()
+        == {
+            "slices": 20,
+            "instants": 1,
+            "counters": 2,
+            "flows": 4,
+        }
+    )
+    assert [f.name for p in report.processes for f in p.files] == [MSPROF.name]
+    assert report.dropped == {
+        f"same-run export not read ({MSPROF.name} holds its events): {out / name}": 1
+        for name in ("msprof_tx_20260101000000.json", "step_trace_20260101000000.json")
+    }
+    assert report.exit_code == 0
+    # without the whole timeline, the part is what there is: read as an Ascend export
+    (out / MSPROF.name).unlink()
+    (out / "step_trace_20260101000000.json").unlink()
+    fmt = recognise(out / "msprof_tx_20260101000000.json")
+    assert fmt is not None and fmt.name == "ascend-text"
+    rb, report = merged(tmp_path / "c", tmp_path / "in")
+    assert [(s.name, rb.threads[s.track][1]) for s in rb.slices] == [("rollout_generate", "MSTX")]
+    assert report.dropped == {}
+
+
+def test_bare_msprof_run_with_json_and_db_is_read_once(tmp_path: Path) -> None:
+    """msprof exports a PROF_ directory as msprof_{ts}.json and msprof_{ts}.db by default: the
+    text export is read, as in ASCEND_PROFILER_OUTPUT; the DB only when the text is damaged."""
+    prof = copy_prof(tmp_path)
+    db = prof / "msprof_20260101000000.db"
+    shutil.copy(DB, db)
+    _rb, alone = merged(tmp_path / "a", PROF)
+    _rb, report = merged(tmp_path / "b", tmp_path / "in")
+    assert [[f.name for f in p.files] for p in report.processes] == [[MSPROF.name]]
+    assert report.written.as_dict() == alone.written.as_dict()
+    assert db in report.ignored
+    assert report.dropped == {f"same-run export not read ({MSPROF.name} holds its events): {db}": 1}
+    assert report.exit_code == 0
+    text = prof / "mindstudio_profiler_output" / MSPROF.name
+    text.write_bytes(b"\0" * 4096)  # a crash left the text export zero-filled: the DB is read
+    _rb, report = merged(tmp_path / "c", tmp_path / "in")
+    assert [[f.name for f in p.files] for p in report.processes] == [[db.name]]
+    assert report.written.slices == 24
+    assert report.skipped == [f"{text}:1:1: not JSON: it begins with NUL bytes (a damaged export)"]
+
+
+def test_sliced_msprof_export_is_read_as_one_file(tmp_path: Path) -> None:
+    """msprof cuts a large export into msprof_slice_{i}_{ts}.json, each with the metadata: the
+    slices are read as one file, so the HostToDevice flow cut between them is kept."""
+    prof = copy_prof(tmp_path)
+    out = prof / "mindstudio_profiler_output"
+    (out / MSPROF.name).unlink()
+    events = json.loads(MSPROF.read_text())
+    header = [e for e in events if e["ph"] == "M"]
+    body = [e for e in events if e["ph"] != "M"]
+    cut = next(n for n, e in enumerate(body) if e["ph"] == "s") + 1  # the flow starts in slice 0 and ends in 1
+    slices = [out / f"msprof_slice_{i}_20260101000000.json" for i in range(2)]
+    slices[0].write_text(json.dumps(header + body[:cut]))
+    slices[1].write_text(json.dumps(header + body[cut:]))
+    whole, alone = merged(tmp_path / "a", PROF)
+    rb, report = merged(tmp_path / "b", tmp_path / "in")
+    key = lambda s: (s.name, s.ts, s.dur, rb.threads[s.track][1])  # noqa: E731
+    assert sorted(map(key, rb.slices)) == sorted((s.name, s.ts, s.dur, whole.threads[s.track][1]) for s in whole.slices)
+    assert report.written.as_dict() == report.read.as_dict() == alone.written.as_dict()
+    assert report.written.flows == 4
+    assert report.dropped == {f"export slice read with {slices[0].name}: {slices[1]}": 1}
+    assert [[f.name for f in p.files] for p in report.processes] == [[slices[0].name]]
+    assert report.exit_code == 0
+
+
+def _snapshot(directory: Path) -> dict[str, tuple[bytes, int]]:
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in directory.iterdir()}
+
+
+@pytest.mark.parametrize("with_shm", [False, True])
+def test_wal_database_is_read_from_a_private_copy(tmp_path: Path, with_shm: bool) -> None:
+    """Rows still in the -wal file are read, and nothing beside the DB is created or changed
+    (opening it in place would create or rewrite its -shm file)."""
+    work = tmp_path / "work.db"
+    shutil.copy(DB, work)
+    con = sqlite3.connect(work)
+    con.execute("pragma journal_mode=wal")
+    con.execute("pragma wal_autocheckpoint=0")
+    con.execute(f"insert into OVERLAP_ANALYSIS values (9, 0, {T0 + 900_000}, {T0 + 901_000}, 3)")
+    con.commit()
+    run = copy_run(tmp_path, "db")
+    out = run / "ASCEND_PROFILER_OUTPUT"
+    for suffix in ("", "-wal", "-shm") if with_shm else ("", "-wal"):
+        shutil.copy(work.with_name(work.name + suffix), out / (DB.name + suffix))
+    con.close()
+    before = _snapshot(out)
+    _rb, report = merged(tmp_path / "out", tmp_path / "in")
+    assert _snapshot(out) == before
+    assert report.written.slices == 25
+
+
+def test_database_with_a_hot_journal_is_read_as_last_committed(tmp_path: Path) -> None:
+    """A writer killed in a transaction leaves pages of it in the DB and the originals in its
+    -journal: the copy is rolled back, never the input, and no half-written name is read."""
+    run = copy_run(tmp_path, "db")
+    db = run / "ASCEND_PROFILER_OUTPUT" / DB.name
+    con = sqlite3.connect(db, isolation_level=None)
+    con.execute("pragma cache_size=1")  # so that the transaction's pages are written before commit
+    con.execute("begin")
+    con.execute("update STRING_IDS set value = 'torn'")
+    con.execute("create table PAD (x)")
+    con.executemany("insert into PAD values (?)", [(b"x" * 2000,) for _ in range(100)])
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    for name in (db.name, db.name + "-journal"):
+        shutil.copy(db.with_name(name), killed / name)
+    con.execute("rollback")
+    con.close()
+    for name in (db.name, db.name + "-journal"):
+        shutil.copy(killed / name, db.with_name(name))
+    before = _snapshot(db.parent)
+    rb, report = merged(tmp_path / "out", tmp_path / "in")
+    assert _snapshot(db.parent) == before
+    assert "torn" not in {s.name for s in rb.slices}
+    assert report.written.slices == 24
+
+
+def _edit_db(tmp_path: Path, *sql: str) -> Path:
+    run = copy_run(tmp_path, "db")
+    db = run / "ASCEND_PROFILER_OUTPUT" / DB.name
+    with sqlite3.connect(db) as con:
+        for statement in sql:
+            con.execute(statement)
+    con.close()
+    return db
+
+
+def test_mstx_mark_without_a_start_is_counted_and_the_rest_read(tmp_path: Path) -> None:
+    _edit_db(tmp_path, "update MSTX_EVENTS set startNs = NULL where eventType = 3")
+    rb, report = merged(tmp_path / "out", tmp_path / "in")
+    assert (report.written.slices, report.written.instants, rb.instants) == (24, 0, [])
+    assert report.dropped == {"MSTX_EVENTS row with unreadable times": 1}
+    assert stat_of(report, "event_time_unreadable") == ("data_loss", 1)
+    assert report.exit_code == 3
+
+
+def test_task_details_without_their_task_id_are_counted_and_the_tasks_kept(tmp_path: Path) -> None:
+    """COMPUTE_TASK_INFO without globalTaskId cannot name its tasks: they keep their task type
+    as name; MSTX_EVENTS without startNs: its rows are counted, naming the column."""
+    _edit_db(
+        tmp_path,
+        "create table INFO as select name, blockDim, taskType, opType from COMPUTE_TASK_INFO",
+        "drop table COMPUTE_TASK_INFO",
+        "alter table INFO rename to COMPUTE_TASK_INFO",
+        "alter table MSTX_EVENTS drop column startNs",
+    )
+    rb, report = merged(tmp_path / "out", tmp_path / "in")
+    stream = Counter(s.name for s in rb.slices if rb.threads[s.track][1] == "Ascend Hardware · Stream 2")
+    assert stream == {"AI_CORE": 1, "AI_VECTOR_CORE": 3, "MEMCPY_ASYNC": 1}
+    assert report.written.slices == 24 - 1 and report.written.instants == 0
+    assert report.dropped == {
+        "COMPUTE_TASK_INFO row without a globalTaskId (its task keeps its type as name)": 5,
+        "MSTX_EVENTS row not read: the table has no startNs column": 2,
+    }
+    assert stat_of(report, "task_info_unjoined") == ("data_loss", 5)
+    assert stat_of(report, "db_column_missing") == ("data_loss", 2)
+    assert report.exit_code == 3
+
+
+GC_PID = 4100 << 10 | 1 << 5  # torch_npu's Python GC process: (pid << 10) | (sort index 1 << 5) | device
+GCS = [(T0 + 100_000, 50_000), (T0 + 700_000, 10_250)]
+
+
+def test_gc_records_are_drawn_where_the_text_export_draws_them(tmp_path: Path) -> None:
+    """GC_RECORD rows become the slices trace_view.json holds for them: "GC" on the Python GC
+    thread of the Python GC process; memory tables kept in CSVs by the text export are counted."""
+    run = copy_run(tmp_path / "t", "text")
+    view = run / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    events = json.loads(view.read_text())
+    events += [
+        {"ph": "M", "name": "process_name", "pid": GC_PID, "tid": 0, "args": {"name": "Python GC"}},
+        {"ph": "M", "name": "thread_name", "pid": GC_PID, "tid": 4100, "args": {"name": "Python GC"}},
+    ]
+    for ts, dur in GCS:
+        us = f"{ts // 1000}.{ts % 1000:03d}"
+        events.append(
+            {"ph": "X", "name": "GC", "pid": GC_PID, "tid": 4100, "ts": us, "dur": dur / 1000, "cat": "GC", "args": {}}
+        )
+    view.write_text(json.dumps(events))
+    rows = ", ".join(f"({ts}, {ts + dur}, {4100 << 32 | 4100})" for ts, dur in GCS)
+    _edit_db(
+        tmp_path / "d",
+        "create table GC_RECORD (startNs integer, endNs integer, globalTid integer)",
+        f"insert into GC_RECORD values {rows}",
+        "create table MEMORY_RECORD (component integer, timestamp integer, totalAllocated integer)",
+        f"insert into MEMORY_RECORD values (1, {T0}, 10), (1, {T0 + 1}, 20), (2, {T0 + 2}, 30)",
+        "create table OP_MEMORY (name integer, size integer, allocationTime integer, releaseTime integer)",
+        f"insert into OP_MEMORY values (1, 512, {T0}, {T0 + 5})",
+    )
+    text, _ = merged(tmp_path / "t" / "out", tmp_path / "t" / "in")
+    db, report = merged(tmp_path / "d" / "out", tmp_path / "d" / "in")
+    for rb in (text, db):
+        gc = [(s.name, s.cat, s.ts, s.dur) for s in rb.slices if rb.threads[s.track][1] == "Python GC · Python GC"]
+        assert gc == [("GC", "GC", ts, dur) for ts, dur in GCS]
+    assert report.written.slices == 24 + 2
+    assert report.dropped == {
+        "MEMORY_RECORD rows not drawn (the text export keeps them in CSVs too)": 3,
+        "OP_MEMORY rows not drawn (the text export keeps them in CSVs too)": 1,
+    }
+    assert stat_of(report, "db_rows_not_drawn") == ("info", 4)
+    assert report.exit_code == 0
+
+
+def test_damaged_exports_at_their_places_are_skipped_with_the_reason(tmp_path: Path) -> None:
+    """Zero-filled by a crash, beside good ranks: named and skipped (exit 3), not passed over."""
+    copy_run(tmp_path, "text")
+    view = tmp_path / "in" / "actor_update" / "host_102_20260101000000000_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    db = tmp_path / "in" / "actor_update" / "host_103_20260101000000000_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    for directory, name in ((view, "trace_view.json"), (db, "ascend_pytorch_profiler_1.db")):
+        directory.mkdir(parents=True)
+        (directory / name).write_bytes(b"\0" * 65536)
+    result = CliRunner().invoke(cli.app, [str(tmp_path / "in"), "-o", str(tmp_path / "m.pftrace")])
+    assert result.exit_code == 3
+    skipped = [line for line in result.output.splitlines() if line.startswith("skipped ")]
+    assert skipped == [
+        f"skipped {view / 'trace_view.json'}:1:1: not JSON: it begins with NUL bytes (a damaged export)",
+        f"skipped {db / 'ascend_pytorch_profiler_1.db'}: not an SQLite database: it begins with NUL bytes "
+        "(a damaged export)",
+    ]
+
+
+def test_mstx_connection_sentinels_name_no_task(tmp_path: Path) -> None:
+    """4294967295 (no device link, older CANN) and 4000000000 (a legacy tx marker) link nothing:
+    tasks carrying them keep their own names."""
+    _edit_db(
+        tmp_path,
+        "update MSTX_EVENTS set connectionId = 4294967295 where eventType = 2",
+        "update MSTX_EVENTS set connectionId = 4000000000 where eventType = 3",
+        "update TASK set connectionId = 4294967295 where globalTaskId = 1",
+        "update TASK set connectionId = 4000000000 where globalTaskId = 4",
+        "delete from COMPUTE_TASK_INFO where globalTaskId in (1, 4)",
+    )
+    rb, report = merged(tmp_path / "out", tmp_path / "in")
+    stream = sorted((s.ts, s.name) for s in rb.slices if rb.threads[s.track][1] == "Ascend Hardware · Stream 2")
+    assert stream == [
+        (T0 + 250_000, "MatMulV2"),
+        (T0 + 320_000, "AI_VECTOR_CORE"),
+        (T0 + 450_000, "Mul"),
+        (T0 + 460_000, "Mul_tail"),
+        (T0 + 599_000, "MEMCPY_ASYNC"),
+    ]
+    assert report.written.flows == 5 - 2  # tasks 1 and 4 lost their HostToDevice links with their ids

@@ -191,10 +191,21 @@ def test_one_process_per_rank_and_reported_gaps(merged_corpus) -> None:
     assert "MSTX" in rb.thread_names("msinsight · msprof_0.db")
     # The 4 Level2 runs hold summaries only; the Level0 exports lost their CANN launches.
     assert len(report.skipped) == 4 and all("summaries only" in s for s in report.skipped)
+    # Memory records, which the text export keeps in CSVs too, are counted, not drawn (info).
+    not_drawn = Counter()
+    for db in CORPUS.rglob("ascend_pytorch_profiler_*.db"):
+        con = sqlite3.connect("file:" + urllib.parse.quote(str(db)) + "?mode=ro&immutable=1", uri=True)
+        for table in ("MEMORY_RECORD", "OP_MEMORY"):
+            not_drawn[table] += con.execute(f"select count(*) from {table}").fetchone()[0]
+        con.close()
+    assert not_drawn == {"MEMORY_RECORD": 4 * 990, "OP_MEMORY": 4 * 184}
     assert report.dropped == {
         "flow point outside any slice on its thread": 430,
         "flow left with one endpoint after binding": 430,
+        **{f"{t} rows not drawn (the text export keeps them in CSVs too)": n for t, n in not_drawn.items()},
     }
+    stats = report.as_dict()["stats"]
+    assert (stats["db_rows_not_drawn"]["severity"], stats["db_rows_not_drawn"]["count"]) == ("info", 4 * (990 + 184))
     assert json.loads(json.dumps(report.as_dict()))["exit_code"] == 3
 
 

@@ -184,6 +184,31 @@ STATS: tuple[Stat, ...] = (
         "events of files that changed while being merged",
         r"changed while being merged",
     ),
+    _stat(
+        "export_read_elsewhere",
+        Severity.INFO,
+        "export files of an Ascend run read through another one: a more complete export that holds "
+        "their events, or the first slice of a sliced msprof export",
+        r"^same-run export not read \(|^export slice read with ",
+    ),
+    _stat(
+        "db_rows_not_drawn",
+        Severity.INFO,
+        "rows of Ascend DB tables the text export keeps out of its timeline too (memory records)",
+        r"^\w+ rows not drawn \(the text export keeps them",
+    ),
+    _stat(
+        "task_info_unjoined",
+        Severity.DATA_LOSS,
+        "Ascend task detail rows without the globalTaskId that ties them to a task (drawn under its type)",
+        r"^\w+ row without a globalTaskId",
+    ),
+    _stat(
+        "db_column_missing",
+        Severity.DATA_LOSS,
+        "Ascend DB rows not read because their table lacks a column they need",
+        r"^\w+ row not read: the table has no \w+ column",
+    ),
 )
 OTHER = Stat("other", Severity.DATA_LOSS, "events not kept for another reason", re.compile(""))
 FILES_SKIPPED = Stat("file_skipped", Severity.ERROR, "files that could not be used", re.compile(""))

@@ -10,18 +10,27 @@ columns it has. Timeline tables and where their rows go:
   ``COMMUNICATION_TASK_INFO`` / an MSTX message, else the task type; communication tasks also on
   ``HCCL · Plane N``; ``COMMUNICATION_OP`` → ``HCCL · Group N Communication``;
 - ``OVERLAP_ANALYSIS`` → ``Overlap Analysis · Computing`` etc.; ``MSTX_EVENTS`` → ``MSTX``;
+  ``GC_RECORD`` → ``Python GC · Python GC`` (slices named ``GC``, as the text export draws them);
+- ``MEMORY_RECORD`` / ``OP_MEMORY`` (CSVs in the text export, not in its timeline): rows counted;
 - every table with a ``timestampNs`` column → counter tracks: the metric tables named and scaled as
   the text export draws them (``ascend_counters``), any other one series per numeric column;
 - flows: ``CANN_API`` → ``TASK`` by connectionId (HostToDevice), ``PYTORCH_API`` → ``TASK`` through
   ``CONNECTION_IDS`` (torch_to_npu), and forward → backward ops sharing a connection id (fwdbwd).
+
+A DB is never changed, and nothing is created beside it: one with a ``-wal`` or ``-journal`` file
+is read from a private copy (see :func:`_opened`). A row that cannot be read is counted under its
+table, the rest of the DB is read.
 """
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
+import tempfile
 import urllib.parse
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +41,14 @@ from tracemerge.model import Event, FlowPhase, Kind, SourceData, ThreadInfo, Thr
 from tracemerge.phase_rules import MSTX
 from tracemerge.sources import ascend_layout as layout_dirs
 from tracemerge.sources.ascend_counters import COUNTER_TABLES, CounterTable
-from tracemerge.sources.ascend_layout import MSTX_THREAD
+from tracemerge.sources.ascend_layout import MSTX_THREAD, SQLITE_MAGIC
 from tracemerge.sources.base import SourceFormat
 from tracemerge.sources.chrome_events import counter_series
 from tracemerge.units import checked_ns
 
 NAME = "ascend-db"
-SQLITE_MAGIC = b"SQLite format 3\x00"
+# Files a writer leaves beside a DB that hold rows not yet in it.
+SIDE_FILES = ("-wal", "-journal")
 OVERLAP_TYPES = {0: "Computing", 1: "Communication", 2: "Communication(Not Overlapped)", 3: "Free"}
 MSTX_POINT_TYPES = frozenset({0, 3})  # marker, marker_ex
 FWD_BWD_CONNECTION = 5 << 28  # connection ids at or above this link forward and backward ops
@@ -87,60 +97,93 @@ ENUM_KEYS = {"moduleId": "ENUM_MODULE", "module_id": "ENUM_MODULE"}
 STRING_KEYS = frozenset({"type", "mode", "component", "operatorName", "eventName", "name"})
 SERIES_KEYS = ID_KEYS | frozenset(ENUM_KEYS) | STRING_KEYS
 NOT_VALUES = frozenset({"deviceId", "timestampNs", "globalTid", "streamPtr", "addr", *SERIES_KEYS})
-TIMELINE_TABLES = frozenset({"TASK", "COMMUNICATION_OP", "CANN_API", "PYTORCH_API", "MSTX_EVENTS", "OVERLAP_ANALYSIS"})
+TIMELINE_TABLES = frozenset(
+    {"TASK", "COMMUNICATION_OP", "CANN_API", "PYTORCH_API", "MSTX_EVENTS", "OVERLAP_ANALYSIS", "GC_RECORD"}
+)
+# connectionId values that link nothing: "no device link" in older CANN (UINT32_MAX) and
+# msprof's id for a legacy tx marker without a mark (DEFAULT_CONNECTION_ID_MSTX).
+NO_CONNECTION = frozenset({4294967295, 4000000000})
+# Tables the text export keeps in CSVs, out of its timeline: their rows are counted, not drawn.
+NOT_DRAWN = ("MEMORY_RECORD", "OP_MEMORY")
 
 
 def claims(path: Path, head: bytes) -> bool:
-    if not head.startswith(SQLITE_MAGIC) or not layout_dirs.is_timeline_db(path):
-        return False
-    # A run exported as both text and DB holds the same events twice: read trace_view.json only.
-    return not (path.parent / "trace_view.json").is_file()
-
-
-def connect(path: Path) -> sqlite3.Connection:
-    """The DB, read-only. ``immutable=1`` never creates -wal/-shm files next to a DB we only
-    read, but also never reads a -wal file: a DB whose writer was stopped before a checkpoint
-    keeps rows there, so then it is opened plainly read-only (which reads them)."""
-    base = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
-    if _has_wal(path):
-        try:
-            con = sqlite3.connect(base, uri=True)
-            con.execute("select count(*) from sqlite_master").fetchone()
-            return con
-        except sqlite3.Error:
-            pass  # e.g. the -shm file cannot be made here: read what the main file holds
-    return sqlite3.connect(base + "&immutable=1", uri=True)
-
-
-def _has_wal(path: Path) -> bool:
-    wal = path.with_name(path.name + "-wal")
-    try:
-        return wal.stat().st_size > 0
-    except OSError:
-        return False
+    # At an export's place by name alone (damaged, it is reported); elsewhere by its SQLite header.
+    return layout_dirs.is_timeline_db(path) and (head.startswith(SQLITE_MAGIC) or layout_dirs.is_export_db(path))
 
 
 def read(path: Path, layout: FileLayout) -> SourceData:
-    try:
-        con = connect(path)
-        tables = {
-            name: [row[1] for row in con.execute(f"pragma table_info('{name}')")]
-            for (name,) in con.execute("select name from sqlite_master where type = 'table'")
-        }
-    except sqlite3.DatabaseError as exc:
-        raise InputError(path, f"not a readable SQLite database ({exc})") from None
-    if not TIMELINE_TABLES & set(tables):
-        raise NotATrace(path, "SQLite database without Ascend timeline tables")
-    try:
-        reader = _DbReader(con, tables, layout)
-        reader.read_all()
-    except sqlite3.DatabaseError as exc:
-        raise InputError(path, f"cannot read the database ({exc})") from None
-    finally:
-        con.close()
+    layout_dirs.check_read_here(path)
+    _check_header(path)
+    with _opened(path, layout.store.directory) as con:
+        try:
+            tables = {
+                name: [row[1] for row in con.execute(f"pragma table_info('{name}')")]
+                for (name,) in con.execute("select name from sqlite_master where type = 'table'")
+            }
+        except sqlite3.DatabaseError as exc:
+            raise InputError(path, f"not a readable SQLite database ({exc})") from None
+        if not TIMELINE_TABLES & set(tables):
+            raise NotATrace(path, "SQLite database without Ascend timeline tables")
+        try:
+            reader = _DbReader(con, tables, layout)
+            reader.read_all()
+        except sqlite3.DatabaseError as exc:
+            raise InputError(path, f"cannot read the database ({exc})") from None
+    layout_dirs.note_not_read(path, reader.dropped)
     data = layout_dirs.source_data(path, NAME, reader.thread_infos(), reader.dropped, rank=reader.rank)
     data.host = reader.host or data.host
     return data
+
+
+def _check_header(path: Path) -> None:
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+    if head != SQLITE_MAGIC:
+        what = "NUL bytes" if head[:1] == b"\0" else repr(head)
+        raise InputError(path, f"not an SQLite database: it begins with {what} (a damaged export)")
+
+
+@contextmanager
+def _opened(path: Path, work: Path | None) -> Iterator[sqlite3.Connection]:
+    """The DB, read so that nothing beside it is created or changed. ``immutable=1`` never
+    touches a side file, but never reads one either: a DB whose writer stopped before a
+    checkpoint keeps rows in its -wal (or a -journal to roll back), so then the DB and that file
+    are copied into a private temporary directory (under ``work``) and the copy is opened."""
+    side = [s for s in SIDE_FILES if _size(path.with_name(path.name + s))]
+    if not side:
+        con = sqlite3.connect(_uri(path) + "?mode=ro&immutable=1", uri=True)
+        try:
+            yield con
+        finally:
+            con.close()
+        return
+    with tempfile.TemporaryDirectory(prefix=".tracemerge-db-", dir=work) as tmp:
+        copy = Path(tmp) / path.name
+        try:
+            for suffix in ("", *side):
+                shutil.copyfile(path.with_name(path.name + suffix), copy.with_name(copy.name + suffix))
+        except OSError as exc:
+            raise InputError(path, f"cannot copy it with its {'/'.join(side)} file to read both: {exc}") from None
+        con = sqlite3.connect(_uri(copy), uri=True)  # writable: SQLite replays the -wal or journal there
+        try:
+            yield con
+        finally:
+            con.close()
+
+
+def _uri(path: Path) -> str:
+    return "file:" + urllib.parse.quote(str(path.resolve()))
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 class _DbReader:
@@ -208,6 +251,23 @@ class _DbReader:
         self.emit(ev)
         return ev
 
+    def _instant(self, key: ThreadKey, ts: Any, name: str, cat: str, args: dict | None, what: str) -> None:
+        try:
+            ts = checked_ns(int(ts))
+        except (TypeError, ValueError):
+            self.dropped[f"{what} row with unreadable times"] += 1
+            return
+        self.emit(Event(Kind.INSTANT, ts, key, name, cat, 0, args))
+
+    def _has_columns(self, table: str, *cols: str) -> bool:
+        """Whether ``table`` has ``cols``; if not, its rows are counted as not read, with the column."""
+        missing = [c for c in cols if c not in self.tables.get(table, cols)]
+        if missing:
+            rows = self.con.execute(f'select count(*) from "{table}"').fetchone()[0]
+            if rows:
+                self.dropped[f"{table} row not read: the table has no {missing[0]} column"] += rows
+        return not missing
+
     # -- tables --------------------------------------------------------------------------------
 
     def read_all(self) -> None:
@@ -221,28 +281,45 @@ class _DbReader:
         cann = self._cann_api()
         self._pytorch_api(cann)
         self._overlap()
+        self._gc()
         self._counters()
+        self._not_drawn()
 
     def _mstx(self) -> None:
         kinds = self._enum("ENUM_MSTX_EVENT_TYPE")
+        if not self._has_columns("MSTX_EVENTS", "startNs"):
+            return
         for row in self._dicts("MSTX_EVENTS"):
             message = str(self._text(row.get("message")))
             domain = str(self._text(row.get("domainId")) or "")
             connection = row.get("connectionId")
-            if connection is not None:
+            if connection is not None and connection not in NO_CONNECTION:
                 self.mstx_by_connection[connection] = message
             args = {"event_type": kinds.get(row.get("eventType"), row.get("eventType")), "domain": domain}
             key = self._track(MSTX_THREAD, "MSTX", (3, "MSTX", 0, ""))
             if row.get("eventType") in MSTX_POINT_TYPES:
-                self.emit(Event(Kind.INSTANT, int(row["startNs"]), key, message, domain, 0, args))
+                self._instant(key, row.get("startNs"), message, domain, args, "MSTX_EVENTS")
             else:
                 ev = self._slice(key, row.get("startNs"), row.get("endNs"), message, domain, args, "MSTX_EVENTS")
                 if ev is not None:  # an MSTX range is a phase its user named
                     self.layout.mark(phase_tag(MSTX, message), ev.origin, key, ev.ts, ev.ts + ev.dur)
 
+    def _task_info(self, table: str) -> dict[Any, dict[str, Any]]:
+        """Rows of a task detail table by globalTaskId; a row without one names no task: counted."""
+        found = {}
+        for row in self._dicts(table):
+            task = row.get("globalTaskId")
+            if task is None:
+                self.dropped[f"{table} row without a globalTaskId (its task keeps its type as name)"] += 1
+            else:
+                found[task] = row
+        return found
+
     def _tasks(self) -> None:
-        compute = {r["globalTaskId"]: r for r in self._dicts("COMPUTE_TASK_INFO")}
-        comm = {r["globalTaskId"]: r for r in self._dicts("COMMUNICATION_TASK_INFO")}
+        compute = self._task_info("COMPUTE_TASK_INFO")
+        comm = self._task_info("COMMUNICATION_TASK_INFO")
+        if not self._has_columns("TASK", "startNs", "endNs"):
+            return
         for row in self._dicts("TASK"):
             device = row.get("deviceId") or 0
             self.devices.add(device)
@@ -250,6 +327,8 @@ class _DbReader:
             task_type = self._text(row.get("taskType"))
             info = compute.get(row.get("globalTaskId")) or comm.get(row.get("globalTaskId"))
             connection = row.get("connectionId")
+            if connection in NO_CONNECTION:
+                connection = None
             if info is not None:
                 name = str(self._text(info.get("name")))
             elif connection in self.mstx_by_connection:
@@ -260,7 +339,7 @@ class _DbReader:
                 "Task Type": task_type,
                 "Stream Id": stream,
                 "Task Id": row.get("taskId"),
-                "connection_id": connection,
+                "connection_id": row.get("connectionId"),
             }
             if info is not None:
                 for col, value in info.items():
@@ -365,6 +444,21 @@ class _DbReader:
                 ("overlap", device, kind), f"Overlap Analysis · {kind}", (6, device, row.get("type") or 0, "")
             )
             self._slice(key, row.get("startNs"), row.get("endNs"), kind, "", None, "OVERLAP_ANALYSIS")
+
+    def _gc(self) -> None:
+        """Python garbage collections, on the track the text export draws them on (its
+        ``Python GC`` process and thread), named ``GC`` as there."""
+        for start, end, global_tid in self._rows("GC_RECORD", ("startNs", "endNs", "globalTid")):
+            tid = global_tid & 0xFFFFFFFF if type(global_tid) is int else 0
+            key = self._track(("gc", tid), "Python GC · Python GC", (1, "Python GC", tid, ""))
+            self._slice(key, start, end, "GC", "GC", None, "GC_RECORD")
+
+    def _not_drawn(self) -> None:
+        for table in NOT_DRAWN:
+            if table in self.tables:
+                rows = self.con.execute(f'select count(*) from "{table}"').fetchone()[0]
+                if rows:
+                    self.dropped[f"{table} rows not drawn (the text export keeps them in CSVs too)"] += rows
 
     def _counters(self) -> None:
         for table, cols in sorted(self.tables.items()):

@@ -14,17 +14,25 @@ from typing import Any
 
 import orjson
 
+from tracemerge.errors import NotATrace, shown
 from tracemerge.model import UNIX_EPOCH, SourceData, ThreadInfo, ThreadKey, as_rank
+from tracemerge.sources.base import read_head
 from tracemerge.sources.common import host_of
 
 RUN_SUFFIXES = ("_ascend_pt", "_ascend_ms")
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
+TRACE_VIEW = "trace_view.json"
+MSPROF_OUTPUT = "mindstudio_profiler_output"
+SQLITE_MAGIC = b"SQLite format 3\x00"
 # The track MSTX markers go to, in both the text and the DB export.
 MSTX_THREAD: ThreadKey = ("MSTX", None)
 _PROF_DIR = re.compile(r"^PROF_\d+_\d+_[0-9a-zA-Z]+$")
 _INFO_FILE = re.compile(r"^profiler_info(?:_(\d+))?\.json$")
 _DB_FILE = re.compile(r"^(?:ascend_pytorch_profiler|ascend_mindspore_profiler)(?:_(\d+))?\.db$|^msprof_\d+\.db$")
-_MSPROF_JSON = re.compile(r"^msprof_(?:slice_)?\d+.*\.json$")
+# msprof's text export: the whole timeline, msprof_{ts}.json (msprof_slice_{i}_{ts}.json when cut
+# into slices), and files that repeat parts of it (msprof_tx_{ts}.json, step_trace_{ts}.json).
+_MSPROF_JSON = re.compile(r"^msprof_(?:slice_(?P<slice>\d+)_)?(?P<stamp>\d+.*)\.json$")
+_PART_JSON = re.compile(r"^(?:msprof_tx|step_trace)_(?:slice_\d+_)?\d+.*\.json$")
 _DEVICE_INFO = re.compile(r"^info\.json\.\d+$")
 
 
@@ -47,8 +55,22 @@ def is_timeline_db(path: Path) -> bool:
     return bool(_DB_FILE.match(path.name))
 
 
-def is_msprof_json(path: Path) -> bool:
-    return bool(_MSPROF_JSON.match(path.name)) and path.parent.name == "mindstudio_profiler_output"
+def is_text_export(path: Path) -> bool:
+    """``trace_view.json`` of a run, or a JSON file of msprof's text export, by name and place."""
+    if path.name == TRACE_VIEW:
+        return path.parent.name == OUTPUT_DIR
+    return path.parent.name == MSPROF_OUTPUT and bool(_MSPROF_JSON.match(path.name) or _PART_JSON.match(path.name))
+
+
+def is_export_db(path: Path) -> bool:
+    """A profiler DB where the exporters put it: ``ASCEND_PROFILER_OUTPUT/``, or a ``PROF_*``
+    directory (or its ``mindstudio_profiler_output/``) for msprof's."""
+    if not is_timeline_db(path):
+        return False
+    if not path.name.startswith("msprof_"):
+        return path.parent.name == OUTPUT_DIR
+    prof = path.parent.parent if path.parent.name == MSPROF_OUTPUT else path.parent
+    return bool(_PROF_DIR.match(prof.name))
 
 
 def _load_json(path: Path) -> Any:
@@ -163,3 +185,112 @@ def unusable_reason(directory: Path) -> str | None:
             f"msprof --export=on --output={directory}"
         )
     return None
+
+
+# -- one run, several exports -------------------------------------------------------------------
+# A run exported more than once holds its events several times: trace_view.json (or, without it,
+# the profiler DB) holds every msprof event of the run; in a bare PROF_* directory msprof_{ts}.json
+# (as trace_view.json over the DB, the text export first) holds what msprof_{ts}.db, msprof_tx_*.json
+# and step_trace_*.json hold. Only the most complete export that is readable is read; the others
+# are claimed, not read, and named with the file read in their place.
+
+
+def read_instead(path: Path) -> Path | None:
+    """The export of the same run that holds ``path``'s events and is read in its place (the
+    first slice, for a later slice of a sliced msprof export); None when ``path`` is read."""
+    if path.parent.name == OUTPUT_DIR:
+        return None if path.name == TRACE_VIEW else _usable(path.parent / TRACE_VIEW)
+    run = run_dir_of(path)
+    if run is not None and run.name.endswith(RUN_SUFFIXES):
+        found = _run_export(run)
+        if found is not None:
+            return found
+    prof = path.parent.parent if path.parent.name == MSPROF_OUTPUT else path.parent
+    if not _PROF_DIR.match(prof.name):
+        return None
+    whole = _MSPROF_JSON.match(path.name) if path.parent.name == MSPROF_OUTPUT else None
+    if whole is not None:
+        first = slices_of(path)[0]
+        return None if first == path else first
+    text = _msprof_text(prof)
+    if text is not None:
+        return text
+    db = next(filter(None, map(_usable, _msprof_dbs(prof))), None)
+    return None if db == path else db
+
+
+def slices_of(path: Path) -> list[Path]:
+    """The slices of the msprof export ``path`` is a slice of, in order; else ``[path]``."""
+    m = _MSPROF_JSON.match(path.name)
+    if m is None or m.group("slice") is None:
+        return [path]
+    found = []
+    for other in path.parent.glob(f"msprof_slice_*_{m.group('stamp')}.json"):
+        o = _MSPROF_JSON.match(other.name)
+        if o is not None and o.group("slice") is not None and o.group("stamp") == m.group("stamp"):
+            found.append((int(o.group("slice")), other))
+    return [p for _, p in sorted(found)] or [path]
+
+
+def check_read_here(path: Path) -> None:
+    """Raises NotATrace, naming the file read in its place, when ``path`` is not to be read."""
+    instead = read_instead(path)
+    if instead is None:
+        return
+    if instead.parent == path.parent and path in slices_of(instead):
+        raise NotATrace(path, f"read together with {instead.name}, the first slice of the same export")
+    raise NotATrace(path, f"not read: {shown(instead)} holds the same events and is read in its place")
+
+
+def note_not_read(kept: Path, dropped: Counter[str]) -> None:
+    """Counts (info) the other export files of ``kept``'s run that are read through ``kept`` or
+    not at all: the run report says why each is not read on its own."""
+    run = run_dir_of(kept)
+    if run is None:
+        return
+    patterns = ("*", f"{MSPROF_OUTPUT}/*", f"{OUTPUT_DIR}/*", "PROF_*/*", f"PROF_*/{MSPROF_OUTPUT}/*")
+    slices = slices_of(kept)
+    for other in sorted({p for pattern in patterns for p in run.glob(pattern)}):
+        if other == kept or not (is_text_export(other) or is_export_db(other)) or read_instead(other) != kept:
+            continue
+        if other in slices:
+            dropped[f"export slice read with {kept.name}: {shown(other)}"] += 1
+        else:
+            dropped[f"same-run export not read ({kept.name} holds its events): {shown(other)}"] += 1
+
+
+def _usable(path: Path) -> Path | None:
+    """``path`` when it begins as its kind of export does (a JSON array or object, an SQLite
+    header): a damaged export never hides a good one."""
+    try:
+        head = read_head(path, 64)
+    except OSError:
+        return None
+    if path.suffix == ".db":
+        return path if head.startswith(SQLITE_MAGIC) else None
+    return path if head.lstrip(b" \t\r\n")[:1] in (b"[", b"{") else None
+
+
+def _run_export(run: Path) -> Path | None:
+    """What is read of a torch_npu / MindSpore run: trace_view.json, else its profiler DB."""
+    output = run / OUTPUT_DIR
+    found = _usable(output / TRACE_VIEW)
+    if found is None and output.is_dir():
+        found = next(filter(None, map(_usable, sorted(p for p in output.iterdir() if is_timeline_db(p)))), None)
+    return found
+
+
+def _msprof_text(prof: Path) -> Path | None:
+    """The (first slice of the) readable msprof_{ts}.json of a PROF_* directory, if any."""
+    whole = sorted(
+        (m.group("slice") is not None, p)
+        for p in (prof / MSPROF_OUTPUT).glob("msprof_*.json")
+        if (m := _MSPROF_JSON.match(p.name)) is not None and slices_of(p)[0] == p
+    )
+    return next(filter(None, (_usable(p) for _, p in whole)), None)
+
+
+def _msprof_dbs(prof: Path) -> list[Path]:
+    return sorted(
+        p for p in [*prof.glob("msprof_*.db"), *prof.glob(f"{MSPROF_OUTPUT}/msprof_*.db")] if is_timeline_db(p)
+    )

@@ -1,6 +1,11 @@
 """Ascend text exports: ``ASCEND_PROFILER_OUTPUT/trace_view.json`` of a torch_npu / MindSpore run
 and ``PROF_*/mindstudio_profiler_output/msprof_*.json`` of a bare msprof run.
 
+Files are claimed by name and place alone (the files msprof writes beside msprof_*.json too:
+``msprof_tx_*``, ``step_trace_*``), so that a damaged export is reported, and one whose events
+another export of the run holds is named as not read (see ``ascend_layout.read_instead``). The
+slices of a sliced msprof export (``msprof_slice_{i}_{ts}.json``) are read as one file.
+
 Both are bare arrays of Chrome trace events with ``ts`` as a decimal string of epoch µs. Processes
 are told apart by their ``process_name`` (Python, CANN, Ascend Hardware, HCCL, Overlap Analysis,
 counters), never by decoding the pid, whose encoding changed between versions. MSTX markers (events
@@ -13,16 +18,18 @@ from pathlib import Path
 from typing import Any
 
 from tracemerge.anchors import phase_tag
+from tracemerge.errors import InputError, NotATrace
 from tracemerge.layout import FileLayout
 from tracemerge.model import NO_ORIGIN, OriginKey, SourceData, ThreadInfo, ThreadKey
 from tracemerge.phase_rules import MSTX
 from tracemerge.sources import ascend_layout as layout_dirs
 from tracemerge.sources.ascend_layout import MSTX_THREAD
-from tracemerge.sources.base import SourceFormat
+from tracemerge.sources.base import SourceFormat, read_head
 from tracemerge.sources.chrome_events import (
     INSTANT,
     SLICE,
     ChromeEvents,
+    ExactEvent,
     LenientEvent,
     TraceEvent,
     plain_args,
@@ -110,23 +117,37 @@ class AscendEvents(ChromeEvents):
 
 
 def claims(path: Path, head: bytes) -> bool:
-    in_run = (
-        path.name == "trace_view.json" and path.parent.name == layout_dirs.OUTPUT_DIR
-    ) or layout_dirs.is_msprof_json(path)
-    if not in_run or not head.lstrip().startswith(b"["):
-        return False
-    if layout_dirs.is_msprof_json(path):
-        # trace_view.json already holds every msprof event of the run: read one of them, not both.
-        run = layout_dirs.run_dir_of(path)
-        return not (run is not None and (run / layout_dirs.OUTPUT_DIR / "trace_view.json").is_file())
-    return True
+    # By name and place alone: an export damaged past reading is still reported, not passed over.
+    return layout_dirs.is_text_export(path)
 
 
 def read(path: Path, layout: FileLayout) -> SourceData:
+    layout_dirs.check_read_here(path)
+    slices = layout_dirs.slices_of(path)
     reader = AscendEvents(layout)
-    read_events(path, reader, TraceEvent, LenientEvent)
+    # Slices are read as one file, so that flows crossing a cut are kept. Times are taken from the
+    # text: a float time too large for its ns would otherwise restart the read (losing slices read).
+    struct, lenient = (ExactEvent, ExactEvent) if len(slices) > 1 else (TraceEvent, LenientEvent)
+    for part in slices:
+        _check_json(part)
+        try:
+            read_events(part, reader, struct, lenient)
+        except NotATrace as exc:  # at an export's place, a file without events is a damaged export
+            raise InputError(exc.path, exc.reason, exc.where) from None
     reader.finish()
+    layout_dirs.note_not_read(path, reader.dropped)
     return layout_dirs.source_data(path, NAME, reader.threads(), reader.dropped, reader.metadata_records)
+
+
+def _check_json(path: Path) -> None:
+    """InputError unless the file begins as JSON does (a file zero-filled by a crash does not)."""
+    try:
+        head = read_head(path, 64).lstrip(b" \t\r\n")
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+    if head[:1] not in (b"[", b"{", b""):
+        what = "NUL bytes" if head[:1] == b"\0" else repr(head[:16])
+        raise InputError(path, f"not JSON: it begins with {what} (a damaged export)", "1:1")
 
 
 ASCEND_TEXT = SourceFormat(NAME, claims, read, layout_dirs.path_hints, layout_dirs.unusable_reason)
