@@ -121,3 +121,78 @@ def test_json_and_pftrace_draw_the_same_flows(tmp_path: Path, inputs: str) -> No
     assert json_problems == []
     assert json_report.written.flows == pftrace_report.written.flows == sum(pftrace_pairs.values())
     assert not [reason for reason in json_report.dropped if reason.startswith("flows beyond")]
+
+
+def _x(name: str, at: int, dur: int, where: dict, **flow) -> dict:
+    return {"ph": "X", "name": name, "cat": "op", "ts": T0 + at, "dur": dur, **where, **flow}
+
+
+CPU, GPU = {"pid": 10, "tid": 11}, {"pid": 0, "tid": 7}
+
+
+def test_bind_id_flows_join_the_slices_trace_processor_joins(tmp_path: Path) -> None:
+    """Flow v2 (``bind_id`` with ``flow_out`` / ``flow_in`` on X events), on the outermost and on the
+    innermost of slices sharing a start, a chain through a slice with both, an id as hex text."""
+    events = [
+        _x("step", 0, 100, CPU, bind_id=1001, flow_out=True),
+        _x("aten::mm", 0, 60, CPU),
+        _x("launch", 0, 10, CPU, bind_id=1002, flow_out=True),
+        _x("kernel_a", 200, 50, GPU, bind_id=1001, flow_in=True),
+        _x("kernel_b", 300, 20, GPU, bind_id=1002, flow_in=True, flow_out=True),
+        _x("kernel_c", 400, 20, GPU, bind_id=1002, flow_in=True),
+        _x("copy", 500, 5, CPU, bind_id="0x3f0", flow_out=True),
+        _x("kernel_d", 600, 5, GPU, bind_id=1008, flow_in=True),
+        _x("plain", 700, 5, CPU, bind_id=1009),  # no direction: no flow (Perfetto draws none either)
+    ]
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    expected = {
+        ("step", 0, 100_000, "kernel_a", 200_000, 50_000): 1,
+        ("launch", 0, 10_000, "kernel_b", 300_000, 20_000): 1,
+        ("kernel_b", 300_000, 20_000, "kernel_c", 400_000, 20_000): 1,
+        ("copy", 500_000, 5_000, "kernel_d", 600_000, 5_000): 1,
+    }
+    assert flow_pairs(path)[0] == expected  # trace_processor reading the input itself
+    for ext, (report, pairs, problems) in both_formats(tmp_path, path).items():
+        assert (pairs, problems) == (expected, []), ext
+        assert report.written.flows == 4
+        assert report.dropped == {"bind_id flow on a slice without flow_in or flow_out": 1}
+        assert report.exit_code == 0
+
+
+def test_a_bind_id_flow_on_a_slice_between_others_starting_with_it_is_counted(tmp_path: Path) -> None:
+    events = [
+        _x("step", 0, 100, CPU),
+        _x("aten::mm", 0, 60, CPU, bind_id=7, flow_out=True),
+        _x("launch", 0, 10, CPU),
+        _x("kernel", 200, 50, GPU, bind_id=7, flow_in=True),
+    ]
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    report = merge([path], tmp_path / "out.pftrace")
+    assert report.dropped == {
+        "bind_id flow on a slice nested in one that starts with it (not bound)": 1,
+        "flow step/end without a start": 1,
+    }
+    assert report.written.flows == 0
+
+
+def test_id2_flows_are_drawn_from_typed_batches(tmp_path: Path) -> None:
+    """``id2`` ({"local": ...} or {"global": ...}) instead of ``id`` on s / f events."""
+
+    def flow(ph: str, id2: dict, at: int, where: dict) -> dict:
+        return {"ph": ph, "id2": id2, "ts": T0 + at, "cat": "c", "name": "f", "bp": "e", **where}
+
+    events = [
+        _x("op", 0, 10, CPU),
+        _x("kernel", 100, 10, GPU),
+        flow("s", {"local": "0x5"}, 1, CPU),
+        flow("f", {"local": "0x5"}, 100, GPU),
+        flow("s", {"global": "0x6"}, 2, CPU),
+        flow("f", {"global": "0x6"}, 105, GPU),
+    ]
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    for ext, (report, pairs, problems) in both_formats(tmp_path, path).items():
+        assert (pairs, problems) == ({("op", 0, 10_000, "kernel", 100_000, 10_000): 2}, []), ext
+        assert (report.written.flows, report.dropped) == (2, {})

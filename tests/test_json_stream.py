@@ -9,10 +9,13 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from readback import read_pftrace
 
 from tracemerge.pipeline import merge
 from tracemerge.sources import json_stream
+from tracemerge.sources.chrome_events import LenientEvent, TraceEvent
 from tracemerge.sources.json_stream import EventStream
+from tracemerge.stats import tally
 
 
 class Ev(msgspec.Struct):
@@ -27,9 +30,18 @@ EVENTS = [
 ]
 
 
-def names(path: Path) -> tuple[list[str], EventStream]:
-    stream = EventStream(path, Ev)
+def names(path: Path, struct: type = Ev, lenient: type | None = None) -> tuple[list[str], EventStream]:
+    stream = EventStream(path, struct, lenient)
     return [e.name for batch in stream.batches() for e in batch], stream
+
+
+def where(text: str, offset: int) -> str:
+    """line:col of ``text[offset]``."""
+    return f"{text.count(chr(10), 0, offset) + 1}:{offset - text.rfind(chr(10), 0, offset)}"
+
+
+def statistics(report) -> dict[str, tuple[str, int]]:
+    return {name: (s["severity"], s["count"]) for name, s in tally(report.dropped, len(report.skipped)).items()}
 
 
 @pytest.mark.parametrize("block", [64, 1000, 1 << 22])
@@ -96,3 +108,215 @@ def test_numeric_string_tids_are_the_same_thread_as_their_numbers(tmp_path: Path
     assert report.written.flows == 1
     [proc] = report.processes
     assert proc.written.slices == 2 and proc.written.instants == 1
+
+
+def test_events_before_damage_inside_a_batch_are_kept(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(json_stream, "BLOCK", 1000)
+    text = json.dumps({"traceEvents": EVENTS}, indent=1)
+    bad = text.index('"n100"')
+    path = tmp_path / "damaged.json"
+    path.write_text(text[:bad] + "@" + text[bad + 1 :])
+    got, stream = names(path)
+    assert got == [e["name"] for e in EVENTS[:100]]
+    assert stream.damage is not None and stream.damage.reason == "invalid JSON (invalid character)"
+    assert stream.damage.where == where(text, bad)
+
+
+KINETO_TAIL = '"traceName": "/tmp/t.json", "displayTimeUnit": "ms", "baseTimeNanoseconds": 1700000000000000000'
+
+
+def kineto_text(tail: str = KINETO_TAIL) -> str:
+    """Kineto's layout: one event per line, the keys after the array."""
+    events = [{**e, "pid": 1, "tid": 1, "ts": 100 + n, "dur": 1} for n, e in enumerate(EVENTS[:50])]
+    lines = ",\n".join(json.dumps(e) for e in events)
+    return f'{{"schemaVersion": 1, "traceEvents": [\n{lines}\n], {tail}}}\n'
+
+
+@pytest.mark.parametrize("junk", ["\0" * 4096, "garbage here\n"], ids=["nul", "garbage"])
+@pytest.mark.parametrize("block", [700, 1 << 22])
+def test_bytes_after_the_json_lose_nothing_and_are_noted_where_they_start(
+    tmp_path: Path, monkeypatch, junk: str, block: int
+) -> None:
+    monkeypatch.setattr(json_stream, "BLOCK", block)
+    text = kineto_text()
+    path = tmp_path / "padded.json"
+    path.write_text(text + junk)
+    got, stream = names(path)
+    assert got == [e["name"] for e in EVENTS[:50]]
+    assert stream.damage is None
+    assert stream.meta["baseTimeNanoseconds"] == 1700000000000000000
+    what = "NUL padding" if junk[0] == "\0" else "12 bytes"
+    place = where(text + junk, len(text))
+    assert stream.notes == {f"{path}:{place}: trailing data after the end of the JSON ({what}), ignored": 1}
+
+
+def test_trailing_nul_padding_is_an_info_statistic_and_the_trace_is_whole(tmp_path: Path) -> None:
+    path = tmp_path / "rank0.json"
+    path.write_text(kineto_text() + "\0" * 100)
+    report = merge([path], tmp_path / "out.pftrace")
+    assert report.exit_code == 0
+    assert statistics(report) == {"file_trailing_data": ("info", 1)}
+    assert report.written.slices == 50
+    assert report.time_base_unix_ns is not None  # baseTimeNanoseconds was read
+
+
+def test_a_second_document_after_the_json_is_data_loss(tmp_path: Path) -> None:
+    path = tmp_path / "rank0.json.gz"
+    path.write_bytes(gzip.compress(kineto_text().encode()) * 2)  # two gzip members, two traces
+    report = merge([path], tmp_path / "out.pftrace")
+    assert report.exit_code == 3
+    assert statistics(report) == {"file_trailing_events": ("data_loss", 1)}
+    assert report.written.slices == 50
+
+
+def test_a_cut_in_the_keys_after_the_array_keeps_every_event_and_the_keys_before_it(tmp_path: Path) -> None:
+    text = kineto_text()
+    cut = text.index('"displayTimeUnit"') + 8
+    path = tmp_path / "rank0.json"
+    path.write_text(text[:cut])
+    got, stream = names(path)
+    assert got == [e["name"] for e in EVENTS[:50]]
+    assert stream.damage is None
+    assert stream.meta == {"schemaVersion": 1, "traceName": "/tmp/t.json"}
+    lost = "the keys from there on are lost (every event is kept)"
+    place = where(text, cut)
+    assert stream.notes == {f"{path}:{place}: invalid JSON (unexpected end of data) after the event array: {lost}": 1}
+    report = merge([path], tmp_path / "out.pftrace")
+    assert (report.exit_code, report.written.slices) == (3, 50)
+    assert statistics(report) == {"file_tail_damaged": ("data_loss", 1)}
+
+
+def test_a_number_cut_in_the_keys_after_the_array_is_not_taken(tmp_path: Path) -> None:
+    text = kineto_text()
+    path = tmp_path / "rank0.json"
+    path.write_text(text[: text.index("00000000000000}")])  # baseTimeNanoseconds cut to 17000
+    got, stream = names(path)
+    assert len(got) == 50
+    assert "baseTimeNanoseconds" not in stream.meta and stream.meta["displayTimeUnit"] == "ms"
+
+
+@pytest.mark.parametrize("ending", [",\n", ""])
+def test_a_cut_object_form_keeps_its_last_event_and_is_damage(tmp_path: Path, ending: str) -> None:
+    """Kineto's object cut right after an event: the keys after the array are lost."""
+    events = ",\n".join(json.dumps(e) for e in EVENTS[:20])
+    text = '{"traceEvents": [\n' + events + ending
+    path = tmp_path / "cut.json"
+    path.write_text(text)
+    got, stream = names(path)
+    assert got == [e["name"] for e in EVENTS[:20]]
+    assert stream.damage is not None and stream.damage.reason == "invalid JSON (unexpected end of data)"
+    assert stream.damage.where == where(text + " ", len(text))
+
+
+@pytest.mark.parametrize("ending", ["", ",", ",\n", ",]", " , ]\n"])
+def test_a_bare_array_may_end_without_its_bracket_or_with_a_comma(tmp_path: Path, ending: str) -> None:
+    """The trace-event format lets a bare array end without ``]``: a writer killed between events."""
+    text = "[" + ",".join(json.dumps(e) for e in EVENTS[:20]) + ending
+    path = tmp_path / "bare.json"
+    path.write_text(text)
+    got, stream = names(path)
+    assert got == [e["name"] for e in EVENTS[:20]]
+    assert (stream.damage, stream.notes) == (None, {})
+
+
+def test_a_bare_array_cut_inside_an_event_is_damage(tmp_path: Path) -> None:
+    text = "[" + ",".join(json.dumps(e) for e in EVENTS[:20])
+    path = tmp_path / "bare.json"
+    path.write_text(text[:-5])
+    got, stream = names(path)
+    assert got == [e["name"] for e in EVENTS[:19]]
+    assert stream.damage is not None and stream.damage.reason == "invalid JSON (unexpected end of data)"
+
+
+@pytest.mark.parametrize("block", [64, 1 << 22])
+def test_elements_that_are_not_objects_are_counted_and_the_events_kept(tmp_path: Path, monkeypatch, block) -> None:
+    monkeypatch.setattr(json_stream, "BLOCK", block)
+    items: list = [{"ph": "X", "name": f"a{n}", "pid": 1, "tid": 1, "ts": 100 + n, "dur": 0.5} for n in range(10)]
+    items[5:5] = [None, 7, "x", [{"ph": "X"}], None]
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"traceEvents": items, "baseTimeNanoseconds": 1700000000000000000}, indent=1))
+    got, stream = names(path, TraceEvent, LenientEvent)
+    assert got == [f"a{n}" for n in range(10)]
+    assert stream.damage is None
+    kinds = {"null": 2, "number": 1, "string": 1, "array": 1}
+    assert stream.notes == {f"event array element that is not an object ({k})": n for k, n in kinds.items()}
+    assert stream.meta == {"baseTimeNanoseconds": 1700000000000000000}
+
+
+def test_a_null_element_loses_only_itself(tmp_path: Path) -> None:
+    items: list = [{"ph": "X", "name": f"a{n}", "pid": 1, "tid": 1, "ts": 100 + n, "dur": 0.5} for n in range(10)]
+    items.insert(5, None)
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"traceEvents": items, "baseTimeNanoseconds": 1700000000000000000}))
+    report = merge([path], tmp_path / "out.pftrace")
+    assert report.written.slices == 10
+    assert statistics(report) == {"event_not_object": ("data_loss", 1)}
+
+
+ABSOLUTE = (
+    '{"ph":"X","name":"a","pid":1,"tid":1,"ts":1712345678901234.567,"dur":1.234,"args":{"v":NaN}},'
+    '{"ph":"X","name":"b\xff","pid":1,"tid":1,"ts":1712345678901236.001,"dur":0.5}'
+)
+
+
+@pytest.mark.parametrize("shape", ["kineto", "bare"])
+def test_absolute_float_times_are_exact_beside_nan_and_a_bad_byte(tmp_path: Path, shape: str) -> None:
+    """Times too large for a float's ns are read from their text, also where Python's json reads the batch."""
+    path = tmp_path / "rank0.json"
+    body = f'{{"traceEvents":[{ABSOLUTE}]}}' if shape == "kineto" else f"[{ABSOLUTE}]"
+    path.write_bytes(body.encode("latin-1"))
+    report = merge([path], tmp_path / "out.pftrace")
+    assert (report.exit_code, report.dropped) == (0, {})
+    slices = sorted((s.name, s.ts, s.dur, s.args) for s in read_pftrace(tmp_path / "out.pftrace").slices)
+    assert slices == [
+        ("a", 1712345678901234567, 1234, {"args": {"v": "null"}}),
+        ("b\ufffd", 1712345678901236001, 500, {}),
+    ]
+
+
+def test_lone_surrogate_escapes_become_replacement_characters(tmp_path: Path) -> None:
+    """Python's json.dumps writes a lone surrogate as an escape; msgspec does not read one."""
+    events = [
+        {"ph": "X", "name": "a\udcff", "pid": 1, "tid": 1, "ts": 100.5, "dur": 1.0, "args": {"k": "x\ud800y"}},
+        {"ph": "X", "name": "ok \U0001f600", "pid": 1, "tid": 1, "ts": 110.5, "dur": 1.0, "args": {"k": "\\ud800"}},
+    ]
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"traceEvents": events, "baseTimeNanoseconds": 1700000000000000000}))
+    report = merge([path], tmp_path / "out.pftrace")
+    assert (report.exit_code, report.dropped) == (0, {})
+    slices = sorted((s.name, s.args["args"]["k"]) for s in read_pftrace(tmp_path / "out.pftrace").slices)
+    assert slices == [("a\ufffd", "x\ufffdy"), ("ok \U0001f600", "\\ud800")]
+
+
+def test_a_quoted_base_time_anchors_the_clock(tmp_path: Path) -> None:
+    path = tmp_path / "rank0.json"
+    event = {"ph": "X", "name": "op", "pid": 10, "tid": 11, "ts": 100.0, "dur": 10.0}
+    path.write_text(json.dumps({"traceEvents": [event], "baseTimeNanoseconds": "1700000000000000000"}))
+    report = merge([path], tmp_path / "out.pftrace")
+    [s] = read_pftrace(tmp_path / "out.pftrace").slices
+    assert (report.exit_code, s.ts) == (0, 1700000000000100000)
+
+
+def test_every_counter_value_is_drawn_or_counted(tmp_path: Path) -> None:
+    events = [
+        {"ph": "C", "name": "mem", "pid": 1, "ts": 100, "args": {"alloc": 5, "free": "7", "cached": None, "on": True}},
+        {"ph": "C", "name": "mem", "pid": 1, "ts": 101, "args": {"alloc": 6, "free": "7.5", "cached": "high"}},
+        {"ph": "C", "name": "empty", "pid": 1, "ts": 102, "args": {}},
+    ]
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"traceEvents": events, "baseTimeNanoseconds": 1700000000000000000}))
+    report = merge([path], tmp_path / "out.pftrace")
+    assert report.dropped == {
+        "C event value that is not a number (null)": 1,
+        "C event value that is not a number (boolean)": 1,
+        "C event value that is not a number (text)": 1,
+        "C event without a numeric value": 1,
+    }
+    assert statistics(report) == {
+        "counter_value_not_number": ("data_loss", 3),
+        "counter_without_value": ("data_loss", 1),
+    }
+    rb = read_pftrace(tmp_path / "out.pftrace")
+    drawn = {rb.counter_tracks[track][1]: values for track, values in rb.counters.items()}
+    t0 = 1700000000000100000
+    assert drawn == {"mem alloc": [(t0, 5), (t0 + 1000, 6)], "mem free": [(t0, 7), (t0 + 1000, 7.5)]}

@@ -209,6 +209,50 @@ STATS: tuple[Stat, ...] = (
         "Ascend DB rows not read because their table lacks a column they need",
         r"^\w+ row not read: the table has no \w+ column",
     ),
+    _stat(
+        "file_trailing_events",
+        Severity.DATA_LOSS,
+        "files with events after the end of their JSON (another document, such as a second gzip member): not read",
+        r"events after the end of the JSON",
+    ),
+    _stat(
+        "file_trailing_data",
+        Severity.INFO,
+        "files with bytes after the end of their JSON (NUL padding, garbage): ignored, every event kept",
+        r"trailing data after the end of the JSON",
+    ),
+    _stat(
+        "file_tail_damaged",
+        Severity.DATA_LOSS,
+        "files cut or damaged after their event array: every event kept, the keys after the damage lost "
+        "(such as baseTimeNanoseconds, the clock's anchor)",
+        r"after the event array: the keys from there on are lost",
+    ),
+    _stat(
+        "event_not_object",
+        Severity.DATA_LOSS,
+        "elements of an event array that are not objects (null, numbers, text, arrays)",
+        r"^event array element that is not an object",
+    ),
+    _stat(
+        "counter_value_not_number",
+        Severity.DATA_LOSS,
+        "counter event values that are neither numbers nor numbers as text (null, true/false, other text)",
+        r"^C event value that is not a number",
+    ),
+    _stat(
+        "flow_v2_unbound",
+        Severity.DATA_LOSS,
+        "flow v2 ends (bind_id) on slices they cannot be bound to here: one nested in a slice that "
+        "starts with it and holding others that do, or a B/E slice",
+        r"^bind_id flow on a (slice nested|B event)",
+    ),
+    _stat(
+        "flow_without_direction",
+        Severity.INFO,
+        "bind_id on slices without flow_in or flow_out: no flow to draw (Perfetto draws none either)",
+        r"^bind_id flow on a slice without flow_in or flow_out",
+    ),
 )
 OTHER = Stat("other", Severity.DATA_LOSS, "events not kept for another reason", re.compile(""))
 FILES_SKIPPED = Stat("file_skipped", Severity.ERROR, "files that could not be used", re.compile(""))

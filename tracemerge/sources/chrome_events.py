@@ -10,7 +10,7 @@ Timestamps become integer nanoseconds of the file's own clock.
 from __future__ import annotations
 
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +27,10 @@ DEVICE_CATEGORIES = frozenset(
 _DEVICE_LABEL = re.compile(r"^([A-Za-z]+) (\d+)$")
 _FLOW_PHASES = {"s": FlowPhase.START, "t": FlowPhase.STEP, "f": FlowPhase.END}
 _FLOW_PHASE_NUMBERS = {ph: int(phase) for ph, phase in _FLOW_PHASES.items()}
+# Flow v2: a slice's bind_id with (flow_in, flow_out), as Perfetto's JSON importer binds it.
+_BOUND_PHASES = {(False, True): FlowPhase.START, (True, True): FlowPhase.STEP, (True, False): FlowPhase.END}
+# Numbers written as text, which Perfetto also draws as counter values.
+_NUMBER_TEXT = re.compile(r"-?(?:0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?")
 _SPECIAL_PIDS = {"Spans": "Profiler spans", "Traces": "Profiler iterations", "": "Profiler"}
 _METADATA_NAMES = frozenset(
     {"process_name", "process_labels", "process_sort_index", "thread_name", "thread_sort_index"}
@@ -52,6 +56,11 @@ class TraceEvent(msgspec.Struct, gc=False):
     id: int | str | None = None
     bp: str | None = None
     args: msgspec.Raw = _NO_ARGS
+    # Rare fields, absent from most events (an absent field costs nothing to decode).
+    id2: Any = None
+    bind_id: Any = None
+    flow_in: Any = None
+    flow_out: Any = None
 
 
 class LenientEvent(msgspec.Struct, gc=False):
@@ -68,6 +77,9 @@ class LenientEvent(msgspec.Struct, gc=False):
     id2: Any = None
     bp: Any = None
     args: msgspec.Raw = _NO_ARGS
+    bind_id: Any = None
+    flow_in: Any = None
+    flow_out: Any = None
 
 
 class ExactEvent(LenientEvent, gc=False):
@@ -144,6 +156,8 @@ class ChromeEvents:
         self._pending: dict[tuple, list[tuple[int, int, Any]]] = {}
         self._buffers: dict[OriginKey, dict[tuple, list]] = {}
         self._points: dict[tuple, list] = {}
+        # Flow v2 ends of slices, placed once every slice is known: (origin, thread, start, ordinal, phase, id)
+        self._bound: list[tuple[OriginKey, ThreadKey, int, int, FlowPhase, int]] = []
 
     def add_batch(self, batch: list, origin: OriginKey = NO_ORIGIN, plain_text: bool = False) -> None:
         """The hot path: complete events and flow points inline, every other phase through :meth:`add`.
@@ -234,6 +248,11 @@ class ChromeEvents:
                 body = b"".join((body, heads[n], args))
             elif n > 2:
                 body += args_field(bytes(args))
+            if e.bind_id is not None:
+                slice_ordinal = ordinal()
+                buf.append((start, -length, SLICE, slice_ordinal, body))
+                self._bind(e, origin, (pid, tid), start, slice_ordinal)
+                continue
             buf.append((start, -length, SLICE, ordinal(), body))
 
     def _new_points(self, origin: OriginKey, pid: Any, tid: Any) -> list:
@@ -246,6 +265,17 @@ class ChromeEvents:
         thread = (pid, tid)
         self.threads_seen.add(thread)
         return self.layout.buffer(origin, thread)
+
+    def _bind(self, e: Any, origin: OriginKey, thread: ThreadKey, start: int, ordinal: int) -> None:
+        """Notes the flow v2 end of a slice (its ``bind_id``), placed by :meth:`_place_bound`."""
+        phase = _BOUND_PHASES.get((_flag(e.flow_in), _flag(e.flow_out)))
+        fid = _bind_id(e.bind_id)
+        if phase is None:
+            self.dropped["bind_id flow on a slice without flow_in or flow_out"] += 1
+        elif fid is None:
+            self.dropped["bind_id flow event without id (bind_id not a number)"] += 1
+        else:
+            self._bound.append((origin, thread, start, ordinal, phase, fid))
 
     def _bad_complete(self, e: Any) -> None:
         if e.ts is None:
@@ -313,6 +343,8 @@ class ChromeEvents:
         ts = self._ts(e)
         if ts is None:
             return
+        if e.bind_id is not None:
+            self.dropped["bind_id flow on a B event (only X slices bind flows here)"] += 1
         thread = self._thread(e)
         pending = self._pending.setdefault(thread, [])
         pending.append((ts, len(pending), (origin, _text(e.name), _text(e.cat), plain_args(e.args))))
@@ -353,7 +385,7 @@ class ChromeEvents:
             return
         fid = e.id
         if fid is None:
-            fid = getattr(e, "id2", None)
+            fid = e.id2
         if fid is None or type(fid) is list:
             self.dropped[f"{ph} flow event without id"] += 1
             return
@@ -378,19 +410,17 @@ class ChromeEvents:
         if ts is None:
             return
         name, args = self._counter_args(e)
-        pid = _hashable(e.pid)
-        kept = 0
-        if args:
-            thread = (pid, None)
-            for key, value in args.items():
-                if type(value) is bool or type(value) not in (int, float):
-                    continue
-                self.layout.counter_sample(origin, thread, counter_series(name, key), ts, value)
-                kept += 1
-            if kept:
-                self.counter_threads.add(thread)
-        if not kept:
+        if not args:
             self.dropped["C event without a numeric value"] += 1
+            return
+        thread = (_hashable(e.pid), None)
+        for key, value in args.items():
+            number = _counter_value(value)
+            if number is None:
+                self.dropped[f"C event value that is not a number ({_json_kind(value)})"] += 1
+                continue
+            self.layout.counter_sample(origin, thread, counter_series(name, key), ts, number)
+            self.counter_threads.add(thread)
 
     def _add_metadata(self, e: Any) -> None:
         self.metadata_records += 1
@@ -411,6 +441,61 @@ class ChromeEvents:
 
     def finish(self) -> None:
         self._pair_begin_end()
+        self._place_bound()
+
+    def _place_bound(self) -> None:
+        """Flow v2 points, each at its slice's start where the flow binding finds that slice: bound
+        to the innermost slice open there when it is that one, else to the next slice starting
+        there when it is the outermost of those (and no point bound to the innermost one at that
+        time comes first and takes them). A slice between others that start with it is not bound to."""
+        by_thread: dict[tuple, list[tuple]] = defaultdict(list)
+        for origin, thread, start, ordinal, phase, fid in self._bound:
+            by_thread[(origin, thread)].append((start, ordinal, phase, fid))
+        self._bound.clear()
+        for (origin, thread), flows in by_thread.items():
+            outermost, innermost = self._slices_starting(origin, thread, {start for start, *_ in flows})
+            inner = [(start, phase, fid) for start, ordinal, phase, fid in flows if innermost[start] == ordinal]
+            outer = [
+                (start, phase, fid)
+                for start, ordinal, phase, fid in flows
+                if outermost[start] == ordinal != innermost[start]
+            ]
+            unbound = len(flows) - len(inner) - len(outer)
+            if outer:
+                # Points sort by (time, phase, ordinal): the inner ones, added after, come first only
+                # with a lower phase; points read before, with a phase as low.
+                first = self._taken_times(origin, thread)
+                for start, phase, _ in inner:
+                    first[start].append(phase + 1)  # blocks only a higher phase
+                for start, phase, fid in outer:
+                    if any(p <= phase for p in first.get(start, ())):
+                        unbound += 1
+                    else:
+                        self.layout.flow_point(origin, thread, start, phase, (None, None, fid), True)
+            for start, phase, fid in inner:
+                self.layout.flow_point(origin, thread, start, phase, (None, None, fid), False)
+            if unbound:
+                self.dropped["bind_id flow on a slice nested in one that starts with it (not bound)"] += unbound
+
+    def _slices_starting(self, origin: OriginKey, thread: ThreadKey, starts: set[int]) -> tuple[dict, dict]:
+        """Per start in ``starts``: the ordinal of the first slice (in order, the outermost) and of
+        the last (the innermost) starting then on the thread."""
+        first: dict[int, int] = {}
+        last: dict[int, int] = {}
+        for start, _, kind, ordinal, _ in self.layout.buffer(origin, thread).ordered(self.layout.store):
+            if kind == SLICE and start in starts:
+                first.setdefault(start, ordinal)
+                last[start] = ordinal
+        return first, last
+
+    def _taken_times(self, origin: OriginKey, thread: ThreadKey) -> dict[int, list[int]]:
+        """The phases of the thread's flow points bound to the innermost slice open at their time,
+        per time: such a point takes the slices starting then from a later one bound to the next."""
+        taken: dict[int, list[int]] = defaultdict(list)
+        for ts, phase, _, _, bind_next in self.layout.points[(origin, thread)].ordered(self.layout.store):
+            if not bind_next:
+                taken[ts].append(phase)
+        return taken
 
     def device_label(self, pid: Any) -> str | None:
         """``"GPU 0"`` for a device pid, else None."""
@@ -463,6 +548,47 @@ class ChromeEvents:
             name += f" · pid {pid}"
         main_first = 0 if tid == pid else 1
         return ThreadInfo(name, (0, pid, main_first, _order(tid)))
+
+
+def _counter_value(value: Any) -> int | float | None:
+    """A counter arg's value as a number: a number, or a number written as text (Perfetto draws
+    those too); None for anything else."""
+    t = type(value)
+    if t is int or t is float:
+        return value
+    if t is str and _NUMBER_TEXT.fullmatch(value):
+        number = float(value)
+        if number != number or number in (float("inf"), float("-inf")):
+            return None
+        return int(value) if value.lstrip("-").isdigit() else number
+    return None
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if type(value) is bool:
+        return "boolean"
+    return {str: "text", list: "array", dict: "object"}.get(type(value), type(value).__name__)
+
+
+def _flag(value: Any) -> bool:
+    """A flow_in / flow_out value as Perfetto's importer reads it (JSON true, or a non-zero number)."""
+    return value is True or (type(value) in (int, float) and value != 0)
+
+
+def _bind_id(value: Any) -> int | None:
+    """A bind_id as Perfetto's importer reads it: a number, or hexadecimal text."""
+    if type(value) is int:
+        return value
+    if type(value) is float and value.is_integer():
+        return int(value)
+    if type(value) is str:
+        try:
+            return int(value, 16)
+        except ValueError:
+            return None
+    return None
 
 
 def counter_series(name: str, key: str) -> str:

@@ -43,6 +43,8 @@ def read(path: Path, layout: FileLayout) -> SourceData:
         raise NotATrace(path, "already a tracemerge output")
     reader.finish()
     base = meta.get("baseTimeNanoseconds")
+    if type(base) is str and base.isascii() and base.isdigit():  # some writers quote it
+        base = int(base)
     clock: ClockDomain | None = None
     origin = 0
     if type(base) is int:

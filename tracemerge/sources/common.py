@@ -16,7 +16,7 @@ import orjson
 from tracemerge.errors import InputError, NotATrace, shown
 from tracemerge.sources.base import HEAD_BYTES, read_head
 from tracemerge.sources.chrome_events import ChromeEvents, ExactEvent, NeedsExactTimes
-from tracemerge.sources.json_stream import EventStream
+from tracemerge.sources.json_stream import EventStream, replaced_surrogates
 
 
 def first_json_object(head: bytes, path: Path | None = None) -> dict | None:
@@ -105,19 +105,8 @@ def _as_python_reads(line: bytes) -> tuple[bytes, Any] | None:
     try:
         return msgspec.json.encode(obj), obj
     except UnicodeEncodeError:  # a lone surrogate escape ("\udcff", as json.dumps writes one)
-        obj = _without_surrogates(obj)
+        obj = replaced_surrogates(obj)
         return msgspec.json.encode(obj), obj
-
-
-def _without_surrogates(value: Any) -> Any:
-    """``value`` with each lone surrogate in its strings made U+FFFD, as a bad byte is."""
-    if type(value) is str:
-        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    if type(value) is list:
-        return [_without_surrogates(v) for v in value]
-    if type(value) is dict:
-        return {_without_surrogates(k): _without_surrogates(v) for k, v in value.items()}
-    return value
 
 
 # ``{hostname}_{pid}`` then a timestamp: torch's tensorboard_trace_handler files
@@ -155,6 +144,7 @@ def _stream(path: Path, reader: ChromeEvents, struct: type, lenient: type) -> di
     for batch in stream.batches():
         add_batch(batch, plain_text=stream.plain_text)
         check_memory()
+    reader.dropped.update(stream.notes)  # what the stream counted instead of yielding
     if stream.damage is not None:
         # Salvage (a job killed while writing): every complete event before the damage is kept;
         # what follows it is lost, said once with the place.

@@ -11,7 +11,10 @@ A batch ends at a ``}`` followed by ``,`` and ``{`` (white space allowed between
 inside a string makes the batch end inside that string; the decoder then reports truncated input,
 and the batch is cut at an earlier boundary instead, its remainder going to the next batch. A file
 that ends early (a job killed while writing) still yields every complete event before the cut;
-then :attr:`EventStream.damage` says where and why.
+then :attr:`EventStream.damage` says where and why. A bare array may end without its ``]`` (the
+trace-event format allows it): that is no damage. What the stream counts instead of yielding (array
+elements that are not objects, bytes after the end of the JSON, keys after the array that cannot be
+read) is in :attr:`EventStream.notes` once the batches are consumed.
 """
 
 from __future__ import annotations
@@ -19,13 +22,14 @@ from __future__ import annotations
 import json
 import re
 import zlib
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from tracemerge.errors import InputError, NotATrace
+from tracemerge.errors import InputError, NotATrace, shown
 from tracemerge.sources.base import GZIP_MAGIC, UTF8_BOM
 from tracemerge.units import plain_json
 
@@ -33,9 +37,16 @@ BLOCK = 4 << 20
 # Largest run of bytes searched for the array's opening key before giving up.
 _HEAD_LIMIT = 64 << 20
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
-_ARRAY_END = re.compile(rb"\}\s*\]")
 _WS = b" \t\r\n"
 _SEPARATOR = re.compile(rb"[ \t\r\n]*,?")  # what follows an event in the array
+# Each element of an array, its text kept: finds where an array ends, whatever its elements hold.
+_ELEMENTS = msgspec.json.Decoder(list[msgspec.Raw])
+# An escaped backslash (skipped whole, so that the text after it is not read as an escape), a
+# UTF-16 surrogate pair, or a lone surrogate (6 bytes, what Python's json writes for some text).
+_ESCAPES = re.compile(
+    rb"\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|\\u[dD][89a-fA-F][0-9a-fA-F]{2}"
+)
+_MENDS = 16  # trailing commas mended in the file's last bytes before giving up on them
 
 
 class Damage(Exception):
@@ -97,8 +108,14 @@ class EventStream:
         self._lenient = msgspec.json.Decoder(list[lenient]) if lenient else None
         self._lenient_type = lenient
         self._lenient_fields = getattr(lenient, "__struct_fields__", ())
+        self._one = msgspec.json.Decoder(lenient) if lenient else None
+        # Fields the lenient type keeps as JSON text (ExactEvent's times): read from the numbers' text.
+        self._text_fields = frozenset(
+            f.name for f in (msgspec.structs.fields(lenient) if lenient else ()) if f.type is msgspec.Raw
+        ) - {"args"}
         self.meta: dict[str, Any] = {}
         self.damage: Damage | None = None
+        self.notes: Counter[str] = Counter()
         self.bare = False
         # Whether the last batch's text is plain_json (see ChromeEvents).
         self.plain_text = False
@@ -197,40 +214,44 @@ class EventStream:
             self.meta.update(value)
 
     def _decode_prefix(self, buf: bytes, cut: int) -> tuple[list, int] | None:
-        """Events of ``buf[:cut + 1]``, cut earlier when that boundary lies inside a string;
-        None when no boundary before ``cut`` ends an event."""
+        """Events of ``buf[:cut + 1]``, cut earlier when that boundary lies inside a string or
+        after damage; None when no boundary before ``cut`` ends an event; Damage when the first
+        event is damaged."""
+        damage = None
         while True:
             doc = b"".join((b"[", memoryview(buf)[: cut + 1], b"]"))  # one copy of the block, not three
             try:
                 return self._decode(doc), cut + 1
             except msgspec.DecodeError as exc:
-                if not _truncated(exc):  # damage, not a boundary inside a string
-                    raise Damage(f"invalid JSON ({_reason(exc)})", self._where(buf, _pos(exc, doc) - 1)) from None
-            earlier = _last_boundary(buf, 0, cut)
+                at = cut
+                if not _truncated(exc):  # damage, not a boundary inside a string: keep the events before it
+                    at = _pos(exc, doc) - 1
+                    damage = Damage(f"invalid JSON ({_reason(exc)})", self._where(buf, at))
+            earlier = _last_boundary(buf, 0, at)
             if earlier is None:
+                if damage is not None:
+                    raise damage
                 return None
             cut = earlier
 
     def _finish(self, buf: bytes) -> Iterator[list]:
         """The file's last bytes: the rest of the array, its ``]`` and the keys after it."""
-        text = buf.rstrip(_WS)
-        if not self.bare or text.endswith(b"]"):
-            for m in reversed(list(_ARRAY_END.finditer(buf))):
-                tail = buf[m.end() :]
-                if not self._tail_ok(tail):
-                    continue
-                doc = b"[" + buf[: m.start() + 1] + b"]"
-                try:
-                    events = self._decode(doc)
-                except msgspec.DecodeError:
-                    continue
-                yield events
-                self._read_tail(tail)
-                return
-            if not buf.lstrip(_WS) or buf.lstrip(_WS)[:1] == b"]":  # an empty array
-                self._read_tail(buf.lstrip(_WS)[1:])
-                return
-        # The array never closes: keep every complete event, then say where the file stopped.
+        found = _closed_array(b"[" + buf)
+        if found is None:
+            yield from self._unclosed(buf)
+            return
+        doc, end = found
+        try:
+            events = self._decode(doc[:end])
+        except msgspec.DecodeError as exc:
+            raise Damage(f"invalid JSON ({_reason(exc)})", self._where(buf, _pos(exc, doc) - 1)) from None
+        if events:
+            yield events
+        self.notes.update(self._tail(buf, end - 1))
+
+    def _unclosed(self, buf: bytes) -> Iterator[list]:
+        """An array without its ``]``: every complete event; then where the file stopped, unless
+        it is a bare array whose last event is whole (the format lets one end that way)."""
         while True:
             cut = _last_boundary(buf)
             decoded = self._decode_prefix(buf, cut) if cut is not None else None
@@ -239,22 +260,26 @@ class EventStream:
             events, used = decoded
             yield events
             buf = self._advance(buf, used)
-        last = buf.rstrip(_WS)
-        if last.endswith(b"}"):
-            try:
-                events = self._decode(b"[" + last + b"]")
-            except msgspec.DecodeError:
-                events = None
-            if events is not None:  # the last event is whole, only the array's end is missing
-                yield events
-                raise Damage("invalid JSON (unexpected end of data)", self._where(buf, len(buf)))
         doc = b"[" + buf
         try:
             self._decode(doc)
         except msgspec.DecodeError as exc:
-            if not _truncated(exc):
-                raise Damage(f"invalid JSON ({_reason(exc)})", self._where(buf, _pos(exc, doc) - 1)) from None
-        raise Damage("invalid JSON (unexpected end of data)", self._where(buf, len(buf)))
+            reason, pos = _reason(exc), _pos(exc, doc)
+        else:  # closed after all (_finish reads a closed array): say where it stops
+            reason, pos = "unexpected end of data", len(doc)
+        head = doc[:pos].rstrip(_WS).removesuffix(b",").rstrip(_WS)
+        kept = 1
+        if head.endswith(b"}"):  # the events before the damage are whole
+            try:
+                events = self._decode(head + b"]")
+            except msgspec.DecodeError:
+                pass
+            else:
+                yield events
+                kept = len(head)
+        if self.bare and not doc[kept:].strip(_WS + b","):
+            return
+        raise Damage(f"invalid JSON ({reason})", self._where(buf, pos - 1))
 
     def _decode(self, doc: bytes) -> list:
         self.plain_text = plain_json(doc)
@@ -263,46 +288,245 @@ class EventStream:
         except msgspec.ValidationError:
             if self._lenient is None:
                 raise
-            return self._lenient.decode(doc)
         except msgspec.DecodeError as exc:
-            # What Python's own json writes and reads (NaN, Infinity) and text with a bad UTF-8
-            # byte: read as Python reads it (the bad byte as U+FFFD) rather than lose the file.
-            if _truncated(exc) or self._lenient_type is None:
-                raise
-            try:
-                values = json.loads(doc.decode("utf-8", "replace"))
-            except ValueError:
-                raise exc from None
-            self.plain_text = False
-            return [self._from_python(v) for v in values]
-
-    def _from_python(self, value: Any) -> Any:
-        if type(value) is not dict:
-            raise msgspec.ValidationError("an event is not an object")
-        fields = {k: value[k] for k in self._lenient_fields if k in value and k != "args"}
-        if "args" in value:
-            fields["args"] = msgspec.Raw(msgspec.json.encode(value["args"]))
-        return self._lenient_type(**fields)
-
-    def _tail_ok(self, tail: bytes) -> bool:
-        text = tail.strip(_WS)
-        if self.bare:
-            return not text
-        if text == b"}":
-            return True
-        if not text.startswith(b",") or not text.endswith(b"}"):
-            return False
+            return self._decode_malformed(doc, exc)
         try:
-            return type(msgspec.json.decode(b"{" + text[1:])) is dict
-        except msgspec.DecodeError:
-            return False
+            return self._lenient.decode(doc)
+        except msgspec.ValidationError:  # an element that is not an object
+            return self._objects_only(doc)
 
-    def _read_tail(self, tail: bytes) -> None:
-        text = tail.strip(_WS)
-        if text.startswith(b","):
-            value = msgspec.json.decode(b"{" + text[1:])
-            if type(value) is dict:
-                self.meta.update(value)
+    def _decode_malformed(self, doc: bytes, exc: msgspec.DecodeError) -> list:
+        """A batch msgspec cannot read: lone surrogate escapes become U+FFFD; what Python's own
+        json writes and reads (NaN, Infinity) and text with a bad UTF-8 byte are read as Python
+        reads them (the bad byte as U+FFFD) rather than lose the file."""
+        mended = _without_lone_surrogates(doc)
+        if mended is not doc:  # (msgspec may call such an escape truncated input)
+            return self._decode(mended)
+        if _truncated(exc) or self._lenient_type is None:
+            raise exc
+        text = doc.decode("utf-8", "replace")
+        try:
+            values = json.loads(text, parse_float=_NumberText) if self._text_fields else json.loads(text)
+        except ValueError:
+            raise exc from None
+        self.plain_text = False
+        events = [self._from_python(v) for v in values if type(v) is dict]
+        return self._noted(events, Counter(_kind(v) for v in values if type(v) is not dict))
+
+    def _objects_only(self, doc: bytes) -> list:
+        """The objects of an array that also holds other values, which are counted."""
+        assert self._one is not None
+        try:
+            elements = _ELEMENTS.decode(doc)
+        except msgspec.DecodeError as exc:
+            return self._decode_malformed(doc, exc)
+        events, others = [], Counter()
+        for element in elements:
+            text = bytes(element)
+            if text[:1] == b"{":
+                events.append(self._one.decode(text))
+            else:
+                others[_KINDS.get(text[:1], "number")] += 1
+        return self._noted(events, others)
+
+    def _noted(self, events: list, others: Counter[str]) -> list:
+        if not others:
+            return events
+        self.notes.update({f"event array element that is not an object ({kind})": n for kind, n in others.items()})
+        return events
+
+    def _from_python(self, value: dict) -> Any:
+        fields = {}
+        for key in self._lenient_fields:
+            if key == "args" or key not in value:
+                continue
+            v = value[key]
+            if key in self._text_fields:
+                v = msgspec.Raw(v.text.encode() if type(v) is _NumberText else msgspec.json.encode(v))
+            elif type(v) is _NumberText:
+                v = float(v)
+            fields[key] = v
+        if "args" in value:
+            fields["args"] = msgspec.Raw(msgspec.json.encode(value["args"], enc_hook=float))
+        return self._lenient_type(**fields)  # type: ignore[misc]
+
+    # -- the keys after the array ------------------------------------------------------------------
+
+    def _tail(self, buf: bytes, at: int) -> dict[str, int]:
+        """Reads the keys after the array (``buf[at:]`` follows its ``]``) into :attr:`meta`;
+        returns what is wrong there, as notes."""
+        rest = buf[at:]
+        text = rest.lstrip(_WS)
+        at += len(rest) - len(text)
+        if self.bare:
+            return self._trailing(buf, at) if text else {}
+        if text[:1] == b"}":
+            return self._after_end(buf, at + 1)
+        if text[:1] != b",":
+            reason = "unexpected end of data" if not text else "expected ',' or '}' after the event array"
+            return self._tail_damage(buf, at, reason)
+        doc = b"{" + text[1:]  # the same offsets as text
+        try:
+            value = msgspec.json.decode(doc)
+        except msgspec.DecodeError as exc:
+            return self._partial_tail(buf, at, doc, exc)
+        self.meta.update(value)
+        return {}
+
+    def _partial_tail(self, buf: bytes, at: int, doc: bytes, exc: msgspec.DecodeError) -> dict[str, int]:
+        if "trailing characters" in str(exc):
+            end = _pos(exc, doc) - 1
+            self.meta.update(msgspec.json.decode(doc[:end]))
+            return self._trailing(buf, at + end)
+        members, stop, whole = _members(doc)
+        self.meta.update(members)
+        if whole:  # NaN, Infinity or a bad byte, read as Python reads them
+            return self._after_end(buf, at + stop)
+        if _truncated(exc):
+            return self._tail_damage(buf, len(buf), "unexpected end of data")
+        return self._tail_damage(buf, at + stop, _reason(exc))
+
+    def _after_end(self, buf: bytes, at: int) -> dict[str, int]:
+        rest = buf[at:]
+        text = rest.lstrip(_WS)
+        return self._trailing(buf, at + len(rest) - len(text)) if text else {}
+
+    def _trailing(self, buf: bytes, at: int) -> dict[str, int]:
+        junk = buf[at:].rstrip(_WS)
+        where = f"{shown(self.path)}:{self._where(buf, at)}"
+        if b'"ph"' in junk:  # another document (gzip members of two traces, concatenated)
+            return {f"{where}: events after the end of the JSON ({len(junk)} bytes), not read": 1}
+        what = "NUL padding" if not junk.strip(b"\0") else f"{len(junk)} bytes"
+        return {f"{where}: trailing data after the end of the JSON ({what}), ignored": 1}
+
+    def _tail_damage(self, buf: bytes, at: int, reason: str) -> dict[str, int]:
+        lost = "the keys from there on are lost (every event is kept)"
+        return {f"{shown(self.path)}:{self._where(buf, at)}: invalid JSON ({reason}) after the event array: {lost}": 1}
+
+
+class _NumberText(float):
+    """A JSON number read by Python's json, with its text (times are taken from the text)."""
+
+    __slots__ = ("text",)
+
+    def __new__(cls, text: str) -> _NumberText:
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+
+_KINDS = {b"n": "null", b"t": "boolean", b"f": "boolean", b'"': "string", b"[": "array"}
+
+
+def _kind(value: Any) -> str:
+    """What a JSON value that is not an object is, in JSON's words."""
+    if value is None:
+        return "null"
+    if type(value) is bool:
+        return "boolean"
+    if type(value) in (int, float):
+        return "number"
+    return "string" if type(value) is str else "array"
+
+
+def _without_lone_surrogates(doc: bytes) -> bytes:
+    """``doc`` with each lone surrogate escape as ``\\ufffd`` (as long: places stay); ``doc``
+    itself when it has none."""
+    if b"\\ud" not in doc and b"\\uD" not in doc:
+        return doc
+    lone = False
+
+    def mend(m: re.Match) -> bytes:
+        nonlocal lone
+        if len(m.group()) != 6:
+            return m.group()
+        lone = True
+        return b"\\ufffd"
+
+    mended = _ESCAPES.sub(mend, doc)
+    return mended if lone else doc
+
+
+def _closed_array(doc: bytes) -> tuple[bytes, int] | None:
+    """``doc`` (``[`` then the file's last bytes), mended where that loses nothing (lone
+    surrogates, trailing commas), and the end of the array it opens; None if it never closes."""
+    surrogates = True
+    for _ in range(_MENDS):
+        try:
+            _ELEMENTS.decode(doc)
+        except msgspec.DecodeError as exc:
+            text = str(exc)
+            if "trailing characters" in text:
+                return doc, len(doc[: _pos(exc, doc) - 1].rstrip(_WS))
+            if "trailing comma" in text:
+                comma = len(doc[: _pos(exc, doc)].rstrip(_WS)) - 1
+                doc = b"".join((doc[:comma], b" ", doc[comma + 1 :]))
+                continue
+            if surrogates:
+                surrogates, mended = False, _without_lone_surrogates(doc)
+                if mended is not doc:
+                    doc = mended
+                    continue
+            if _truncated(exc):
+                return None
+            break
+        else:
+            return doc, len(doc.rstrip(_WS))
+    return _python_end(doc)
+
+
+def _python_end(doc: bytes) -> tuple[bytes, int] | None:
+    """Where the array ``doc`` opens ends as Python's json reads it (NaN, Infinity); None if not."""
+    text = doc.decode("utf-8", "surrogateescape")  # one character per bad byte: places stay
+    try:
+        _, end = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        return None
+    return doc, len(text[:end].encode("utf-8", "surrogateescape"))
+
+
+_SPACE = re.compile(r"[ \t\r\n]*")
+
+
+def _members(doc: bytes) -> tuple[dict[str, Any], int, bool]:
+    """The members of the object ``doc`` opens, as Python's json reads them, up to the first that
+    cannot be read: (members, the offset where reading stopped, whether the object closed)."""
+    text = _without_lone_surrogates(doc).decode("utf-8", "surrogateescape")
+    scan = json.JSONDecoder().raw_decode
+    members: dict[str, Any] = {}
+    pos = _SPACE.match(text, 1).end()
+    if text[pos : pos + 1] == "}":
+        return members, len(text[: pos + 1].encode("utf-8", "surrogateescape")), True
+    while True:
+        start = pos
+        try:
+            key, pos = scan(text, pos)
+            pos = _SPACE.match(text, pos).end()
+            if type(key) is not str or text[pos : pos + 1] != ":":
+                raise ValueError("not a member")
+            value, pos = scan(text, _SPACE.match(text, pos + 1).end())
+        except ValueError:
+            return members, len(text[:start].encode("utf-8", "surrogateescape")), False
+        pos = _SPACE.match(text, pos).end()
+        after = text[pos : pos + 1]
+        if after not in (",", "}"):  # a value cut short looks whole (a number): not kept
+            return members, len(text[:start].encode("utf-8", "surrogateescape")), False
+        members[key] = replaced_surrogates(value)
+        pos = _SPACE.match(text, pos + 1).end()
+        if after == "}":
+            return members, len(text[:pos].encode("utf-8", "surrogateescape")), True
+
+
+def replaced_surrogates(value: Any) -> Any:
+    """``value`` with each lone surrogate in its strings (a bad byte, or a lone surrogate escape
+    Python's json read) as U+FFFD."""
+    if type(value) is str:
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if type(value) is list:
+        return [replaced_surrogates(v) for v in value]
+    if type(value) is dict:
+        return {replaced_surrogates(k): replaced_surrogates(v) for k, v in value.items()}
+    return value
 
 
 def _last_boundary(buf: bytes, lo: int = 0, hi: int | None = None) -> int | None:
