@@ -19,6 +19,7 @@ Two line shapes are read, and may be mixed in one file:
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +40,10 @@ _EXACT = msgspec.json.Decoder(ExactEvent)
 NAME = "jsonl-spans"
 PERF_COUNTER = ClockDomain("perf_counter µs, no wall-clock anchor", anchored=False)
 MONOTONIC_SPANS = ClockDomain("monotonic, no wall-clock anchor", anchored=False)
-_SPAN_START_KEYS = ("start_ns", "start", "ts")
 
 
 def _is_span_line(obj: dict) -> bool:
-    return type(obj.get("name")) is str and any(k in obj for k in _SPAN_START_KEYS)
+    return type(obj.get("name")) is str and any(keys[0] in obj for keys in _TIME_KEYS)
 
 
 def claims(path: Path, head: bytes) -> bool:
@@ -179,24 +179,16 @@ def _add_span(obj: dict, line: bytes, layout: FileLayout, threads: dict, dropped
 def _span_times(line: bytes) -> tuple[int, int | None]:
     """A span's start and end in ns, from the numbers' text (a float would lose nanoseconds)."""
     times = _time_texts(line)
-    if times.get("start_ns") is not None:
-        start = _int_ns(times["start_ns"])
-        if times.get("end_ns") is not None:
-            return start, _int_ns(times["end_ns"])
-        if times.get("duration_ns") is not None:
-            return start, start + _int_ns(times["duration_ns"])
+    for start_key, end_key, duration_key, to_ns in _TIME_KEYS:
+        if times.get(start_key) is None:
+            continue
+        start = to_ns(times[start_key])
+        if end_key and times.get(end_key) is not None:
+            return start, to_ns(times[end_key])
+        if times.get(duration_key) is not None:
+            return start, start + to_ns(times[duration_key])
         return start, None
-    if times.get("start") is not None:
-        start = seconds_to_ns(times["start"])
-        if times.get("end") is not None:
-            return start, seconds_to_ns(times["end"])
-        if times.get("duration") is not None:
-            return start, start + seconds_to_ns(times["duration"])
-        return start, None
-    start = us_to_ns(times.get("ts"))
-    if times.get("dur") is not None:
-        return start, start + us_to_ns(times["dur"])
-    return start, None
+    raise ValueError("no start time")
 
 
 _TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw])
@@ -206,13 +198,10 @@ def _time_texts(line: bytes) -> dict[str, str | None]:
     """The line's time keys as text: a number as written, a string's value, None for null."""
     texts: dict[str, str | None] = {}
     for key, raw in _TOP_LEVEL.decode(line).items():
-        if key in _TIME_KEYS:
+        if key in _TIME_KEY_NAMES:
             text = bytes(raw)
             texts[key] = None if text == b"null" else msgspec.json.decode(text) if text[:1] == b'"' else text.decode()
     return texts
-
-
-_TIME_KEYS = frozenset({"start_ns", "end_ns", "duration_ns", "start", "end", "duration", "ts", "dur"})
 
 
 def _int_ns(value: Any) -> int:
@@ -221,6 +210,15 @@ def _int_ns(value: Any) -> int:
     if type(value) is str and value.strip().lstrip("-").isdigit():
         return checked_ns(int(value))
     raise ValueError(f"not integer nanoseconds: {value!r}")
+
+
+# A span's (start, end, duration) keys and their unit, in the order they are looked for.
+_TIME_KEYS: tuple[tuple[str, str | None, str, Callable[[Any], int]], ...] = (
+    ("start_ns", "end_ns", "duration_ns", _int_ns),
+    ("start", "end", "duration", seconds_to_ns),
+    ("ts", None, "dur", us_to_ns),
+)
+_TIME_KEY_NAMES = frozenset(key for keys in _TIME_KEYS for key in keys[:3] if key)
 
 
 JSONL_SPANS = SourceFormat(NAME, claims, read)
