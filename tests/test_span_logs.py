@@ -99,3 +99,12 @@ def test_every_session_record_is_drawn_or_counted(tmp_path: Path) -> None:
     assert report.as_dict()["stats"]["event_time_unreadable"]["count"] == 2
     # Nothing ran in the rejected session: it is an instant at its submit time.
     assert [(s.name, s.ts) for s in rb.instants if s.cat == "session"] == [("session", 1_732_900_000_500_000_000)]
+
+
+def test_json_lines_that_only_look_like_a_chrome_trace_are_read_as_json_lines(tmp_path: Path) -> None:
+    span = {"name": "generate", "start": 1732900000.25, "end": 1732900000.5, "rank": 0}
+    export = {**span, "name": "export", "args": {"traceEvents": 3, "status": "error", "errorType": "timeout"}}
+    text = "[rank0] training log starts\n" + json.dumps(span) + "\n" + json.dumps(export) + "\n"
+    report, rb = _merge(tmp_path, "spans-r0.jsonl", text)
+    assert dict(report.dropped) == {"invalid JSON line (first at line 1)": 1}
+    assert sorted(s.name for s in rb.slices if s.cat != "tracemerge") == ["export", "generate"]

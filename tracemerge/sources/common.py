@@ -22,26 +22,47 @@ from tracemerge.sources.json_stream import EventStream, replaced_surrogates
 def first_json_object(head: bytes, path: Path | None = None) -> dict | None:
     """The first leading line that is a JSON object (a first line cut or garbage does not hide the
     rest): what a JSON-lines format looks at to claim a file. A first line longer than the head
-    (a metrics page, large args) is read further from ``path``, up to LONG_LINE bytes."""
+    (a metrics page, large args) is read further from ``path``, up to LONG_LINE bytes, unless it
+    opens a Chrome trace (a minified one is a single line)."""
     found = _first_object(head)
     if found is None and path is not None and len(head) >= HEAD_BYTES:
         start = head.lstrip()
-        if start[:1] == b"{" and b"\n" not in start:
+        if start[:1] == b"{" and b"\n" not in start and not opens_chrome_trace(start):
             try:
                 stat = path.stat()
-                found = _first_object(_long_head(path, stat.st_size, stat.st_mtime_ns))
             except OSError:
                 return None
+            found = _long_first_object(path, stat.st_size, stat.st_mtime_ns)
     return found
 
+
+def opens_chrome_trace(head: bytes) -> bool:
+    """Whether the first line is the opening of a Chrome trace file (a bare event array, or an
+    object holding ``traceEvents``) rather than a whole JSON-lines record."""
+    first = next((line.strip() for line in head.split(b"\n") if line.strip()), b"")
+    if _ARRAY_OPENING.match(first):
+        return True
+    if not _TRACE_EVENTS_OPENING.match(first):
+        return False
+    try:
+        return type(orjson.loads(first)) is not dict  # a whole record may hold that key in its args
+    except orjson.JSONDecodeError:
+        return True
+
+
+_ARRAY_OPENING = re.compile(rb"^\[\s*(?:\{|$)")
+_TRACE_EVENTS_OPENING = re.compile(rb'^\{.*"traceEvents"\s*:\s*\[')
 
 # Longest first line of a JSON-lines file that is looked at to claim it.
 LONG_LINE = 16 << 20
 
 
 @functools.lru_cache(maxsize=4)  # each JSON-lines format asks for the same file in turn
-def _long_head(path: Path, size: int, mtime_ns: int) -> bytes:
-    return read_head(path, LONG_LINE)
+def _long_first_object(path: Path, size: int, mtime_ns: int) -> dict | None:
+    try:
+        return _first_object(read_head(path, LONG_LINE))
+    except OSError:
+        return None
 
 
 def _first_object(head: bytes) -> dict | None:

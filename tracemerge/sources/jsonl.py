@@ -30,7 +30,7 @@ from tracemerge.layout import FileLayout
 from tracemerge.model import ClockDomain, Event, Kind, SourceData, ThreadInfo, as_rank
 from tracemerge.sources.base import SourceFormat, read_bytes
 from tracemerge.sources.chrome_events import ChromeEvents, ExactEvent, LenientEvent, NeedsExactTimes, TraceEvent
-from tracemerge.sources.common import JsonLines, first_json_object
+from tracemerge.sources.common import JsonLines, first_json_object, opens_chrome_trace
 from tracemerge.units import checked_ns, seconds_to_ns, us_to_ns
 
 _EVENT = msgspec.json.Decoder(TraceEvent)
@@ -47,7 +47,7 @@ def _is_span_line(obj: dict) -> bool:
 
 
 def claims(path: Path, head: bytes) -> bool:
-    if head.lstrip()[:1] == b"[" or b'"traceEvents"' in head:
+    if opens_chrome_trace(head):
         return False  # a Chrome trace file written one event per line, not JSON lines
     obj = first_json_object(head, path)
     if obj is None or "traceEvents" in obj:

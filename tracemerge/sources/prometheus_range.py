@@ -26,12 +26,20 @@ from tracemerge.units import seconds_to_ns
 
 NAME = "prometheus-query"
 _MARKERS = (b'"resultType"', b'"result"')
-_ERROR_MARKERS = (b'"status"', b'"errorType"')  # a failed query's response
 
 
 def claims(path: Path, head: bytes) -> bool:
     start = head.lstrip()[:1]
-    return start in (b"{", b"[") and (all(m in head for m in _MARKERS) or all(m in head for m in _ERROR_MARKERS))
+    return start in (b"{", b"[") and (all(m in head for m in _MARKERS) or _is_error_response(head))
+
+
+def _is_error_response(head: bytes) -> bool:
+    """A failed query's whole response (small: it is all in the head)."""
+    try:
+        doc = orjson.loads(head)
+    except orjson.JSONDecodeError:
+        return False
+    return type(doc) is dict and doc.get("status") == "error" and "errorType" in doc
 
 
 def _responses(data: bytes, path: Path, dropped: Counter[str]) -> list[tuple[str | None, Any]]:
