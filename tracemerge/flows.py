@@ -1,24 +1,25 @@
 """Flows: bind each flow point to its slice and number the flows across the trace.
 
 A point binds to the innermost slice enclosing it on its thread (or, for a Chrome ``f`` without
-``bp: "e"``, to the next slice starting there). Points are grouped into chains (s, t..., f) by
-source id. The result, per thread, is the attachments ``(start, -dur, kind, ordinal, flow id,
-phase)`` of its slices, sorted like the thread's entries so that the layout's walk meets them in
-order. Everything here may spill to disk (:mod:`tracemerge.spill`); a file held in memory whose
-flows have integer ids is bound and numbered column-wise (:func:`_bind_columns`), with the same
-result.
+``bp: "e"``, to the next slice starting there: :mod:`tracemerge.flow_targets`). Points are
+grouped into chains (s, t..., f) by source id. The result, per thread, is the attachments
+``(start, -dur, kind, ordinal, flow id, phase)`` of its slices, sorted like the thread's entries
+so that the layout's walk meets them in order. Everything here may spill to disk
+(:mod:`tracemerge.spill`); a file held in memory whose flows have integer ids is bound and
+numbered column-wise (:func:`_bind_columns`), with the same result.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tracemerge.flow_targets import bound_points, searched_targets, slice_entries, slice_times, starts_of
 from tracemerge.model import FlowPhase, Identity, Kind, OriginKey, ThreadKey
 from tracemerge.report import EventCounts
 from tracemerge.select import TimeFilter
@@ -110,7 +111,7 @@ def bind_flows(
         if not pts.total:
             continue
         entries = layout.entries.get((origin, thread))
-        for (ts, phase, ordinal, key, _), target in _bound_points(entries, pts, store, layout.budget):
+        for (ts, phase, ordinal, key, _), target in bound_points(entries, pts, store, layout.budget):
             cat, name, fid = key if type(key) is tuple and len(key) == 3 else ("", "", key)
             ns = namespaces.get((origin, cat, name))
             if ns is None:
@@ -265,106 +266,7 @@ def _chains(points: list[tuple], dropped: Counter[str]) -> list[list[tuple]]:
     return kept
 
 
-# -- binding a point to its slice ---------------------------------------------------------------
-
-
-def _bound_points(entries: SortedBuffer | None, pts: SortedBuffer, store: RunStore, budget: int) -> Iterable[tuple]:
-    """Each of a thread's flow points, in order, with the slice entry it binds to (or None); a
-    spilled thread whose entries and points fit in ``budget`` is read back and bound in memory."""
-    if entries is not None and entries.total + pts.total <= budget:
-        entries, pts = entries.loaded(store), pts.loaded(store)
-    if entries is not None and not entries.runs and not pts.runs:
-        slices, points = _slices(entries.ordered(store)), pts.ordered(store)
-        try:
-            starts, negdurs = slice_times(slices)
-            found = _searched_targets(slices, starts, negdurs, points, _starts(points))
-        except OverflowError:  # a time beyond int64: bind by walking instead
-            pass
-        else:
-            return zip(points, map([*slices, None].__getitem__, found.tolist()), strict=True)
-    slices_iter = iter(entries.ordered(store)) if entries is not None else iter(())
-    points, walked = itertools.tee(pts.ordered(store))  # spilled runs read once
-    return zip(points, _walked_targets(slices_iter, walked), strict=True)
-
-
-def _walked_targets(slices: Iterator[tuple], points: Iterable[tuple]) -> Iterator[tuple | None]:
-    """Binds points by walking the thread's entries once: a point binds to the innermost slice open
-    at its time, a ``bind_next`` one to the next slice starting there."""
-    stack: list[tuple] = []
-    upcoming = next(slices, None)
-    while upcoming is not None and upcoming[2] != SLICE:
-        upcoming = next(slices, None)
-    for point in points:
-        ts, bind_next = point[0], point[4]
-        # The stack holds the slices open at ``ts``, outermost first (a slice that ended before
-        # the next one starts leaves it, so it stays as deep as the nesting).
-        while upcoming is not None and (upcoming[0] < ts or (upcoming[0] == ts and not bind_next)):
-            start = upcoming[0]
-            while stack and stack[-1][0] - stack[-1][1] < start:
-                stack.pop()
-            stack.append(upcoming)
-            upcoming = next(slices, None)
-            while upcoming is not None and upcoming[2] != SLICE:
-                upcoming = next(slices, None)
-        target = None
-        if bind_next:
-            target = upcoming
-        else:
-            while stack and stack[-1][0] - stack[-1][1] < ts:
-                stack.pop()
-            if stack:
-                target = stack[-1]
-        yield target
-
-
-def _slices(entries: list[tuple]) -> list[tuple]:
-    """A thread's slice entries, in order (instants left out)."""
-    if not any(map(_kind, entries)):  # SLICE is 0
-        return entries
-    return [entry for entry in entries if entry[2] == SLICE]
-
-
-def _starts(rows: list[tuple]) -> np.ndarray:
-    """The first field of each row (a slice's start, a point's time)."""
-    return np.fromiter(map(_start, rows), np.int64, len(rows))
-
-
-def slice_times(slices: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
-    """The starts and negated durations of entries ``(start, -dur, ...)``; OverflowError beyond int64."""
-    return _starts(slices), np.fromiter(map(_negdur, slices), np.int64, len(slices))
-
-
-def _searched_targets(
-    slices: list[tuple], starts: np.ndarray, negdurs: np.ndarray, points: list[tuple], ts: np.ndarray
-) -> np.ndarray:
-    """The index in ``slices`` each point binds to (``len(slices)`` for none): what
-    :func:`_walked_targets` finds, by binary search where it can.
-
-    The walk's innermost open slice is the last slice started at or before the point when that
-    one has not ended; only points where it has ended are bound by walking (as far as they need:
-    points the walk skips change nothing it finds later). A ``bind_next`` point binds to the first
-    slice starting after it when a point before it at the same time, not ``bind_next``, already
-    took the slices starting there, else to the first starting at or after it.
-    """
-    n = len(slices)
-    ends = starts - negdurs
-    bind_next = np.fromiter(map(_bind_next, points), bool, len(points))
-    last = np.searchsorted(starts, ts, "right") - 1
-    open_at = ends[np.maximum(last, 0)] >= ts if n else np.zeros(len(points), bool)
-    taken = (~bind_next).astype(np.int64)
-    before = np.cumsum(taken) - taken  # points not bind_next before each one
-    after_taken = before - before[np.searchsorted(ts, ts, "left")] > 0
-    upcoming = np.where(after_taken, last + 1, np.searchsorted(starts, ts, "left"))
-    found = np.where(bind_next, upcoming, np.where(last >= 0, last, n))
-    walked = np.flatnonzero(~bind_next & (last >= 0) & ~open_at)
-    if len(walked):
-        positions = {id(s): i for i, s in enumerate(slices)}
-        targets = _walked_targets(iter(slices), map(points.__getitem__, walked.tolist()))
-        found[walked] = [n if t is None else positions[id(t)] for t in targets]
-    return found
-
-
-_kind, _start, _negdur, _phase, _ordinal, _key, _bind_next = (itemgetter(i) for i in (2, 0, 1, 1, 2, 3, 4))
+_kind, _start, _negdur, _phase, _ordinal, _key = (itemgetter(i) for i in (2, 0, 1, 1, 2, 3))
 _cat, _name, _fid, _pair_of = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(0, 1)
 
 
@@ -410,9 +312,9 @@ def _columns(layout: FileLayout) -> _Columns | None:
             fids = list(map(_fid, keys))
             if set(map(type, fids)) != {int}:
                 return None
-            slices = _slices(entries.ordered(store)) if entries is not None else []
-            (starts, negdurs), ts = slice_times(slices), _starts(points)
-            found = _searched_targets(slices, starts, negdurs, points, ts)
+            slices = slice_entries(entries.ordered(store)) if entries is not None else []
+            (starts, negdurs), ts = slice_times(slices), starts_of(points)
+            found = searched_targets(slices, starts, negdurs, points, ts)
             columns.add("target", np.where(found < len(slices), found + len(columns.slices), -1))
             columns.thread_slices.append((slices, starts, negdurs, len(columns.slices)))
             columns.slices.extend(slices)

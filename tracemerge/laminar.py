@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from tracemerge.flows import ThreadAttachments, slice_times
+from tracemerge.flow_targets import slice_times
+from tracemerge.flows import ThreadAttachments
 from tracemerge.plan import ThreadTrack
 from tracemerge.spill import RunStore, SortedBuffer
 
