@@ -114,7 +114,7 @@ def claims(path: Path, head: bytes) -> bool:
 
 def read(path: Path, layout: FileLayout) -> SourceData:
     layout_dirs.check_read_here(path)
-    _check_header(path)
+    layout_dirs.check_export(path)
     with _opened(path, layout.store.directory) as con:
         try:
             tables = {
@@ -134,17 +134,6 @@ def read(path: Path, layout: FileLayout) -> SourceData:
     data = layout_dirs.source_data(path, NAME, reader.thread_infos(), reader.dropped, rank=reader.rank)
     data.host = reader.host or data.host
     return data
-
-
-def _check_header(path: Path) -> None:
-    try:
-        with path.open("rb") as f:
-            head = f.read(len(SQLITE_MAGIC))
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
-    if head != SQLITE_MAGIC:
-        what = "NUL bytes" if head[:1] == b"\0" else repr(head)
-        raise InputError(path, f"not an SQLite database: it begins with {what} (a damaged export)")
 
 
 @contextmanager

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from tracemerge.errors import NotATrace, shown
+from tracemerge.errors import InputError, NotATrace, shown
 from tracemerge.model import UNIX_EPOCH, SourceData, ThreadInfo, ThreadKey, as_rank
 from tracemerge.sources.base import read_head
 from tracemerge.sources.common import host_of
@@ -259,16 +259,31 @@ def note_not_read(kept: Path, dropped: Counter[str]) -> None:
             dropped[f"same-run export not read ({kept.name} holds its events): {shown(other)}"] += 1
 
 
-def _usable(path: Path) -> Path | None:
-    """``path`` when it begins as its kind of export does (a JSON array or object, an SQLite
-    header): a damaged export never hides a good one."""
+def check_export(path: Path) -> None:
+    """InputError unless ``path`` begins as its kind of export does (a JSON array or object, an
+    SQLite header): a file zero-filled by a crash does not. An empty file passes: its reader says so."""
     try:
         head = read_head(path, 64)
-    except OSError:
-        return None
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
     if path.suffix == ".db":
-        return path if head.startswith(SQLITE_MAGIC) else None
-    return path if head.lstrip(b" \t\r\n")[:1] in (b"[", b"{") else None
+        head, kind, where = head[: len(SQLITE_MAGIC)], "an SQLite database", None
+        whole = head == SQLITE_MAGIC
+    else:
+        head, kind, where = head.lstrip(b" \t\r\n")[:16], "JSON", "1:1"
+        whole = head[:1] in (b"[", b"{")
+    if head and not whole:
+        what = "NUL bytes" if head[:1] == b"\0" else repr(head)
+        raise InputError(path, f"not {kind}: it begins with {what} (a damaged export)", where)
+
+
+def _usable(path: Path) -> Path | None:
+    """``path`` when it is an export that begins as one does: a damaged export never hides a good one."""
+    try:
+        check_export(path)
+        return path if path.stat().st_size else None
+    except (InputError, OSError):
+        return None
 
 
 def _run_export(run: Path) -> Path | None:

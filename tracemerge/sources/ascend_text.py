@@ -24,7 +24,7 @@ from tracemerge.model import NO_ORIGIN, OriginKey, SourceData, ThreadInfo, Threa
 from tracemerge.phase_rules import MSTX
 from tracemerge.sources import ascend_layout as layout_dirs
 from tracemerge.sources.ascend_layout import MSTX_THREAD
-from tracemerge.sources.base import SourceFormat, read_head
+from tracemerge.sources.base import SourceFormat
 from tracemerge.sources.chrome_events import (
     INSTANT,
     SLICE,
@@ -129,7 +129,7 @@ def read(path: Path, layout: FileLayout) -> SourceData:
     # text: a float time too large for its ns would otherwise restart the read (losing slices read).
     struct, lenient = (ExactEvent, ExactEvent) if len(slices) > 1 else (TraceEvent, LenientEvent)
     for part in slices:
-        _check_json(part)
+        layout_dirs.check_export(part)
         try:
             read_events(part, reader, struct, lenient)
         except NotATrace as exc:  # at an export's place, a file without events is a damaged export
@@ -137,17 +137,6 @@ def read(path: Path, layout: FileLayout) -> SourceData:
     reader.finish()
     layout_dirs.note_not_read(path, reader.dropped)
     return layout_dirs.source_data(path, NAME, reader.threads(), reader.dropped, reader.metadata_records)
-
-
-def _check_json(path: Path) -> None:
-    """InputError unless the file begins as JSON does (a file zero-filled by a crash does not)."""
-    try:
-        head = read_head(path, 64).lstrip(b" \t\r\n")
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
-    if head[:1] not in (b"[", b"{", b""):
-        what = "NUL bytes" if head[:1] == b"\0" else repr(head[:16])
-        raise InputError(path, f"not JSON: it begins with {what} (a damaged export)", "1:1")
 
 
 ASCEND_TEXT = SourceFormat(NAME, claims, read, layout_dirs.path_hints, layout_dirs.unusable_reason)
