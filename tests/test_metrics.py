@@ -383,3 +383,10 @@ def test_a_failed_query_and_a_cut_pretty_printed_response_are_skipped_saying_why
         f"{tmp_path / 'failed.json'}: the query failed (bad_data: invalid parameter)",
     ]
     assert report.exit_code == 3
+
+
+def test_a_bad_line_of_a_scrape_is_named_by_its_line_in_the_file(tmp_path: Path) -> None:
+    write_scrape(tmp_path / "scrapes", T0_NS, "# TYPE depth gauge\ndepth 1\ndepth{ 5\n")
+    report = merge([tmp_path / "scrapes"], tmp_path / "out.pftrace")
+    why = "first at line 4: could not convert string to float: '{'"
+    assert dict(report.dropped) == {f"metric text unreadable ({why})": 1}

@@ -59,10 +59,13 @@ UNREADABLE, REST_LOST = "metric text unreadable", ", the rest of the snapshot is
 NO_TIME = "metric snapshot without a time"
 
 
-def parse_snapshot(text: str, ts_ns: int | None, instance: str | None, dropped: Counter[str]) -> list[Point]:
-    """Every sample of one exposition, at its own time or ``ts_ns``; what cannot be drawn is counted."""
+def parse_snapshot(
+    text: str, ts_ns: int | None, instance: str | None, dropped: Counter[str], first_line: int = 1
+) -> list[Point]:
+    """Every sample of one exposition, at its own time or ``ts_ns``; what cannot be drawn is counted
+    (a bad line by its number in the file, where the text starts at ``first_line``)."""
     points: list[Point] = []
-    for family in _families(text, dropped):
+    for family in _families(text, dropped, first_line):
         if family.type == "unknown" and untyped_kind(family.name) == GAUGE:
             dropped["metric of unknown type (drawn as a gauge)"] += len(family.samples)
         for sample in family.samples:
@@ -85,14 +88,14 @@ def parse_snapshot(text: str, ts_ns: int | None, instance: str | None, dropped: 
 _MAX_BAD_LINES = 20
 
 
-def _families(text: str, dropped: Counter[str]) -> list:
+def _families(text: str, dropped: Counter[str], first_line: int) -> list:
     """The exposition's metric families. The parser gives up at a bad line, losing the family it
     was in: the line is found, counted and left out, and the text parsed again."""
     # OpenMetrics (what a scrape asking for it gets: exemplars, timestamps in seconds) ends "# EOF".
     openmetrics = text.rstrip().endswith("\n# EOF") or text.strip() == "# EOF"
     parse = _parser(openmetrics)
     lines = text.split("\n")
-    numbers = list(range(1, len(lines) + 1))
+    numbers = list(range(first_line, first_line + len(lines)))
     first_bad, bad = "", 0
     while True:
         families: list = []
@@ -181,20 +184,20 @@ def claims(path: Path, head: bytes) -> bool:
     return first.startswith(_TEXT_STARTS) or (path.suffix == SUFFIX and not first.startswith((b"{", b"[")))
 
 
-def _scrape(path: Path) -> tuple[str, int | None, str | None]:
-    """The scrape's text, time and instance."""
+def _scrape(path: Path) -> tuple[str, int | None, str | None, int]:
+    """The scrape's text, time and instance, and the file line its text starts at."""
     try:
         text = read_bytes(path).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(path, f"not UTF-8 text (byte {exc.start})") from None
     first, _, rest = text.partition("\n")
-    fields = {}
+    fields, first_line = {}, 1
     if first.startswith(SCRAPE_HEADER):
         fields = dict(_HEADER_FIELD.findall(first))
-        text = rest  # ours, not the page's (OpenMetrics allows no other comments)
+        text, first_line = rest, 2  # ours, not the page's (OpenMetrics allows no other comments)
     when = int(fields["time_unix_ns"]) if fields.get("time_unix_ns", "").isdigit() else _name_time(path)
     url = fields.get("url")
-    return text, when, instance_of(url) if url else None
+    return text, when, instance_of(url) if url else None, first_line
 
 
 def _name_time(path: Path) -> int | None:
@@ -228,8 +231,8 @@ def _scrape_names(directory: Path, suffix: str, mtime_ns: int) -> list[tuple[boo
 
 def read(path: Path, layout: FileLayout) -> SourceData:
     dropped: Counter[str] = Counter()
-    text, when, instance = _scrape(path)
-    points = parse_snapshot(text, when, instance, dropped)
+    text, when, instance, first_line = _scrape(path)
+    points = parse_snapshot(text, when, instance, dropped, first_line)
     if not points:
         unreadable = next((reason for reason in dropped if reason.startswith(UNREADABLE)), None)
         if unreadable:
@@ -243,7 +246,7 @@ def read(path: Path, layout: FileLayout) -> SourceData:
     if following is not None:
         # The next scrape's counter values: each counter's rate over the interval this scrape starts.
         try:
-            text, when, instance = _scrape(following)
+            text, when, instance, _ = _scrape(following)
             counters = {s for s, _, _ in points if s.kind == COUNTER}
             later = [p for p in parse_snapshot(text, when, instance, Counter()) if p[0] in counters]
         except InputError:
