@@ -1,14 +1,16 @@
 """Well-nested threads laid out in numpy: the fast path of :meth:`~tracemerge.layout.FileLayout._walk`.
 
-A thread held in memory whose slices nest (no instants, no overlaps) is emitted as the general
-walk emits it, byte for byte, but with its BEGIN/END order, flow fields and packets built
-column-wise; anything else makes :func:`walk_laminar` return None, having emitted nothing.
+A list of a thread's entries whose slices nest (no instants, no overlaps) is emitted as the
+general walk emits it, byte for byte, but with its BEGIN/END order, flow fields and packets built
+column-wise; anything else makes :func:`walk_laminar` return None, having emitted nothing. A
+thread too large to hold, or one that does not nest throughout, is cut into such lists where
+every earlier entry has ended (:func:`closed_stretches`).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from operator import itemgetter
 from typing import Any
 
@@ -67,6 +69,39 @@ def walk_laminar(
     stamps += shift
     _add_slices(enc, stamps, begin_slots, ~is_begin, list(map(_body, items)), tails, end_event)
     return len(items), int(ends.max())
+
+
+def closed_stretches(items: Iterable[tuple], size: int, most: int) -> Iterator[list[tuple] | Iterator[tuple]]:
+    """A thread's entries, in order, as lists of at least ``size`` (all but the last), each cut
+    before an entry that starts when every entry before it has ended; when ``most`` entries pass
+    without such a cut, the rest as one iterator."""
+    entries = iter(items)
+    held: list[tuple] = []
+    while True:
+        more = list(itertools.islice(entries, size))
+        if not more:
+            if held:
+                yield held
+            return
+        held += more
+        cut = _last_cut(held)
+        if cut:
+            yield held[:cut]
+            held = held[cut:]
+        elif len(held) >= most:
+            yield itertools.chain(held, entries)
+            return
+
+
+def _last_cut(entries: list[tuple]) -> int:
+    """The last position (0 for none) whose entry starts when every entry before it has ended."""
+    try:
+        starts, negdurs = slice_times(entries)
+    except OverflowError:
+        return 0
+    reach = np.maximum.accumulate(starts - negdurs)
+    cuts = np.flatnonzero(starts[1:] >= reach[:-1])
+    return int(cuts[-1]) + 1 if len(cuts) else 0
 
 
 def _slice_times(items: list[tuple], known: ThreadAttachments | None) -> tuple[np.ndarray, np.ndarray] | None:

@@ -28,7 +28,7 @@ import orjson
 
 from tracemerge.anchors import MAX_MARKS, MAX_PHASE_MARKS, PHASE, STEP
 from tracemerge.flows import ThreadAttachments, bind_flows
-from tracemerge.laminar import walk_laminar
+from tracemerge.laminar import closed_stretches, walk_laminar
 from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.model import Event, FlowPhase, Identity, Kind, OriginKey, ThreadKey
 from tracemerge.plan import CounterTrack, ThreadTrack, lane_track
@@ -394,25 +394,67 @@ class FileLayout:
         returns the latest time on the thread.
 
         ``attached`` holds the thread's flow attachments ``(start, -dur, kind, ordinal, flow id,
-        phase)``, met in the order of the entries. Encoders that collect packets in lists
-        (``packets``, flushed at ``batch`` packets) get the thread's own slices appended
-        directly: this loop runs once per input slice. Those that also take a thread's slices
-        at once (``add_slices``) get a well-nested thread held in memory laid out in numpy
-        (:func:`~tracemerge.laminar.walk_laminar`), with the same bytes.
+        phase)``, met in the order of the entries. Encoders that take a thread's slices at once
+        (``add_slices``) get well-nested stretches of the thread laid out in numpy
+        (:func:`~tracemerge.laminar.walk_laminar`): the whole thread when it is held in memory and
+        nests, else each stretch between two instants where every earlier entry has ended
+        (:func:`~tracemerge.laminar.closed_stretches`), spilled or not. What the point-wise walk
+        writes does not depend on where it is cut at such instants, so the bytes are the same.
         """
-        enc = self.enc
-        if hasattr(enc, "add_slices"):
-            found = walk_laminar(enc, items, track, attached, self.store, shift)
-            if found is not None:
-                counts.slices += found[0]
-                return found[1]
-        begin, end_slice, instant = enc.slice_begin, enc.slice_end, enc.instant
+        enc, store = self.enc, self.store
         lanes: list[ThreadTrack] = [track]
-        stack: list[int] = []  # end timestamps of the open slices on the thread itself
-        stacks: list[list[int]] = [stack]
-        flows_of = iter(attached.ordered(self.store) if attached is not None else ())
+        if not hasattr(enc, "add_slices"):
+            flows_of = iter(attached.ordered(store) if attached is not None else ())
+            return self._walk_points(items, flows_of, lanes, shift, result, counts)
+        found = walk_laminar(enc, items, track, attached, store, shift)
+        if found is not None:
+            counts.slices += found[0]
+            return found[1]
+        flows_of = iter(attached.ordered(store) if attached is not None else ())
         pending = next(flows_of, None)
         hi = -(1 << 63)
+        size = max(self.budget // 16, 1)
+        for stretch in closed_stretches(items, size, 4 * size):
+            if type(stretch) is not list:  # no cut within reach: the rest point by point
+                rest = flows_of if pending is None else itertools.chain((pending,), flows_of)
+                return max(hi, self._walk_points(stretch, rest, lanes, shift, result, counts))
+            last = stretch[-1][:4]
+            mine = SortedBuffer()
+            while pending is not None and pending[:4] <= last:
+                mine.append(pending)
+                pending = next(flows_of, None)
+            found = walk_laminar(enc, stretch, track, mine or None, store, shift)
+            if found is not None:
+                counts.slices += found[0]
+                hi = max(hi, found[1])
+            else:
+                hi = max(hi, self._walk_points(stretch, iter(mine), lanes, shift, result, counts))
+        return hi
+
+    def _walk_points(
+        self,
+        items: Iterable[tuple],
+        flows_of: Iterator[tuple],
+        lanes: list[ThreadTrack],
+        shift: int,
+        result: LayoutResult,
+        counts: EventCounts,
+    ) -> int:
+        """The point-wise walk of :meth:`_walk` over ``items`` (``lanes``: the thread's track and
+        the overlap lanes it has so far, all closed; the walk adds to them and closes them all).
+
+        Encoders that collect packets in lists (``packets``, flushed at ``batch`` packets) get
+        the thread's own slices appended directly: this loop runs once per input slice. Where
+        every entry so far has ended, the lanes are closed, as a walk starting there finds them.
+        """
+        enc = self.enc
+        begin, end_slice, instant = enc.slice_begin, enc.slice_end, enc.instant
+        track = lanes[0]
+        stack: list[int] = []  # end timestamps of the open slices on the thread itself
+        stacks: list[list[int]] = [stack] + [[] for _ in lanes[1:]]
+        pending = next(flows_of, None)
+        hi = -(1 << 63)
+        laned = False  # a lane holds open slices
         slices = instants = 0
         packets = getattr(enc, "packets", None)
         if packets is not None:
@@ -420,6 +462,9 @@ class FileLayout:
             add_time, add_event = times.append, events.append
             flow_fields, flush_at = enc.flow_fields, enc.batch
         for start, negdur, kind, ordinal, body in items:
+            if laned and start >= hi:
+                self._close(stacks, lanes, shift)
+                laned = False
             flows: list[Flow] | None = None
             if pending is not None and pending[3] == ordinal:
                 flows = []
@@ -456,15 +501,20 @@ class FileLayout:
             if stack and stack[-1] < end:
                 n = self._lane_for(stacks, lanes, start, end, shift, result)
                 result.moved_to_lanes += 1
+                laned = True
             stacks[n].append(end)
             begin(lanes[n], start + shift, -negdur, body, flows)
             slices += 1
-        for n, lane_stack in enumerate(stacks):
-            while lane_stack:
-                end_slice(lanes[n], lane_stack.pop() + shift)
+        self._close(stacks, lanes, shift)
         counts.slices += slices
         counts.instants += instants
         return hi
+
+    def _close(self, stacks: list[list[int]], lanes: list[ThreadTrack], shift: int) -> None:
+        """Ends every open slice, the thread's own innermost first, then each lane's."""
+        for n, lane_stack in enumerate(stacks):
+            while lane_stack:
+                self.enc.slice_end(lanes[n], lane_stack.pop() + shift)
 
     def _lane_for(
         self, stacks: list[list[int]], lanes: list[ThreadTrack], start: int, end: int, shift: int, result: LayoutResult
