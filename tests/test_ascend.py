@@ -460,6 +460,144 @@ def test_sliced_msprof_export_is_read_as_one_file(tmp_path: Path) -> None:
     assert report.exit_code == 0
 
 
+# What a crash or a failed copy leaves of one file of an export.
+DAMAGE = {
+    "zero-filled": lambda data: b"\0" * len(data),
+    "not JSON": lambda data: b"<html>502 Bad Gateway</html>",
+    "cut": lambda data: data[: len(data) // 2],
+}
+OVERLAP_SLICE = (22, 26)  # the fixture's body cut so that slice 1 holds its four Overlap Analysis events
+
+
+def write_slices(prof: Path, *ends: int) -> list[Path]:
+    """The fixture's msprof export in place of msprof_{ts}.json, cut into slices (each with the
+    metadata) before the body positions ``ends``."""
+    out = prof / "mindstudio_profiler_output"
+    (out / MSPROF.name).unlink()
+    events = json.loads(MSPROF.read_text())
+    header = [e for e in events if e["ph"] == "M"]
+    body = [e for e in events if e["ph"] != "M"]
+    bounds = [0, *ends, len(body)]
+    slices = [out / f"msprof_slice_{i}_20260101000000.json" for i in range(len(bounds) - 1)]
+    for path, start, end in zip(slices, bounds, bounds[1:], strict=False):
+        path.write_text(json.dumps(header + body[start:end]))
+    return slices
+
+
+@pytest.mark.parametrize(("damage", "begins"), [("zero-filled", "NUL bytes"), ("not JSON", "b'<html>502 Bad Ga'")])
+def test_a_damaged_slice_loses_only_its_events_when_no_other_export_is_whole(
+    tmp_path: Path, damage: str, begins: str
+) -> None:
+    """Without another export of the run, the slices before and after the damaged one are read,
+    and the damaged one is counted by name."""
+    prof = copy_prof(tmp_path)
+    slices = write_slices(prof, *OVERLAP_SLICE)
+    slices[1].write_bytes(DAMAGE[damage](slices[1].read_bytes()))
+    rb, report = merged(tmp_path / "out", tmp_path / "in")
+    assert [[f.name for f in p.files] for p in report.processes] == [[slices[0].name]]
+    assert report.written.as_dict() == {"slices": 20 - 4, "instants": 1, "counters": 2, "flows": 4}
+    assert not [name for name in rb.thread_names("in · rank 2") if name.startswith("Overlap Analysis")]
+    [mstx] = [s for s in rb.slices if s.name == "rollout_generate"]  # from slice 2
+    assert (mstx.ts, mstx.dur) == (T0 + 11_000, 800_000)
+    lost = f"{slices[1]}:1:1: not JSON: it begins with {begins} (a damaged export); events after it are lost"
+    assert report.dropped == {
+        f"{lost} (the other slices are read)": 1,
+        f"export slice read with {slices[0].name}: {slices[1]}": 1,
+        f"export slice read with {slices[0].name}: {slices[2]}": 1,
+    }
+    assert stat_of(report, "file_damaged") == ("data_loss", 1)
+    assert stat_of(report, "export_read_elsewhere") == ("info", 2)
+    assert report.skipped == []
+    assert report.exit_code == 3
+
+
+@pytest.mark.parametrize(
+    ("damage", "begins"), [("zero-filled", "NUL bytes"), ("not JSON", "b'<html>502 Bad Ga'"), ("cut", None)]
+)
+def test_a_sliced_export_with_a_damaged_slice_gives_way_to_the_whole_db_of_the_run(
+    tmp_path: Path, damage: str, begins: str | None
+) -> None:
+    """The export read is one that is whole: the DB holds every event the damaged slice held."""
+    prof = copy_prof(tmp_path)
+    slices = write_slices(prof, *OVERLAP_SLICE)
+    db = prof / "msprof_20260101000000.db"
+    shutil.copy(DB, db)
+    slices[1].write_bytes(DAMAGE[damage](slices[1].read_bytes()))
+    _rb, report = merged(tmp_path / "out", tmp_path / "in")
+    assert [[f.name for f in p.files] for p in report.processes] == [[db.name]]
+    assert report.written.as_dict() == {"slices": 24, "instants": 1, "counters": 2, "flows": 5}
+    claimed = [slices[0], slices[2]] if begins else slices  # a cut slice begins as JSON: claimed too
+    assert report.dropped == {f"same-run export not read ({db.name} holds its events): {p}": 1 for p in claimed}
+    assert stat_of(report, "export_read_elsewhere") == ("info", len(claimed))
+    if begins is None:
+        assert (report.skipped, report.exit_code) == ([], 0)
+    else:  # named with its damage, as any export that does not begin as one
+        assert report.skipped == [f"{slices[1]}:1:1: not JSON: it begins with {begins} (a damaged export)"]
+        assert report.exit_code == 3
+
+
+def test_an_export_written_again_is_read_once_the_newest(tmp_path: Path) -> None:
+    """Running msprof export again writes msprof_{ts}.json with a later stamp beside the first:
+    the newest is read and the other claimed; a damaged newest gives way to the older one."""
+    prof = copy_prof(tmp_path)
+    older = prof / "mindstudio_profiler_output" / MSPROF.name
+    newer = older.with_name("msprof_20260102000000.json")
+    shutil.copy(MSPROF, newer)
+    events = json.loads(MSPROF.read_text())
+    older.write_text(json.dumps([e for e in events if "event_type" not in e.get("args", {})]))  # without MSTX
+    _rb, report = merged(tmp_path / "a", tmp_path / "in")
+    assert [[f.name for f in p.files] for p in report.processes] == [[newer.name]]
+    assert report.written.as_dict() == {"slices": 20, "instants": 1, "counters": 2, "flows": 4}
+    assert older in report.ignored
+    assert report.dropped == {f"same-run export not read ({newer.name} holds its events): {older}": 1}
+    assert stat_of(report, "export_read_elsewhere") == ("info", 1)
+    assert report.exit_code == 0
+    named = CliRunner().invoke(cli.app, [str(older), "-o", str(tmp_path / "n.pftrace")])
+    assert named.exit_code == 1
+    assert f"{older}: not read: {newer} holds the same events and is read in its place" in named.output
+
+    newer.write_bytes(b"\0" * 4096)
+    _rb, report = merged(tmp_path / "b", tmp_path / "in")
+    assert [[f.name for f in p.files] for p in report.processes] == [[older.name]]
+    assert report.written.as_dict() == {"slices": 19, "instants": 0, "counters": 2, "flows": 4}
+    assert report.skipped == [f"{newer}:1:1: not JSON: it begins with NUL bytes (a damaged export)"]
+    assert report.dropped == {}
+    assert report.exit_code == 3
+
+
+def test_of_two_msprof_dbs_of_a_prof_folder_the_newest_is_read(tmp_path: Path) -> None:
+    prof = copy_prof(tmp_path)
+    (prof / "mindstudio_profiler_output" / MSPROF.name).unlink()
+    older, newer = (prof / f"msprof_2026010{day}000000.db" for day in (1, 2))
+    for db in (older, newer):
+        shutil.copy(DB, db)
+    _rb, report = merged(tmp_path / "out", tmp_path / "in")
+    assert [[f.name for f in p.files] for p in report.processes] == [[newer.name]]
+    assert report.written.as_dict() == {"slices": 24, "instants": 1, "counters": 2, "flows": 5}
+    assert report.dropped == {f"same-run export not read ({newer.name} holds its events): {older}": 1}
+    assert report.exit_code == 0
+
+
+def test_a_cut_trace_view_gives_way_to_the_whole_db_of_the_run(tmp_path: Path) -> None:
+    """A trace_view.json cut while being written (it begins as JSON, so only its end tells) is not
+    read when the run's DB is whole; without the DB its events before the cut are read."""
+    run = copy_run(tmp_path, "text")
+    output = run / "ASCEND_PROFILER_OUTPUT"
+    view = output / "trace_view.json"
+    view.write_bytes(DAMAGE["cut"](view.read_bytes()))
+    shutil.copy(DB, output)
+    _rb, report = merged(tmp_path / "a", tmp_path / "in")
+    assert [[f.name for f in p.files] for p in report.processes] == [[DB.name]]
+    assert report.written.as_dict() == {"slices": 24, "instants": 1, "counters": 2, "flows": 5}
+    assert report.dropped == {f"same-run export not read ({DB.name} holds its events): {view}": 1}
+    assert report.exit_code == 0
+    (output / DB.name).unlink()
+    _rb, report = merged(tmp_path / "b", tmp_path / "in")
+    assert [[f.name for f in p.files] for p in report.processes] == [[view.name]]
+    assert stat_of(report, "file_damaged") == ("data_loss", 1)
+    assert report.exit_code == 3
+
+
 def _snapshot(directory: Path) -> dict[str, tuple[bytes, int]]:
     return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in directory.iterdir()}
 

@@ -4,7 +4,8 @@ and ``PROF_*/mindstudio_profiler_output/msprof_*.json`` of a bare msprof run.
 Files are claimed by name and place alone (the files msprof writes beside msprof_*.json too:
 ``msprof_tx_*``, ``step_trace_*``), so that a damaged export is reported, and one whose events
 another export of the run holds is named as not read (see ``ascend_layout.read_instead``). The
-slices of a sliced msprof export (``msprof_slice_{i}_{ts}.json``) are read as one file.
+slices of a sliced msprof export (``msprof_slice_{i}_{ts}.json``) are read as one file; a damaged
+slice is counted and the others are read.
 
 Both are bare arrays of Chrome trace events with ``ts`` as a decimal string of epoch µs. Processes
 are told apart by their ``process_name`` (Python, CANN, Ascend Hardware, HCCL, Overlap Analysis,
@@ -123,20 +124,41 @@ def claims(path: Path, head: bytes) -> bool:
 
 def read(path: Path, layout: FileLayout) -> SourceData:
     layout_dirs.check_read_here(path)
-    slices = layout_dirs.slices_of(path)
+    slices = layout_dirs.files_read(path)
     reader = AscendEvents(layout)
-    # Slices are read as one file, so that flows crossing a cut are kept. Times are taken from the
-    # text: a float time too large for its ns would otherwise restart the read (losing slices read).
-    struct, lenient = (ExactEvent, ExactEvent) if len(slices) > 1 else (TraceEvent, LenientEvent)
-    for part in slices:
-        layout_dirs.check_export(part)
-        try:
-            read_events(part, reader, struct, lenient)
-        except NotATrace as exc:  # at an export's place, a file without events is a damaged export
-            raise InputError(exc.path, exc.reason, exc.where) from None
+    if len(slices) == 1:
+        _read_part(path, reader, TraceEvent, LenientEvent)
+    else:
+        _read_slices(slices, reader)
     reader.finish()
     layout_dirs.note_not_read(path, reader.dropped)
     return layout_dirs.source_data(path, NAME, reader.threads(), reader.dropped, reader.metadata_records)
+
+
+def _read_slices(slices: list[Path], reader: AscendEvents) -> None:
+    """Slices are read as one file, so that flows crossing a cut are kept. A damaged slice loses
+    its events only: the others are read (the export was chosen because none other is whole)."""
+    damaged: list[InputError] = []
+    for part in slices:
+        try:
+            # Times are taken from the text: a float time too large for its ns would otherwise
+            # restart the read, losing the slices read before.
+            _read_part(part, reader, ExactEvent, ExactEvent)
+        except InputError as exc:
+            damaged.append(exc)
+    if len(damaged) == len(slices):
+        first = damaged[0]
+        raise InputError(first.path, f"{first.reason}; no slice of this export can be read", first.where)
+    for exc in damaged:
+        reader.dropped[f"{exc}; events after it are lost (the other slices are read)"] += 1
+
+
+def _read_part(part: Path, reader: AscendEvents, struct: type, lenient: type) -> None:
+    layout_dirs.check_export(part)
+    try:
+        read_events(part, reader, struct, lenient)
+    except NotATrace as exc:  # at an export's place, a file without events is a damaged export
+        raise InputError(exc.path, exc.reason, exc.where) from None
 
 
 ASCEND_TEXT = SourceFormat(NAME, claims, read, layout_dirs.path_hints, layout_dirs.unusable_reason)
