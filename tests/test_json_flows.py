@@ -196,3 +196,56 @@ def test_id2_flows_are_drawn_from_typed_batches(tmp_path: Path) -> None:
     for ext, (report, pairs, problems) in both_formats(tmp_path, path).items():
         assert (pairs, problems) == ({("op", 0, 10_000, "kernel", 100_000, 10_000): 2}, []), ext
         assert (report.written.flows, report.dropped) == (2, {})
+
+
+def _pair(n: int, out_id: object, in_id: object, **flags: object) -> list[dict]:
+    """A slice on the CPU thread and one on the GPU stream, bound by ``bind_id`` with ``flags``
+    (``flow_out`` / ``flow_in``: true unless given)."""
+    out_flag, in_flag = flags.get("flow_out", True), flags.get("flow_in", True)
+    return [
+        _x(f"out{n}", 100 * n, 10, CPU, bind_id=out_id, flow_out=out_flag),
+        _x(f"in{n}", 100 * n + 50, 10, GPU, bind_id=in_id, flow_in=in_flag),
+    ]
+
+
+def test_bind_id_flows_are_read_as_trace_processor_reads_them(tmp_path: Path) -> None:
+    """Only JSON true is a direction (1 and "true" are not); an id is an integer of 64 bits, or
+    hexadecimal text, compared as unsigned 64 bits (5.0 is none)."""
+    events = [
+        *_pair(0, 5, 5),
+        *_pair(1, 11, 11, flow_out=1, flow_in=1),
+        *_pair(2, 12, 12, flow_out="true", flow_in="true"),
+        *_pair(3, 13.0, 13.0),
+        *_pair(4, "0x0e", 14),
+        *_pair(5, "10", 16),  # text is hexadecimal, always
+        *_pair(6, -5, "fffffffffffffffb"),
+        *_pair(7, 1 << 63, "8000000000000000"),  # an integer beyond 64 signed bits is no id
+    ]
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    expected = {(f"out{n}", 100_000 * n, 10_000, f"in{n}", 100_000 * n + 50_000, 10_000): 1 for n in (0, 4, 5, 6)}
+    assert flow_pairs(path)[0] == expected  # trace_processor reading the input itself
+    for ext, (report, pairs, problems) in both_formats(tmp_path, path).items():
+        assert (pairs, problems) == (expected, []), ext
+        assert report.written.flows == 4
+        assert report.dropped == {
+            "bind_id flow on a slice without flow_in or flow_out": 4,
+            "bind_id flow event without id (bind_id neither an integer nor hexadecimal text)": 3,
+            "flow step/end without a start": 1,
+        }
+
+
+def test_a_flow_in_of_1_beside_a_true_flow_out_ends_the_flow_there(tmp_path: Path) -> None:
+    """``flow_in: true, flow_out: 1`` ends the flow on that slice (a later flow_in ends it again)."""
+    other = {"pid": 0, "tid": 8}
+    events = [
+        _x("a", 0, 10, CPU, bind_id=9, flow_out=True),
+        _x("b", 100, 10, GPU, bind_id=9, flow_in=True, flow_out=1),
+        _x("c", 200, 10, other, bind_id=9, flow_in=True),
+    ]
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    expected = {("a", 0, 10_000, "b", 100_000, 10_000): 1, ("a", 0, 10_000, "c", 200_000, 10_000): 1}
+    assert flow_pairs(path)[0] == expected
+    for ext, (report, pairs, problems) in both_formats(tmp_path, path).items():
+        assert (pairs, problems, report.written.flows, report.dropped) == (expected, [], 2, {}), ext

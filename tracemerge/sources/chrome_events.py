@@ -29,6 +29,10 @@ _FLOW_PHASES = {"s": FlowPhase.START, "t": FlowPhase.STEP, "f": FlowPhase.END}
 _FLOW_PHASE_NUMBERS = {ph: int(phase) for ph, phase in _FLOW_PHASES.items()}
 # Flow v2: a slice's bind_id with (flow_in, flow_out), as Perfetto's JSON importer binds it.
 _BOUND_PHASES = {(False, True): FlowPhase.START, (True, True): FlowPhase.STEP, (True, False): FlowPhase.END}
+# A bind_id as text: leading spaces (the only white space JSON text holds unescaped; Perfetto reads
+# no id from a string with an escape), a sign, "0x" (alone it reads as 0), hexadecimal digits.
+_HEX_ID = re.compile(r" *([+-]?)(?:0[xX]([0-9a-fA-F]*)|([0-9a-fA-F]+))")
+_INT64, _UINT64 = 1 << 63, 1 << 64
 # Numbers written as text, which Perfetto also draws as counter values.
 _NUMBER_TEXT = re.compile(r"-?(?:0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?")
 _SPECIAL_PIDS = {"Spans": "Profiler spans", "Traces": "Profiler iterations", "": "Profiler"}
@@ -273,7 +277,7 @@ class ChromeEvents:
         if phase is None:
             self.dropped["bind_id flow on a slice without flow_in or flow_out"] += 1
         elif fid is None:
-            self.dropped["bind_id flow event without id (bind_id not a number)"] += 1
+            self.dropped["bind_id flow event without id (bind_id neither an integer nor hexadecimal text)"] += 1
         else:
             self._bound.append((origin, thread, start, ordinal, phase, fid))
 
@@ -573,22 +577,30 @@ def _json_kind(value: Any) -> str:
 
 
 def _flag(value: Any) -> bool:
-    """A flow_in / flow_out value as Perfetto's importer reads it (JSON true, or a non-zero number)."""
-    return value is True or (type(value) in (int, float) and value != 0)
+    """A flow_in / flow_out value as Perfetto's importer reads it: JSON true (1 and "true" are not)."""
+    return value is True
 
 
 def _bind_id(value: Any) -> int | None:
-    """A bind_id as Perfetto's importer reads it: a number, or hexadecimal text."""
+    """A bind_id as Perfetto's importer reads it, as the unsigned 64-bit id it compares: an integer
+    that fits 64 signed bits, or hexadecimal text; None for anything else (5.0 included)."""
     if type(value) is int:
-        return value
-    if type(value) is float and value.is_integer():
-        return int(value)
+        return value % _UINT64 if -_INT64 <= value < _INT64 else None
     if type(value) is str:
-        try:
-            return int(value, 16)
-        except ValueError:
-            return None
+        return _hex_id(value)
     return None
+
+
+def _hex_id(text: str) -> int | None:
+    """Hexadecimal text as C's strtoull reads it whole (Perfetto's reading of a bind_id)."""
+    match = _HEX_ID.fullmatch(text)
+    if match is None:
+        return None
+    sign, prefixed, digits = match.groups()
+    magnitude = int(prefixed or digits or "0", 16)
+    if magnitude >= _UINT64:
+        return _UINT64 - 1  # strtoull's value for one out of range, whatever its sign
+    return -magnitude % _UINT64 if sign == "-" else magnitude
 
 
 def counter_series(name: str, key: str) -> str:
