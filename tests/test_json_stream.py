@@ -169,6 +169,83 @@ def test_a_second_document_after_the_json_is_data_loss(tmp_path: Path) -> None:
     assert report.written.slices == 50
 
 
+def trailing_longer_than_a_block(text: str, block: int, second_document: bool) -> str:
+    """At least two blocks of bytes for after ``text``, holding what an event boundary looks like."""
+    unit = text if second_document else "x},{y\n"
+    return unit * (2 * block // len(unit) + 1)
+
+
+@pytest.mark.parametrize("second_document", [False, True], ids=["junk", "document"])
+@pytest.mark.parametrize("block", [700, 1 << 22])
+def test_trailing_bytes_longer_than_a_block_lose_nothing_and_are_noted_where_they_start(
+    tmp_path: Path, monkeypatch, block: int, second_document: bool
+) -> None:
+    """The batches are cut at the last event boundary of a block: here one lies after the array."""
+    monkeypatch.setattr(json_stream, "BLOCK", block)
+    text = kineto_text()
+    junk = trailing_longer_than_a_block(text, block, second_document)
+    path = tmp_path / "long_tail.json"
+    path.write_text(text + junk)
+    got, stream = names(path, TraceEvent, LenientEvent)
+    assert got == [e["name"] for e in EVENTS[:50]]
+    assert stream.damage is None
+    assert stream.meta == {
+        "schemaVersion": 1,
+        "traceName": "/tmp/t.json",
+        "displayTimeUnit": "ms",
+        "baseTimeNanoseconds": 1700000000000000000,
+    }
+    place = f"{path}:{where(text + junk, len(text))}"
+    size = len(junk.rstrip())
+    note = (
+        f"{place}: events after the end of the JSON ({size} bytes), not read"
+        if second_document
+        else f"{place}: trailing data after the end of the JSON ({size} bytes), ignored"
+    )
+    assert stream.notes == {note: 1}
+
+
+def test_keys_after_the_array_holding_event_boundaries_are_read_and_the_bytes_after_them_placed(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A samples list after the array looks like events to the batch cutter. Here the object ends
+    on the last byte of a block, and the garbage after it starts two blocks of white space later."""
+    block = 700
+    monkeypatch.setattr(json_stream, "BLOCK", block)
+    tail = '"samples": [{"sf": 1, "ts": 100}, {"sf": 2, "ts": 101}], "baseTimeNanoseconds": 1700000000000000000'
+    unpadded = kineto_text(tail)
+    padding = " " * (-(len(unpadded) - 1) % block)  # after the last event: the array closes in the object's last block
+    text = unpadded.replace("\n], ", f"\n{padding}], ")
+    assert len(text.rstrip()) % block == 0
+    body = text + "\n" * (2 * block) + "garbage\n"
+    path = tmp_path / "samples.json"
+    path.write_text(body)
+    got, stream = names(path, TraceEvent, LenientEvent)
+    assert got == [e["name"] for e in EVENTS[:50]]
+    assert stream.damage is None
+    assert stream.meta == {
+        "schemaVersion": 1,
+        "samples": [{"sf": 1, "ts": 100}, {"sf": 2, "ts": 101}],
+        "baseTimeNanoseconds": 1700000000000000000,
+    }
+    place = where(body, body.index("garbage"))
+    assert stream.notes == {f"{path}:{place}: trailing data after the end of the JSON (7 bytes), ignored": 1}
+
+
+@pytest.mark.parametrize("second_document", [False, True], ids=["junk", "document"])
+def test_trailing_bytes_longer_than_a_block_are_the_statistic_short_ones_are(
+    tmp_path: Path, second_document: bool
+) -> None:
+    text = kineto_text()
+    path = tmp_path / "rank0.json"
+    path.write_text(text + trailing_longer_than_a_block(text, json_stream.BLOCK, second_document))
+    report = merge([path], tmp_path / "out.pftrace")
+    expected = {"file_trailing_events": ("data_loss", 1)} if second_document else {"file_trailing_data": ("info", 1)}
+    assert (report.exit_code, statistics(report)) == (3 if second_document else 0, expected)
+    slices = sorted(s.ts for s in read_pftrace(tmp_path / "out.pftrace").slices)
+    assert slices == [1700000000000100000 + 1000 * n for n in range(50)]  # baseTimeNanoseconds applied
+
+
 def test_a_cut_in_the_keys_after_the_array_keeps_every_event_and_the_keys_before_it(tmp_path: Path) -> None:
     text = kineto_text()
     cut = text.index('"displayTimeUnit"') + 8

@@ -9,7 +9,10 @@ the batches are consumed.
 
 A batch ends at a ``}`` followed by ``,`` and ``{`` (white space allowed between). Such a sequence
 inside a string makes the batch end inside that string; the decoder then reports truncated input,
-and the batch is cut at an earlier boundary instead, its remainder going to the next batch. A file
+and the batch is cut at an earlier boundary instead, its remainder going to the next batch. When
+the boundary lies after the array's ``]`` (in a list among the keys after it, or in a second document
+after the JSON), the array's last events are decoded with those keys and the bytes after the JSON
+are read through, counted and not kept, however long they run. A file
 that ends early (a job killed while writing) still yields every complete event before the cut;
 then :attr:`EventStream.damage` says where and why. A bare array may end without its ``]`` (the
 trace-event format allows it): that is no damage. What the stream counts instead of yielding (array
@@ -19,6 +22,7 @@ read) is in :attr:`EventStream.notes` once the batches are consumed.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import zlib
@@ -47,6 +51,10 @@ _ESCAPES = re.compile(
     rb"\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|\\u[dD][89a-fA-F][0-9a-fA-F]{2}"
 )
 _MENDS = 16  # trailing commas mended in the file's last bytes before giving up on them
+
+
+class _ArrayEnds(Exception):
+    """The event array closes inside the text being cut into batches: the rest is its tail."""
 
 
 class Damage(Exception):
@@ -141,10 +149,14 @@ class EventStream:
                 else:
                     buf += more
             if eof:
-                yield from self._finish(buf)
+                yield from self._finish(buf, blocks)
                 return
             cut = _last_boundary(buf)
-            decoded = self._decode_prefix(buf, cut) if cut is not None else None
+            try:
+                decoded = self._decode_prefix(buf, cut) if cut is not None else None
+            except _ArrayEnds:  # the boundary found lies after the array (in the keys or bytes after it)
+                yield from self._finish(buf, blocks)
+                return
             if decoded is None:  # not one whole event yet: read on
                 more = next(blocks, None)
                 if more is None:
@@ -216,7 +228,7 @@ class EventStream:
     def _decode_prefix(self, buf: bytes, cut: int) -> tuple[list, int] | None:
         """Events of ``buf[:cut + 1]``, cut earlier when that boundary lies inside a string or
         after damage; None when no boundary before ``cut`` ends an event; Damage when the first
-        event is damaged."""
+        event is damaged; _ArrayEnds when the array closes before ``cut``."""
         damage = None
         while True:
             doc = b"".join((b"[", memoryview(buf)[: cut + 1], b"]"))  # one copy of the block, not three
@@ -225,6 +237,8 @@ class EventStream:
             except msgspec.DecodeError as exc:
                 at = cut
                 if not _truncated(exc):  # damage, not a boundary inside a string: keep the events before it
+                    if damage is None and _closes_early(doc):
+                        raise _ArrayEnds from None
                     at = _pos(exc, doc) - 1
                     damage = Damage(f"invalid JSON ({_reason(exc)})", self._where(buf, at))
             earlier = _last_boundary(buf, 0, at)
@@ -234,8 +248,9 @@ class EventStream:
                 return None
             cut = earlier
 
-    def _finish(self, buf: bytes) -> Iterator[list]:
-        """The file's last bytes: the rest of the array, its ``]`` and the keys after it."""
+    def _finish(self, buf: bytes, rest: Iterator[bytes]) -> Iterator[list]:
+        """The rest of the array, its ``]`` and the keys after it: ``buf`` then the blocks
+        ``rest`` still holds (none when ``buf`` is the file's last bytes)."""
         found = _closed_array(b"[" + buf)
         if found is None:
             yield from self._unclosed(buf)
@@ -247,7 +262,7 @@ class EventStream:
             raise Damage(f"invalid JSON ({_reason(exc)})", self._where(buf, _pos(exc, doc) - 1)) from None
         if events:
             yield events
-        self.notes.update(self._tail(buf, end - 1))
+        self.notes.update(self._tail(buf, end - 1, rest))
 
     def _unclosed(self, buf: bytes) -> Iterator[list]:
         """An array without its ``]``: every complete event; then where the file stopped, unless
@@ -352,51 +367,67 @@ class EventStream:
 
     # -- the keys after the array ------------------------------------------------------------------
 
-    def _tail(self, buf: bytes, at: int) -> dict[str, int]:
-        """Reads the keys after the array (``buf[at:]`` follows its ``]``) into :attr:`meta`;
-        returns what is wrong there, as notes."""
-        rest = buf[at:]
-        text = rest.lstrip(_WS)
-        at += len(rest) - len(text)
+    def _tail(self, buf: bytes, at: int, rest: Iterator[bytes]) -> dict[str, int]:
+        """Reads the keys after the array (``buf[at:]`` follows its ``]``, then ``rest``) into
+        :attr:`meta`; returns what is wrong there, as notes."""
+        while (notes := self._keys_after(buf, at, rest)) is None:
+            longer = _extended(buf, rest)
+            if longer is None:
+                return self._tail_damage(buf, len(buf), "unexpected end of data")
+            buf = longer
+        return notes
+
+    def _keys_after(self, buf: bytes, at: int, rest: Iterator[bytes]) -> dict[str, int] | None:
+        """What :meth:`_tail` returns, or None when ``buf`` ends before the object does."""
+        text = buf[at:].lstrip(_WS)
+        at = len(buf) - len(text)
         if self.bare:
-            return self._trailing(buf, at) if text else {}
+            return self._trailing(buf, at, rest)
         if text[:1] == b"}":
-            return self._after_end(buf, at + 1)
+            return self._trailing(buf, at + 1, rest)
+        if not text:
+            return None
         if text[:1] != b",":
-            reason = "unexpected end of data" if not text else "expected ',' or '}' after the event array"
-            return self._tail_damage(buf, at, reason)
+            return self._tail_damage(buf, at, "expected ',' or '}' after the event array")
         doc = b"{" + text[1:]  # the same offsets as text
         try:
             value = msgspec.json.decode(doc)
         except msgspec.DecodeError as exc:
-            return self._partial_tail(buf, at, doc, exc)
+            return self._partial_tail(buf, at, doc, exc, rest)
         self.meta.update(value)
-        return {}
+        return self._trailing(buf, len(buf), rest)
 
-    def _partial_tail(self, buf: bytes, at: int, doc: bytes, exc: msgspec.DecodeError) -> dict[str, int]:
+    def _partial_tail(
+        self, buf: bytes, at: int, doc: bytes, exc: msgspec.DecodeError, rest: Iterator[bytes]
+    ) -> dict[str, int] | None:
         if "trailing characters" in str(exc):
             end = _pos(exc, doc) - 1
             self.meta.update(msgspec.json.decode(doc[:end]))
-            return self._trailing(buf, at + end)
+            return self._trailing(buf, at + end, rest)
         members, stop, whole = _members(doc)
         self.meta.update(members)
         if whole:  # NaN, Infinity or a bad byte, read as Python reads them
-            return self._after_end(buf, at + stop)
+            return self._trailing(buf, at + stop, rest)
         if _truncated(exc):
-            return self._tail_damage(buf, len(buf), "unexpected end of data")
+            return None
         return self._tail_damage(buf, at + stop, _reason(exc))
 
-    def _after_end(self, buf: bytes, at: int) -> dict[str, int]:
-        rest = buf[at:]
-        text = rest.lstrip(_WS)
-        return self._trailing(buf, at + len(rest) - len(text)) if text else {}
-
-    def _trailing(self, buf: bytes, at: int) -> dict[str, int]:
-        junk = buf[at:].rstrip(_WS)
+    def _trailing(self, buf: bytes, at: int, rest: Iterator[bytes]) -> dict[str, int]:
+        """Notes the bytes after the end of the JSON (``buf[at:]``, then ``rest``), read through
+        without being kept: another document after it may be as large as the file."""
+        text = buf[at:].lstrip(_WS)
+        while not text:  # white space so far: the bytes, if any, start in a later block
+            more = next(rest, None)
+            if more is None:
+                return {}
+            buf = self._advance(buf, len(buf)) + more
+            text = buf.lstrip(_WS)
+        at = len(buf) - len(text)
+        size, events, nul_only = _junk(text, rest)
         where = f"{shown(self.path)}:{self._where(buf, at)}"
-        if b'"ph"' in junk:  # another document (gzip members of two traces, concatenated)
-            return {f"{where}: events after the end of the JSON ({len(junk)} bytes), not read": 1}
-        what = "NUL padding" if not junk.strip(b"\0") else f"{len(junk)} bytes"
+        if events:  # another document (gzip members of two traces, concatenated)
+            return {f"{where}: events after the end of the JSON ({size} bytes), not read": 1}
+        what = "NUL padding" if nul_only else f"{size} bytes"
         return {f"{where}: trailing data after the end of the JSON ({what}), ignored": 1}
 
     def _tail_damage(self, buf: bytes, at: int, reason: str) -> dict[str, int]:
@@ -427,6 +458,43 @@ def _kind(value: Any) -> str:
     if type(value) in (int, float):
         return "number"
     return "string" if type(value) is str else "array"
+
+
+def _extended(buf: bytes, rest: Iterator[bytes]) -> bytes | None:
+    """``buf`` with the next blocks of ``rest``: at least doubled unless the file ends first, so that
+    reading the text again after each extension costs time linear in its length; None when
+    ``rest`` is exhausted."""
+    more = []
+    size = 0
+    for block in rest:
+        more.append(block)
+        size += len(block)
+        if size >= len(buf):
+            break
+    return b"".join((buf, *more)) if more else None
+
+
+def _junk(first: bytes, rest: Iterator[bytes]) -> tuple[int, bool, bool]:
+    """Of the bytes ``first`` then ``rest`` hold: how many there are up to the last one that is not
+    white space, whether they hold an event (``"ph"``), whether those are all NUL bytes."""
+    size = seen = 0
+    events, nul_only = False, True
+    carry = b""  # the end of the previous block: a "ph" across two blocks is found
+    for block in itertools.chain((first,), rest):
+        events = events or b'"ph"' in carry + block[:3] or b'"ph"' in block
+        carry = (carry + block[-3:])[-3:]
+        text = block.rstrip(_WS)
+        if text:
+            nul_only = nul_only and seen == size and not text.strip(b"\0")
+            size = seen + len(text)
+        seen += len(block)
+    return size, events, nul_only
+
+
+def _closes_early(doc: bytes) -> bool:
+    """Whether the array ``doc`` opens closes before its last byte (read as :func:`_closed_array` reads it)."""
+    found = _closed_array(doc)
+    return found is not None and found[1] < len(doc)
 
 
 def _without_lone_surrogates(doc: bytes) -> bytes:
