@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from readback import read_pftrace
 
 from tracemerge.pipeline import merge
@@ -13,10 +14,10 @@ from tracemerge.pipeline import merge
 T0 = 1_732_900_000_123_456_789  # ns
 
 
-def _merge(tmp_path: Path, name: str, text: str):
+def _merge(tmp_path: Path, name: str, text: str | bytes):
     path = tmp_path / "rollout" / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    path.write_bytes(text if type(text) is bytes else text.encode())
     out = tmp_path / "out.pftrace"
     return merge([path], out), read_pftrace(out)
 
@@ -59,6 +60,49 @@ def test_a_line_python_wrote_with_nan_is_read_as_python_reads_it(tmp_path: Path)
     report, rb = _merge(tmp_path, "traces-r0.jsonl", text)
     assert "NaN" in text and report.exit_code == 0, report.dropped
     assert [(s.name, s.dur) for s in rb.slices if s.cat != "tracemerge"] == [("update", 845_123_000)] * 2
+
+
+# What orjson refuses and Python's json reads, in a line's args: the line is read as Python reads it.
+_PYTHON_ONLY_ARGS = {
+    "nan": (b'"loss":NaN', {"loss": "null"}),
+    "bad byte": (b'"note":"caf\xff"', {"note": "caf\ufffd"}),
+    "lone surrogate": (b'"note":"caf\\ud800"', {"note": "caf\ufffd"}),
+}
+
+
+@pytest.mark.parametrize(("member", "args"), _PYTHON_ONLY_ARGS.values(), ids=_PYTHON_ONLY_ARGS.keys())
+def test_a_line_read_as_python_reads_it_keeps_the_nanoseconds_of_its_times(
+    tmp_path: Path, member: bytes, args: dict
+) -> None:
+    lines = [
+        b'{"name":"a","start":1732900000.123456789,"end":1732900000.223456789,"rank":0,"args":{%s}}',
+        b'{"name":"b","ts":1732900000323456.789,"dur":1.5,"rank":0,"args":{%s}}',
+        b'{"name":"c","start_ns":1732900000423456789,"duration_ns":7,"rank":0,"args":{%s}}',
+        b'{"name":"d","start":1732900000.523456789,"rank":0,"args":{%s}}',
+    ]
+    report, rb = _merge(tmp_path, "spans-r0.jsonl", b"".join(line % member + b"\n" for line in lines))
+    assert report.exit_code == 0 and not report.dropped, report.dropped
+    assert _times(rb) == [
+        ("a", 0, 100_000_000),
+        ("b", 200_000_000, 1_500),
+        ("c", 300_000_000, 7),
+        ("d", 400_000_000, 0),
+    ]
+    assert [s.args for s in [*rb.slices, *rb.instants] if s.cat != "tracemerge"] == [{"args": args}] * 4
+
+
+@pytest.mark.parametrize(("member", "args"), _PYTHON_ONLY_ARGS.values(), ids=_PYTHON_ONLY_ARGS.keys())
+def test_a_chrome_line_read_as_python_reads_it_keeps_the_nanoseconds_of_its_times(
+    tmp_path: Path, member: bytes, args: dict
+) -> None:
+    lines = [
+        b'{"ph":"X","name":"gen","pid":1,"tid":1,"ts":1732900000123456.789,"dur":2.501,"args":{"rank":0,%s}}',
+        b'{"ph":"i","name":"mark","pid":1,"tid":1,"ts":1732900000123457.001,"s":"t","args":{"rank":0,%s}}',
+    ]
+    report, rb = _merge(tmp_path, "traces-r0.jsonl", b"".join(line % member + b"\n" for line in lines))
+    assert report.exit_code == 0 and not report.dropped, report.dropped
+    assert _times(rb) == [("gen", 0, 2_501), ("mark", 212, 0)]
+    assert [s.args for s in [*rb.slices, *rb.instants] if s.cat != "tracemerge"] == [{"args": {"rank": 0, **args}}] * 2
 
 
 def test_a_first_line_longer_than_the_head_is_still_claimed(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Iterator
@@ -118,16 +119,32 @@ class JsonLines:
 def _as_python_reads(line: bytes) -> tuple[bytes, Any] | None:
     """A line with what Python's json writes and reads (NaN, Infinity) or a bad UTF-8 byte, read
     as Python reads it (the byte as U+FFFD), with its text re-encoded as strict JSON (NaN and
-    Infinity as null, as a ``.json`` file's events are read); None when it is not JSON at all."""
+    Infinity as null, as a ``.json`` file's events are read; a record's own numbers as written,
+    see :func:`_own_numbers_as_written`); None when it is not JSON at all."""
+    text = line.decode("utf-8", "replace")
     try:
-        obj = json.loads(line.decode("utf-8", "replace"))
+        obj = json.loads(text)
     except ValueError:
         return None
+    strict = _own_numbers_as_written(obj, text)
     try:
-        return msgspec.json.encode(obj), obj
+        return msgspec.json.encode(strict), obj
     except UnicodeEncodeError:  # a lone surrogate escape ("\udcff", as json.dumps writes one)
-        obj = replaced_surrogates(obj)
-        return msgspec.json.encode(obj), obj
+        return msgspec.json.encode(replaced_surrogates(strict)), replaced_surrogates(obj)
+
+
+def _own_numbers_as_written(obj: Any, text: str) -> Any:
+    """The object ``text`` holds (``obj``, as Python reads it) with its top-level numbers as their
+    text: times are read from the text, and a float would lose their nanoseconds."""
+    if type(obj) is not dict:
+        return obj
+    written = json.loads(text, parse_float=_number_as_written)
+    return {**obj, **{key: value for key, value in written.items() if type(value) is msgspec.Raw}}
+
+
+def _number_as_written(text: str) -> msgspec.Raw | float:
+    number = float(text)
+    return msgspec.Raw(text.encode()) if math.isfinite(number) else number  # 1e400: null, as before
 
 
 # ``{hostname}_{pid}`` then a timestamp: torch's tensorboard_trace_handler files
