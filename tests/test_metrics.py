@@ -390,3 +390,82 @@ def test_a_bad_line_of_a_scrape_is_named_by_its_line_in_the_file(tmp_path: Path)
     report = merge([tmp_path / "scrapes"], tmp_path / "out.pftrace")
     why = "first at line 4: could not convert string to float: '{'"
     assert dict(report.dropped) == {f"metric text unreadable ({why})": 1}
+
+
+def test_bad_lines_of_several_metrics_are_each_counted_and_left_out(tmp_path: Path) -> None:
+    page = (
+        "garbage{\n"  # line 1, before any metric
+        "# HELP queue requests waiting\n"
+        'queue{a="1"} 1\n'
+        'queue{a="2" 2\n'  # between the HELP and TYPE lines of queue, which stays one gauge
+        "# TYPE queue gauge\n"
+        'queue{a="3"} 3\n'
+        "# TYPE busy gauge\n"
+        "busy 1 x y\n"  # a timestamp that is no number
+        'busy{b="1"} 0.5\n'
+        "# TYPE load\n"  # no type: load is a metric of unknown type
+        "load 2\n"
+    )
+    (tmp_path / "1796090000.prom").write_text(page)
+    report = merge([tmp_path / "1796090000.prom"], tmp_path / "out.pftrace")
+    assert dict(report.dropped) == {
+        "metric text unreadable (first at line 1: could not convert string to float: '{')": 4,
+        "metric of unknown type (drawn as a gauge)": 1,
+    }
+    assert report.exit_code == 3
+    assert read_pftrace(tmp_path / "out.pftrace").counters_of("Metrics") == {
+        'queue{a="1"}': [(T0_NS, 1.0)],
+        'queue{a="3"}': [(T0_NS, 3.0)],
+        'busy{b="1"}': [(T0_NS, 0.5)],
+        "load": [(T0_NS, 2.0)],
+    }
+
+
+def test_a_type_the_parser_does_not_know_makes_its_line_the_bad_one(tmp_path: Path) -> None:
+    # The parser gives up only when it closes load's family, at busy's TYPE line; the page can be
+    # read up to the line before load's TYPE line, not up to that line: it is the one left out.
+    page = "# TYPE depth gauge\ndepth 1\n# TYPE load weird\nload 2\n# TYPE busy gauge\nbusy 1\n"
+    (tmp_path / "1796090000.prom").write_text(page)
+    report = merge([tmp_path / "1796090000.prom"], tmp_path / "out.pftrace")
+    assert dict(report.dropped) == {
+        "metric text unreadable (first at line 3: Invalid metric type: weird)": 1,
+        "metric of unknown type (drawn as a gauge)": 1,
+    }
+    assert read_pftrace(tmp_path / "out.pftrace").counters_of("Metrics") == {
+        "depth": [(T0_NS, 1.0)],
+        "load": [(T0_NS, 2.0)],
+        "busy": [(T0_NS, 1.0)],
+    }
+
+
+def test_after_twenty_bad_lines_the_rest_of_the_page_is_lost(tmp_path: Path) -> None:
+    page = (
+        "# TYPE a gauge\na 1\n"
+        + "a{ 9\n" * 20  # lines 3 to 22
+        + "# TYPE b gauge\nb 2\n"
+        + "c 3\n"  # no TYPE line: a metric of its own, of unknown type
+        + "c{ 4\n"  # the 21st bad line: c and what came before it are kept, nothing after it
+        + "# TYPE d gauge\nd 5\n"
+    )
+    (tmp_path / "1796090000.prom").write_text(page)
+    report = merge([tmp_path / "1796090000.prom"], tmp_path / "out.pftrace")
+    why = "could not convert string to float: '{'"
+    assert dict(report.dropped) == {
+        f"metric text unreadable (first at line 3: {why})": 20,
+        f"metric text unreadable, the rest of the snapshot is lost ({why})": 1,
+        "metric of unknown type (drawn as a gauge)": 1,
+    }
+    assert read_pftrace(tmp_path / "out.pftrace").counters_of("Metrics") == {
+        "a": [(T0_NS, 1.0)],
+        "b": [(T0_NS, 2.0)],
+        "c": [(T0_NS, 3.0)],
+    }
+
+
+def test_a_scrape_rewritten_after_a_merge_is_read_as_it_now_is(tmp_path: Path) -> None:
+    path = tmp_path / "1796090000.prom"
+    path.write_text("# TYPE depth gauge\ndepth 1\n")
+    merge([path], tmp_path / "out.pftrace")
+    path.write_text("# TYPE depth gauge\ndepth 7\n")  # the same size: only the content tells it changed
+    merge([path], tmp_path / "out.pftrace")
+    assert read_pftrace(tmp_path / "out.pftrace").counters_of("Metrics") == {"depth": [(T0_NS, 7.0)]}

@@ -24,7 +24,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tracemerge.errors import InputError, NotATrace
 from tracemerge.layout import FileLayout
@@ -90,30 +90,70 @@ _MAX_BAD_LINES = 20
 
 def _families(text: str, dropped: Counter[str], first_line: int) -> list:
     """The exposition's metric families. The parser gives up at a bad line, losing the family it
-    was in: the line is found, counted and left out, and the text parsed again."""
-    # OpenMetrics (what a scrape asking for it gets: exemplars, timestamps in seconds) ends "# EOF".
-    openmetrics = text.rstrip().endswith("\n# EOF") or text.strip() == "# EOF"
-    parse = _parser(openmetrics)
-    lines = text.split("\n")
-    numbers = list(range(first_line, first_line + len(lines)))
+    was in: the line is found, counted and left out, and its block of the page parsed again."""
+    page = _Page(text, first_line)
+    read: list[list] = []  # the families of each block read so far
     first_bad, bad = "", 0
-    while True:
+    while len(read) < len(page.starts):
         families: list = []
         try:
-            families.extend(parse("\n".join(lines)))
-            break
+            families.extend(page.parse(page.block_text(len(read))))
         except ValueError as exc:  # what came before the bad line's family is in ``families``
             why = str(exc)[:80] or type(exc).__name__
-            at = _first_bad_line(parse, lines, openmetrics) if bad < _MAX_BAD_LINES else None
-            if at is None:
+            if bad == _MAX_BAD_LINES:
                 dropped[f"{UNREADABLE}{REST_LOST} ({why})"] += 1
+                read.append(families)
                 break
-            first_bad = first_bad or f"first at line {numbers[at]}: {why}"
+            at = _first_bad_line(page, len(read))
+            first_bad = first_bad or f"first at line {page.numbers[at]}: {why}"
             bad += 1
-            del lines[at], numbers[at]
+            del read[page.block_of(at) :]
+            page.remove(at)
+        else:
+            read.append(families)
     if bad:
         dropped[f"{UNREADABLE} ({first_bad})"] += bad
-    return families
+    return [family for block in read for family in block]
+
+
+class _Page:
+    """An exposition's lines, their numbers in the file, and its blocks: runs of lines that the
+    parser reads alone as it reads them in the whole page, so that a bad line costs a parse of its
+    block, not of the page."""
+
+    def __init__(self, text: str, first_line: int) -> None:
+        # OpenMetrics (what a scrape asking for it gets: exemplars, timestamps in seconds) ends "# EOF".
+        self.openmetrics = text.rstrip().endswith("\n# EOF") or text.strip() == "# EOF"
+        self.parse = _parser(self.openmetrics)
+        self.lines = text.split("\n")
+        self.numbers = list(range(first_line, first_line + len(self.lines)))
+        # The OpenMetrics parser checks each family against those before it: its page is one block.
+        self.starts = [0] if self.openmetrics else _block_starts(self.lines)
+
+    def block_text(self, block: int) -> str:
+        end = self.starts[block + 1] if block + 1 < len(self.starts) else len(self.lines)
+        return "\n".join(self.lines[self.starts[block] : end])
+
+    def block_of(self, line: int) -> int:
+        return bisect.bisect_right(self.starts, line) - 1
+
+    def remove(self, line: int) -> None:
+        later = self.block_of(line) + 1
+        del self.lines[line], self.numbers[line]
+        self.starts[later:] = [start - 1 for start in self.starts[later:]]
+
+    def fails(self, block: int, count: int) -> bool:
+        """Whether the parser gives up on the lines of ``block`` among the page's first ``count``."""
+        lines = self.lines[self.starts[block] : count]
+        text = "\n".join(lines)
+        if self.openmetrics and lines[-1].strip() != "# EOF":
+            text += "\n# EOF"
+        try:
+            for _ in self.parse(text + "\n"):
+                pass
+        except ValueError:
+            return True
+        return False
 
 
 def _parser(openmetrics: bool) -> Callable[[str], Iterator]:
@@ -125,23 +165,17 @@ def _parser(openmetrics: bool) -> Callable[[str], Iterator]:
     return text_string_to_metric_families
 
 
-def _first_bad_line(parse: Callable[[str], Iterator], lines: list[str], openmetrics: bool) -> int | None:
-    """The first line at which the parser gives up (a bisection over prefixes of the text)."""
+def _first_bad_line(page: _Page, failing: int) -> int:
+    """The first line at which the parser gives up: a bisection over prefixes of the page, where
+    ``failing`` is the first block the parser gives up on. A prefix that ends in a block before
+    it fails only if the prefix of that block does (the blocks before read without fault); one
+    that ends after it fails."""
 
     def fails(count: int) -> bool:
-        text = "\n".join(lines[:count])
-        if openmetrics and lines[count - 1].strip() != "# EOF":
-            text += "\n# EOF"
-        try:
-            for _ in parse(text + "\n"):
-                pass
-        except ValueError:
-            return True
-        return False
+        block = page.block_of(count - 1)
+        return block > failing or page.fails(block, count)
 
-    lo, hi = 1, len(lines)
-    if not fails(hi):
-        return None
+    lo, hi = 1, len(page.lines)
     while lo < hi:
         mid = (lo + hi) // 2
         if fails(mid):
@@ -149,6 +183,46 @@ def _first_bad_line(parse: Callable[[str], Iterator], lines: list[str], openmetr
         else:
             lo = mid + 1
     return lo - 1
+
+
+# A HELP or TYPE line of a metric whose name needs no quotes, as the text parser splits it; a
+# TYPE line's type is checked apart.
+_NAME = r"([a-zA-Z_:][a-zA-Z0-9_:]*)"
+_PLAIN_HEADER = re.compile(rf"#[ \t]+(?:HELP[ \t]+{_NAME}(?:[ \t].*)?|TYPE[ \t]+{_NAME}[ \t]+(\S+))")
+
+
+def _block_starts(lines: list[str]) -> list[int]:
+    """Where blocks start: lines at which the text parser starts afresh, whatever bad lines are
+    left out. That is a HELP or TYPE line of another metric than the header before it, both
+    headers the parser reads as such and never gives up at (so never left out themselves); after
+    any other header, the next one starts no block."""
+    from prometheus_client.metrics_core import METRIC_TYPES
+
+    kinds = frozenset((*METRIC_TYPES, "untyped"))
+    starts, previous = [0], None
+    for n, line in enumerate(lines):
+        text = line.strip()
+        if not text.startswith("#") or ("HELP" not in text and "TYPE" not in text):
+            continue  # a sample, or a comment the parser skips
+        name = _sure_header_name(text, kinds)
+        if name is not None and previous is not None and name != previous:
+            starts.append(n)
+        previous = name
+    return starts
+
+
+def _sure_header_name(line: str, kinds: frozenset[str]) -> str | None:
+    """The metric a HELP or TYPE line names, when the parser reads it as such and can build the
+    family it opens (a type in ``kinds``; a counter named ``_total`` would be left without a name)."""
+    found = _PLAIN_HEADER.fullmatch(line)
+    if found is None:
+        return None
+    help_name, type_name, kind = found.groups()
+    if help_name is not None:
+        return help_name
+    if kind not in kinds or (kind == "counter" and type_name == "_total"):
+        return None
+    return type_name
 
 
 def _kind(family_type: str, sample: str) -> str:
@@ -184,10 +258,30 @@ def claims(path: Path, head: bytes) -> bool:
     return first.startswith(_TEXT_STARTS) or (path.suffix == SUFFIX and not first.startswith((b"{", b"[")))
 
 
-def _scrape(path: Path) -> tuple[str, int | None, str | None, int]:
+class _Parsed(NamedTuple):
+    points: tuple[Point, ...]
+    dropped: tuple[tuple[str, int], ...]  # what the parse counted, in its order
+
+
+def _parsed(path: Path) -> _Parsed:
+    return _parse_scrape(path, read_bytes(path))
+
+
+# A scrape is parsed for its own read and for the read of the scrape before it (the next values
+# of that one's counters). Only the last parse is kept: read in order, each scrape is parsed once.
+# The file's content is in the key: a file that changed is parsed again.
+@functools.lru_cache(maxsize=1)
+def _parse_scrape(path: Path, data: bytes) -> _Parsed:
+    dropped: Counter[str] = Counter()
+    text, when, instance, first_line = _scrape(path, data)
+    points = parse_snapshot(text, when, instance, dropped, first_line)
+    return _Parsed(tuple(points), tuple(dropped.items()))
+
+
+def _scrape(path: Path, data: bytes) -> tuple[str, int | None, str | None, int]:
     """The scrape's text, time and instance, and the file line its text starts at."""
     try:
-        text = read_bytes(path).decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(path, f"not UTF-8 text (byte {exc.start})") from None
     first, _, rest = text.partition("\n")
@@ -230,9 +324,8 @@ def _scrape_names(directory: Path, suffix: str, mtime_ns: int) -> list[tuple[boo
 
 
 def read(path: Path, layout: FileLayout) -> SourceData:
-    dropped: Counter[str] = Counter()
-    text, when, instance, first_line = _scrape(path)
-    points = parse_snapshot(text, when, instance, dropped, first_line)
+    parsed = _parsed(path)
+    points, dropped = list(parsed.points), Counter(dict(parsed.dropped))
     if not points:
         unreadable = next((reason for reason in dropped if reason.startswith(UNREADABLE)), None)
         if unreadable:
@@ -246,9 +339,8 @@ def read(path: Path, layout: FileLayout) -> SourceData:
     if following is not None:
         # The next scrape's counter values: each counter's rate over the interval this scrape starts.
         try:
-            text, when, instance, _ = _scrape(following)
             counters = {s for s, _, _ in points if s.kind == COUNTER}
-            later = [p for p in parse_snapshot(text, when, instance, Counter()) if p[0] in counters]
+            later = [p for p in _parsed(following).points if p[0] in counters]
         except InputError:
             later = []  # that scrape is reported when it is read itself
         points += later
