@@ -5,8 +5,10 @@ from __future__ import annotations
 import io
 import json
 
+import numpy as np
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
 
+from tracemerge.layout import Items
 from tracemerge.model import FlowPhase
 from tracemerge.plan import CounterTrack, ThreadTrack
 from tracemerge.writers.perfetto import SEQUENCE_CLOCK, UnitEncoder
@@ -26,44 +28,75 @@ def encode(calls) -> list:
     return list(trace.packet)
 
 
+def items(stamps: list[int], durs: list[int], bodies: list[bytes], flows: list[list[tuple[int, int]]] | None = None):
+    """Items on TRACK; a duration of None makes an instant."""
+    flows = flows or [[] for _ in stamps]
+    return Items(
+        lanes=np.zeros(len(stamps), np.int64),
+        stamps=np.array(stamps, np.int64),
+        durs=np.array([d or 0 for d in durs], np.int64),
+        instants=np.array([d is None for d in durs]),
+        lengths=np.array([len(b) for b in bodies], np.int64),
+        bodies=b"".join(bodies),
+        flow_counts=np.array([len(f) for f in flows], np.int64),
+        flow_ids=np.array([fid for f in flows for fid, _ in f], np.uint64),
+        flow_phases=np.array([int(phase) for f in flows for _, phase in f], np.int64),
+    )
+
+
 def test_slices_instants_and_counters_decode_exactly() -> None:
     args = b'{"i":-3,"s":"\xc3\xbc","l":[1,{"k":"v"}]}'
     flows = [(2**64 - 1, FlowPhase.START), (9, FlowPhase.END)]
+
+    def events(e: UnitEncoder) -> None:
+        body = e.prefix("op", "cpu") + e.args(args)
+        e.ends([TRACK], np.array([0]), np.array([1_000_000_000_128]))
+        e.items(
+            [TRACK],
+            items([1_000_000_000_123, 1_000_000_000_124], [5, None], [body, e.prefix("op", "")], [flows, []]),
+            False,
+        )
+        e.items([TRACK], items([1_000_000_000_130], [0], [e.prefix("zero", "")]), True)
+
     packets = encode(
         [
-            lambda e: e.slice_begin(TRACK, 1_000_000_000_123, 5, e.prefix("op", "cpu") + e.args(args), flows),
-            lambda e: e.instant(TRACK, 1_000_000_000_124, e.prefix("op", "")),
-            lambda e: e.slice_end(TRACK, 1_000_000_000_128),
+            events,
             lambda e: e.counter(COUNTER, 5, -7),
             lambda e: e.counter(COUNTER, 6, 0.25),
             lambda e: e.counter(COUNTER, 7, 2**70),
         ]
     )
-    first, instant, end, c1, c2, c3 = packets
-    assert [p.trusted_packet_sequence_id for p in packets] == [77] * 6
-    assert first.sequence_flags == 3 and first.first_packet_on_sequence
-    assert first.trace_packet_defaults.timestamp_clock_id == SEQUENCE_CLOCK
+    end, first, instant, zero_begin, zero_end, c1, c2, c3 = packets
+    assert [p.trusted_packet_sequence_id for p in packets] == [77] * 8
+    assert end.sequence_flags == 3 and end.first_packet_on_sequence
+    assert end.trace_packet_defaults.timestamp_clock_id == SEQUENCE_CLOCK
     assert all(p.sequence_flags == 2 and not p.first_packet_on_sequence for p in packets[1:])
+    assert end.track_event.type == official.TrackEvent.TYPE_SLICE_END and end.timestamp == 1_000_000_000_128
+    assert end.track_event.track_uuid == 2**63 - 5
+    assert not end.track_event.HasField("name_iid")
     assert first.timestamp == 1_000_000_000_123
     te = first.track_event
     assert te.type == official.TrackEvent.TYPE_SLICE_BEGIN
     assert te.track_uuid == 2**63 - 5
-    names = {n.iid: n.name for n in first.interned_data.event_names}
-    cats = {c.iid: c.name for c in first.interned_data.event_categories}
-    arg_names = {a.iid: a.name for a in first.interned_data.debug_annotation_names}
+    names = {n.iid: n.name for p in packets for n in p.interned_data.event_names}
+    cats = {c.iid: c.name for c in end.interned_data.event_categories}
+    arg_names = {a.iid: a.name for a in end.interned_data.debug_annotation_names}
     assert names[te.name_iid] == "op" and [cats[c] for c in te.category_iids] == ["cpu"]
     [annotation] = te.debug_annotations
     assert arg_names[annotation.name_iid] == "args"
     assert annotation.legacy_json_value.encode() == args
     assert list(te.flow_ids) == [2**64 - 1] and list(te.terminating_flow_ids) == [9]
-    # The second event reuses the interned name and has no category.
+    # The second event reuses the interned name and has no category; a name interned later
+    # comes with the first packet after it.
     assert not instant.HasField("interned_data")
     assert instant.track_event.name_iid == te.name_iid and not instant.track_event.category_iids
     assert instant.track_event.type == official.TrackEvent.TYPE_INSTANT
     assert instant.track_event.track_uuid == 2**63 - 5
-    assert end.track_event.type == official.TrackEvent.TYPE_SLICE_END and end.timestamp == 1_000_000_000_128
-    assert end.track_event.track_uuid == 2**63 - 5
-    assert not end.track_event.HasField("name_iid")
+    # A zero-length slice: its END right after its BEGIN, at the same time.
+    assert zero_begin.track_event.type == official.TrackEvent.TYPE_SLICE_BEGIN
+    assert names[zero_begin.track_event.name_iid] == "zero" and zero_begin.HasField("interned_data")
+    assert zero_end.track_event.type == official.TrackEvent.TYPE_SLICE_END
+    assert zero_begin.timestamp == zero_end.timestamp == 1_000_000_000_130
     assert c1.track_event.counter_value == -7 and c1.track_event.track_uuid == 300
     assert c2.track_event.double_counter_value == 0.25
     assert c3.track_event.double_counter_value == float(2**70)
@@ -72,7 +105,7 @@ def test_slices_instants_and_counters_decode_exactly() -> None:
 def test_args_trace_processor_cannot_show_become_text() -> None:
     """trace_processor v52 drops nulls and wraps integers beyond int64: those become strings."""
     args = b'{"n":null,"big":18446744073709551615,"ok":[1,{"m":null}],"t":"nullable"}'
-    [packet] = encode([lambda e: e.instant(TRACK, 1, e.prefix("x", "") + e.args(args))])
+    [packet] = encode([lambda e: e.items([TRACK], items([1], [None], [e.prefix("x", "") + e.args(args)]), False)])
     [annotation] = packet.track_event.debug_annotations
     assert json.loads(annotation.legacy_json_value) == {
         "n": "null",

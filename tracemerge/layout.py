@@ -1,48 +1,72 @@
 """Lay one file's events out on the merged trace's tracks and feed them to a writer's encoder.
 
 Sources hand events to a :class:`FileLayout` while they read: each slice or instant becomes an
-entry ``(start, -dur, kind, ordinal, body)`` on its (origin, thread) buffer, where ``body`` is
-the writer's encoding of the event's name, category and args (made once, while the strings are at
-hand). Flow points and counter samples are kept beside them. :meth:`FileLayout.finish` then walks
-each buffer in (start, longer first, file order) order and calls the encoder with a well-nested,
-time-ordered stream per track: slice ENDs before BEGINs at equal timestamps, children inside
-parents. Slices that overlap a sibling without nesting are moved to an overlap lane beside their
-thread (Perfetto would otherwise re-nest or drop them). Flow points are bound to the slice they
-belong to by :mod:`tracemerge.flows`.
+entry ``(start, -dur, kind, ordinal, body)`` of its (origin, thread), where ``body`` is the
+writer's encoding of the event's name, category and args (made once, while the strings are at
+hand); flow points and counter samples are kept beside them. The entries are kept as columns in
+the order they were read (:mod:`tracemerge.entries`), spilling to disk past a budget.
+
+:meth:`FileLayout.finish` then works each thread out on its columns (:mod:`tracemerge.nesting`):
+the walk's order (start, longer first, file order), the overlap lanes of slices that do not nest
+(Perfetto would otherwise re-nest or drop them), and the flows bound to each slice
+(:mod:`tracemerge.flows`). The encoder gets a thread's events in three parts: the ENDs of its
+slices, then its BEGINs and instants in the order they were read (each zero-length slice's END
+right after its BEGIN), then the ties the order of reading gets wrong, in the walk's order.
+Perfetto sorts events by (timestamp, position in the file), so at one timestamp a track's ENDs
+come before its BEGINs, and its BEGINs come in the walk's order: the nesting the walk says.
 """
 
 from __future__ import annotations
 
 import itertools
-import operator
 import pickle
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from operator import itemgetter
 from pathlib import Path
 from typing import Any, Protocol
 
 import msgspec
+import numpy as np
 import orjson
 
 from tracemerge.anchors import MAX_MARKS, MAX_PHASE_MARKS, PHASE, STEP
-from tracemerge.flows import ThreadAttachments, bind_flows
-from tracemerge.laminar import closed_stretches, walk_laminar
+from tracemerge.entries import Block, PointKeys, ThreadEntries, ThreadPoints, gathered, ranks
+from tracemerge.flows import Attachments, bind_flows
 from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.model import Event, FlowPhase, Identity, Kind, OriginKey, ThreadKey
+from tracemerge.nesting import lanes, parents, tied_out_of_order, walk_order
 from tracemerge.plan import CounterTrack, ThreadTrack, lane_track
 from tracemerge.report import EventCounts
 from tracemerge.select import TimeFilter
-from tracemerge.spill import RunStore, SortedBuffer, spill_over
+from tracemerge.spill import RunStore, SortedBuffer
 
-# A flow attached to a slice: (trace-wide flow id, its phase at this slice).
-Flow = tuple[int, FlowPhase]
 SLICE, INSTANT = int(Kind.SLICE), int(Kind.INSTANT)
-# Items a file's buffers may hold in memory (about 200 bytes each) before they spill to disk.
-DEFAULT_BUDGET = 400_000
+# Events a file's layout may hold in memory before it spills to disk (about 100 bytes each once
+# sealed into columns).
+DEFAULT_BUDGET = 500_000
+# Events handed to the encoder at once.
+BATCH = 1 << 14
 FILTERED_TIME = "events outside --window"
 FILTERED_SHORT = "slices shorter than --min-dur"
+
+
+@dataclass
+class Items:
+    """Slices and instants of one thread for the encoder, in the order they are to be written:
+    per item its lane (an index into the tracks handed over with it), its timestamp and
+    duration, whether it is an instant, its body (``bodies`` holds them joined, ``lengths``
+    long), and its flows (``flow_counts`` per item; their ids and phases in item order)."""
+
+    lanes: np.ndarray
+    stamps: np.ndarray
+    durs: np.ndarray
+    instants: np.ndarray
+    lengths: np.ndarray
+    bodies: bytes
+    flow_counts: np.ndarray
+    flow_ids: np.ndarray
+    flow_phases: np.ndarray
 
 
 class Encoder(Protocol):
@@ -59,12 +83,17 @@ class Encoder(Protocol):
 
     # ``args_heads[len(text)] + text`` encodes args text that ``args`` would not need to change.
     args_heads: tuple[bytes, ...]
+    # Whether the order of a tie matters once one of its slices carries a flow (Chrome JSON binds
+    # a flow event to the slice on top of the stack when it is read).
+    flows_bind_by_order: bool
+    # Whether ENDs are written apart (:meth:`ends`), or a slice carries its duration.
+    ends_apart: bool
 
-    def slice_begin(self, track: ThreadTrack, ts: int, dur: int, body: bytes, flows: list[Flow] | None) -> None: ...
+    def ends(self, tracks: list[ThreadTrack], lanes: np.ndarray, stamps: np.ndarray) -> None:
+        """The ENDs of a thread's slices that last (a zero-length one's END follows its BEGIN)."""
 
-    def slice_end(self, track: ThreadTrack, ts: int) -> None: ...
-
-    def instant(self, track: ThreadTrack, ts: int, body: bytes) -> None: ...
+    def items(self, tracks: list[ThreadTrack], items: Items, in_walk_order: bool) -> None:
+        """A thread's BEGINs and instants; ``in_walk_order`` for ties in the walk's order."""
 
     def counter(self, track: CounterTrack, ts: int, value: float | int) -> None: ...
 
@@ -97,9 +126,9 @@ class LayoutResult:
 class FileLayout:
     """Collects one file's events by track while the source reads, then emits them in order.
 
-    Memory is bounded: when the buffers hold more than ``budget`` items, they are written to a
-    temporary file as sorted runs (:mod:`tracemerge.spill`) and merged back when emitted.
-    Sources call :meth:`check_memory` between batches.
+    Memory is bounded: when the buffers hold more than ``budget`` events, they are written to a
+    temporary file (:mod:`tracemerge.entries`, :mod:`tracemerge.spill`) and read back when
+    emitted. Sources call :meth:`check_memory` between batches.
     """
 
     def __init__(
@@ -122,10 +151,19 @@ class FileLayout:
         self.tags: dict[str, tuple[str, ...]] = {}
         self.marks: dict[tuple[str, OriginKey, ThreadKey], list[tuple[int, int]]] = {}
         self.marks_over: Counter[str] = Counter()  # per kind of evidence, marks beyond the cap
-        self.ordinal = itertools.count().__next__
-        self.entries: dict[tuple[OriginKey, ThreadKey], SortedBuffer] = {}
-        self.points: dict[tuple[OriginKey, ThreadKey], SortedBuffer] = defaultdict(SortedBuffer)
+        self._ordinals = itertools.count()
+        self.ordinal = self._ordinals.__next__
+        self.point_keys = PointKeys()
+        self.entries: dict[tuple[OriginKey, ThreadKey], ThreadEntries] = {}
+        self.points: dict[tuple[OriginKey, ThreadKey], ThreadPoints] = _PointsByThread(self.point_keys)
         self.samples: dict[tuple[OriginKey, ThreadKey, str], SortedBuffer] = defaultdict(SortedBuffer)
+
+    def reserve(self, count: int) -> int:
+        """The first of ``count`` ordinals given out at once (to a batch's events, by position)."""
+        first = self.ordinal()
+        if count > 1:
+            next(itertools.islice(self._ordinals, count - 2, None))
+        return first
 
     def prefix(self, name: str, cat: str) -> bytes:
         """The encoded name and category (cached: names repeat)."""
@@ -177,18 +215,20 @@ class FileLayout:
         """Keep the laid-out events for a second pass (:meth:`load`): every buffer is spilled to
         the named run file, and what indexes it is written to ``path``."""
         self.check_memory(0)
-        state = (self.store.path, self.store.size, self.entries, dict(self.points), dict(self.samples))
+        points = {key: pts for key, pts in self.points.items()}
+        state = (self.store.path, self.store.size, self.entries, points, dict(self.samples), self.point_keys)
         path.write_bytes(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
         self.store.close()
 
     @classmethod
     def load(cls, path: Path, enc: Encoder, budget: int = DEFAULT_BUDGET) -> FileLayout:
         """The layout :meth:`save` kept, encoding with ``enc`` (its bodies were made by the same writer)."""
-        store_path, size, entries, points, samples = pickle.loads(path.read_bytes())
+        store_path, size, entries, points, samples, point_keys = pickle.loads(path.read_bytes())
         layout = cls(enc, budget)
         layout.store = RunStore(store_path.parent, store_path, size)
         layout.entries = entries
-        layout.points = defaultdict(SortedBuffer, points)
+        layout.point_keys = point_keys
+        layout.points = _PointsByThread(point_keys, points)
         layout.samples = defaultdict(SortedBuffer, samples)
         return layout
 
@@ -198,17 +238,21 @@ class FileLayout:
             buf.discard()
         self.marks.clear()
 
-    def _buffers(self) -> list[SortedBuffer]:
+    def _buffers(self) -> list[Any]:
         """Every buffer of the file: slices and instants, flow points, counter samples."""
         return [*self.entries.values(), *self.points.values(), *self.samples.values()]
 
-    def buffer(self, origin: OriginKey, thread: ThreadKey) -> SortedBuffer:
+    def buffer(self, origin: OriginKey, thread: ThreadKey) -> ThreadEntries:
         """The entry list of one (origin, thread); sources append ``(start, -dur, kind, ordinal, body)``."""
         key = (origin, thread)
         found = self.entries.get(key)
         if found is None:
-            found = self.entries[key] = SortedBuffer()
+            found = self.entries[key] = ThreadEntries()
         return found
+
+    def add_entries(self, origin: OriginKey, thread: ThreadKey, block: Block) -> None:
+        """Entries given as columns (see :func:`tracemerge.entries.entry_block`)."""
+        self.buffer(origin, thread).add_block(block)
 
     def flow_point(
         self, origin: OriginKey, thread: ThreadKey, ts: int, phase: FlowPhase, flow_key: Any, bind_next: bool
@@ -235,12 +279,21 @@ class FileLayout:
 
     def check_memory(self, limit: int | None = None) -> None:
         """Spill every buffer to disk when together they hold more than ``limit`` (the budget)."""
-        spill_over(self._buffers(), self.budget if limit is None else limit, self.store)
+        buffers = self._buffers()
+        if sum(buf.held if hasattr(buf, "held") else len(buf) for buf in buffers) > (
+            self.budget if limit is None else limit
+        ):
+            for buf in buffers:
+                buf.spill(self.store)
+            return
+        for buf in buffers:
+            if hasattr(buf, "maybe_seal"):
+                buf.maybe_seal()
 
     def regroup(self, origin_of: Callable[[OriginKey, ThreadKey], OriginKey]) -> None:
         """Re-key events whose origin is only known once the whole file is read (per-pid roles)."""
         self.entries = _regrouped(self.entries, lambda k: (origin_of(k[0], k[1]), k[1]))
-        self.points = defaultdict(SortedBuffer, _regrouped(self.points, lambda k: (origin_of(k[0], k[1]), k[1])))
+        self.points = _PointsByThread(self.point_keys, _regrouped(self.points, lambda k: (origin_of(k[0], k[1]), k[1])))
         self.samples = defaultdict(
             SortedBuffer, _regrouped(self.samples, lambda k: (origin_of(k[0], k[1]), k[1], k[2]))
         )
@@ -248,6 +301,18 @@ class FileLayout:
         for (tag, origin, thread), found in self.marks.items():
             marks.setdefault((tag, origin_of(origin, thread), thread), []).extend(found)
         self.marks = marks
+
+    def sorted_starts(self, origin: OriginKey, thread: ThreadKey) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A thread's entries in the walk's order, as (starts, kinds, ordinals)."""
+        keys = self.buffer(origin, thread).keys(self.store)
+        order = walk_order(keys["starts"], keys["negdurs"], keys["kinds"], keys["ordinals"])
+        return keys["starts"][order], keys["kinds"][order], keys["ordinals"][order]
+
+    def sorted_points(self, origin: OriginKey, thread: ThreadKey) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A thread's flow points in (time, phase, ordinal) order, as (times, phases, bind_next)."""
+        cols = self.points[(origin, thread)].columns(self.store)
+        order = np.lexsort((cols["ordinals"], cols["phases"], cols["ts"]))
+        return cols["ts"][order], cols["phases"][order], cols["bind_next"][order]
 
     # -- the walk ------------------------------------------------------------------------------
 
@@ -292,21 +357,11 @@ class FileLayout:
                 found = idents[origin] = identity_of(origin)
             return found
 
-        # A spilled file (one too large while it was read, or a layout kept for a second pass,
-        # see save) that fits in the budget is read back, where the column-wise paths run; one
-        # that does not spills the rest too: the bindings and the walk below need room of their own.
-        buffers = self._buffers()
-        if any(buf.runs for buf in buffers):
-            if sum(buf.total for buf in buffers) <= self.budget:
-                for held in (self.entries, self.points, self.samples):
-                    for key, buf in held.items():
-                        held[key] = buf.loaded(self.store)
-            else:
-                self.check_memory(0)
-        firsts = [buf.smallest() for buf in (*self.entries.values(), *self.samples.values()) if buf.total]
+        spans = [self._span(entries) for entries in self.entries.values() if entries.total]
+        firsts = [lo for lo, _ in spans] + [buf.smallest()[0] for buf in self.samples.values() if buf.total]
         if not firsts:
             return result
-        result.ts_min = min(first[0] for first in firsts if first is not None)
+        result.ts_min = min(firsts)
         shift = -result.ts_min if ts_shift is None else ts_shift
         if keep is not None:
             self._leave_out(ident, keep, result)
@@ -314,23 +369,16 @@ class FileLayout:
             return self._summary(ident, result)
         attached = bind_flows(self, ident, result, flow_id_base, times)
         hi = result.ts_min
-        store = self.store
-        for (origin, thread), items in self.entries.items():
-            if not items.total:
+        for (origin, thread), entries in self.entries.items():
+            if not entries.total:
                 continue
             who = ident(origin)
             result.threads[who].add(thread)
-            flows = attached.get((origin, thread))
-            if items.runs and items.total + (flows.total if flows is not None else 0) <= self.budget:
-                # A spilled file's thread that fits in the budget on its own is walked in memory.
-                items = items.loaded(store)
-                flows = flows.loaded(store) if isinstance(flows, SortedBuffer) else flows
-            ordered = items.ordered(store)
-            if times is not None:
-                ordered = _kept_entries(ordered, times, result.filtered, result.read[who])
             track = tracks.thread(who, thread)
-            hi = max(hi, self._walk(ordered, track, flows, shift, result, result.written[who]))
+            walk = _ThreadWalk(self, entries, track, attached.get((origin, thread)), shift, result, who)
+            hi = max(hi, walk.run(times))
         counter = self.enc.counter
+        store = self.store
         for (origin, thread, name), samples in self.samples.items():
             if not samples.total:
                 continue
@@ -355,13 +403,24 @@ class FileLayout:
         result.ts_max = hi
         return result
 
+    def _span(self, entries: ThreadEntries) -> tuple[int, int]:
+        """The earliest start and the latest end of a thread's entries."""
+        lo, hi = None, None
+        for block in entries.sealed():
+            cols = block.columns(self.store)
+            first, last = int(cols["starts"].min()), int((cols["starts"] - cols["negdurs"]).max())
+            lo = first if lo is None else min(lo, first)
+            hi = last if hi is None else max(hi, last)
+        assert lo is not None and hi is not None
+        return lo, hi
+
     def _summary(self, ident: Callable[[OriginKey], Identity], result: LayoutResult) -> LayoutResult:
         """The tracks and the time range, without laying anything out."""
         hi = result.ts_min
-        for (origin, thread), items in self.entries.items():
-            if items.total:
+        for (origin, thread), entries in self.entries.items():
+            if entries.total:
                 result.threads[ident(origin)].add(thread)
-                hi = max(hi, _latest_end(items.ordered(self.store)))
+                hi = max(hi, self._span(entries)[1])
         for (origin, thread, name), samples in self.samples.items():
             if samples.total:
                 result.counter_series[ident(origin)].add((thread, name))
@@ -381,189 +440,183 @@ class FileLayout:
             for key in [k for k in buffers if not keep(ident(k[0]))]:
                 result.filtered[f"{what} of processes outside --roles/--ranks"] += buffers.pop(key).total
 
-    def _walk(
+
+class _PointsByThread(dict):
+    """The flow points of each (origin, thread), made as first asked for."""
+
+    def __init__(self, keys: PointKeys, items: dict | None = None) -> None:
+        super().__init__(items or {})
+        self.keys = keys
+
+    def __missing__(self, key: tuple) -> ThreadPoints:
+        found = self[key] = ThreadPoints(self.keys)
+        return found
+
+
+class _ThreadWalk:
+    """One thread laid out: its order, lanes and ties worked out on columns, then its events
+    handed to the encoder in the three parts the module describes."""
+
+    def __init__(
         self,
-        items: Iterable[tuple],
+        layout: FileLayout,
+        entries: ThreadEntries,
         track: ThreadTrack,
-        attached: SortedBuffer | ThreadAttachments | None,
+        attached: Attachments | None,
         shift: int,
         result: LayoutResult,
-        counts: EventCounts,
-    ) -> int:
-        """Emit one thread's slices and instants, opening overlap lanes where nesting breaks;
-        returns the latest time on the thread.
+        who: Identity,
+    ) -> None:
+        self.layout, self.entries, self.track = layout, entries, track
+        self.attached, self.shift, self.result, self.who = attached, shift, result, who
+        self.tracks = [track]
+        self.flow_ids = self.flow_phases = np.empty(0, np.int64)
 
-        ``attached`` holds the thread's flow attachments ``(start, -dur, kind, ordinal, flow id,
-        phase)``, met in the order of the entries. Encoders that take a thread's slices at once
-        (``add_slices``) get well-nested stretches of the thread laid out in numpy
-        (:func:`~tracemerge.laminar.walk_laminar`): the whole thread when it is held in memory and
-        nests, else each stretch between two instants where every earlier entry has ended
-        (:func:`~tracemerge.laminar.closed_stretches`), spilled or not. What the point-wise walk
-        writes does not depend on where it is cut at such instants, so the bytes are the same.
-        """
-        enc, store = self.enc, self.store
-        lanes: list[ThreadTrack] = [track]
-        if not hasattr(enc, "add_slices"):
-            flows_of = iter(attached.ordered(store) if attached is not None else ())
-            return self._walk_points(items, flows_of, lanes, shift, result, counts)
-        found = walk_laminar(enc, items, track, attached, store, shift)
-        if found is not None:
-            counts.slices += found[0]
-            return found[1]
-        flows_of = iter(attached.ordered(store) if attached is not None else ())
-        pending = next(flows_of, None)
-        hi = -(1 << 63)
-        size = max(self.budget // 16, 1)
-        for stretch in closed_stretches(items, size, 4 * size):
-            if type(stretch) is not list:  # no cut within reach: the rest point by point
-                rest = flows_of if pending is None else itertools.chain((pending,), flows_of)
-                return max(hi, self._walk_points(stretch, rest, lanes, shift, result, counts))
-            last = stretch[-1][:4]
-            mine = SortedBuffer()
-            while pending is not None and pending[:4] <= last:
-                mine.append(pending)
-                pending = next(flows_of, None)
-            found = walk_laminar(enc, stretch, track, mine or None, store, shift)
-            if found is not None:
-                counts.slices += found[0]
-                hi = max(hi, found[1])
-            else:
-                hi = max(hi, self._walk_points(stretch, iter(mine), lanes, shift, result, counts))
-        return hi
+    def run(self, times: TimeFilter | None) -> int:
+        """Emits the thread; returns its latest time."""
+        enc, result = self.layout.enc, self.result
+        keys = self.entries.keys(self.layout.store)
+        starts, negdurs, kinds, ordinals = keys["starts"], keys["negdurs"], keys["kinds"], keys["ordinals"]
+        n = len(starts)
+        kept = self._kept(starts, negdurs, kinds, times) if times is not None else np.ones(n, bool)
+        order = walk_order(starts, negdurs, kinds, ordinals)
+        if times is not None:
+            order = order[kept[order]]
+        is_slice = kinds[order] == SLICE
+        sliced = order[is_slice]
+        slice_starts = starts[sliced]
+        slice_ends = slice_starts - negdurs[sliced]
+        found = lanes(slice_starts, slice_ends, parents(slice_starts, slice_ends))
+        self.lane_of = lane_of = np.zeros(n, np.int64)
+        lane_of[sliced] = found
+        for lane in range(1, int(found.max(initial=0)) + 1):
+            self.tracks.append(lane_track(self.track, lane))
+        result.lanes.extend(self.tracks[1:])
+        result.moved_to_lanes += int(np.count_nonzero(found))
+        written = result.written[self.who]
+        written.slices += len(sliced)
+        written.instants += len(order) - len(sliced)
+        if not len(order):
+            return -(1 << 63)
+        self.flow_at, self.flow_counts = self._flow_positions(ordinals)
+        also = None
+        if enc.flows_bind_by_order and self.flow_at is not None:
+            also = self.flow_counts[order] > 0
+        deferred = order[tied_out_of_order(starts[order], lane_of[order], order, also)]
+        self.starts, self.durs, self.kinds = starts, -negdurs, kinds
+        if enc.ends_apart:
+            lasting = np.flatnonzero(kept & (kinds == SLICE) & (negdurs < 0))
+            for lo in range(0, len(lasting), BATCH):
+                part = lasting[lo : lo + BATCH]
+                enc.ends(self.tracks, lane_of[part], starts[part] - negdurs[part] + self.shift)
+        chosen = kept
+        chosen[deferred] = False
+        held = self._emit_as_read(chosen, np.sort(deferred))
+        if len(deferred):
+            parts = [held[p] for p in deferred.tolist()]
+            lengths = np.fromiter(map(len, parts), np.int64, len(parts))
+            self._emit(deferred, b"".join(parts), lengths, in_walk_order=True)
+        latest = int(slice_ends.max(initial=-(1 << 63)))
+        instants = order[~is_slice]
+        return max(latest, int(starts[instants].max())) if len(instants) else latest
 
-    def _walk_points(
-        self,
-        items: Iterable[tuple],
-        flows_of: Iterator[tuple],
-        lanes: list[ThreadTrack],
-        shift: int,
-        result: LayoutResult,
-        counts: EventCounts,
-    ) -> int:
-        """The point-wise walk of :meth:`_walk` over ``items`` (``lanes``: the thread's track and
-        the overlap lanes it has so far, all closed; the walk adds to them and closes them all).
+    def _kept(self, starts: np.ndarray, negdurs: np.ndarray, kinds: np.ndarray, times: TimeFilter) -> np.ndarray:
+        """What ``times`` keeps (as :meth:`TimeFilter.keeps_slice` and ``keeps_point`` say),
+        counting what it leaves out."""
+        durs = -negdurs
+        is_slice = kinds == SLICE
+        keep = np.ones(len(starts), bool)
+        if times.lo is not None:
+            ends = starts + durs
+            keep &= np.where(is_slice, (ends > times.lo) | ((ends == times.lo) & (durs == 0)), starts >= times.lo)
+        if times.hi is not None:
+            keep &= starts <= times.hi
+        short = is_slice & (durs < times.min_dur)
+        keep &= ~short
+        left = ~keep
+        filtered, read = self.result.filtered, self.result.read[self.who]
+        shorts = int(np.count_nonzero(short))
+        outside_slices = int(np.count_nonzero(left & is_slice)) - shorts
+        outside_instants = int(np.count_nonzero(left & ~is_slice))
+        if shorts:
+            filtered[FILTERED_SHORT] += shorts
+        if outside_slices + outside_instants:
+            filtered[FILTERED_TIME] += outside_slices + outside_instants
+        read.slices += shorts + outside_slices
+        read.instants += outside_instants
+        return keep
 
-        Encoders that collect packets in lists (``packets``, flushed at ``batch`` packets) get
-        the thread's own slices appended directly: this loop runs once per input slice. Where
-        every entry so far has ended, the lanes are closed, as a walk starting there finds them.
-        """
-        enc = self.enc
-        begin, end_slice, instant = enc.slice_begin, enc.slice_end, enc.instant
-        track = lanes[0]
-        stack: list[int] = []  # end timestamps of the open slices on the thread itself
-        stacks: list[list[int]] = [stack] + [[] for _ in lanes[1:]]
-        pending = next(flows_of, None)
-        hi = -(1 << 63)
-        laned = False  # a lane holds open slices
-        slices = instants = 0
-        packets = getattr(enc, "packets", None)
-        if packets is not None:
-            times, events, begin_tail, end_event = packets(track)
-            add_time, add_event = times.append, events.append
-            flow_fields, flush_at = enc.flow_fields, enc.batch
-        for start, negdur, kind, ordinal, body in items:
-            if laned and start >= hi:
-                self._close(stacks, lanes, shift)
-                laned = False
-            flows: list[Flow] | None = None
-            if pending is not None and pending[3] == ordinal:
-                flows = []
-                while pending is not None and pending[3] == ordinal:
-                    flows.append((pending[4], pending[5]))
-                    pending = next(flows_of, None)
-            if packets is not None and kind == SLICE:
-                while stack and stack[-1] <= start:
-                    add_time(stack.pop() + shift)
-                    add_event(end_event)
-                end = start - negdur
-                if not stack or stack[-1] >= end:
-                    stack.append(end)
-                    add_time(start + shift)
-                    add_event(body + begin_tail + flow_fields(flows) if flows else body + begin_tail)
-                    slices += 1
-                    if end > hi:
-                        hi = end
-                    if len(times) >= flush_at:
-                        enc.flush()
-                    continue
-            while stack and stack[-1] <= start:
-                end_slice(track, stack.pop() + shift)
-            if kind == INSTANT:
-                instant(track, start + shift, body)
-                instants += 1
-                if start > hi:
-                    hi = start
-                continue
-            end = start - negdur
-            if end > hi:
-                hi = end
-            n = 0
-            if stack and stack[-1] < end:
-                n = self._lane_for(stacks, lanes, start, end, shift, result)
-                result.moved_to_lanes += 1
-                laned = True
-            stacks[n].append(end)
-            begin(lanes[n], start + shift, -negdur, body, flows)
-            slices += 1
-        self._close(stacks, lanes, shift)
-        counts.slices += slices
-        counts.instants += instants
-        return hi
-
-    def _close(self, stacks: list[list[int]], lanes: list[ThreadTrack], shift: int) -> None:
-        """Ends every open slice, the thread's own innermost first, then each lane's."""
-        for n, lane_stack in enumerate(stacks):
-            while lane_stack:
-                self.enc.slice_end(lanes[n], lane_stack.pop() + shift)
-
-    def _lane_for(
-        self, stacks: list[list[int]], lanes: list[ThreadTrack], start: int, end: int, shift: int, result: LayoutResult
-    ) -> int:
-        """The first overlap lane where a slice [start, end] nests; a new lane when none does."""
-        for n in range(1, len(stacks)):
-            lane_stack = stacks[n]
-            while lane_stack and lane_stack[-1] <= start:
-                self.enc.slice_end(lanes[n], lane_stack.pop() + shift)
-            if not lane_stack or lane_stack[-1] >= end:
-                return n
-        n = len(stacks)
-        stacks.append([])
-        lane = lane_track(lanes[0], n)
-        lanes.append(lane)
-        result.lanes.append(lane)
-        return n
-
-
-def _kept_entries(
-    items: Iterable[tuple], times: TimeFilter, filtered: Counter[str], left_out: EventCounts
-) -> Iterator[tuple]:
-    keeps_slice, keeps_point = times.keeps_slice, times.keeps_point
-    for item in items:
-        if item[2] == SLICE:
-            if keeps_slice(item[0], -item[1]):
-                yield item
-                continue
-            filtered[FILTERED_SHORT if -item[1] < times.min_dur else FILTERED_TIME] += 1
-            left_out.slices += 1
-        elif keeps_point(item[0]):
-            yield item
+    def _flow_positions(self, ordinals: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+        """Where the thread's flow attachments lie (entry positions, in order, each slice's by
+        flow id and phase), and how many each entry has."""
+        attached = self.attached
+        if attached is None or not attached.total:
+            return None, np.zeros(len(ordinals), np.int64)
+        if len(ordinals) < 2 or bool((ordinals[1:] > ordinals[:-1]).all()):
+            at = np.searchsorted(ordinals, attached.ordinals)
+            order = None  # attachments come sorted by ordinal, so by position
         else:
-            filtered[FILTERED_TIME] += 1
-            left_out.instants += 1
+            by_ordinal = np.argsort(ordinals)
+            at = by_ordinal[np.searchsorted(ordinals, attached.ordinals, sorter=by_ordinal)]
+            order = np.lexsort((attached.phases, attached.ids, at))
+        ids, phases = attached.ids, attached.phases
+        if order is not None:
+            at, ids, phases = at[order], ids[order], phases[order]
+        self.flow_ids, self.flow_phases = ids, phases
+        return at, np.bincount(at, minlength=len(ordinals))
 
+    def _emit_as_read(self, chosen: np.ndarray, deferred: np.ndarray) -> dict[int, bytes]:
+        """The chosen BEGINs and instants in the order they were read, block by block; returns
+        the bodies of the ``deferred`` positions (sorted), by position."""
+        store = self.layout.store
+        held: dict[int, bytes] = {}
+        first = 0
+        for block in self.entries.sealed():
+            bodies = block.body_bytes(store)
+            lengths = block.columns(store)["lengths"]
+            ends_at = np.cumsum(lengths)
+            begins_at = ends_at - lengths
+            for lo in range(0, block.n, BATCH):
+                hi = min(lo + BATCH, block.n)
+                pick = np.flatnonzero(chosen[first + lo : first + hi]) + lo
+                if not len(pick):
+                    continue
+                if len(pick) == hi - lo:
+                    part = bodies[int(begins_at[lo]) : int(ends_at[hi - 1])]
+                else:
+                    part = gathered(bodies, begins_at[pick], lengths[pick])
+                self._emit(pick + first, part, lengths[pick], in_walk_order=False)
+            mine = deferred[np.searchsorted(deferred, first) : np.searchsorted(deferred, first + block.n)]
+            for p in mine.tolist():
+                held[p] = bodies[int(begins_at[p - first]) : int(ends_at[p - first])]
+            first += block.n
+        return held
 
-def _latest_end(items: Iterable[tuple]) -> int:
-    """The latest end of entries ``(start, -dur, ...)``."""
-    if isinstance(items, list):
-        return max(map(operator.sub, map(_start, items), map(_negdur, items)))
-    return max(start - negdur for start, negdur, *_ in items)
-
-
-_start, _negdur = itemgetter(0), itemgetter(1)
+    def _emit(self, positions: np.ndarray, bodies: bytes, lengths: np.ndarray, in_walk_order: bool) -> None:
+        counts = self.flow_counts[positions]
+        if self.flow_at is not None and counts.any():
+            carrying = counts > 0
+            lo = np.searchsorted(self.flow_at, positions[carrying], "left")
+            rows = np.repeat(lo, counts[carrying]) + ranks(counts[carrying])
+            ids, phases = self.flow_ids[rows], self.flow_phases[rows]
+        else:
+            ids = phases = np.empty(0, np.int64)
+        items = Items(
+            lanes=self.lane_of[positions],
+            stamps=self.starts[positions] + self.shift,
+            durs=self.durs[positions],
+            instants=self.kinds[positions] == INSTANT,
+            lengths=lengths,
+            bodies=bodies,
+            flow_counts=counts,
+            flow_ids=ids,
+            flow_phases=phases,
+        )
+        self.layout.enc.items(self.tracks, items, in_walk_order)
 
 
 def _regrouped(buffers: dict, rekey: Callable[[tuple], tuple]) -> dict:
-    out: dict[tuple, SortedBuffer] = {}
+    out: dict[tuple, Any] = {}
     for key, buf in buffers.items():
         target = out.get(rekey(key))
         if target is None:
@@ -573,4 +626,4 @@ def _regrouped(buffers: dict, rekey: Callable[[tuple], tuple]) -> dict:
     return out
 
 
-__all__ = ["Encoder", "FileLayout", "Flow", "LayoutResult", "Tracks"]
+__all__ = ["Encoder", "FileLayout", "Items", "LayoutResult", "Tracks"]

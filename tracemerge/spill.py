@@ -1,9 +1,10 @@
-"""Bounded memory for one file's layout: lists of tuples that spill to disk as sorted runs.
+"""Bounded memory for one file's layout: the file its buffers spill to, and sorted tuple lists.
 
-A :class:`SortedBuffer` is a plain list that sources append to. When the buffers of a file hold
-more items than a budget, each is sorted and written to a :class:`RunStore` (a temporary file) as
-a run of marshal blocks, and emptied. :meth:`SortedBuffer.ordered` then yields every item in
-order, merging the runs with what is still in memory, reading one block of each run at a time.
+A :class:`RunStore` is a temporary file that spilled columns and bodies are written to as plain
+bytes (:mod:`tracemerge.entries`). A :class:`SortedBuffer` is a list of tuples (counter samples)
+that spills as a sorted run of marshal blocks; :meth:`SortedBuffer.ordered` then yields every
+item in order, merging the runs with what is still in memory, reading one block of each run at a
+time.
 """
 
 from __future__ import annotations
@@ -41,13 +42,24 @@ class RunStore:
         """Writes sorted ``items``; returns the (offset, length) of each block."""
         if self._file is None:
             self._open()
-        blocks = []
-        for n in range(0, len(items), BLOCK_ITEMS):
-            data = marshal.dumps(items[n : n + BLOCK_ITEMS])
-            os.pwrite(self._file.fileno(), data, self.size)
-            blocks.append((self.size, len(data)))
-            self.size += len(data)
-        return blocks
+        return [self.put(marshal.dumps(items[n : n + BLOCK_ITEMS])) for n in range(0, len(items), BLOCK_ITEMS)]
+
+    def put(self, data: bytes) -> tuple[int, int]:
+        """Writes ``data`` as it is; returns its (offset, length)."""
+        if self._file is None:
+            self._open()
+        assert self._file is not None
+        os.pwrite(self._file.fileno(), data, self.size)
+        at = (self.size, len(data))
+        self.size += len(data)
+        return at
+
+    def get(self, offset: int, length: int) -> bytes:
+        """The bytes :meth:`put` wrote at ``offset``."""
+        if self._file is None:
+            self._open()
+        assert self._file is not None
+        return os.pread(self._file.fileno(), length, offset)
 
     def read(self, blocks: list[tuple[int, int]]) -> Iterator:
         if self._file is None:
@@ -130,11 +142,3 @@ class SortedBuffer(list):
         if all(a[2] <= b[1] for a, b in itertools.pairwise(sources)):
             return itertools.chain.from_iterable(source[0] for source in sources)
         return heapq.merge(*(source[0] for source in sources))
-
-
-def spill_over(buffers: Iterable[SortedBuffer], limit: int, store: RunStore) -> None:
-    """Spill every buffer when together they hold more than ``limit`` items."""
-    buffers = list(buffers)
-    if sum(map(len, buffers)) > limit:
-        for buf in buffers:
-            buf.spill(store)

@@ -15,9 +15,11 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from tracemerge.layout import FileLayout
 from tracemerge.model import NO_ORIGIN, FlowPhase, Kind, OriginKey, ThreadInfo, ThreadKey
+from tracemerge.sources.chrome_batch import add_columns
 from tracemerge.units import FLOAT_EXACT_LIMIT_US, checked_ns, decimal_text_to_int
 
 # Categories Kineto puts on device (GPU/XPU/MTIA) timelines.
@@ -43,6 +45,8 @@ SLICE, INSTANT = int(Kind.SLICE), int(Kind.INSTANT)
 _LIMIT = FLOAT_EXACT_LIMIT_US
 
 
+# Batches this large are normalised column by column.
+_COLUMNS_FROM = 64
 _NO_ARGS = msgspec.Raw(b"")
 _UNSEEN = object()
 
@@ -162,13 +166,45 @@ class ChromeEvents:
         self._points: dict[tuple, list] = {}
         # Flow v2 ends of slices, placed once every slice is known: (origin, thread, start, ordinal, phase, id)
         self._bound: list[tuple[OriginKey, ThreadKey, int, int, FlowPhase, int]] = []
+        # Threads as the columnar path numbers them: each (pid, tid) as decoded, and its key.
+        self._thread_index: dict[tuple, int] = {}
+        self.thread_keys: list[ThreadKey] = []
 
     def add_batch(self, batch: list, origin: OriginKey = NO_ORIGIN, plain_text: bool = False) -> None:
-        """The hot path: complete events and flow points inline, every other phase through :meth:`add`.
+        """The hot path: complete events and flow points of a typed batch as columns
+        (:mod:`tracemerge.sources.chrome_batch`), the rest one by one (:meth:`add_each`).
 
         ``plain_text`` says the batch's JSON holds no ``null`` and no integer too large for
         int64, so args text can be written as it is.
         """
+        if len(batch) >= _COLUMNS_FROM and type(batch[0]) is TraceEvent:
+            add_columns(self, batch, origin, plain_text)
+        elif batch:
+            self.add_each(batch, origin, plain_text)
+
+    def thread_indexes(self, pids: list, tids: list) -> np.ndarray:
+        """Each (pid, tid) as decoded, as an index into :attr:`thread_keys`."""
+        try:
+            return np.fromiter(map(self._thread_index.get, zip(pids, tids, strict=True)), np.int32, len(pids))
+        except TypeError:  # a thread not seen before
+            pass
+        for pid, tid in dict.fromkeys(zip(pids, tids, strict=True)):
+            if (pid, tid) not in self._thread_index:
+                thread = (_hashable(pid), _hashable(tid))
+                self.threads_seen.add(thread)
+                self._thread_index[(pid, tid)] = len(self.thread_keys)
+                self.thread_keys.append(thread)
+        return np.fromiter(map(self._thread_index.get, zip(pids, tids, strict=True)), np.int32, len(pids))
+
+    def note_devices(self, threads: np.ndarray, cats: list[str]) -> None:
+        """Pids that hold events of device categories are devices."""
+        on_device = np.fromiter(map(DEVICE_CATEGORIES.__contains__, cats), bool, len(cats))
+        for n in np.unique(threads[on_device]).tolist():
+            self.device_pids.add(self.thread_keys[n][0])
+
+    def add_each(self, batch: list, origin: OriginKey = NO_ORIGIN, plain_text: bool = False) -> None:
+        """Events one by one: complete events and flow points inline, every other phase through
+        :meth:`add`."""
         layout = self.layout
         prefixes, prefix = layout.prefixes, layout.prefix
         args_field = layout.enc.args
@@ -297,7 +333,7 @@ class ChromeEvents:
     def add(self, e: Any, origin: OriginKey = NO_ORIGIN) -> None:
         ph = e.ph
         if ph == "X":
-            self.add_batch([e], origin)
+            self.add_each([e], origin)
         elif ph == "M":
             self._add_metadata(e)
         elif ph in ("i", "I", "R"):
@@ -486,7 +522,7 @@ class ChromeEvents:
         the last (the innermost) starting then on the thread."""
         first: dict[int, int] = {}
         last: dict[int, int] = {}
-        for start, _, kind, ordinal, _ in self.layout.buffer(origin, thread).ordered(self.layout.store):
+        for start, kind, ordinal in zip(*(c.tolist() for c in self.layout.sorted_starts(origin, thread)), strict=True):
             if kind == SLICE and start in starts:
                 first.setdefault(start, ordinal)
                 last[start] = ordinal
@@ -496,7 +532,7 @@ class ChromeEvents:
         """The phases of the thread's flow points bound to the innermost slice open at their time,
         per time: such a point takes the slices starting then from a later one bound to the next."""
         taken: dict[int, list[int]] = defaultdict(list)
-        for ts, phase, _, _, bind_next in self.layout.points[(origin, thread)].ordered(self.layout.store):
+        for ts, phase, bind_next in zip(*(c.tolist() for c in self.layout.sorted_points(origin, thread)), strict=True):
             if not bind_next:
                 taken[ts].append(phase)
         return taken

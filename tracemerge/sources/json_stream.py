@@ -37,7 +37,7 @@ from tracemerge.errors import InputError, NotATrace, shown
 from tracemerge.sources.base import GZIP_MAGIC, UTF8_BOM
 from tracemerge.units import plain_json
 
-BLOCK = 4 << 20
+BLOCK = 512 << 10
 # Largest run of bytes searched for the array's opening key before giving up.
 _HEAD_LIMIT = 64 << 20
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")

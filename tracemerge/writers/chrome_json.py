@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from tracemerge.layout import Flow
+from tracemerge.layout import Items
 from tracemerge.model import FlowPhase
 from tracemerge.plan import CLOCK_NOTE, SUMMARY_NOTE, CounterTrack, MergePlan, ThreadTrack
 
@@ -40,6 +40,7 @@ def _dumps(value: Any) -> bytes:
         return orjson.dumps(str(value))
 
 
+_COMPLETE = b',\n{"ph":"X","pid":%d,"tid":%d,"ts":%s,"dur":%s%s}'
 _FLOW_EVENTS = {
     FlowPhase.START: b',\n{"ph":"s","id":%d,"pid":%d,"tid":%d,"ts":%s,"cat":"flow","name":"flow"}',
     FlowPhase.STEP: b',\n{"ph":"t","id":%d,"pid":%d,"tid":%d,"ts":%s,"cat":"flow","name":"flow"}',
@@ -50,12 +51,11 @@ _FLOW_EVENTS = {
 class UnitEncoder:
     """Encodes one input file's laid-out events as JSON event objects, each preceded by ``,\\n``."""
 
+    flows_bind_by_order = True  # a flow event binds to the slice on top of its thread's stack
+    ends_apart = False  # complete events carry their duration
+
     def __init__(self, sequence_id: int, out: BinaryIO) -> None:
         self.write = out.write
-        # Per thread: the start time after which slices are written as B/E (a flow event or a B
-        # event was written there), and the ends of the open slices written as B (innermost last).
-        self.begin_events_at: dict[int, int] = {}
-        self.begin_ends: dict[int, list[int]] = {}
 
     def prefix(self, name: str, cat: str) -> bytes:
         return b',"name":' + orjson.dumps(name) + (b',"cat":' + orjson.dumps(cat) if cat else b"")
@@ -65,34 +65,49 @@ class UnitEncoder:
     def args(self, text: bytes) -> bytes:
         return b',"args":' + text
 
-    def slice_begin(self, track: ThreadTrack, ts: int, dur: int, body: bytes, flows: list[Flow] | None) -> None:
-        thread = track.uuid
-        stamp = _us(ts)
-        as_begin = self.begin_events_at.get(thread) == ts
-        if as_begin:
-            self.write(b',\n{"ph":"B","pid":%d,"tid":%d,"ts":%s%s}' % (track.pid, track.tid, stamp, body))
-            self.begin_ends.setdefault(thread, []).append(ts + dur)
-        else:
-            self.write(
-                b',\n{"ph":"X","pid":%d,"tid":%d,"ts":%s,"dur":%s%s}' % (track.pid, track.tid, stamp, _us(dur), body)
-            )
-        if flows:
-            for fid, phase in flows:
-                self.write(_FLOW_EVENTS[phase] % (fid, track.pid, track.tid, stamp))
-            self.begin_events_at[thread] = ts
+    def ends(self, tracks: list[ThreadTrack], lanes: Any, stamps: Any) -> None:
+        """Complete events carry their duration."""
 
-    def slice_end(self, track: ThreadTrack, ts: int) -> None:
-        """Complete events carry their duration; a slice written as B gets its E. Slices end
-        innermost first, and those ending at one time one after another, so the E of a B slice
-        ending at ``ts`` is written when the first of them ends: the same bytes, without a note
-        per slice."""
-        ends = self.begin_ends.get(track.uuid)
-        if ends and ends[-1] == ts:
-            ends.pop()
-            self.write(b',\n{"ph":"E","pid":%d,"tid":%d,"ts":%s}' % (track.pid, track.tid, _us(ts)))
-
-    def instant(self, track: ThreadTrack, ts: int, body: bytes) -> None:
-        self.write(b',\n{"ph":"i","s":"t","pid":%d,"tid":%d,"ts":%s%s}' % (track.pid, track.tid, _us(ts), body))
+    def items(self, tracks: list[ThreadTrack], items: Items, in_walk_order: bool) -> None:
+        """Slices as X events and instants, each slice's flow events right after it. In a tie
+        (given ``in_walk_order``), a slice starting where a flow event was just written is a B/E
+        pair, which Perfetto reads after that flow event (it reads every X of a timestamp first)."""
+        ids, phases = items.flow_ids.tolist(), items.flow_phases.tolist()
+        flow = 0
+        begin_events_at: dict[int, int] = {}
+        ends = memoryview(items.bodies)
+        offset = 0
+        out: list[bytes] = []
+        for lane, ts, dur, instant, length, count in zip(
+            items.lanes.tolist(),
+            items.stamps.tolist(),
+            items.durs.tolist(),
+            items.instants.tolist(),
+            items.lengths.tolist(),
+            items.flow_counts.tolist(),
+            strict=True,
+        ):
+            body = ends[offset : offset + length]
+            offset += length
+            track = tracks[lane]
+            stamp = _us(ts)
+            if instant:
+                out.append(b',\n{"ph":"i","s":"t","pid":%d,"tid":%d,"ts":%s%s}' % (track.pid, track.tid, stamp, body))
+                continue
+            if in_walk_order and begin_events_at.get(lane) == ts:
+                out.append(b',\n{"ph":"B","pid":%d,"tid":%d,"ts":%s%s}' % (track.pid, track.tid, stamp, body))
+                out.append(b',\n{"ph":"E","pid":%d,"tid":%d,"ts":%s}' % (track.pid, track.tid, _us(ts + dur)))
+            else:
+                out.append(
+                    b',\n{"ph":"X","pid":%d,"tid":%d,"ts":%s,"dur":%s%s}'
+                    % (track.pid, track.tid, stamp, _us(dur), body)
+                )
+            if count:
+                for n in range(flow, flow + count):
+                    out.append(_FLOW_EVENTS[phases[n]] % (ids[n], track.pid, track.tid, stamp))
+                flow += count
+                begin_events_at[lane] = ts
+        self.write(b"".join(out))
 
     def counter(self, track: CounterTrack, ts: int, value: float | int) -> None:
         self.write(

@@ -14,7 +14,8 @@ import msgspec
 import numpy as np
 import orjson
 
-from tracemerge.layout import Flow
+from tracemerge.entries import gathered
+from tracemerge.layout import Items
 from tracemerge.model import FlowPhase
 from tracemerge.plan import CLOCK_NOTE, SUMMARY_NOTE, CounterTrack, MergePlan, ThreadTrack, UnitPlan, stable_id
 from tracemerge.units import plain_json
@@ -95,14 +96,12 @@ _K_TERMINATING_FLOW = b"\x81\x03"  # TrackEvent.terminating_flow_ids = 48, fixed
 _K_INTERNED_CATEGORY = b"\x0a"  # InternedData.event_categories = 1
 _K_INTERNED_NAME = b"\x12"  # InternedData.event_names = 2
 _K_INTERNED_ARG = b"\x1a"  # InternedData.debug_annotation_names = 3
-_BEGIN_TYPE = b"\x48\x01"
 # Packets of a chunk are stamped on a clock of their sequence (ids 64-127 are sequence-scoped),
 # set once as the sequence's default (TracePacketDefaults.timestamp_clock_id = 58).
 SEQUENCE_CLOCK = 64
 _SEQUENCE_DEFAULTS = b"\xda\x03\x03\xd0\x03\x40"
 _ARGS_IID = 1
 _ARGS_NAME = b"\x08\x01"  # DebugAnnotation.name_iid = 1: "args", interned when a sequence starts
-_pack_q = struct.Struct("<Q").pack
 _pack_d = struct.Struct("<d").pack
 _FLOW_KEY = np.frombuffer(_K_FLOW, np.uint8)
 _TERMINATING_FLOW_KEY = np.frombuffer(_K_TERMINATING_FLOW, np.uint8)
@@ -116,12 +115,12 @@ def _interned_entry(tag: bytes, iid: int, name: str) -> bytes:
 class UnitEncoder:
     """Encodes one input file's laid-out events onto its own packet sequence.
 
-    The packets are encoded by hand (the schema's field numbers are spelled out above): on
-    this path that is several times faster than building messages, and tests check the bytes
-    against the official schema. Timestamps are on the sequence's own clock
-    (:data:`SEQUENCE_CLOCK`), which the assembled trace relates to the trace clock with a clock
-    snapshot written just before the chunk (:func:`prologue`): a chunk is encoded before the
-    time base of the whole trace is known.
+    The packets are encoded by hand (the schema's field numbers are spelled out above), a batch
+    of events at a time in numpy: on this path that is many times faster than building messages,
+    and tests check the bytes against the official schema. Timestamps are on the sequence's own
+    clock (:data:`SEQUENCE_CLOCK`), which the assembled trace relates to the trace clock with a
+    clock snapshot written just before the chunk (:func:`prologue`): a chunk is encoded before
+    the time base of the whole trace is known.
 
     An event's args are written as one annotation named ``args`` holding the JSON object as it
     was read (``legacy_json_value``); trace_processor flattens it into typed args
@@ -129,24 +128,24 @@ class UnitEncoder:
     work (bench/RESULTS.md has the measurement).
     """
 
+    flows_bind_by_order = False  # flows are bound by id, wherever the slices are in the file
+    ends_apart = True
+
     def __init__(self, sequence_id: int, out: BinaryIO) -> None:
         self.out = out
         seq = _K_SEQ + _varint(sequence_id)
         self.head = seq + _K_FLAGS + _varint(_NEEDS)
         # Packet bytes: key and length, head and timestamp key, timestamp, track-event key and
-        # length, event. ``fixed`` counts the bytes of the length that do not vary.
+        # length, event.
         self.stamped_head = self.head + _K_TIMESTAMP
-        self.fixed = len(self.stamped_head) + len(_K_TRACK_EVENT)
         self.first_head: bytes | None = seq + _K_FLAGS + _varint(_CLEARED | _NEEDS) + _FIRST_PACKET + _SEQUENCE_DEFAULTS
         self.names: dict[str, int] = {}
         self.cats: dict[str, bytes] = {}
-        self.begin_tails: dict[int, bytes] = {}
-        self.end_events: dict[int, bytes] = {}
         self.interned: list[bytes] = [_interned_entry(_K_INTERNED_ARG, _ARGS_IID, "args")]
-        # Packets are collected as (timestamp, TrackEvent bytes) and encoded ``batch`` at a time.
+        # Counter samples are collected as (timestamp, TrackEvent bytes), encoded ``batch`` at a time.
         self.times: list[int] = []
         self.events: list[bytes] = []
-        self.track_fields: dict[int, bytes] = {}
+        self._tails: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     batch = 1 << 14
 
@@ -154,20 +153,30 @@ class UnitEncoder:
         times, events = self.times, self.events
         if not times:
             return
-        if self.first_head is not None or self.interned:
-            self._write_first(times[0], events[0])
-            times, events = times[1:], events[1:]
-        if times:
-            self.out.write(pack_packets(self.stamped_head, times, events))
-        # Cleared in place: the layout's walk holds on to these lists.
-        self.times.clear()
-        self.events.clear()
+        lengths = np.fromiter(map(len, events), np.int64, len(events))
+        self._write(np.array(times, dtype=np.int64), [(lengths, b"".join(events))])
+        self.times, self.events = [], []
 
     def _emit(self, ts: int, event: bytes) -> None:
         self.times.append(ts)
         self.events.append(event)
         if len(self.times) >= self.batch:
             self.flush()
+
+    def _write(self, stamps: np.ndarray, parts: list[tuple[np.ndarray, bytes]]) -> None:
+        """Packets of TrackEvents made of ``parts`` (per part, each packet's length and the bytes
+        joined), the first one starting the sequence or carrying newly interned names."""
+        if not len(stamps):
+            return
+        if self.first_head is not None or self.interned:
+            sizes = [int(lengths[0]) for lengths, _ in parts]
+            self._write_first(
+                int(stamps[0]), b"".join(data[:size] for (_, data), size in zip(parts, sizes, strict=True))
+            )
+            stamps = stamps[1:]
+            parts = [(lengths[1:], data[size:]) for (lengths, data), size in zip(parts, sizes, strict=True)]
+        if len(stamps):
+            self.out.write(pack_events(self.stamped_head, stamps, parts))
 
     def _write_first(self, ts: int, event: bytes) -> None:
         """A packet that also starts the sequence or carries newly interned names."""
@@ -209,62 +218,61 @@ class UnitEncoder:
         value = _ARGS_NAME + b"\x4a" + _varint(len(text)) + text  # legacy_json_value = 9
         return _K_ANNOTATION + _varint(len(value)) + value
 
-    def _tails(self, uuid: int) -> bytes:
-        track = self.track_fields[uuid] = _K_TRACK_UUID + _varint(uuid)
-        self.begin_tails[uuid] = tail = track + _BEGIN_TYPE
-        self.end_events[uuid] = _TYPE[_END] + track
-        return tail
+    def _tail_table(self, tracks: list[ThreadTrack]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """What follows an event's body, per track: after a BEGIN's, an instant's, and the whole
+        END event (at 3 * lane + 0, 1, 2): its bytes, where each begins and how long it is."""
+        key = tuple(track.uuid for track in tracks)
+        found = self._tails.get(key)
+        if found is None:
+            tails = []
+            for track in tracks:
+                field = _K_TRACK_UUID + _varint(track.uuid)
+                tails += [field + _TYPE[_BEGIN], field + _TYPE[_INSTANT], _TYPE[_END] + field]
+            lengths = np.fromiter(map(len, tails), np.int64, len(tails))
+            found = self._tails[key] = (np.frombuffer(b"".join(tails), np.uint8), np.cumsum(lengths) - lengths, lengths)
+        return found
 
-    def packets(self, track: ThreadTrack) -> tuple[list[int], list[bytes], bytes, bytes]:
-        """Where a thread's packets go, for the layout's walk to append to directly: the packet
-        timestamps, the TrackEvent bytes, what follows a body in a BEGIN, and the END event."""
-        tail = self.begin_tails.get(track.uuid) or self._tails(track.uuid)
-        return self.times, self.events, tail, self.end_events[track.uuid]
+    def ends(self, tracks: list[ThreadTrack], lanes: np.ndarray, stamps: np.ndarray) -> None:
+        table, begins, lengths = self._tail_table(tracks)
+        which = lanes * 3 + 2
+        self.flush()
+        self._write(stamps, [(lengths[which], gathered(table, begins[which], lengths[which]))])
 
-    @staticmethod
-    def flow_fields(flows: list[Flow]) -> bytes:
-        """A BEGIN's flow ids: the last point of a flow terminates it."""
-        return b"".join(
-            (_K_TERMINATING_FLOW if phase == FlowPhase.END else _K_FLOW) + _pack_q(fid) for fid, phase in flows
+    def items(self, tracks: list[ThreadTrack], items: Items, in_walk_order: bool) -> None:
+        """BEGINs (a zero-length slice's END right after it) and instants, in the order given."""
+        table, begins, lengths = self._tail_table(tracks)
+        zero = ~items.instants & (items.durs == 0)
+        reps = 1 + zero.astype(np.int64)
+        main = np.cumsum(reps) - reps  # each item's packet; a zero-length slice's END follows
+        total = len(items.stamps) + int(np.count_nonzero(zero))
+        which = np.empty(total, np.int64)
+        which[main] = items.lanes * 3 + items.instants
+        which[main[zero] + 1] = items.lanes[zero] * 3 + 2
+        body_lengths = np.zeros(total, np.int64)
+        body_lengths[main] = items.lengths
+        flow_lengths = np.zeros(total, np.int64)
+        flow_lengths[main] = items.flow_counts * self.flow_field_size
+        flows = self.flow_field_run(items.flow_ids, items.flow_phases) if len(items.flow_ids) else b""
+        self.flush()
+        self._write(
+            np.repeat(items.stamps, reps),
+            [
+                (lengths[which], gathered(table, begins[which], lengths[which])),
+                (flow_lengths, flows),
+                (body_lengths, items.bodies),
+            ],
         )
 
     flow_field_size = 10  # a two-byte key and a fixed64
 
     @staticmethod
     def flow_field_run(ids: np.ndarray, phases: np.ndarray) -> bytes:
-        """``flow_fields`` of many flows at once, joined: ``flow_field_size`` bytes per flow."""
+        """A BEGIN's flow ids (the last point of a flow terminates it) for many flows at once,
+        joined: ``flow_field_size`` bytes per flow."""
         rows = np.empty((len(ids), UnitEncoder.flow_field_size), np.uint8)
         rows[:, :2] = np.where((phases == FlowPhase.END)[:, None], _TERMINATING_FLOW_KEY, _FLOW_KEY)
         rows[:, 2:] = ids.astype("<u8").view(np.uint8).reshape(-1, 8)
         return rows.tobytes()
-
-    def slice_begin(self, track: ThreadTrack, ts: int, dur: int, body: bytes, flows: list[Flow] | None) -> None:
-        tail = self.begin_tails.get(track.uuid) or self._tails(track.uuid)
-        self._emit(ts, body + tail + self.flow_fields(flows) if flows else body + tail)
-
-    def slice_end(self, track: ThreadTrack, ts: int) -> None:
-        self._emit(ts, self.end_events[track.uuid])
-
-    def add_slices(
-        self, times: np.ndarray, is_end: np.ndarray, end: bytes, begin_lengths: np.ndarray, begins: bytes
-    ) -> None:
-        """A thread's BEGINs and ENDs handed over at once (see :func:`pack_slices`), after the
-        packets collected so far."""
-        self.flush()
-        if self.first_head is not None or self.interned:
-            first = end
-            if not is_end[0]:
-                size = int(begin_lengths[0])
-                first, begins, begin_lengths = begins[:size], begins[size:], begin_lengths[1:]
-            self._write_first(int(times[0]), first)
-            times, is_end = times[1:], is_end[1:]
-        if len(times):
-            self.out.write(pack_slices(self.stamped_head, times, is_end, end, begin_lengths, begins))
-
-    def instant(self, track: ThreadTrack, ts: int, body: bytes) -> None:
-        if track.uuid not in self.track_fields:
-            self._tails(track.uuid)
-        self._emit(ts, _TYPE[_INSTANT] + body + self.track_fields[track.uuid])
 
     def counter(self, track: CounterTrack, ts: int, value: float | int) -> None:
         if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:
@@ -299,46 +307,21 @@ def _put_varints(out: np.ndarray, at: np.ndarray, values: np.ndarray, sizes: np.
         out[at + k] = byte
 
 
-def pack_packets(stamped_head: bytes, times: list[int], events: list[bytes]) -> bytes:
+def pack_events(stamped_head: bytes, stamps: np.ndarray, parts: list[tuple[np.ndarray, bytes]]) -> bytes:
     """``Trace.packet`` records of TrackEvents: per packet ``stamped_head`` (sequence id, flags and
-    the timestamp key), the timestamp, and the TrackEvent bytes. Vectorised: per packet, Python
-    only appends to the two lists."""
-    lengths = np.fromiter(map(len, events), np.int64, len(events))
-    return _pack(stamped_head, np.array(times, dtype=np.uint64), lengths, b"".join(events))
-
-
-def pack_slices(
-    stamped_head: bytes, times: np.ndarray, is_end: np.ndarray, end: bytes, begin_lengths: np.ndarray, begins: bytes
-) -> bytes:
-    """What :func:`pack_packets` makes of a thread's BEGINs and ENDs: ``begins`` holds the BEGIN
-    events joined, every packet where ``is_end`` holds the END event ``end``."""
-    lengths = np.full(len(times), len(end), np.int64)
-    lengths[~is_end] = begin_lengths
-    return _pack(stamped_head, times.astype(np.uint64), lengths, begins, (is_end, end))
-
-
-def _pack(
-    stamped_head: bytes,
-    stamps: np.ndarray,
-    lengths: np.ndarray,
-    events: bytes,
-    inline: tuple[np.ndarray, bytes] | None = None,
-) -> bytes:
-    """Packets of ``events`` (joined, ``lengths`` long each); with ``inline`` (which packets,
-    what event), those packets hold that event, written with their headers."""
+    the timestamp key), the timestamp, and the TrackEvent, whose bytes are the packet's share of
+    each part in turn (a part: each packet's length, and the bytes of all joined). Built in numpy:
+    the headers side by side, then interleaved with the parts (the last, the largest, last)."""
     n = len(stamps)
+    stamps = stamps.astype(np.uint64)  # a negative time as its two's complement, as varints are
+    lengths = np.zeros(n, np.int64)
+    for part_lengths, _ in parts:
+        lengths += part_lengths
     stamp_sizes = _varint_sizes(stamps)
     length_sizes = _varint_sizes(lengths.astype(np.uint64))
     body = len(stamped_head) + stamp_sizes + 1 + length_sizes + lengths
     body_sizes = _varint_sizes(body.astype(np.uint64))
-    # Each packet is its header (everything before the TrackEvent bytes), then those bytes. The
-    # headers are built side by side, and the two streams interleaved with a mask: a sequential
-    # copy each, not a scatter of every byte.
     header_sizes = 1 + body_sizes + len(stamped_head) + stamp_sizes + 1 + length_sizes
-    event_sizes = lengths
-    if inline is not None:
-        header_sizes = header_sizes + np.where(inline[0], lengths, 0)
-        event_sizes = np.where(inline[0], 0, lengths)
     ends = np.cumsum(header_sizes)
     at = ends - header_sizes
     headers = np.empty(int(ends[-1]), np.uint8)
@@ -352,14 +335,22 @@ def _pack(
     at += stamp_sizes
     headers[at] = _K_TRACK_EVENT[0]
     _put_varints(headers, at + 1, lengths, length_sizes)
-    if inline is not None:
-        fixed = np.frombuffer(inline[1], np.uint8)
-        headers[(at + 1 + length_sizes)[inline[0]][:, None] + np.arange(len(fixed))] = fixed
-    is_header = np.repeat(np.tile(np.array([True, False]), n), np.stack((header_sizes, event_sizes), axis=1).ravel())
-    out = np.empty(len(is_header), np.uint8)
-    out[is_header] = headers
-    out[~is_header] = np.frombuffer(events, np.uint8)
-    return out.tobytes()
+    *small, last = parts
+    if small:  # the small parts with the headers first, then the last part's bytes interleaved
+        headers = _interleaved([header_sizes, *(sizes for sizes, _ in small)], [headers, *(data for _, data in small)])
+        header_sizes = header_sizes + sum(sizes for sizes, _ in small)
+    return _interleaved([header_sizes, last[0]], [headers, last[1]]).tobytes()
+
+
+def _interleaved(sizes: list[np.ndarray], parts: list[np.ndarray | bytes]) -> np.ndarray:
+    """Per row, each part's share (``sizes[k][row]`` bytes of ``parts[k]``, in order), joined."""
+    count = len(sizes[0])
+    which = np.repeat(np.tile(np.arange(len(parts), dtype=np.uint8), count), np.stack(sizes, axis=1).ravel())
+    out = np.empty(len(which), np.uint8)
+    for k, data in enumerate(parts):
+        if len(data):
+            out[which == k] = data if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)
+    return out
 
 
 def _displayable(text: bytes) -> bytes:

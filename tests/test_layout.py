@@ -1,0 +1,219 @@
+"""The layout's walk against a plain model of it, on random threads.
+
+The layout works a thread out on columns (order, lanes, ties) and writes its ENDs first, its
+BEGINs in the order they were read, and only the ties that order gets wrong in the walk's order;
+trace_processor sorts by (timestamp, position in the file). Read back the way trace_processor
+reads it (tests/readback.py), every slice must come out where a plain walk over the sorted
+events puts it: same track (the thread or its n-th overlap lane), same depth, exact times, and
+every flow on the slices a plain binding finds. The same trace spilled, in tiny batches or read
+in tiny blocks must give the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+from conftest import assert_spilling_changes_nothing
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from readback import read_pftrace
+
+from tracemerge import entries, layout, nesting
+from tracemerge.pipeline import merge
+
+T0 = 1_700_000_000_000_000  # µs, so that the output has a wall clock
+
+
+def _nested(rng: random.Random, lo: int, hi: int, depth: int, out: list[tuple[int, int]]) -> None:
+    """Slices [start, end] nested inside [lo, hi]: touching, equal and zero-length ones included."""
+    t = lo
+    while t < hi and len(out) < 300:
+        start = t + rng.choice((0, 0, 1, 3))
+        end = min(hi, start + rng.choice((0, 1, 2, 5, 20, 60)))
+        if start > hi:
+            break
+        out.append((start, end))
+        if depth and end - start > 2 and rng.random() < 0.6:
+            _nested(rng, start, end, depth - 1, out)
+        t = end + rng.choice((0, 0, 1, 4))
+
+
+def _trace(seed: int) -> tuple[dict, list[tuple[int, int, int]]]:
+    """A random trace, and its flows as (id, index of the s event, index of the f event)."""
+    rng = random.Random(seed)
+    cpu: list[tuple[int, int]] = []
+    _nested(rng, 0, 2000, 4, cpu)
+    if rng.random() < 0.5:  # slices that cross: overlap lanes
+        cpu += [(s, s + rng.randrange(40)) for s in (rng.randrange(0, 2000) for _ in range(rng.choice((3, 12))))]
+    kernels: list[tuple[int, int]] = []
+    _nested(rng, 0, 2200, 1, kernels)
+    events: list[dict] = []
+    for n, (start, end) in enumerate(cpu):
+        events.append(
+            {"ph": "X", "cat": "cpu_op", "name": f"c{n}", "pid": 1, "tid": 1, "ts": start, "dur": end - start}
+        )
+    for n, (start, end) in enumerate(kernels):
+        events.append(
+            {"ph": "X", "cat": "kernel", "name": f"k{n}", "pid": 0, "tid": 7, "ts": start, "dur": end - start}
+        )
+    for n in range(rng.choice((0, 5))):  # instants, some where slices start or end
+        at = rng.choice([s for s, _ in cpu] + [e for _, e in cpu] + [rng.randrange(2000)])
+        events.append({"ph": "i", "s": "t", "name": f"i{n}", "pid": 1, "tid": 1, "ts": at})
+    flows = []
+    for fid in range(1, rng.choice((1, 30))):
+        src, dst = rng.randrange(len(cpu)), rng.randrange(len(kernels))
+        flows.append((fid, src, len(cpu) + dst))
+        s_ts = rng.choice((cpu[src][0], (cpu[src][0] + cpu[src][1]) // 2))
+        events.append({"ph": "s", "cat": "ac2g", "name": "ac2g", "id": fid, "pid": 1, "tid": 1, "ts": s_ts})
+        events.append(
+            {"ph": "f", "bp": "e", "cat": "ac2g", "name": "ac2g", "id": fid, "pid": 0, "tid": 7, "ts": kernels[dst][0]}
+        )
+    # The reader sorts; the order in the file decides ties only, so the file is shuffled (the
+    # ordinals below are the events' places in it).
+    rng.shuffle(events)
+    for e in events:
+        e["ts"] += T0
+    return {"traceEvents": events}, flows
+
+
+def _walk(events: list[dict]) -> dict[str, tuple[int, int]]:
+    """Where a plain walk puts each slice and instant of one thread: (lane, depth), by name."""
+    placed: dict[str, tuple[int, int]] = {}
+    order = sorted(
+        range(len(events)),
+        key=lambda n: (events[n]["ts"], -events[n].get("dur", 0), events[n]["ph"] != "X", n),
+    )
+    stacks: list[list[int]] = [[]]
+    for n in order:
+        e = events[n]
+        start, end = e["ts"], e["ts"] + e.get("dur", 0)
+        own = stacks[0]
+        while own and own[-1] <= start:
+            own.pop()
+        if e["ph"] == "i":
+            placed[e["name"]] = (0, len(own))
+            continue
+        lane = 0
+        if own and own[-1] < end:
+            lane = next(
+                (k for k in range(1, len(stacks)) if _fits(stacks[k], start, end)),
+                len(stacks),
+            )
+            if lane == len(stacks):
+                stacks.append([])
+        placed[e["name"]] = (lane, len(stacks[lane]))
+        stacks[lane].append(end)
+    return placed
+
+
+def _fits(stack: list[int], start: int, end: int) -> bool:
+    while stack and stack[-1] <= start:
+        stack.pop()
+    return not stack or stack[-1] >= end
+
+
+def _binding(events: list[dict], point: dict) -> str | None:
+    """The slice a plain walk binds a flow point to: the innermost open at its time."""
+    slices = sorted((e for e in events if e["ph"] == "X"), key=lambda e: (e["ts"], -e["dur"]))
+    stack: list[dict] = []
+    for e in slices:
+        if e["ts"] > point["ts"]:
+            break
+        while stack and stack[-1]["ts"] + stack[-1]["dur"] < e["ts"]:
+            stack.pop()
+        stack.append(e)
+    while stack and stack[-1]["ts"] + stack[-1]["dur"] < point["ts"]:
+        stack.pop()
+    return stack[-1]["name"] if stack else None
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_every_slice_lands_where_a_plain_walk_puts_it(tmp_path: Path, monkeypatch, seed: int) -> None:
+    run = tmp_path / str(seed)
+    run.mkdir(exist_ok=True)  # hypothesis may run a seed again
+    trace, flows = _trace(seed)
+    events = trace["traceEvents"]
+    (run / "rank0.pt.trace.json").write_text(json.dumps(trace))
+    report = merge([run], run / "out.pftrace", jobs=1)
+    rb = read_pftrace(run / "out.pftrace")
+    lanes_of = {track: _lane(name) for track, (_, name) in rb.threads.items()}
+    got = {s.name: (lanes_of[s.track], s.depth) for s in [*rb.slices, *rb.instants]}
+    want: dict[str, tuple[int, int]] = {}
+    for thread in ((1, 1), (0, 7)):
+        want.update(_walk([e for e in events if e["ph"] in "Xi" and (e["pid"], e["tid"]) == thread]))
+    assert got == want
+    times = {s.name: (s.ts, s.dur) for s in rb.slices} | {s.name: (s.ts, 0) for s in rb.instants}
+    assert times == {e["name"]: (e["ts"] * 1000, e.get("dur", 0) * 1000) for e in events if e["ph"] in "Xi"}
+    assert report.moved_to_lanes == sum(lane > 0 for lane, _ in want.values())
+    # Flows: each from the slice its s binds to, to the one its f binds to.
+    by_id: dict[int, dict[str, str | None]] = {}
+    for e in events:
+        if e["ph"] in "sf":
+            thread = [x for x in events if x["ph"] == "X" and (x["pid"], x["tid"]) == (e["pid"], e["tid"])]
+            by_id.setdefault(e["id"], {})[e["ph"]] = _binding(thread, e)
+    # A flow whose end is stamped before its start is drawn from the earlier slice.
+    start_of = {e["name"]: e["ts"] for e in events if e["ph"] == "X"}
+    want_links = Counter(
+        (a, b) if start_of[b] >= start_of[a] else (b, a)
+        for a, b in ((ends["s"], ends["f"]) for ends in by_id.values())
+        if a and b
+    )
+    ends_of: dict[int, dict[str, str]] = {}
+    for s in rb.slices:
+        for fid in s.flow_ids:
+            ends_of.setdefault(fid, {})["s"] = s.name
+        for fid in s.terminating_flow_ids:
+            ends_of.setdefault(fid, {})["f"] = s.name
+    assert Counter((ends["s"], ends["f"]) for ends in ends_of.values()) == want_links
+    assert len(flows) == len(by_id)
+    # Spilled at budgets that hold a few events, in tiny blocks and batches: the same bytes.
+    monkeypatch.setattr(entries, "SEAL_AT", 3)
+    monkeypatch.setattr(layout, "BATCH", 5)
+    for budget in (5, 64):
+        assert_spilling_changes_nothing(report, [run], run / f"spilled{budget}.pftrace", budget, monkeypatch)
+
+
+def _lane(name: str) -> int:
+    return int(name.rsplit("(overlap ", 1)[1].rstrip(")")) if "(overlap " in name else 0
+
+
+def test_lanes_and_parents_match_the_walk_on_random_columns() -> None:
+    """nesting.lanes (parents by jumps, overlapping runs, the loop only where a run overlaps)
+    against the walk's loop over every slice."""
+    rng = np.random.default_rng(7)
+    for _ in range(3000):
+        n = int(rng.integers(1, 40))
+        starts = np.sort(rng.integers(0, 60, n))
+        ends = starts + rng.choice([0, 1, 2, 5, 30], n)
+        order = np.lexsort((-(ends - starts), starts))
+        starts, ends = starts[order], ends[order]
+        found = nesting.lanes(starts, ends, nesting.parents(starts, ends))
+        stacks: list[list[int]] = [[]]
+        want = []
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+            lane = next((k for k in range(len(stacks)) if _fits(stacks[k], start, end)), len(stacks))
+            if lane == len(stacks):
+                stacks.append([])
+            # The walk takes the thread itself first, then lanes; a slice that fits the thread
+            # goes there even when a lane would take it too.
+            stacks[lane].append(end)
+            want.append(lane)
+        assert found.tolist() == want, (starts.tolist(), ends.tolist())
+
+
+def test_ties_read_out_of_order_are_found() -> None:
+    """Entries on one lane that start together must be written in the walk's order: a tie whose
+    order as read differs is found (all of it), and with ``also`` any tie holding a marked one."""
+    starts = np.array([0, 0, 0, 5, 5, 9])
+    lanes = np.array([0, 0, 0, 0, 1, 0])
+    positions = np.array([0, 2, 1, 3, 4, 5])  # the second tie at 0 was read third
+    assert nesting.tied_out_of_order(starts, lanes, positions).tolist() == [True, True, True, False, False, False]
+    marked = np.array([False, False, False, True, False, False])
+    assert nesting.tied_out_of_order(starts, lanes, np.arange(6), marked).tolist() == [False] * 6  # 5s: two lanes
+    lanes[4] = 0
+    assert nesting.tied_out_of_order(starts, lanes, np.arange(6), marked).tolist() == [False] * 3 + [True] * 2 + [False]

@@ -1,0 +1,274 @@
+"""Typed batches of Chrome trace events normalised column by column: the hot path of
+:meth:`~tracemerge.sources.chrome_events.ChromeEvents.add_batch`.
+
+Complete (``X``) events and flow points of a decoded batch are taken a field at a time (one
+list comprehension per field, times checked and converted in numpy, names looked up through the
+layout's cache), grouped by thread with one stable sort, and handed to the layout as blocks of
+columns (:mod:`tracemerge.entries`): no Python object per event beyond what decoding made. What
+this path does not take (other phases, a time or id of another type, a name watched as clock
+evidence) goes through the per-event path, which keeps or counts it as it always does.
+
+Everything is handed over in file order: the batch is cut at each event left to the per-event
+path, and every run between two of them goes as columns, its ordinals given out in one go. So
+ordinals, names' interning and the order threads are met in are those of the per-event path,
+whatever the batches.
+"""
+
+from __future__ import annotations
+
+import itertools
+from operator import eq, itemgetter
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tracemerge.entries import ENTRY_SCHEMA, POINT_SCHEMA, Block
+from tracemerge.model import OriginKey
+from tracemerge.units import FLOAT_EXACT_LIMIT_US
+
+if TYPE_CHECKING:
+    from tracemerge.sources.chrome_events import ChromeEvents
+
+_FLOW_CODES = {"s": 0, "t": 1, "f": 2}
+_INSTANTS = frozenset({"i", "I", "R"})
+_LIMIT = FLOAT_EXACT_LIMIT_US
+_INEXACT = np.int64(-(1 << 63))
+# A batch with more events left to the per-event path than one in this many goes that way whole.
+_SPARSE = 16
+
+
+def add_columns(reader: ChromeEvents, batch: list, origin: OriginKey, plain_text: bool) -> None:
+    """Hands a typed batch to the layout: runs of complete events and flow points as columns,
+    the events between them one by one."""
+    n = len(batch)
+    phs = [e.ph for e in batch]
+    slices = _Slices(reader, batch, phs, plain_text)
+    points = _Points(reader, batch, phs)
+    taken = np.zeros(n, bool)
+    taken[slices.at] = True
+    taken[points.at] = True
+    left = np.flatnonzero(~taken).tolist()
+    if len(left) * _SPARSE > n:
+        reader.add_each(batch, origin, plain_text)
+        return
+    start = 0
+    for cut in [*left, n]:
+        if cut > start:
+            base = reader.layout.reserve(cut - start) - start  # an event's ordinal: base + its position
+            slices.hand_over(start, cut, base, origin)
+            points.hand_over(start, cut, base, origin)
+        if cut < n:
+            reader.add_each([batch[cut]], origin, plain_text)
+        start = cut + 1
+
+
+def _micros(values: list, n: int) -> np.ndarray | None:
+    """Times in µs as int64 ns, when every one is a number whose 3-decimal value a float holds
+    (else None: the per-event path reads them); rows of more decimals are marked _INEXACT."""
+    try:
+        us = np.fromiter(values, np.float64, n)
+    except (TypeError, ValueError):
+        return None
+    if not (np.abs(us) < _LIMIT).all():  # NaN included
+        return None
+    ns = np.rint(us * 1000)
+    found = ns.astype(np.int64)
+    found[ns / 1000 != us] = _INEXACT
+    return found
+
+
+def _picker(rows: np.ndarray) -> Any:
+    """A function taking the items at ``rows`` (in order) out of a sequence, as a tuple."""
+    if len(rows) == 1:
+        row = int(rows[0])
+        return lambda seq: (seq[row],)
+    return itemgetter(*rows.tolist())
+
+
+def _none_at(values: list, n: int) -> np.ndarray:
+    return np.fromiter(map(eq, values, itertools.repeat(None)), bool, n)
+
+
+class _Rows:
+    """One kind of event of a batch, as columns: ``at`` the batch positions of the rows the
+    columns take (the others are left to the per-event path)."""
+
+    reader: ChromeEvents
+    at: np.ndarray
+
+    def runs(self, lo: int, hi: int) -> tuple[int, int]:
+        """The rows whose positions lie in [lo, hi)."""
+        first, last = np.searchsorted(self.at, (lo, hi)).tolist()
+        return first, last
+
+    def by_thread(self, first: int, last: int) -> list[tuple[Any, np.ndarray]]:
+        """(thread key, rows in order) for the rows first..last, threads in the order met."""
+        index = self.threads[first:last]
+        keys = self.reader.thread_keys
+        if not len(index):
+            return []
+        if not (index[1:] != index[:-1]).any():
+            return [(keys[int(index[0])], np.arange(first, last))]
+        order = np.argsort(index, kind="stable")
+        cuts = np.flatnonzero(np.diff(index[order])) + 1
+        groups = [order[lo:hi] for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(order)], strict=True)]
+        groups.sort(key=lambda rows: int(rows[0]))
+        return [(keys[int(index[rows[0]])], rows + first) for rows in groups]
+
+
+class _Slices(_Rows):
+    """The batch's complete events."""
+
+    def __init__(self, reader: ChromeEvents, batch: list, phs: list, plain_text: bool) -> None:
+        self.reader = reader
+        is_x = list(map(eq, phs, itertools.repeat("X")))
+        xs = list(itertools.compress(batch, is_x))
+        at = np.flatnonzero(is_x)
+        n = len(xs)
+        self.at = at[:0]
+        if not n:
+            return
+        starts = _micros([e.ts for e in xs], n)
+        lengths = _micros([e.dur for e in xs], n)
+        names, cats = [e.name for e in xs], [e.cat for e in xs]
+        layout = reader.layout
+        prefixes = list(map(layout.prefixes.get, zip(names, cats, strict=True)))
+        if None in prefixes:
+            _intern_in_order(reader, batch, phs, at[_none_at(prefixes, n)])
+            prefixes = list(map(layout.prefixes.get, zip(names, cats, strict=True)))
+        if starts is None or lengths is None:
+            return
+        odd = (starts == _INEXACT) | (lengths == _INEXACT) | (lengths < 0)
+        binds = [e.bind_id for e in xs]
+        if binds.count(None) != n:
+            odd |= ~_none_at(binds, n)
+        if None in prefixes:  # a name watched as evidence: the per-event path notes it
+            odd |= _none_at(prefixes, n)
+        if odd.any():
+            keep = np.flatnonzero(~odd)
+            if not len(keep):
+                return
+            pick = _picker(keep)
+            xs, at, starts, lengths = list(pick(xs)), at[keep], starts[keep], lengths[keep]
+            cats, prefixes = list(pick(cats)), list(pick(prefixes))
+            n = len(xs)
+        self.at, self.starts, self.negdurs = at, starts, -lengths
+        self.threads = reader.thread_indexes([e.pid for e in xs], [e.tid for e in xs])
+        reader.note_devices(self.threads, cats)
+        args = [e.args for e in xs]
+        sizes = np.fromiter(map(len, args), np.int64, n)
+        heads = layout.enc.args_heads
+        if plain_text and int(sizes.max()) < len(heads):
+            fields = list(map(heads.__getitem__, sizes.tolist()))
+            empty = sizes <= 2
+            if empty.any():  # "{}" or none: no annotation
+                for i in np.flatnonzero(empty).tolist():
+                    fields[i] = args[i] = b""
+            field_sizes = np.fromiter(map(len, fields), np.int64, n) + np.where(empty, 0, sizes)
+        else:
+            encode = layout.enc.args
+            fields = [encode(bytes(a)) if len(a) > 2 else b"" for a in args]
+            args = [b""] * n
+            field_sizes = np.fromiter(map(len, fields), np.int64, n)
+        self.prefixes, self.fields, self.args = prefixes, fields, args
+        self.body_sizes = np.fromiter(map(len, prefixes), np.int64, n) + field_sizes
+
+    def hand_over(self, lo: int, hi: int, base: int, origin: OriginKey) -> None:
+        """The rows at positions [lo, hi), their ordinals ``base`` + position."""
+        first, last = self.runs(lo, hi)
+        if first == last:
+            return
+        layout = self.reader.layout
+        for thread, rows in self.by_thread(first, last):
+            pick = _picker(rows)
+            bodies = b"".join(
+                itertools.chain.from_iterable(zip(pick(self.prefixes), pick(self.fields), pick(self.args), strict=True))
+            )
+            cols = {
+                "starts": self.starts[rows],
+                "negdurs": self.negdurs[rows],
+                "ordinals": self.at[rows] + base,
+                "lengths": self.body_sizes[rows],
+                "kinds": np.zeros(len(rows), np.int8),
+            }
+            layout.add_entries(origin, thread, Block(ENTRY_SCHEMA, cols, bodies))
+
+
+def _intern_in_order(reader: ChromeEvents, batch: list, phs: list, missing: np.ndarray) -> None:
+    """Interns the names of the batch's slices not seen before (at ``missing``) and of its
+    instants, in file order: the order the per-event path interns them in, whatever the batches."""
+    cache, prefix = reader.layout.prefixes, reader.layout.prefix
+    instants = []
+    if any(map(phs.__contains__, _INSTANTS)):
+        instants = [n for n, ph in enumerate(phs) if ph in _INSTANTS]
+    for n in sorted([*missing.tolist(), *instants]):
+        e = batch[n]
+        if (e.name, e.cat) not in cache:
+            prefix(e.name, e.cat)
+
+
+class _Points(_Rows):
+    """The batch's flow points with integer ids."""
+
+    def __init__(self, reader: ChromeEvents, batch: list, phs: list) -> None:
+        self.reader = reader
+        flowing = list(map(_FLOW_CODES.__contains__, phs))
+        fs = list(itertools.compress(batch, flowing))
+        at = np.flatnonzero(flowing)
+        self.at = at[:0]
+        n = len(fs)
+        if not n:
+            return
+        ts = _micros([e.ts for e in fs], n)
+        ids = [e.id for e in fs]
+        if ts is None or not all(map(_is_int, ids)):
+            return
+        try:
+            fids = np.fromiter(ids, np.int64, n)
+        except OverflowError:
+            return
+        phs = list(itertools.compress(phs, flowing))
+        odd = ts == _INEXACT
+        if odd.any():
+            keep = np.flatnonzero(~odd)
+            if not len(keep):
+                return
+            pick = _picker(keep)
+            fs, at, ts, fids, phs = list(pick(fs)), at[keep], ts[keep], fids[keep], list(pick(phs))
+            n = len(fs)
+        keys = reader.layout.point_keys
+        pairs = list(map(keys.pairs.get, zip([e.cat for e in fs], [e.name for e in fs], strict=True)))
+        if None in pairs:
+            pairs = [keys.pair(e.cat, e.name) for e in fs]
+        self.at, self.ts, self.fids = at, ts, fids
+        self.pairs = np.array(pairs, np.int32)
+        self.phases = np.fromiter(map(_FLOW_CODES.__getitem__, phs), np.int8, n)
+        ends = self.phases == 2
+        if ends.any():
+            loose = np.fromiter(map(eq, [e.bp for e in fs], itertools.repeat("e")), bool, n) == 0
+            self.bind_next = (ends & loose).astype(np.int8)
+        else:
+            self.bind_next = np.zeros(n, np.int8)
+        self.threads = reader.thread_indexes([e.pid for e in fs], [e.tid for e in fs])
+
+    def hand_over(self, lo: int, hi: int, base: int, origin: OriginKey) -> None:
+        """The rows at positions [lo, hi), their ordinals ``base`` + position."""
+        first, last = self.runs(lo, hi)
+        if first == last:
+            return
+        points = self.reader.layout.points
+        for thread, rows in self.by_thread(first, last):
+            cols = {
+                "ts": self.ts[rows],
+                "ordinals": self.at[rows] + base,
+                "fids": self.fids[rows],
+                "pairs": self.pairs[rows],
+                "phases": self.phases[rows],
+                "bind_next": self.bind_next[rows],
+                "fid_kinds": np.zeros(len(rows), np.int8),
+            }
+            points[(origin, thread)].add_block(Block(POINT_SCHEMA, cols))
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int
