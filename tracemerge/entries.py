@@ -22,13 +22,17 @@ from tracemerge.spill import RunStore
 
 # Tuples gathered on a thread before they are sealed into a block (fewer: at the next spill).
 SEAL_AT = 4096
+# Rows of blocks held in memory joined into one (so that the walk hands them on in large batches).
+JOIN_TO = 1 << 16
+# Rows a thread is worked out in at least, when it cuts apart in time (see ThreadEntries.chunks).
+CHUNK = 1 << 18
 
 Schema = tuple[tuple[str, type], ...]
 ENTRY_SCHEMA: Schema = (
     ("starts", np.int64),
     ("negdurs", np.int64),
     ("ordinals", np.int64),
-    ("lengths", np.int64),
+    ("lengths", np.int32),
     ("kinds", np.int8),
 )
 # Flow points: ``pairs`` numbers the (cat, name) of the key, ``fids`` holds an id that is an int64
@@ -47,12 +51,17 @@ POINT_SCHEMA: Schema = (
 class Block:
     """Columns of ``n`` rows (and, for entries, the rows' bodies joined), in memory or spilled."""
 
-    __slots__ = ("at", "bodies", "bodies_at", "cols", "n", "schema")
+    __slots__ = ("at", "bodies", "bodies_at", "cols", "first", "hi", "lo", "n", "schema")
 
     def __init__(self, schema: Schema, cols: dict[str, np.ndarray], bodies: bytes | None = None) -> None:
         self.schema = schema
         self.cols: dict[str, np.ndarray] | None = cols
         self.n = len(cols[schema[0][0]])
+        self.first = int(cols["ordinals"].min()) if self.n else 0  # the ordinal of the row read first
+        # Entries: the earliest start and the latest end (the time the block spans).
+        self.lo = self.hi = 0
+        if self.n and "negdurs" in cols:
+            self.lo, self.hi = int(cols["starts"].min()), int((cols["starts"] - cols["negdurs"]).max())
         self.bodies = bodies
         self.at: tuple[int, int] | None = None
         self.bodies_at: tuple[int, int] | None = None
@@ -88,6 +97,14 @@ class Block:
         return store.get(*self.bodies_at) if self.bodies_at is not None else b""
 
 
+def _joined(blocks: list[Block]) -> Block:
+    """Blocks held in memory as one."""
+    schema = blocks[0].schema
+    cols = {name: np.concatenate([block.cols[name] for block in blocks]) for name, _ in schema}  # type: ignore[index]
+    bodies = None if blocks[0].bodies is None else b"".join(block.bodies or b"" for block in blocks)
+    return Block(schema, cols, bodies)
+
+
 def concatenated(blocks: list[Block], store: RunStore, names: Iterable[str]) -> dict[str, np.ndarray]:
     """Some columns of ``blocks``, joined in order."""
     parts = [block.columns(store) for block in blocks]
@@ -114,6 +131,13 @@ class _Columnar(list):
         """Rows held in memory, as tuples or in blocks."""
         return len(self) + self.held_in_blocks
 
+    @property
+    def first(self) -> int:
+        """The smallest ordinal (that of the row read first)."""
+        return min([*(block.first for block in self.blocks if block.n), *map(self._ordinal, self)], default=0)
+
+    _ordinal = staticmethod(itemgetter(3))
+
     def add_block(self, block: Block) -> None:
         """A block made elsewhere (a source's columns), after what was appended before it."""
         self._seal_tuples()
@@ -122,6 +146,7 @@ class _Columnar(list):
 
     def spill(self, store: RunStore) -> None:
         self._seal_tuples()
+        self._coalesce()
         for block in self.blocks:
             block.spill(store)
         self.held_in_blocks = 0
@@ -139,9 +164,34 @@ class _Columnar(list):
         self.held_in_blocks += other.held_in_blocks
 
     def sealed(self) -> list[Block]:
-        """Every block, the tuples appended last sealed into one."""
+        """Every block, the tuples appended last sealed into one (and blocks held in memory one
+        after another joined, so that each is handed on in large batches)."""
         self._seal_tuples()
+        self._coalesce()
         return self.blocks
+
+    def _coalesce(self) -> None:
+        """Joins each run of blocks held in memory into blocks of about JOIN_TO rows."""
+        if sum(block.cols is not None for block in self.blocks) < 2:
+            return
+        joined: list[Block] = []
+        run: list[Block] = []
+        size = 0
+        for block in [*self.blocks, None]:
+            if block is not None and block.cols is not None and size + block.n <= JOIN_TO:
+                run.append(block)
+                size += block.n
+                continue
+            if len(run) > 1:
+                joined.append(_joined(run))
+            else:
+                joined.extend(run)
+            run, size = [], 0
+            if block is not None and block.cols is not None:
+                run, size = [block], block.n
+            elif block is not None:
+                joined.append(block)
+        self.blocks = joined
 
     def maybe_seal(self) -> None:
         if len(self) >= SEAL_AT:
@@ -168,9 +218,75 @@ class ThreadEntries(_Columnar):
     def _block(self, items: list[tuple]) -> Block:
         return entry_block(items)
 
-    def keys(self, store: RunStore) -> dict[str, np.ndarray]:
-        """Every entry's start, negated duration, kind and ordinal, in storage order."""
-        return concatenated(self.sealed(), store, ("starts", "negdurs", "kinds", "ordinals"))
+    def keys(self, store: RunStore, rows: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
+        """The start, negated duration, kind and ordinal of every entry (of the rows
+        ``rows[0]``..``rows[1]`` when given), in storage order."""
+        names = ("starts", "negdurs", "kinds", "ordinals")
+        if rows is None:
+            return concatenated(self.sealed(), store, names)
+        parts = [{name: cols[name][lo:hi] for name in names} for cols, lo, hi in self.pieces(store, *rows)]
+        return {name: np.concatenate([part[name] for part in parts]) for name in names}
+
+    def pieces(self, store: RunStore, lo: int, hi: int, bodies: bool = False) -> list[tuple[Any, int, int]]:
+        """The blocks holding rows lo..hi, each as (its columns, or (columns, bodies) with
+        ``bodies``, and the range of it within)."""
+        found = []
+        first = 0
+        for block in self.sealed():
+            last = first + block.n
+            if last > lo and first < hi:
+                cols = block.columns(store)
+                found.append(
+                    ((cols, block.body_bytes(store)) if bodies else cols, max(lo - first, 0), min(hi, last) - first)
+                )
+            first = last
+            if first >= hi:
+                break
+        return found
+
+    def chunks(self, store: RunStore) -> list[tuple[int, int, int]]:
+        """The entries as runs apart in time, each (first row, end row, earliest start): every
+        entry of a run ends before any of a later one starts, so that each nests, ties and binds
+        flows on its own. A run is cut at the first row CHUNK rows on where that holds, so the
+        runs depend on the entries alone. A trace written in time order cuts into many; a slice
+        spanning the others makes them one."""
+        blocks = self.sealed()
+        total = sum(block.n for block in blocks)
+        if total <= CHUNK:
+            return [(0, total, self._earliest(store))] if total else []
+        # The earliest start from each row on (read backwards), then the latest end before it.
+        after = np.empty(total, np.int64)
+        end = total
+        floor = np.iinfo(np.int64).max
+        for block in reversed(blocks):
+            starts = block.columns(store)["starts"]
+            after[end - block.n : end] = np.minimum(np.minimum.accumulate(starts[::-1])[::-1], floor)
+            floor = int(after[end - block.n])
+            end -= block.n
+        cuttable = np.zeros(total, bool)
+        reach = np.iinfo(np.int64).min
+        first = 0
+        for block in blocks:
+            cols = block.columns(store)
+            ends = np.maximum(np.maximum.accumulate(cols["starts"] - cols["negdurs"]), reach)
+            cuttable[first + 1 : first + block.n + 1] = (
+                ends[: total - first - 1] < after[first + 1 : first + block.n + 1]
+            )
+            reach = int(ends[-1])
+            first += block.n
+        at = np.flatnonzero(cuttable)
+        runs, lo = [], 0
+        while True:
+            k = int(np.searchsorted(at, lo + CHUNK))
+            if k == len(at):
+                break
+            runs.append((lo, int(at[k]), int(after[lo])))
+            lo = int(at[k])
+        runs.append((lo, total, int(after[lo])))
+        return runs
+
+    def _earliest(self, store: RunStore) -> int:
+        return min(block.lo for block in self.sealed())
 
 
 def entry_block(items: list[tuple]) -> Block:
@@ -181,7 +297,7 @@ def entry_block(items: list[tuple]) -> Block:
         "negdurs": np.fromiter(map(_second, items), np.int64, n),
         "kinds": np.fromiter(map(_third, items), np.int8, n),
         "ordinals": np.fromiter(map(_fourth, items), np.int64, n),
-        "lengths": np.fromiter(map(len, bodies), np.int64, n),
+        "lengths": np.fromiter(map(len, bodies), np.int32, n),
     }
     return Block(ENTRY_SCHEMA, cols, b"".join(bodies))
 
@@ -220,6 +336,7 @@ class ThreadPoints(_Columnar):
 
     __slots__ = ("keys",)
     schema = POINT_SCHEMA
+    _ordinal = staticmethod(itemgetter(2))
 
     def __init__(self, keys: PointKeys) -> None:
         super().__init__()

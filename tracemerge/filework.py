@@ -191,7 +191,8 @@ def _process_file(job: FileJob) -> FileOutcome:
         times = _time_filter(job)
         keep = None if sel.roles is None and sel.ranks is None else sel.keeps
         if keep_layout:  # the second pass names the processes of everything kept
-            for key in [*layout.entries, *layout.points, *layout.samples]:
+            keys = [k for k, _ in [*layout.threads_in_order(layout.entries), *layout.threads_in_order(layout.points)]]
+            for key in [*keys, *layout.samples]:
                 identity_of(key[0])
         result = layout.finish(
             identity_of, tracks, shift, flow_id_base(job.sequence_id), keep, times, summary_only=not job.writer

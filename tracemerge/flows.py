@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tracemerge.entries import PointKeys
+from tracemerge.entries import PointKeys, ThreadEntries
 from tracemerge.flow_targets import targets
 from tracemerge.model import FlowPhase, Identity, OriginKey, ThreadKey
 from tracemerge.nesting import SLICE, overlapping, parents, walk_order
 from tracemerge.report import EventCounts
 from tracemerge.select import TimeFilter
+from tracemerge.spill import RunStore
 
 if TYPE_CHECKING:
     from tracemerge.layout import FileLayout, LayoutResult
@@ -64,7 +65,7 @@ def bind_flows(
     stamped before the host call that launched it), and every end beyond the first fans out from
     that start (one launch, two kernels). Ids reused for several flows are paired in time order.
     """
-    points = _bound_points(layout)
+    points = _bound_points(layout, times is not None)
     if points is None:
         return {}
     numbering = _Numbering(ident, result, flow_id_base, times, points.origins, points.threads)
@@ -84,43 +85,43 @@ class _Points:
         for name, values in columns.items():
             self.parts[name].append(values)
 
-    def take(self, name: str) -> np.ndarray:
-        return np.concatenate(self.parts.pop(name))
+    def take(self, name: str, keep: bool = False) -> np.ndarray:
+        """One column, whole; its parts let go unless ``keep``."""
+        parts = self.parts[name] if keep else self.parts.pop(name)
+        if len(parts) > 1:
+            parts[:] = [np.concatenate(parts)]
+        return parts[0]
 
 
-def _bound_points(layout: FileLayout) -> _Points | None:
+def _bound_points(layout: FileLayout, with_durations: bool) -> _Points | None:
     """Each thread's points in (time, phase, ordinal) order with the slice each binds to (its
-    start, negated duration and ordinal; ordinal -1 for none) and its namespace, numbered in
-    the order of first appearance."""
+    start, its ordinal or -1 for none, and with ``with_durations`` its negated duration) and its
+    namespace, numbered in the order of first appearance."""
     store = layout.store
     found = _Points()
     namespaces: dict[tuple, int] = {}
-    for (origin, thread), pts in layout.points.items():
+    for (origin, thread), pts in layout.threads_in_order(layout.points):
         if not pts.total:
             continue
         cols = pts.columns(store)
         order = np.lexsort((cols["ordinals"], cols["phases"], cols["ts"]))
-        ts, bind_next, pairs = cols["ts"][order], cols["bind_next"][order], cols["pairs"][order]
-        starts, negdurs, ordinals = _slices(layout, origin, thread)
-        ends = starts - negdurs
-        parent = parents(starts, ends)
-        nests = not overlapping(starts, ends, parent).any()
-        at = targets(starts, ends, parent if nests else None, ts, bind_next)
-        bound = at < len(starts)
-        at = np.where(bound, at, 0)
-        none = np.int64(-1)
+        ts = cols["ts"][order]
+        bound = _Bound(len(ts), with_durations)
+        entries = layout.entries.get((origin, thread))
+        bind_next = cols["bind_next"][order]
+        for rows, lo, hi in _point_ranges(entries, store, ts):
+            starts, negdurs, ordinals = _slices(entries, store, rows)
+            bound.bind(starts, negdurs, ordinals, ts, bind_next, lo, hi)
         found.add(
             ts=ts,
-            phase=cols["phases"][order].astype(np.int64),
-            ordinal=cols["ordinals"][order],
+            phase=cols["phases"][order],
             fid=cols["fids"][order],
-            fid_kind=cols["fid_kinds"][order].astype(np.int64),
-            ns=_namespaces(namespaces, found.origins, origin, pairs, layout.point_keys),
-            thread=np.full(len(ts), len(found.threads), np.int64),
-            target_start=starts[at] if len(starts) else np.zeros(len(ts), np.int64),
-            target_negdur=negdurs[at] if len(starts) else np.zeros(len(ts), np.int64),
-            target=np.where(bound, ordinals[at] if len(starts) else none, none),
+            fid_kind=cols["fid_kinds"][order],
+            ns=_namespaces(namespaces, found.origins, origin, cols["pairs"][order], layout.point_keys),
+            thread=np.full(len(ts), len(found.threads), np.int32),
+            **bound.columns(),
         )
+        del cols, order, bound
         found.threads.append((origin, thread))
     if not found.threads:
         return None
@@ -128,13 +129,74 @@ def _bound_points(layout: FileLayout) -> _Points | None:
     return found
 
 
-def _slices(layout: FileLayout, origin: OriginKey, thread: ThreadKey) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A thread's slices in the walk's order: starts, negated durations, ordinals."""
-    entries = layout.entries.get((origin, thread))
-    if entries is None or not entries.total:
+def _point_ranges(
+    entries: ThreadEntries | None, store: RunStore, ts: np.ndarray
+) -> list[tuple[tuple[int, int] | None, int, int]]:
+    """The thread's runs of entries apart in time (:meth:`ThreadEntries.chunks`), each with the
+    range of points (in time order) that bind within it: from its earliest start to the next's."""
+    chunks = entries.chunks(store) if entries is not None and entries.total else []
+    if not chunks:
+        return [(None, 0, len(ts))]
+    cuts = [0, *np.searchsorted(ts, [earliest for _, _, earliest in chunks[1:]], "left").tolist(), len(ts)]
+    return [((lo, hi), cuts[k], cuts[k + 1]) for k, (lo, hi, _) in enumerate(chunks)]
+
+
+class _Bound:
+    """The slices a thread's points bind to, found one run of blocks at a time; a point bound to
+    the next slice that finds none in its run takes the first slice of the next run."""
+
+    def __init__(self, n: int, with_durations: bool) -> None:
+        self.target = np.full(n, -1, np.int64)
+        self.target_start = np.zeros(n, np.int64)
+        self.target_negdur = np.zeros(n, np.int64) if with_durations else None
+        self.waiting = np.empty(0, np.int64)  # points bound to a next slice their run lacks
+
+    def bind(
+        self,
+        starts: np.ndarray,
+        negdurs: np.ndarray,
+        ordinals: np.ndarray,
+        ts: np.ndarray,
+        bind_next: np.ndarray,
+        lo: int,
+        hi: int,
+    ) -> None:
+        if len(starts) and len(self.waiting):
+            self._set(self.waiting, starts[:1], negdurs[:1], ordinals[:1], np.zeros(len(self.waiting), np.int64))
+            self.waiting = self.waiting[:0]
+        if lo == hi:
+            return
+        ends = starts - negdurs
+        parent = parents(starts, ends)
+        nests = not overlapping(starts, ends, parent).any()
+        at = targets(starts, ends, parent if nests else None, ts[lo:hi], bind_next[lo:hi])
+        points = np.arange(lo, hi)
+        found = at < len(starts)
+        self._set(points[found], starts, negdurs, ordinals, at[found])
+        self.waiting = points[~found & (bind_next[lo:hi] != 0)]
+
+    def _set(
+        self, points: np.ndarray, starts: np.ndarray, negdurs: np.ndarray, ordinals: np.ndarray, at: np.ndarray
+    ) -> None:
+        self.target[points] = ordinals[at]
+        self.target_start[points] = starts[at]
+        if self.target_negdur is not None:
+            self.target_negdur[points] = negdurs[at]
+
+    def columns(self) -> dict[str, np.ndarray]:
+        found = {"target": self.target, "target_start": self.target_start}
+        if self.target_negdur is not None:
+            found["target_negdur"] = self.target_negdur
+        return found
+
+
+def _slices(entries: ThreadEntries | None, store: RunStore, rows: tuple[int, int] | None) -> tuple[np.ndarray, ...]:
+    """A thread's slices of some rows in the walk's order: starts, negated durations, ordinals."""
+    if rows is None:
         empty = np.empty(0, np.int64)
         return empty, empty, empty
-    keys = entries.keys(layout.store)
+    assert entries is not None
+    keys = entries.keys(store, rows)
     order = walk_order(keys["starts"], keys["negdurs"], keys["kinds"], keys["ordinals"])
     order = order[keys["kinds"][order] == SLICE]
     return keys["starts"][order], keys["negdurs"][order], keys["ordinals"][order]
@@ -145,7 +207,7 @@ def _namespaces(
 ) -> np.ndarray:
     """Each point's namespace (its origin, cat and name), numbered in order of first appearance."""
     found, firsts = np.unique(pairs, return_index=True)
-    lookup = np.empty(int(found.max()) + 1, np.int64)
+    lookup = np.empty(int(found.max()) + 1, np.int32)
     for pair in found[np.argsort(firsts)].tolist():
         cat, name = keys.pair_list[pair]
         ns = namespaces.get((origin, cat, name))
@@ -154,6 +216,15 @@ def _namespaces(
             origins.append(origin)
         lookup[pair] = ns
     return lookup[pairs]
+
+
+def _id_keys(points: _Points) -> list[np.ndarray]:
+    """Sort keys of the points' ids, least significant first: namespace, kind of id and id as
+    one int64 where they fit in it, else apart."""
+    fid, kind, ns = (points.take(name, keep=True) for name in ("fid", "fid_kind", "ns"))
+    if len(fid) and fid.min() >= 0 and fid.max() < 1 << 47 and ns.max() < 1 << 15:
+        return [(ns.astype(np.int64) << 48) | (kind.astype(np.int64) << 47) | fid]
+    return [fid, kind, ns]
 
 
 def _rank_other_ids(points: _Points, keys: PointKeys) -> None:
@@ -168,7 +239,6 @@ def _rank_other_ids(points: _Points, keys: PointKeys) -> None:
         fids = fids.copy()
         fids[others] = rank[fids[others]]
     points.parts["fid"], points.parts["fid_kind"] = [fids], [kinds]
-    points.id_list = keys.id_list  # type: ignore[attr-defined]
 
 
 class _Numbering:
@@ -204,15 +274,21 @@ class _Numbering:
     def number(self, points: _Points) -> None:
         """Every id's points, sorted by id: each pair of one start and one end numbered and
         attached at once, every other id through :meth:`group` in its turn."""
-        names = ("ns", "fid_kind", "fid", "ts", "phase", "ordinal", "thread", "target", "target_start", "target_negdur")
-        cols = [points.take(name) for name in names]
-        order = np.lexsort(cols[5::-1])  # by namespace, id, time, phase, ordinal
-        ns, kind, fid, ts, phase, ordinal, thread, target, t_start, t_negdur = (c[order] for c in cols)
-        del cols, order
+        # By namespace, id, time and phase; points tied in all four stay in the order of their
+        # threads (each thread's in file order).
+        order = np.lexsort([points.take("phase", keep=True), points.take("ts", keep=True), *_id_keys(points)])
+        phase, ts, fid, kind, ns, thread, target, t_start = (
+            points.take(name)[order]
+            for name in ("phase", "ts", "fid", "fid_kind", "ns", "thread", "target", "target_start")
+        )
+        t_negdur = points.take("target_negdur")[order] if "target_negdur" in points.parts else np.zeros(1, np.int64)
+        del order
         n = len(ns)
         new = np.ones(n, bool)
         new[1:] = (ns[1:] != ns[:-1]) | (kind[1:] != kind[:-1]) | (fid[1:] != fid[:-1])
+        del fid, kind
         firsts = np.flatnonzero(new)
+        del new
         sizes = np.diff(np.append(firsts, n))
         a, b = firsts, np.minimum(firsts + 1, n - 1)
         a_starts = (phase[a] == START) & (phase[b] == END)
@@ -222,10 +298,11 @@ class _Numbering:
             paired[:] = False  # flows with an end the selection leaves out go through the chains
         for space in np.unique(ns).tolist():  # touched in order, as the point-wise numbering does
             self.counts_of(space)
-        columns = (ns, kind, fid, ts, phase, ordinal, thread, target, t_start, t_negdur)
-        extra = self._number_others(firsts, sizes, paired, columns, points.id_list)  # type: ignore[attr-defined]
+        extra = self._number_others(firsts, sizes, paired, (ns, ts, phase, thread, target, t_start, t_negdur))
+        del ts, phase
         src = np.where(a_starts, a, b)[paired]
         dst = np.where(a_starts, b, a)[paired]
+        del a, b, a_starts, b_starts
         drawn_back = t_start[dst] < t_start[src]  # host/device clock skew
         src, dst = np.where(drawn_back, dst, src), np.where(drawn_back, src, dst)
         self.result.reversed_flows += int(drawn_back.sum())
@@ -235,18 +312,11 @@ class _Numbering:
                 read, written = self.counts_of(space)
                 read.flows += count
                 written.flows += count
-        both = np.concatenate([src, dst])
-        self.columns.append(
-            (
-                thread[both],
-                target[both],
-                np.concatenate([ids, ids]),
-                np.repeat(np.array([START, END], np.int64), len(src)),
-            )
-        )
+        for ends, phase_there in ((src, START), (dst, END)):
+            self.columns.append((thread[ends], target[ends], ids, np.full(len(ends), phase_there, np.int8)))
 
     def _number_others(
-        self, firsts: np.ndarray, sizes: np.ndarray, paired: np.ndarray, cols: tuple[np.ndarray, ...], id_list: list
+        self, firsts: np.ndarray, sizes: np.ndarray, paired: np.ndarray, cols: tuple[np.ndarray, ...]
     ) -> np.ndarray:
         """Runs every id that is not a simple pair through :meth:`group`, in order, each numbered
         after the pairs and others before it; returns, per id, how many flow ids the others
@@ -258,15 +328,16 @@ class _Numbering:
         for g in np.flatnonzero(~paired).tolist():
             self.next_id = base + int(pairs_before[g]) + taken
             lo, hi = int(firsts[g]), int(firsts[g] + sizes[g])
-            ns, _, _, ts, phase, ordinal, thread, target, t_start, t_negdur = (c[lo:hi].tolist() for c in cols)
+            ns, ts, phase, thread, target, t_start = (c[lo:hi].tolist() for c in cols[:6])
+            negdurs = cols[6][lo:hi].tolist() if len(cols[6]) > 1 else [0] * (hi - lo)
             records = [
                 (
                     ns[i],
                     ts[i],
                     phase[i],
-                    ordinal[i],
+                    lo + i,
                     thread[i],
-                    (t_start[i], t_negdur[i], SLICE, target[i]) if target[i] >= 0 else None,
+                    (t_start[i], negdurs[i], SLICE, target[i]) if target[i] >= 0 else None,
                 )
                 for i in range(hi - lo)
             ]
@@ -277,7 +348,8 @@ class _Numbering:
         return np.cumsum(took) - took
 
     def group(self, ns: int, records: list[tuple]) -> None:
-        """One id's records ``(ns, ts, phase, ordinal, thread, target)``, in time order."""
+        """One id's records ``(ns, ts, phase, place, thread, target)``, in time order (``place``
+        orders records tied in time and phase)."""
         dropped, times = self.result.dropped, self.times
         read, written = self.counts_of(ns)
         points = [(r[1], r[2], r[3], (r[4], r[5])) for r in records]  # ts, phase, ordinal, (thread, target)
@@ -319,14 +391,17 @@ class _Numbering:
         index = {key: n for n, key in enumerate(self.threads)}
         for key, singles in self.singles.items():
             columns = np.array(singles, np.int64).reshape(-1, 3).T
-            per_thread[index[key]].append((columns[0], columns[1], columns[2]))
+            per_thread[index[key]].append((columns[0], columns[1], columns[2].astype(np.int8)))
         found: Attached = {}
         for n, parts in per_thread.items():
-            target = np.concatenate([p[0] for p in parts])
-            ids = np.concatenate([p[1] for p in parts])
-            phases = np.concatenate([p[2] for p in parts])
-            order = np.lexsort((phases, ids, target))
+            if len(parts) == 1:  # pairs, in id order, one phase: by slice, the order kept among ties
+                target, ids, phases = parts[0]
+                order = np.argsort(target, kind="stable")
+            else:
+                target, ids, phases = (np.concatenate([p[k] for p in parts]) for k in range(3))
+                order = np.lexsort((phases, ids, target))
             found[self.threads[n]] = Attachments(target[order], ids[order], phases[order])
+            del parts[:]
         return found
 
 

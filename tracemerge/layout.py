@@ -165,6 +165,11 @@ class FileLayout:
             next(itertools.islice(self._ordinals, count - 2, None))
         return first
 
+    def take_ordinal(self, ordinal: int | None) -> None:
+        """Until called again with None, every ordinal asked for is ``ordinal`` (one reserved
+        for an event that hands over its parts one by one)."""
+        self.ordinal = self._ordinals.__next__ if ordinal is None else itertools.repeat(ordinal).__next__
+
     def prefix(self, name: str, cat: str) -> bytes:
         """The encoded name and category (cached: names repeat)."""
         found = self.prefixes.get((name, cat))
@@ -308,6 +313,11 @@ class FileLayout:
         order = walk_order(keys["starts"], keys["negdurs"], keys["kinds"], keys["ordinals"])
         return keys["starts"][order], keys["kinds"][order], keys["ordinals"][order]
 
+    def threads_in_order(self, buffers: dict) -> list[tuple[tuple[OriginKey, ThreadKey], Any]]:
+        """The (key, buffer) pairs of ``entries`` or ``points`` in the order their threads were
+        first met in the file (whatever the order the source handed them over in)."""
+        return sorted(buffers.items(), key=lambda item: item[1].first)
+
     def sorted_points(self, origin: OriginKey, thread: ThreadKey) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """A thread's flow points in (time, phase, ordinal) order, as (times, phases, bind_next)."""
         cols = self.points[(origin, thread)].columns(self.store)
@@ -367,9 +377,11 @@ class FileLayout:
             self._leave_out(ident, keep, result)
         if summary_only:
             return self._summary(ident, result)
+        if self.store.size:  # too large to hold: what is still held goes too, to make room for the walk
+            self.check_memory(0)
         attached = bind_flows(self, ident, result, flow_id_base, times)
         hi = result.ts_min
-        for (origin, thread), entries in self.entries.items():
+        for (origin, thread), entries in self.threads_in_order(self.entries):
             if not entries.total:
                 continue
             who = ident(origin)
@@ -417,7 +429,7 @@ class FileLayout:
     def _summary(self, ident: Callable[[OriginKey], Identity], result: LayoutResult) -> LayoutResult:
         """The tracks and the time range, without laying anything out."""
         hi = result.ts_min
-        for (origin, thread), entries in self.entries.items():
+        for (origin, thread), entries in self.threads_in_order(self.entries):
             if entries.total:
                 result.threads[ident(origin)].add(thread)
                 hi = max(hi, self._span(entries)[1])
@@ -473,52 +485,76 @@ class _ThreadWalk:
         self.flow_ids = self.flow_phases = np.empty(0, np.int64)
 
     def run(self, times: TimeFilter | None) -> int:
-        """Emits the thread; returns its latest time."""
+        """Emits the thread, one run of blocks apart in time after another (each works out on
+        its own: every lane is empty between two); returns its latest time."""
+        latest = -(1 << 63)
+        for lo, hi, _ in self.entries.chunks(self.layout.store):
+            latest = max(latest, self._run(lo, hi, times))
+        return latest
+
+    def _run(self, lo: int, hi: int, times: TimeFilter | None) -> int:
         enc, result = self.layout.enc, self.result
-        keys = self.entries.keys(self.layout.store)
+        keys = self.entries.keys(self.layout.store, (lo, hi))
         starts, negdurs, kinds, ordinals = keys["starts"], keys["negdurs"], keys["kinds"], keys["ordinals"]
+        del keys
         n = len(starts)
-        kept = self._kept(starts, negdurs, kinds, times) if times is not None else np.ones(n, bool)
+        kept = self._kept(starts, negdurs, kinds, times) if times is not None else None
         order = walk_order(starts, negdurs, kinds, ordinals)
-        if times is not None:
+        if kept is not None:
             order = order[kept[order]]
-        is_slice = kinds[order] == SLICE
-        sliced = order[is_slice]
+        instants = kinds[order] != SLICE if kinds.any() else None
+        sliced = order if instants is None else order[~instants]
         slice_starts = starts[sliced]
         slice_ends = slice_starts - negdurs[sliced]
         found = lanes(slice_starts, slice_ends, parents(slice_starts, slice_ends))
-        self.lane_of = lane_of = np.zeros(n, np.int64)
-        lane_of[sliced] = found
-        for lane in range(1, int(found.max(initial=0)) + 1):
-            self.tracks.append(lane_track(self.track, lane))
-        result.lanes.extend(self.tracks[1:])
-        result.moved_to_lanes += int(np.count_nonzero(found))
+        latest = int(slice_ends.max(initial=-(1 << 63)))
+        del slice_ends
+        self.lane_of = None
+        if found.any():
+            self.lane_of = np.zeros(n, found.dtype)
+            self.lane_of[sliced] = found
+            for lane in range(len(self.tracks), int(found.max()) + 1):
+                self.tracks.append(lane_track(self.track, lane))
+                result.lanes.append(self.tracks[-1])
+            result.moved_to_lanes += int(np.count_nonzero(found))
+        del found
         written = result.written[self.who]
         written.slices += len(sliced)
         written.instants += len(order) - len(sliced)
         if not len(order):
-            return -(1 << 63)
+            return latest
+        if instants is not None and instants.any():
+            latest = max(latest, int(starts[order[instants]].max()))
         self.flow_at, self.flow_counts = self._flow_positions(ordinals)
+        del ordinals
         also = None
         if enc.flows_bind_by_order and self.flow_at is not None:
             also = self.flow_counts[order] > 0
-        deferred = order[tied_out_of_order(starts[order], lane_of[order], order, also)]
-        self.starts, self.durs, self.kinds = starts, -negdurs, kinds
+        in_order = slice_starts if instants is None else starts[order]
+        del slice_starts, sliced
+        lanes_in_order = self.lane_of[order] if self.lane_of is not None else None
+        deferred = order[tied_out_of_order(in_order, lanes_in_order, order, also)]
+        del in_order, lanes_in_order, order, also
+        self.starts, self.negdurs, self.kinds = starts, negdurs, kinds
+        chosen = kept if kept is not None else np.ones(n, bool)
         if enc.ends_apart:
-            lasting = np.flatnonzero(kept & (kinds == SLICE) & (negdurs < 0))
-            for lo in range(0, len(lasting), BATCH):
-                part = lasting[lo : lo + BATCH]
-                enc.ends(self.tracks, lane_of[part], starts[part] - negdurs[part] + self.shift)
-        chosen = kept
+            lasting = np.flatnonzero(chosen & (negdurs < 0))  # instants have no duration
+            for at in range(0, len(lasting), BATCH):
+                part = lasting[at : at + BATCH]
+                enc.ends(self.tracks, self._lanes(part), starts[part] - negdurs[part] + self.shift)
+            del lasting
         chosen[deferred] = False
-        held = self._emit_as_read(chosen, np.sort(deferred))
+        held = self._emit_as_read(lo, hi, chosen, np.sort(deferred))
         if len(deferred):
             parts = [held[p] for p in deferred.tolist()]
             lengths = np.fromiter(map(len, parts), np.int64, len(parts))
             self._emit(deferred, b"".join(parts), lengths, in_walk_order=True)
-        latest = int(slice_ends.max(initial=-(1 << 63)))
-        instants = order[~is_slice]
-        return max(latest, int(starts[instants].max())) if len(instants) else latest
+        return latest
+
+    def _lanes(self, positions: np.ndarray) -> np.ndarray:
+        if self.lane_of is None:
+            return np.zeros(len(positions), np.int64)
+        return self.lane_of[positions].astype(np.int64)
 
     def _kept(self, starts: np.ndarray, negdurs: np.ndarray, kinds: np.ndarray, times: TimeFilter) -> np.ndarray:
         """What ``times`` keeps (as :meth:`TimeFilter.keeps_slice` and ``keeps_point`` say),
@@ -547,49 +583,59 @@ class _ThreadWalk:
         return keep
 
     def _flow_positions(self, ordinals: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
-        """Where the thread's flow attachments lie (entry positions, in order, each slice's by
-        flow id and phase), and how many each entry has."""
+        """Where the flow attachments of these entries lie (entry positions, in order, each
+        slice's by flow id and phase), and how many each entry has."""
         attached = self.attached
+        counts = np.zeros(len(ordinals), np.int64)
         if attached is None or not attached.total:
-            return None, np.zeros(len(ordinals), np.int64)
-        if len(ordinals) < 2 or bool((ordinals[1:] > ordinals[:-1]).all()):
-            at = np.searchsorted(ordinals, attached.ordinals)
-            order = None  # attachments come sorted by ordinal, so by position
+            return None, counts
+        # Attachments are sorted by ordinal: those of these entries lie in their ordinals' range.
+        lo, hi = np.searchsorted(attached.ordinals, (int(ordinals.min()), int(ordinals.max()) + 1)).tolist()
+        wanted, ids, phases = attached.ordinals[lo:hi], attached.ids[lo:hi], attached.phases[lo:hi]
+        last = len(ordinals) - 1
+        increasing = not last or bool((ordinals[1:] > ordinals[:-1]).all())
+        if increasing:
+            at = np.minimum(np.searchsorted(ordinals, wanted), last)
         else:
             by_ordinal = np.argsort(ordinals)
-            at = by_ordinal[np.searchsorted(ordinals, attached.ordinals, sorter=by_ordinal)]
-            order = np.lexsort((attached.phases, attached.ids, at))
-        ids, phases = attached.ids, attached.phases
-        if order is not None:
+            at = by_ordinal[np.minimum(np.searchsorted(ordinals, wanted, sorter=by_ordinal), last)]
+        mine = ordinals[at] == wanted
+        if not mine.all():  # those of another run of blocks, within this one's range
+            at, ids, phases = at[mine], ids[mine], phases[mine]
+        if not len(at):
+            return None, counts
+        if not increasing:  # in position order, each slice's by flow id and phase
+            order = np.lexsort((phases, ids, at))
             at, ids, phases = at[order], ids[order], phases[order]
         self.flow_ids, self.flow_phases = ids, phases
         return at, np.bincount(at, minlength=len(ordinals))
 
-    def _emit_as_read(self, chosen: np.ndarray, deferred: np.ndarray) -> dict[int, bytes]:
-        """The chosen BEGINs and instants in the order they were read, block by block; returns
-        the bodies of the ``deferred`` positions (sorted), by position."""
-        store = self.layout.store
+    def _emit_as_read(self, lo: int, hi: int, chosen: np.ndarray, deferred: np.ndarray) -> dict[int, bytes]:
+        """The chosen BEGINs and instants of rows lo..hi in the order they were read, a block at
+        a time (positions count from ``lo``); returns the bodies of the ``deferred`` positions
+        (sorted), by position."""
         held: dict[int, bytes] = {}
-        first = 0
-        for block in self.entries.sealed():
-            bodies = block.body_bytes(store)
-            lengths = block.columns(store)["lengths"]
+        first = 0  # the position of the piece's first row
+        for (cols, bodies), start, stop in self.entries.pieces(self.layout.store, lo, hi, bodies=True):
+            lengths = cols["lengths"]
             ends_at = np.cumsum(lengths)
             begins_at = ends_at - lengths
-            for lo in range(0, block.n, BATCH):
-                hi = min(lo + BATCH, block.n)
-                pick = np.flatnonzero(chosen[first + lo : first + hi]) + lo
+            for a in range(start, stop, BATCH):
+                b = min(a + BATCH, stop)
+                pick = np.flatnonzero(chosen[first + a - start : first + b - start]) + a
                 if not len(pick):
                     continue
-                if len(pick) == hi - lo:
-                    part = bodies[int(begins_at[lo]) : int(ends_at[hi - 1])]
+                if len(pick) == b - a:
+                    part = bodies[int(begins_at[a]) : int(ends_at[b - 1])]
                 else:
                     part = gathered(bodies, begins_at[pick], lengths[pick])
-                self._emit(pick + first, part, lengths[pick], in_walk_order=False)
-            mine = deferred[np.searchsorted(deferred, first) : np.searchsorted(deferred, first + block.n)]
+                self._emit(pick - start + first, part, lengths[pick], in_walk_order=False)
+            count = stop - start
+            mine = deferred[np.searchsorted(deferred, first) : np.searchsorted(deferred, first + count)]
             for p in mine.tolist():
-                held[p] = bodies[int(begins_at[p - first]) : int(ends_at[p - first])]
-            first += block.n
+                k = p - first + start
+                held[p] = bodies[int(begins_at[k]) : int(ends_at[k])]
+            first += count
         return held
 
     def _emit(self, positions: np.ndarray, bodies: bytes, lengths: np.ndarray, in_walk_order: bool) -> None:
@@ -602,9 +648,9 @@ class _ThreadWalk:
         else:
             ids = phases = np.empty(0, np.int64)
         items = Items(
-            lanes=self.lane_of[positions],
+            lanes=self._lanes(positions),
             stamps=self.starts[positions] + self.shift,
-            durs=self.durs[positions],
+            durs=-self.negdurs[positions],
             instants=self.kinds[positions] == INSTANT,
             lengths=lengths,
             bodies=bodies,

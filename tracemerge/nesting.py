@@ -22,7 +22,7 @@ def walk_order(starts: np.ndarray, negdurs: np.ndarray, kinds: np.ndarray, ordin
     then by ordinal."""
     # A stable sort by start alone is fast on times read nearly in order; entries sharing a
     # start are then put in order among themselves.
-    order = np.argsort(starts, kind="stable")
+    order = np.argsort(starts, kind="stable").astype(_index_type(len(starts)))
     first = starts[order]
     tie = first[1:] == first[:-1]
     if tie.any():
@@ -40,7 +40,7 @@ def parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     (ending after that start), -1 for none, as a walk would find it; exact up to the first slice
     of each run (see :func:`closed_runs`) that does not nest, not always after it."""
     n = len(starts)
-    parent = np.arange(-1, n - 1)
+    parent = np.arange(-1, n - 1, dtype=_index_type(n))
     # Where the slice before is still open it is the innermost one; else jump to the slice that
     # one nests in, and so on (each slice's parent found by the same jumps, all at once).
     todo = np.flatnonzero(ends[np.maximum(parent, 0)] <= starts)
@@ -74,7 +74,7 @@ def closed_runs(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 def lanes(starts: np.ndarray, ends: np.ndarray, parent: np.ndarray) -> np.ndarray:
     """Each slice's lane (0: the thread itself), for slices in the walk's order (``parent``:
     their :func:`parents`)."""
-    found = np.zeros(len(starts), np.int64)
+    found = np.zeros(len(starts), np.int32)
     bad = overlapping(starts, ends, parent)
     if not bad.any():
         return found
@@ -127,30 +127,40 @@ def _lane_for(stacks: list[list[int]], start: int, end: int) -> int:
 
 
 def tied_out_of_order(
-    starts: np.ndarray, lanes: np.ndarray, positions: np.ndarray, also: np.ndarray | None = None
+    starts: np.ndarray, lanes: np.ndarray | None, positions: np.ndarray, also: np.ndarray | None = None
 ) -> np.ndarray:
     """For entries in the walk's order, which belong to a tie (entries on one lane that start at
     one time) whose order as read (``positions``) is not the walk's; with ``also``, any tie that
-    holds such an entry and another."""
+    holds such an entry and another. ``lanes`` None: every entry on the thread itself."""
     n = len(starts)
+    found = np.zeros(n, bool)
     if n < 2:
-        return np.zeros(n, bool)
-    if lanes.any():
+        return found
+    by_lane = None
+    if lanes is not None and lanes.any():
         by_lane = np.argsort(lanes, kind="stable")
         starts, lanes, positions = starts[by_lane], lanes[by_lane], positions[by_lane]
         also = also[by_lane] if also is not None else None
-    same = (starts[1:] == starts[:-1]) & (lanes[1:] == lanes[:-1])
+    same = starts[1:] == starts[:-1]
+    if lanes is not None:
+        same &= lanes[1:] == lanes[:-1]
     if not same.any():
-        return np.zeros(n, bool)
-    group = np.cumsum(np.r_[True, ~same]) - 1
-    bad = np.zeros(group[-1] + 1, bool)
-    bad[group[1:][same & (positions[1:] < positions[:-1])]] = True
+        return found
+    # Only the entries of ties are looked at: their groups numbered in order.
+    tied = np.flatnonzero(np.r_[same, False] | np.r_[False, same])
+    joined = same[tied[1:] - 1] & (tied[1:] == tied[:-1] + 1)
+    group = np.cumsum(np.r_[True, ~joined]) - 1
+    kept = positions[tied]
+    bad = np.zeros(int(group[-1]) + 1, bool)
+    bad[group[1:][joined & (kept[1:] < kept[:-1])]] = True
     if also is not None:
-        sizes = np.bincount(group)
-        bad |= (np.bincount(group, also.astype(np.int64)) > 0) & (sizes > 1)
-    found = bad[group]
-    if lanes.any():
-        unsorted = np.empty(n, bool)
-        unsorted[by_lane] = found
-        return unsorted
+        bad |= np.bincount(group, also[tied].astype(np.int64)) > 0
+    hit = tied[bad[group]]
+    if by_lane is not None:
+        hit = by_lane[hit]
+    found[hit] = True
     return found
+
+
+def _index_type(n: int) -> type:
+    return np.int32 if n < 1 << 31 else np.int64

@@ -8,10 +8,10 @@ columns (:mod:`tracemerge.entries`): no Python object per event beyond what deco
 this path does not take (other phases, a time or id of another type, a name watched as clock
 evidence) goes through the per-event path, which keeps or counts it as it always does.
 
-Everything is handed over in file order: the batch is cut at each event left to the per-event
-path, and every run between two of them goes as columns, its ordinals given out in one go. So
-ordinals, names' interning and the order threads are met in are those of the per-event path,
-whatever the batches.
+A batch's ordinals are given out in one go, one per event by position. An event left to the
+per-event path takes its own, and goes after the rows of its thread before it: each thread's
+events are kept in file order, their ordinals in file order, and names interned in file order,
+as the per-event path keeps them, whatever the batches.
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ _INSTANTS = frozenset({"i", "I", "R"})
 _LIMIT = FLOAT_EXACT_LIMIT_US
 _INEXACT = np.int64(-(1 << 63))
 # A batch with more events left to the per-event path than one in this many goes that way whole.
-_SPARSE = 16
+_SPARSE = 4
 
 
 def add_columns(reader: ChromeEvents, batch: list, origin: OriginKey, plain_text: bool) -> None:
-    """Hands a typed batch to the layout: runs of complete events and flow points as columns,
-    the events between them one by one."""
+    """Hands a typed batch to the layout: its complete events and flow points as columns, the
+    rest one by one, each thread's in the order of the file."""
     n = len(batch)
     phs = [e.ph for e in batch]
     slices = _Slices(reader, batch, phs, plain_text)
@@ -51,15 +51,22 @@ def add_columns(reader: ChromeEvents, batch: list, origin: OriginKey, plain_text
     if len(left) * _SPARSE > n:
         reader.add_each(batch, origin, plain_text)
         return
-    start = 0
-    for cut in [*left, n]:
-        if cut > start:
-            base = reader.layout.reserve(cut - start) - start  # an event's ordinal: base + its position
-            slices.hand_over(start, cut, base, origin)
-            points.hand_over(start, cut, base, origin)
-        if cut < n:
-            reader.add_each([batch[cut]], origin, plain_text)
-        start = cut + 1
+    layout = reader.layout
+    base = layout.reserve(n)  # an event's ordinal: base + its position
+    if left:
+        # An event left to the per-event path goes after its thread's rows before it, and takes
+        # the ordinal of its place (the rows of other threads go whenever: they do not mind).
+        threads = reader.thread_indexes([batch[i].pid for i in left], [batch[i].tid for i in left])
+        for at, thread in zip(left, threads.tolist(), strict=True):
+            slices.hand_over(thread, at, base, origin)
+            points.hand_over(thread, at, base, origin)
+            layout.take_ordinal(base + at)
+            try:
+                reader.add_each([batch[at]], origin, plain_text)
+            finally:
+                layout.take_ordinal(None)
+    slices.hand_over_all(n, base, origin)
+    points.hand_over_all(n, base, origin)
 
 
 def _micros(values: list, n: int) -> np.ndarray | None:
@@ -91,29 +98,47 @@ def _none_at(values: list, n: int) -> np.ndarray:
 
 class _Rows:
     """One kind of event of a batch, as columns: ``at`` the batch positions of the rows the
-    columns take (the others are left to the per-event path)."""
+    columns take (the others are left to the per-event path), ``threads`` each row's thread."""
 
     reader: ChromeEvents
     at: np.ndarray
+    threads: np.ndarray
+    _groups: dict[int, list] | None = None  # per thread: its rows, and how many are handed over
 
-    def runs(self, lo: int, hi: int) -> tuple[int, int]:
-        """The rows whose positions lie in [lo, hi)."""
-        first, last = np.searchsorted(self.at, (lo, hi)).tolist()
-        return first, last
+    def hand_over(self, thread: int, before: int, base: int, origin: OriginKey) -> None:
+        """The thread's rows at positions before ``before`` not yet handed over."""
+        if not len(self.at):
+            return
+        group = self.groups().get(thread)
+        if group is None:
+            return
+        rows, done = group
+        upto = int(np.searchsorted(self.at[rows], before))
+        if upto > done:
+            group[1] = upto
+            self.emit(self.reader.thread_keys[thread], rows[done:upto], base, origin)
 
-    def by_thread(self, first: int, last: int) -> list[tuple[Any, np.ndarray]]:
-        """(thread key, rows in order) for the rows first..last, threads in the order met."""
-        index = self.threads[first:last]
-        keys = self.reader.thread_keys
-        if not len(index):
-            return []
-        if not (index[1:] != index[:-1]).any():
-            return [(keys[int(index[0])], np.arange(first, last))]
-        order = np.argsort(index, kind="stable")
-        cuts = np.flatnonzero(np.diff(index[order])) + 1
-        groups = [order[lo:hi] for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(order)], strict=True)]
-        groups.sort(key=lambda rows: int(rows[0]))
-        return [(keys[int(index[rows[0]])], rows + first) for rows in groups]
+    def hand_over_all(self, end: int, base: int, origin: OriginKey) -> None:
+        for thread in list(self.groups()) if len(self.at) else ():
+            self.hand_over(thread, end, base, origin)
+
+    def groups(self) -> dict[int, list]:
+        """Per thread index, its rows in order (and a count of those handed over)."""
+        if self._groups is None:
+            index = self.threads
+            if not (index[1:] != index[:-1]).any():
+                self._groups = {int(index[0]): [np.arange(len(index)), 0]}
+            else:
+                order = np.argsort(index, kind="stable")
+                cuts = np.flatnonzero(np.diff(index[order])) + 1
+                self._groups = {
+                    int(index[order[lo]]): [order[lo:hi], 0]
+                    for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(order)], strict=True)
+                }
+        return self._groups
+
+    def emit(self, thread: Any, rows: np.ndarray, base: int, origin: OriginKey) -> None:
+        raise NotImplementedError
 
 
 class _Slices(_Rows):
@@ -134,8 +159,10 @@ class _Slices(_Rows):
         layout = reader.layout
         prefixes = list(map(layout.prefixes.get, zip(names, cats, strict=True)))
         if None in prefixes:
-            _intern_in_order(reader, batch, phs, at[_none_at(prefixes, n)])
-            prefixes = list(map(layout.prefixes.get, zip(names, cats, strict=True)))
+            missing = _none_at(prefixes, n)
+            if not all(map(layout.tag, itertools.compress(names, missing))):  # a name seen first
+                _intern_in_order(reader, batch, phs, at[missing])
+                prefixes = list(map(layout.prefixes.get, zip(names, cats, strict=True)))
         if starts is None or lengths is None:
             return
         odd = (starts == _INEXACT) | (lengths == _INEXACT) | (lengths < 0)
@@ -173,25 +200,20 @@ class _Slices(_Rows):
         self.prefixes, self.fields, self.args = prefixes, fields, args
         self.body_sizes = np.fromiter(map(len, prefixes), np.int64, n) + field_sizes
 
-    def hand_over(self, lo: int, hi: int, base: int, origin: OriginKey) -> None:
-        """The rows at positions [lo, hi), their ordinals ``base`` + position."""
-        first, last = self.runs(lo, hi)
-        if first == last:
-            return
-        layout = self.reader.layout
-        for thread, rows in self.by_thread(first, last):
-            pick = _picker(rows)
-            bodies = b"".join(
-                itertools.chain.from_iterable(zip(pick(self.prefixes), pick(self.fields), pick(self.args), strict=True))
-            )
-            cols = {
-                "starts": self.starts[rows],
-                "negdurs": self.negdurs[rows],
-                "ordinals": self.at[rows] + base,
-                "lengths": self.body_sizes[rows],
-                "kinds": np.zeros(len(rows), np.int8),
-            }
-            layout.add_entries(origin, thread, Block(ENTRY_SCHEMA, cols, bodies))
+    def emit(self, thread: Any, rows: np.ndarray, base: int, origin: OriginKey) -> None:
+        """Some of one thread's rows, in order, their ordinals ``base`` + position."""
+        pick = _picker(rows)
+        bodies = b"".join(
+            itertools.chain.from_iterable(zip(pick(self.prefixes), pick(self.fields), pick(self.args), strict=True))
+        )
+        cols = {
+            "starts": self.starts[rows],
+            "negdurs": self.negdurs[rows],
+            "ordinals": self.at[rows] + base,
+            "lengths": self.body_sizes[rows],
+            "kinds": np.zeros(len(rows), np.int8),
+        }
+        self.reader.layout.add_entries(origin, thread, Block(ENTRY_SCHEMA, cols, bodies))
 
 
 def _intern_in_order(reader: ChromeEvents, batch: list, phs: list, missing: np.ndarray) -> None:
@@ -251,23 +273,18 @@ class _Points(_Rows):
             self.bind_next = np.zeros(n, np.int8)
         self.threads = reader.thread_indexes([e.pid for e in fs], [e.tid for e in fs])
 
-    def hand_over(self, lo: int, hi: int, base: int, origin: OriginKey) -> None:
-        """The rows at positions [lo, hi), their ordinals ``base`` + position."""
-        first, last = self.runs(lo, hi)
-        if first == last:
-            return
-        points = self.reader.layout.points
-        for thread, rows in self.by_thread(first, last):
-            cols = {
-                "ts": self.ts[rows],
-                "ordinals": self.at[rows] + base,
-                "fids": self.fids[rows],
-                "pairs": self.pairs[rows],
-                "phases": self.phases[rows],
-                "bind_next": self.bind_next[rows],
-                "fid_kinds": np.zeros(len(rows), np.int8),
-            }
-            points[(origin, thread)].add_block(Block(POINT_SCHEMA, cols))
+    def emit(self, thread: Any, rows: np.ndarray, base: int, origin: OriginKey) -> None:
+        """Some of one thread's rows, in order, their ordinals ``base`` + position."""
+        cols = {
+            "ts": self.ts[rows],
+            "ordinals": self.at[rows] + base,
+            "fids": self.fids[rows],
+            "pairs": self.pairs[rows],
+            "phases": self.phases[rows],
+            "bind_next": self.bind_next[rows],
+            "fid_kinds": np.zeros(len(rows), np.int8),
+        }
+        self.reader.layout.points[(origin, thread)].add_block(Block(POINT_SCHEMA, cols))
 
 
 def _is_int(value: Any) -> bool:

@@ -199,8 +199,9 @@ class ChromeEvents:
     def note_devices(self, threads: np.ndarray, cats: list[str]) -> None:
         """Pids that hold events of device categories are devices."""
         on_device = np.fromiter(map(DEVICE_CATEGORIES.__contains__, cats), bool, len(cats))
-        for n in np.unique(threads[on_device]).tolist():
-            self.device_pids.add(self.thread_keys[n][0])
+        if on_device.any():
+            for n in np.unique(threads[on_device]).tolist():
+                self.device_pids.add(self.thread_keys[n][0])
 
     def add_each(self, batch: list, origin: OriginKey = NO_ORIGIN, plain_text: bool = False) -> None:
         """Events one by one: complete events and flow points inline, every other phase through
