@@ -57,7 +57,9 @@ _LAYER_ORDER = {
 class AscendEvents(ChromeEvents):
     """Chrome events named the Ascend way: ``{process_name} · {thread_name}``."""
 
-    def add_batch(self, batch: list, origin: OriginKey = NO_ORIGIN, plain_text: bool = False) -> None:
+    def add_batch(
+        self, batch: list, origin: OriginKey = NO_ORIGIN, plain_text: bool = False, bind_ids: bool = True
+    ) -> None:
         plain: list = []
         for e in batch:
             args = e.args
@@ -65,12 +67,12 @@ class AscendEvents(ChromeEvents):
                 decoded = plain_args(args) or {}
                 if "event_type" in decoded and "domain" in decoded:
                     # In file order, so that names are interned the same whatever the batches.
-                    super().add_batch(plain, origin, plain_text)
+                    super().add_batch(plain, origin, plain_text, bind_ids)
                     plain = []
                     self._add_mstx(e, decoded, origin)
                     continue
             plain.append(e)
-        super().add_batch(plain, origin, plain_text)
+        super().add_batch(plain, origin, plain_text, bind_ids)
 
     def _counter_args(self, e: Any) -> tuple[str, dict | None]:
         name, args = super()._counter_args(e)

@@ -37,12 +37,12 @@ _INEXACT = np.int64(-(1 << 63))
 _SPARSE = 4
 
 
-def add_columns(reader: ChromeEvents, batch: list, origin: OriginKey, plain_text: bool) -> None:
+def add_columns(reader: ChromeEvents, batch: list, origin: OriginKey, plain_text: bool, bind_ids: bool) -> None:
     """Hands a typed batch to the layout: its complete events and flow points as columns, the
     rest one by one, each thread's in the order of the file."""
     n = len(batch)
     phs = [e.ph for e in batch]
-    slices = _Slices(reader, batch, phs, plain_text)
+    slices = _Slices(reader, batch, phs, plain_text, bind_ids)
     points = _Points(reader, batch, phs)
     taken = np.zeros(n, bool)
     taken[slices.at] = True
@@ -144,7 +144,7 @@ class _Rows:
 class _Slices(_Rows):
     """The batch's complete events."""
 
-    def __init__(self, reader: ChromeEvents, batch: list, phs: list, plain_text: bool) -> None:
+    def __init__(self, reader: ChromeEvents, batch: list, phs: list, plain_text: bool, bind_ids: bool) -> None:
         self.reader = reader
         is_x = list(map(eq, phs, itertools.repeat("X")))
         xs = list(itertools.compress(batch, is_x))
@@ -166,9 +166,10 @@ class _Slices(_Rows):
         if starts is None or lengths is None:
             return
         odd = (starts == _INEXACT) | (lengths == _INEXACT) | (lengths < 0)
-        binds = [e.bind_id for e in xs]
-        if binds.count(None) != n:
-            odd |= ~_none_at(binds, n)
+        if bind_ids:
+            binds = [e.bind_id for e in xs]
+            if binds.count(None) != n:
+                odd |= ~_none_at(binds, n)
         if None in prefixes:  # a name watched as evidence: the per-event path notes it
             odd |= _none_at(prefixes, n)
         if odd.any():
@@ -177,11 +178,11 @@ class _Slices(_Rows):
                 return
             pick = _picker(keep)
             xs, at, starts, lengths = list(pick(xs)), at[keep], starts[keep], lengths[keep]
-            cats, prefixes = list(pick(cats)), list(pick(prefixes))
+            prefixes = list(pick(prefixes))
             n = len(xs)
         self.at, self.starts, self.negdurs = at, starts, -lengths
         self.threads = reader.thread_indexes([e.pid for e in xs], [e.tid for e in xs])
-        reader.note_devices(self.threads, cats)
+        reader.note_devices(self.threads, prefixes)
         args = [e.args for e in xs]
         sizes = np.fromiter(map(len, args), np.int64, n)
         heads = layout.enc.args_heads

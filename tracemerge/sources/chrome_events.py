@@ -169,16 +169,22 @@ class ChromeEvents:
         # Threads as the columnar path numbers them: each (pid, tid) as decoded, and its key.
         self._thread_index: dict[tuple, int] = {}
         self.thread_keys: list[ThreadKey] = []
+        # The ids of the cached prefixes of device categories' pairs (as of that many cached).
+        self._device_prefixes: set[int] = set()
+        self._device_prefixes_of = -1
 
-    def add_batch(self, batch: list, origin: OriginKey = NO_ORIGIN, plain_text: bool = False) -> None:
+    def add_batch(
+        self, batch: list, origin: OriginKey = NO_ORIGIN, plain_text: bool = False, bind_ids: bool = True
+    ) -> None:
         """The hot path: complete events and flow points of a typed batch as columns
         (:mod:`tracemerge.sources.chrome_batch`), the rest one by one (:meth:`add_each`).
 
         ``plain_text`` says the batch's JSON holds no ``null`` and no integer too large for
-        int64, so args text can be written as it is.
+        int64, so args text can be written as it is; ``bind_ids`` False that no event binds a
+        flow (v2).
         """
         if len(batch) >= _COLUMNS_FROM and type(batch[0]) is TraceEvent:
-            add_columns(self, batch, origin, plain_text)
+            add_columns(self, batch, origin, plain_text, bind_ids)
         elif batch:
             self.add_each(batch, origin, plain_text)
 
@@ -186,19 +192,28 @@ class ChromeEvents:
         """Each (pid, tid) as decoded, as an index into :attr:`thread_keys`."""
         try:
             return np.fromiter(map(self._thread_index.get, zip(pids, tids, strict=True)), np.int32, len(pids))
-        except TypeError:  # a thread not seen before
-            pass
-        for pid, tid in dict.fromkeys(zip(pids, tids, strict=True)):
-            if (pid, tid) not in self._thread_index:
-                thread = (_hashable(pid), _hashable(tid))
-                self.threads_seen.add(thread)
-                self._thread_index[(pid, tid)] = len(self.thread_keys)
-                self.thread_keys.append(thread)
-        return np.fromiter(map(self._thread_index.get, zip(pids, tids, strict=True)), np.int32, len(pids))
+        except TypeError:  # a thread met for the first time
+            return np.fromiter(map(self._thread_of, pids, tids), np.int32, len(pids))
 
-    def note_devices(self, threads: np.ndarray, cats: list[str]) -> None:
-        """Pids that hold events of device categories are devices."""
-        on_device = np.fromiter(map(DEVICE_CATEGORIES.__contains__, cats), bool, len(cats))
+    def _thread_of(self, pid: Any, tid: Any) -> int:
+        found = self._thread_index.get((pid, tid))
+        if found is None:
+            thread = (_hashable(pid), _hashable(tid))
+            self.threads_seen.add(thread)
+            found = self._thread_index[(pid, tid)] = len(self.thread_keys)
+            self.thread_keys.append(thread)
+        return found
+
+    def note_devices(self, threads: np.ndarray, prefixes: list[bytes]) -> None:
+        """Pids that hold events of device categories are devices (``prefixes``: each event's
+        encoded name and category, one object per pair as the layout caches them)."""
+        cached = self.layout.prefixes
+        if len(cached) != self._device_prefixes_of:
+            self._device_prefixes = {id(p) for (_, cat), p in cached.items() if cat in DEVICE_CATEGORIES}
+            self._device_prefixes_of = len(cached)
+        if not self._device_prefixes:
+            return
+        on_device = np.fromiter(map(self._device_prefixes.__contains__, map(id, prefixes)), bool, len(prefixes))
         if on_device.any():
             for n in np.unique(threads[on_device]).tolist():
                 self.device_pids.add(self.thread_keys[n][0])

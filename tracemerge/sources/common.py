@@ -180,7 +180,7 @@ def _stream(path: Path, reader: ChromeEvents, struct: type, lenient: type) -> di
     add_batch = reader.add_batch
     check_memory = reader.layout.check_memory
     for batch in stream.batches():
-        add_batch(batch, plain_text=stream.plain_text)
+        add_batch(batch, plain_text=stream.plain_text, bind_ids=stream.bind_ids)
         check_memory()
     reader.dropped.update(stream.notes)  # what the stream counted instead of yielding
     if stream.damage is not None:

@@ -125,8 +125,10 @@ class EventStream:
         self.damage: Damage | None = None
         self.notes: Counter[str] = Counter()
         self.bare = False
-        # Whether the last batch's text is plain_json (see ChromeEvents).
+        # Whether the last batch's text is plain_json (see ChromeEvents), and whether it may hold
+        # a bind_id (flow v2), which most traces never use.
         self.plain_text = False
+        self.bind_ids = True
         # For line:col of a problem: text consumed before the current buffer.
         self._lines_before = 0
         self._col_base = 0
@@ -298,6 +300,7 @@ class EventStream:
 
     def _decode(self, doc: bytes) -> list:
         self.plain_text = plain_json(doc)
+        self.bind_ids = b'"bind_id"' in doc
         try:
             return self._typed.decode(doc)
         except msgspec.ValidationError:
