@@ -126,11 +126,14 @@ def read_pftrace(path: Path) -> Readback:
     # Sequence-scoped clocks (ids 64-127): per sequence, the clock a packet's timestamp is on by
     # default, and the BOOTTIME reading of each clock at a snapshot (clock -> (its time, BOOTTIME)).
     default_clock: dict[int, int] = {}
+    default_track: dict[int, int] = {}  # per sequence, TrackEventDefaults.track_uuid
     seq_clocks: dict[tuple[int, int], tuple[int, int]] = {}
     for pos, pkt in enumerate(trace.packet):
         seq = pkt.trusted_packet_sequence_id
         if pkt.HasField("trace_packet_defaults") and pkt.trace_packet_defaults.HasField("timestamp_clock_id"):
             default_clock[seq] = pkt.trace_packet_defaults.timestamp_clock_id
+        if pkt.HasField("trace_packet_defaults") and pkt.trace_packet_defaults.HasField("track_event_defaults"):
+            default_track[seq] = pkt.trace_packet_defaults.track_event_defaults.track_uuid
         if pkt.sequence_flags & official.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED:
             cleared.add(seq)
             names[seq], cats[seq], arg_names[seq] = {}, {}, {}
@@ -185,6 +188,8 @@ def read_pftrace(path: Path) -> Readback:
                 parents[td.uuid] = td.parent_uuid
         if pkt.HasField("track_event"):
             te = pkt.track_event
+            if not te.HasField("track_uuid") and seq in default_track:
+                te.track_uuid = default_track[seq]
             assert te.track_uuid, f"packet {pos}: track event without track"
             clock = pkt.timestamp_clock_id if pkt.HasField("timestamp_clock_id") else default_clock.get(seq, 6)
             ts = pkt.timestamp

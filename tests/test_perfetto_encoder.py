@@ -113,3 +113,20 @@ def test_args_trace_processor_cannot_show_become_text() -> None:
         "ok": [1, {"m": "null"}],
         "t": "nullable",
     }
+
+
+def test_the_default_track_is_named_once_on_the_sequence() -> None:
+    """Events on the sequence's default track (its busiest thread) leave out their track_uuid;
+    trace_processor takes it from the TrackEventDefaults of the sequence's first packet."""
+    other = ThreadTrack(uuid=42, pid=1, tid=10002, name="u", order=1, process_uuid=7)
+
+    def events(e: UnitEncoder) -> None:
+        e.default_track(TRACK.uuid)
+        e.ends([TRACK, other], np.array([0, 1]), np.array([20, 21]))
+        e.items([TRACK], items([10], [None], [e.prefix("i", "")]), False)
+
+    first, second, instant = encode([events])
+    assert first.trace_packet_defaults.track_event_defaults.track_uuid == TRACK.uuid
+    assert first.trace_packet_defaults.timestamp_clock_id == SEQUENCE_CLOCK
+    assert not first.track_event.HasField("track_uuid") and not instant.track_event.HasField("track_uuid")
+    assert second.track_event.track_uuid == 42

@@ -89,6 +89,9 @@ class Encoder(Protocol):
     # Whether ENDs are written apart (:meth:`ends`), or a slice carries its duration.
     ends_apart: bool
 
+    def default_track(self, uuid: int) -> None:
+        """The track most events will be on (an encoder may leave it out of them)."""
+
     def ends(self, tracks: list[ThreadTrack], lanes: np.ndarray, stamps: np.ndarray) -> None:
         """The ENDs of a thread's slices that last (a zero-length one's END follows its BEGIN)."""
 
@@ -380,6 +383,10 @@ class FileLayout:
         if self.store.size:  # too large to hold: what is still held goes too, to make room for the walk
             self.check_memory(0)
         attached = bind_flows(self, ident, result, flow_id_base, times)
+        busiest = max(self.entries.items(), key=lambda item: item[1].total, default=None)
+        if busiest is not None and busiest[1].total:
+            (origin, thread), _ = busiest
+            self.enc.default_track(tracks.thread(ident(origin), thread).uuid)
         hi = result.ts_min
         for (origin, thread), entries in self.threads_in_order(self.entries):
             if not entries.total:

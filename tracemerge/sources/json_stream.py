@@ -66,6 +66,24 @@ class Damage(Exception):
         self.where = where
 
 
+def _line_col(path: Path, offset: int) -> str:
+    """``line:col`` (from 1) of the byte at ``offset`` of a file's text, gunzipped as read."""
+    lines, line_start, seen = 0, 0, 0
+    try:
+        for block in _blocks(path):
+            part = block[: offset - seen]
+            newlines = part.count(b"\n")
+            if newlines:
+                lines += newlines
+                line_start = seen + part.rfind(b"\n") + 1
+            seen += len(block)
+            if seen >= offset:
+                break
+    except (OSError, Damage):
+        return f"byte {offset + 1}"
+    return f"{lines + 1}:{offset - line_start + 1}"
+
+
 def _blocks(path: Path) -> Iterator[bytes]:
     """The file's bytes, gunzipped when it is gzip data, in blocks of about BLOCK bytes."""
     with path.open("rb") as f:
@@ -129,9 +147,9 @@ class EventStream:
         # a bind_id (flow v2), which most traces never use.
         self.plain_text = False
         self.bind_ids = True
-        # For line:col of a problem: text consumed before the current buffer.
-        self._lines_before = 0
-        self._col_base = 0
+        # For line:col of a problem: how many bytes of text were consumed before the current
+        # buffer (lines are counted only when a place is named, by reading the text again).
+        self._consumed = 0
 
     def batches(self) -> Iterator[list]:
         try:
@@ -175,19 +193,12 @@ class EventStream:
     def _advance(self, buf: bytes, used: int) -> bytes:
         """Drops ``buf[:used]`` and the comma after it, keeping count of lines for messages."""
         end = _SEPARATOR.match(buf, used).end()  # always a match: the pattern matches empty text
-        newlines = buf.count(b"\n", 0, end)
-        if newlines:
-            self._lines_before += newlines
-            self._col_base = end - buf.rfind(b"\n", 0, end) - 1
-        else:
-            self._col_base += end
+        self._consumed += end
         return buf[end:]
 
     def _where(self, buf: bytes, pos: int) -> str:
-        pos = max(0, min(pos, len(buf)))
-        newlines = buf.count(b"\n", 0, pos)
-        col = pos - buf.rfind(b"\n", 0, pos) if newlines else self._col_base + pos + 1
-        return f"{self._lines_before + newlines + 1}:{col}"
+        """``line:col`` of ``buf[pos]`` in the file's text."""
+        return _line_col(self.path, self._consumed + max(0, min(pos, len(buf))))
 
     def _open_array(self, blocks: Iterator[bytes]) -> bytes:
         """Reads up to the ``[`` that opens the event array; decodes the keys before it."""

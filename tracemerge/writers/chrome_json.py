@@ -65,6 +65,9 @@ class UnitEncoder:
     def args(self, text: bytes) -> bytes:
         return b',"args":' + text
 
+    def default_track(self, uuid: int) -> None:
+        """Every event names its thread."""
+
     def ends(self, tracks: list[ThreadTrack], lanes: Any, stamps: Any) -> None:
         """Complete events carry their duration."""
 

@@ -99,7 +99,9 @@ _K_INTERNED_ARG = b"\x1a"  # InternedData.debug_annotation_names = 3
 # Packets of a chunk are stamped on a clock of their sequence (ids 64-127 are sequence-scoped),
 # set once as the sequence's default (TracePacketDefaults.timestamp_clock_id = 58).
 SEQUENCE_CLOCK = 64
-_SEQUENCE_DEFAULTS = b"\xda\x03\x03\xd0\x03\x40"
+_CLOCK_DEFAULT = b"\xd0\x03\x40"  # TracePacketDefaults.timestamp_clock_id = 58: SEQUENCE_CLOCK
+_K_DEFAULTS = b"\xda\x03"  # TracePacket.trace_packet_defaults = 59
+_K_TRACK_DEFAULTS = b"\x5a"  # TracePacketDefaults.track_event_defaults = 11, whose track_uuid = 11
 _ARGS_IID = 1
 _ARGS_NAME = b"\x08\x01"  # DebugAnnotation.name_iid = 1: "args", interned when a sequence starts
 _pack_d = struct.Struct("<d").pack
@@ -138,7 +140,9 @@ class UnitEncoder:
         # Packet bytes: key and length, head and timestamp key, timestamp, track-event key and
         # length, event.
         self.stamped_head = self.head + _K_TIMESTAMP
-        self.first_head: bytes | None = seq + _K_FLAGS + _varint(_CLEARED | _NEEDS) + _FIRST_PACKET + _SEQUENCE_DEFAULTS
+        self.first_head: bytes | None = seq + _K_FLAGS + _varint(_CLEARED | _NEEDS) + _FIRST_PACKET
+        self.defaults = _CLOCK_DEFAULT
+        self.default_uuid: int | None = None
         self.names: dict[str, int] = {}
         self.cats: dict[str, bytes] = {}
         self.interned: list[bytes] = [_interned_entry(_K_INTERNED_ARG, _ARGS_IID, "args")]
@@ -182,7 +186,7 @@ class UnitEncoder:
         """A packet that also starts the sequence or carries newly interned names."""
         head = self.head
         if self.first_head is not None:
-            head, self.first_head = self.first_head, None
+            head, self.first_head = self.first_head + _field(_K_DEFAULTS, self.defaults), None
         body = head + _K_TIMESTAMP + _varint(ts) + _K_TRACK_EVENT + _varint(len(event)) + event
         if self.interned:
             body += _field(_K_INTERNED, b"".join(self.interned))
@@ -218,15 +222,25 @@ class UnitEncoder:
         value = _ARGS_NAME + b"\x4a" + _varint(len(text)) + text  # legacy_json_value = 9
         return _K_ANNOTATION + _varint(len(value)) + value
 
+    def default_track(self, uuid: int) -> None:
+        """The track events name when they name none (TrackEventDefaults on this sequence): set
+        before anything is written, to the file's busiest thread, whose events then leave out
+        their track_uuid."""
+        if self.first_head is None:
+            return
+        self.default_uuid = uuid
+        track = _K_TRACK_UUID + _varint(uuid)
+        self.defaults = _CLOCK_DEFAULT + _field(_K_TRACK_DEFAULTS, track)
+
     def _tail_table(self, tracks: list[ThreadTrack]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """What follows an event's body, per track: after a BEGIN's, an instant's, and the whole
         END event (at 3 * lane + 0, 1, 2): its bytes, where each begins and how long it is."""
-        key = tuple(track.uuid for track in tracks)
+        key = (self.default_uuid, *(track.uuid for track in tracks))
         found = self._tails.get(key)
         if found is None:
             tails = []
             for track in tracks:
-                field = _K_TRACK_UUID + _varint(track.uuid)
+                field = b"" if track.uuid == self.default_uuid else _K_TRACK_UUID + _varint(track.uuid)
                 tails += [field + _TYPE[_BEGIN], field + _TYPE[_INSTANT], _TYPE[_END] + field]
             lengths = np.fromiter(map(len, tails), np.int64, len(tails))
             found = self._tails[key] = (np.frombuffer(b"".join(tails), np.uint8), np.cumsum(lengths) - lengths, lengths)
