@@ -315,7 +315,7 @@ def test_a_stopped_merge_leaves_no_workers_and_no_temporary_files(tmp_path: Path
     root = Path(__file__).resolve().parent.parent
     work = tmp_path / "in"
     subprocess.run(
-        [sys.executable, str(root / "bench" / "make_workload.py"), str(work), "--ranks", "4", "--mb", "6"],
+        [sys.executable, str(root / "bench" / "make_workload.py"), str(work), "--ranks", "4", "--mb", "24"],
         check=True,
         capture_output=True,
     )
@@ -329,8 +329,9 @@ def test_a_stopped_merge_leaves_no_workers_and_no_temporary_files(tmp_path: Path
     )
     deadline = time.monotonic() + 30
     while not list(out.parent.glob(".tracemerge-*/*.chunk")) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.3)
+        time.sleep(0.02)
+    time.sleep(0.1)  # the workers under way (the merge takes seconds more: the signal comes mid-merge)
+    assert proc.poll() is None
     proc.send_signal(getattr(signal, sig))
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + getattr(signal, sig), err

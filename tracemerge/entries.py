@@ -51,13 +51,33 @@ POINT_SCHEMA: Schema = (
 class Block:
     """Columns of ``n`` rows (and, for entries, the rows' bodies joined), in memory or spilled."""
 
-    __slots__ = ("at", "bodies", "bodies_at", "cols", "first", "hi", "lo", "n", "schema")
+    __slots__ = (
+        "at",
+        "bodies",
+        "bodies_at",
+        "cols",
+        "first",
+        "hi",
+        "lo",
+        "n",
+        "prefixes",
+        "renumbered",
+        "schema",
+        "store",
+    )
 
     def __init__(self, schema: Schema, cols: dict[str, np.ndarray], bodies: bytes | None = None) -> None:
         self.schema = schema
         self.cols: dict[str, np.ndarray] | None = cols
         self.n = len(cols[schema[0][0]])
         self.first = int(cols["ordinals"].min()) if self.n else 0  # the ordinal of the row read first
+        self.store: RunStore | None = None  # where it spilled
+        # Bodies that begin with a placeholder for their name and category (read apart, see
+        # tracemerge.sources.json_segments): per placeholder, the index of its prefix.
+        self.prefixes: np.ndarray | None = None
+        # Flow points read apart: the numbers of their (cat, name) pairs and other ids in the
+        # file's PointKeys, by their numbers in the part's.
+        self.renumbered: tuple[np.ndarray, np.ndarray] | None = None
         # Entries: the earliest start and the latest end (the time the block spans).
         self.lo = self.hi = 0
         if self.n and "negdurs" in cols:
@@ -74,6 +94,7 @@ class Block:
     def spill(self, store: RunStore) -> None:
         if self.cols is None:
             return
+        self.store = store
         cols = self.cols
         self.at = store.put(b"".join(np.ascontiguousarray(cols[name], dtype).tobytes() for name, dtype in self.schema))
         if self.bodies is not None:
@@ -84,17 +105,23 @@ class Block:
         if self.cols is not None:
             return self.cols
         assert self.at is not None
-        data = store.get(*self.at)
+        data = (self.store or store).get(*self.at)
         found, offset = {}, 0
         for name, dtype in self.schema:
             found[name] = np.frombuffer(data, dtype, self.n, offset)
             offset += self.n * np.dtype(dtype).itemsize
+        if self.renumbered is not None:
+            pairs, ids = self.renumbered
+            found["pairs"] = pairs[found["pairs"]]
+            others = found["fid_kinds"] == 1
+            if others.any():
+                found["fids"] = np.where(others, ids[np.where(others, found["fids"], 0)], found["fids"])
         return found
 
     def body_bytes(self, store: RunStore) -> bytes:
         if self.bodies is not None:
             return self.bodies
-        return store.get(*self.bodies_at) if self.bodies_at is not None else b""
+        return (self.store or store).get(*self.bodies_at) if self.bodies_at is not None else b""
 
 
 def _joined(blocks: list[Block]) -> Block:
@@ -102,7 +129,9 @@ def _joined(blocks: list[Block]) -> Block:
     schema = blocks[0].schema
     cols = {name: np.concatenate([block.cols[name] for block in blocks]) for name, _ in schema}  # type: ignore[index]
     bodies = None if blocks[0].bodies is None else b"".join(block.bodies or b"" for block in blocks)
-    return Block(schema, cols, bodies)
+    joined = Block(schema, cols, bodies)
+    joined.prefixes = blocks[0].prefixes
+    return joined
 
 
 def concatenated(blocks: list[Block], store: RunStore, names: Iterable[str]) -> dict[str, np.ndarray]:
@@ -178,7 +207,8 @@ class _Columnar(list):
         run: list[Block] = []
         size = 0
         for block in [*self.blocks, None]:
-            if block is not None and block.cols is not None and size + block.n <= JOIN_TO:
+            joins = run and block is not None and block.prefixes is run[0].prefixes
+            if block is not None and block.cols is not None and size + block.n <= JOIN_TO and (joins or not run):
                 run.append(block)
                 size += block.n
                 continue
@@ -228,17 +258,16 @@ class ThreadEntries(_Columnar):
         return {name: np.concatenate([part[name] for part in parts]) for name in names}
 
     def pieces(self, store: RunStore, lo: int, hi: int, bodies: bool = False) -> list[tuple[Any, int, int]]:
-        """The blocks holding rows lo..hi, each as (its columns, or (columns, bodies) with
-        ``bodies``, and the range of it within)."""
+        """The blocks holding rows lo..hi, each as (its columns, or (columns, bodies, block)
+        with ``bodies``, and the range of it within)."""
         found = []
         first = 0
         for block in self.sealed():
             last = first + block.n
             if last > lo and first < hi:
                 cols = block.columns(store)
-                found.append(
-                    ((cols, block.body_bytes(store)) if bodies else cols, max(lo - first, 0), min(hi, last) - first)
-                )
+                got = (cols, block.body_bytes(store), block) if bodies else cols
+                found.append((got, max(lo - first, 0), min(hi, last) - first))
             first = last
             if first >= hi:
                 break
@@ -389,3 +418,40 @@ def gathered(data: bytes | np.ndarray, begins: np.ndarray, lengths: np.ndarray) 
 
 _first, _second, _third, _fourth, _fifth = (itemgetter(i) for i in range(5))
 _body = itemgetter(4)
+
+
+def interleaved(sizes: list[np.ndarray], parts: list[np.ndarray | bytes]) -> np.ndarray:
+    """Per row, each part's share (``sizes[k][row]`` bytes of ``parts[k]``, in order), joined."""
+    count = len(sizes[0])
+    which = np.repeat(np.tile(np.arange(len(parts), dtype=np.uint8), count), np.stack(sizes, axis=1).ravel())
+    out = np.empty(len(which), np.uint8)
+    for k, data in enumerate(parts):
+        if len(data):
+            out[which == k] = data if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)
+    return out
+
+
+PLACEHOLDER = 4  # bytes: 0xff, then the index of a name and category (24 bits, little-endian)
+
+
+def with_prefixes(
+    bodies: bytes, lengths: np.ndarray, prefixes: np.ndarray, table: tuple[np.ndarray, np.ndarray, np.ndarray]
+) -> tuple[bytes, np.ndarray]:
+    """Bodies that begin with a placeholder, each with it replaced: placeholder ``i`` by the
+    prefix ``prefixes[i]`` of ``table`` (its bytes joined, where each begins, how long each is)."""
+    if not len(lengths):
+        return bodies, lengths
+    data = np.frombuffer(bodies, np.uint8)
+    begins = np.cumsum(lengths) - lengths
+    local = (
+        data[begins + 1].astype(np.int64)
+        | data[begins + 2].astype(np.int64) << 8
+        | data[begins + 3].astype(np.int64) << 16
+    )
+    chosen = prefixes[local]
+    blob, starts, sizes = table
+    heads, rests = sizes[chosen], lengths - PLACEHOLDER
+    joined = interleaved(
+        [heads, rests], [gathered(blob, starts[chosen], heads), gathered(data, begins + PLACEHOLDER, rests)]
+    )
+    return joined.tobytes(), heads + rests

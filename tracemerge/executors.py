@@ -11,6 +11,7 @@ names. Nothing else in the pipeline knows which executor runs. The Ray one lives
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import suppress
@@ -74,7 +75,7 @@ class ProcessExecutor(SerialExecutor):
             self.started = True
             count = min(self.workers if self.workers > 0 else _auto_workers(jobs), len(jobs))
             if count > 1:
-                self.pool = ProcessPoolExecutor(count)
+                self.pool = ProcessPoolExecutor(count, initializer=worker_signals)
         if self.pool is None:
             return map(process_file, jobs)
         return _largest_first(self.pool, jobs)
@@ -90,11 +91,22 @@ class ProcessExecutor(SerialExecutor):
             pool.shutdown()
             return
         # The merge failed or was stopped: end the workers now rather than let them finish files
-        # nobody will use (the pool's own shutdown would wait for them).
+        # nobody will use (the pool's own shutdown would wait for them), then let the pool see
+        # them gone (its thread must not outlive it: at exit it would write to a closed pipe).
         processes = list((getattr(pool, "_processes", None) or {}).values())  # no public way to stop them
-        pool.shutdown(wait=False, cancel_futures=True)
         for process in processes:
             process.terminate()
+        for process in processes:
+            process.join(5)
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def worker_signals() -> None:
+    """A worker process leaves stopping to its parent, which ends it (SIGTERM ends it at once,
+    without the handlers it inherited; Ctrl+C on the terminal reaches the parent alone)."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def local_executor(jobs: int) -> Executor:

@@ -66,6 +66,9 @@ class FileJob:
     # instead of reading the file again.
     keep_layout: str = ""
     saved: FileScan | None = None
+    # Processes besides the one running the job that may read parts of a large file at once
+    # (the output is the same bytes however many).
+    helpers: int = 0
 
 
 @dataclass
@@ -170,6 +173,7 @@ def _process_file(job: FileJob) -> FileOutcome:
             store,
             job.metrics_map,
         )
+        layout.helpers = job.helpers
         try:
             data = cand.format.read(cand.path, layout)
         except NotATrace as exc:

@@ -31,7 +31,15 @@ import numpy as np
 import orjson
 
 from tracemerge.anchors import MAX_MARKS, MAX_PHASE_MARKS, PHASE, STEP
-from tracemerge.entries import Block, PointKeys, ThreadEntries, ThreadPoints, gathered, ranks
+from tracemerge.entries import (
+    Block,
+    PointKeys,
+    ThreadEntries,
+    ThreadPoints,
+    gathered,
+    ranks,
+    with_prefixes,
+)
 from tracemerge.flows import Attachments, bind_flows
 from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.model import Event, FlowPhase, Identity, Kind, OriginKey, ThreadKey
@@ -126,6 +134,31 @@ class LayoutResult:
     ts_max: int | None = None
 
 
+class PlaceholderEncoder:
+    """The encoder of a part of a file read apart (:mod:`tracemerge.sources.json_segments`): a
+    name and category become a placeholder of PLACEHOLDER bytes numbered in order of first use
+    (``table``), the file's own layout puts the writer's encoding in its place once every part
+    is read; args are encoded by the writer's class, which keeps no state for them."""
+
+    def __init__(self, kind: type) -> None:
+        self.kind = kind
+        self.args_heads = kind.args_heads
+        self.table: list[tuple[str, str]] = []
+        self._numbers: dict[tuple[str, str], bytes] = {}
+
+    def prefix(self, name: str, cat: str) -> bytes:
+        found = self._numbers.get((name, cat))
+        if found is None:
+            if len(self.table) >= 1 << 24:
+                raise OverflowError("more names than placeholders")
+            found = self._numbers[(name, cat)] = b"\xff" + len(self.table).to_bytes(3, "little")
+            self.table.append((name, cat))
+        return found
+
+    def args(self, text: bytes) -> bytes:
+        return self.kind.args(self, text)
+
+
 class FileLayout:
     """Collects one file's events by track while the source reads, then emits them in order.
 
@@ -156,6 +189,12 @@ class FileLayout:
         self.marks_over: Counter[str] = Counter()  # per kind of evidence, marks beyond the cap
         self._ordinals = itertools.count()
         self.ordinal = self._ordinals.__next__
+        self.helpers = 0  # processes besides this one that may read parts of a large file
+        # Read in parts: every part's name and category, in order, and their encodings by this
+        # layout's writer (placeholders in bodies are replaced with these when emitted).
+        self.part_names: dict[tuple[str, str], int] = {}
+        self.part_prefixes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._parts = 0
         self.point_keys = PointKeys()
         self.entries: dict[tuple[OriginKey, ThreadKey], ThreadEntries] = {}
         self.points: dict[tuple[OriginKey, ThreadKey], ThreadPoints] = _PointsByThread(self.point_keys)
@@ -224,21 +263,119 @@ class FileLayout:
         the named run file, and what indexes it is written to ``path``."""
         self.check_memory(0)
         points = {key: pts for key, pts in self.points.items()}
-        state = (self.store.path, self.store.size, self.entries, points, dict(self.samples), self.point_keys)
+        state = (
+            self.store.path,
+            self.store.size,
+            self.entries,
+            points,
+            dict(self.samples),
+            self.point_keys,
+            self.part_prefixes,
+        )
         path.write_bytes(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
         self.store.close()
 
     @classmethod
     def load(cls, path: Path, enc: Encoder, budget: int = DEFAULT_BUDGET) -> FileLayout:
         """The layout :meth:`save` kept, encoding with ``enc`` (its bodies were made by the same writer)."""
-        store_path, size, entries, points, samples, point_keys = pickle.loads(path.read_bytes())
+        store_path, size, entries, points, samples, point_keys, part_prefixes = pickle.loads(path.read_bytes())
         layout = cls(enc, budget)
         layout.store = RunStore(store_path.parent, store_path, size)
         layout.entries = entries
         layout.point_keys = point_keys
         layout.points = _PointsByThread(point_keys, points)
         layout.samples = defaultdict(SortedBuffer, samples)
+        layout.part_prefixes = part_prefixes
         return layout
+
+    # -- a file read in parts (tracemerge.sources.json_segments) -------------------------------
+
+    def part_recipe(self, path: Path) -> dict[str, Any] | None:
+        """What a process needs to lay out a part of ``path`` as this layout would (None: parts
+        cannot be kept, there is no directory to spill them to)."""
+        if self.store.directory is None:
+            return None
+        enc = self.enc
+        return {
+            "path": path,
+            "kind": type(enc),
+            "budget": self.budget,
+            "directory": self.store.directory,
+            "name": f".tracemerge-part-{id(self):x}",
+            "watch": self.watch,
+            "metrics_map": self.metrics_map,
+        }
+
+    @classmethod
+    def for_part(cls, recipe: dict[str, Any], index: int) -> FileLayout:
+        """The layout of part ``index``: placeholders for names, ordinals from ``index << 44`` on
+        (each part's after the ones before it), spilled to a run file of its own."""
+        store = recipe["directory"] / f"{recipe['name']}.{index}.runs"
+        layout = cls(
+            PlaceholderEncoder(recipe["kind"]), recipe["budget"], None, recipe["watch"], store, recipe["metrics_map"]
+        )
+        layout._ordinals = itertools.count(index << 44)
+        layout.ordinal = layout._ordinals.__next__
+        return layout
+
+    def part_state(self) -> dict[str, Any]:
+        """What another process needs of this part's layout: every buffer spilled, and indexed."""
+        self.check_memory(0)
+        self.store.close()
+        assert isinstance(self.enc, PlaceholderEncoder)
+        return {
+            "entries": self.entries,
+            "points": dict(self.points),
+            "samples": dict(self.samples),
+            "marks": self.marks,
+            "marks_over": self.marks_over,
+            "point_keys": self.point_keys,
+            "names": self.enc.table,
+            "store": self.store,
+        }
+
+    def absorb_part(self, index: int, part: dict[str, Any]) -> None:
+        """Takes the buffers of the file's next part (see :meth:`part_state`), after those before."""
+        numbers = np.array([self.part_names.setdefault(pair, len(self.part_names)) for pair in part["names"]], np.int64)
+        for key, entries in part["entries"].items():
+            for block in entries.sealed():
+                block.prefixes = numbers
+            mine = self.entries.get(key)
+            if mine is None:
+                self.entries[key] = entries
+            else:
+                mine.absorb(entries)
+        store, keys = part["store"], part["point_keys"]
+        renumbered = (
+            np.array([self.point_keys.pair(cat, name) for cat, name in keys.pair_list] or [0], np.int32),
+            np.array([self.point_keys.other_id(fid) for fid in keys.id_list] or [0], np.int64),
+        )
+        for key, points in part["points"].items():
+            for block in points.sealed():
+                block.renumbered = renumbered
+            self.points[key].absorb(points)
+        for key, samples in part["samples"].items():
+            self.samples[key].extend(samples.loaded(store))
+        for (tag, origin, thread), found in part["marks"].items():
+            for start, end in found:
+                self.mark(tag, origin, thread, start, end)
+        self.marks_over.update(part["marks_over"])
+        self._parts = max(self._parts, index + 1)
+
+    def intern_parts(self) -> None:
+        """Once every part is in: the names of all, encoded by this layout's writer in order of
+        first appearance (as a read of the whole file encodes them); ordinals go on after the
+        parts'."""
+        prefixes = [self.prefix(name, cat) for name, cat in self.part_names]
+        lengths = np.fromiter(map(len, prefixes), np.int64, len(prefixes))
+        self.part_prefixes = (np.frombuffer(b"".join(prefixes), np.uint8), np.cumsum(lengths) - lengths, lengths)
+        self._ordinals = itertools.count(self._parts << 44)
+        self.ordinal = self._ordinals.__next__
+
+    def discard_parts(self, recipe: dict[str, Any], count: int) -> None:
+        """The run files of parts not taken (the file is read whole instead)."""
+        for index in range(count):
+            (recipe["directory"] / f"{recipe['name']}.{index}.runs").unlink(missing_ok=True)
 
     def reset(self) -> None:
         """Forget every event handed over so far (the source reads the file again)."""
@@ -380,7 +517,7 @@ class FileLayout:
             self._leave_out(ident, keep, result)
         if summary_only:
             return self._summary(ident, result)
-        if self.store.size:  # too large to hold: what is still held goes too, to make room for the walk
+        if self.store.size or self._parts:  # too large to hold: what is still held goes too, to make room
             self.check_memory(0)
         attached = bind_flows(self, ident, result, flow_id_base, times)
         busiest = max(self.entries.items(), key=lambda item: item[1].total, default=None)
@@ -623,8 +760,11 @@ class _ThreadWalk:
         (sorted), by position."""
         held: dict[int, bytes] = {}
         first = 0  # the position of the piece's first row
-        for (cols, bodies), start, stop in self.entries.pieces(self.layout.store, lo, hi, bodies=True):
+        for (cols, bodies, block), start, stop in self.entries.pieces(self.layout.store, lo, hi, bodies=True):
             lengths = cols["lengths"]
+            if block.prefixes is not None:  # read in parts: the names in place of their placeholders
+                assert self.layout.part_prefixes is not None
+                bodies, lengths = with_prefixes(bodies, lengths, block.prefixes, self.layout.part_prefixes)
             ends_at = np.cumsum(lengths)
             begins_at = ends_at - lengths
             for a in range(start, stop, BATCH):

@@ -104,6 +104,7 @@ def merge(
     asked = _Asked(writer, selection, clocks, phase_rules, metrics_map, memory_budget)
 
     runner = executor if executor is not None else local_executor(jobs)
+    asked = replace(asked, cores=0 if executor is not None or jobs == 1 else jobs or os.cpu_count() or 1)
     with ExitStack() as on_error:
         on_error.enter_context(runner)  # left (a cluster disconnected) at once if nothing can be merged
         candidates, named = _discover(runner, inputs, out_path, force, report)
@@ -160,6 +161,7 @@ class _Asked:
     phase_rules: PhaseOptions
     metrics_map: MetricsMap
     memory_budget: int
+    cores: int = 0  # local processes a merge may use (0: files are read where an executor says)
 
 
 @dataclass
@@ -228,6 +230,8 @@ def _read_and_plan(
     # Chrome JSON keeps each file's laid-out events from its first read for the second pass
     # (a selection of processes is applied while reading: then the file is read again).
     keep_layout = "" if writer.one_pass or not (selection.roles is None and selection.ranks is None) else writer.name
+    # Cores left over once each file has one read parts of the large ones.
+    helpers = max(0, asked.cores // len(candidates) - 1)
     # Sequence 1 carries the descriptors; each file gets the next, in discovery order.
     jobs = [
         FileJob(
@@ -242,6 +246,7 @@ def _read_and_plan(
             phases=asked.phase_rules.presets,
             metrics_map=asked.metrics_map,
             keep_layout=keep_layout,
+            helpers=helpers,
         )
         for n, c in enumerate(candidates)
     ]

@@ -74,6 +74,11 @@ class RunStore:
             self._file.close()
             self._file = None
 
+    def __getstate__(self) -> dict:
+        """A named store travels (to another process, or a second pass) as its path and size."""
+        assert self.path is not None or self._file is None, "a temporary store cannot leave its process"
+        return {"directory": self.directory, "path": self.path, "_file": None, "size": self.size}
+
 
 class SortedBuffer(list):
     """A list of comparable tuples; sorted runs of it may live in a :class:`RunStore`."""

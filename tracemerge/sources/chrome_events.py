@@ -493,6 +493,40 @@ class ChromeEvents:
             self.dropped[f"unsupported metadata record {name!r}"] += 1
             self.metadata_records -= 1
 
+    # -- a file read in parts (tracemerge.sources.json_segments) -----------------------------
+
+    def part_state(self) -> dict[str, Any]:
+        """What this reader of one part of a file learnt, for the reader of the whole."""
+        return {
+            "dropped": self.dropped,
+            "metadata_records": self.metadata_records,
+            "process_names": self.process_names,
+            "process_labels": self.process_labels,
+            "thread_names": self.thread_names,
+            "device_pids": self.device_pids,
+            "threads_seen": self.threads_seen,
+            "counter_threads": self.counter_threads,
+            "pending": self._pending,
+            "bound": self._bound,
+        }
+
+    def absorb(self, part: dict[str, Any]) -> None:
+        """Takes what the reader of the file's next part learnt (:meth:`part_state`), as if it
+        had read those events itself, after the ones before."""
+        self.dropped.update(part["dropped"])
+        self.metadata_records += part["metadata_records"]
+        self.process_names.update(part["process_names"])
+        self.process_labels.update(part["process_labels"])
+        self.thread_names.update(part["thread_names"])
+        self.device_pids |= part["device_pids"]
+        self.threads_seen |= part["threads_seen"]
+        self.counter_threads |= part["counter_threads"]
+        for thread, records in part["pending"].items():
+            mine = self._pending.setdefault(thread, [])
+            first = len(mine)
+            mine.extend((ts, first + n, item) for ts, n, item in records)
+        self._bound.extend(part["bound"])
+
     # -- results -----------------------------------------------------------------------------
 
     def finish(self) -> None:

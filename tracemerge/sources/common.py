@@ -17,7 +17,8 @@ import orjson
 from tracemerge.errors import InputError, NotATrace, shown
 from tracemerge.sources.base import HEAD_BYTES, read_head
 from tracemerge.sources.chrome_events import ChromeEvents, ExactEvent, NeedsExactTimes
-from tracemerge.sources.json_stream import EventStream, replaced_surrogates
+from tracemerge.sources.json_segments import read_in_parts
+from tracemerge.sources.json_stream import Damage, EventStream, replaced_surrogates
 
 
 def first_json_object(head: bytes, path: Path | None = None) -> dict | None:
@@ -160,13 +161,20 @@ def host_of(meta_host: Any, name: str) -> str | None:
     return found.group("host") if found else None
 
 
-def read_events(path: Path, reader: ChromeEvents, struct: type, lenient: type) -> dict[str, Any]:
+def read_events(path: Path, reader: ChromeEvents, struct: type, lenient: type, helpers: int = 0) -> dict[str, Any]:
     """Stream a Chrome-event JSON file into ``reader``; returns the keys around the event array.
 
     Float timestamps too large to hold their nanoseconds make the file be read again with its
     times taken from the text (old Kineto traces in absolute µs). Raises
-    :class:`~tracemerge.errors.InputError` where the JSON is damaged.
+    :class:`~tracemerge.errors.InputError` where the JSON is damaged. With ``helpers``, a large
+    file is read in parts by that many more processes (:mod:`tracemerge.sources.json_segments`).
     """
+    if helpers:
+        found = read_in_parts(path, reader, struct, lenient, helpers)
+        if found is not None:
+            meta, damage, notes = found
+            _account(path, reader, notes, damage)
+            return meta
     try:
         return _stream(path, reader, struct, lenient)
     except NeedsExactTimes:
@@ -182,14 +190,18 @@ def _stream(path: Path, reader: ChromeEvents, struct: type, lenient: type) -> di
     for batch in stream.batches():
         add_batch(batch, plain_text=stream.plain_text, bind_ids=stream.bind_ids)
         check_memory()
-    reader.dropped.update(stream.notes)  # what the stream counted instead of yielding
-    if stream.damage is not None:
+    _account(path, reader, stream.notes, stream.damage)
+    return stream.meta
+
+
+def _account(path: Path, reader: ChromeEvents, notes: Counter[str], damage: Damage | None) -> None:
+    """What the stream counted instead of yielding, and the damage it stopped at, if any."""
+    reader.dropped.update(notes)
+    if damage is not None:
         # Salvage (a job killed while writing): every complete event before the damage is kept;
         # what follows it is lost, said once with the place.
-        damage = stream.damage
         if not (reader.threads_seen or reader.counter_threads or reader.metadata_records):
             raise InputError(path, damage.reason, damage.where or None)
         where = f":{damage.where}" if damage.where else ""
         lost = f"{damage.reason}; events after it are lost (the ones before are kept)"
         reader.dropped[f"{shown(path)}{where}: {lost}"] += 1
-    return stream.meta

@@ -57,6 +57,10 @@ class _ArrayEnds(Exception):
     """The event array closes inside the text being cut into batches: the rest is its tail."""
 
 
+class SegmentCut(Exception):
+    """A file read in parts was not cut between two events: it is read whole instead."""
+
+
 class Damage(Exception):
     """Where the JSON stops being readable: a one-line reason and the line:col of the place."""
 
@@ -64,6 +68,9 @@ class Damage(Exception):
         super().__init__(reason)
         self.reason = reason
         self.where = where
+
+    def __reduce__(self) -> tuple:
+        return Damage, (self.reason, self.where)
 
 
 def _line_col(path: Path, offset: int) -> str:
@@ -82,6 +89,19 @@ def _line_col(path: Path, offset: int) -> str:
     except (OSError, Damage):
         return f"byte {offset + 1}"
     return f"{lines + 1}:{offset - line_start + 1}"
+
+
+def _span_blocks(path: Path, start: int, stop: int) -> Iterator[bytes]:
+    """The bytes ``start``..``stop`` of a plain file, in blocks of BLOCK bytes."""
+    with path.open("rb") as f:
+        f.seek(start)
+        left = stop - start
+        while left > 0:
+            block = f.read(min(BLOCK, left))
+            if not block:
+                return
+            left -= len(block)
+            yield block
 
 
 def _blocks(path: Path) -> Iterator[bytes]:
@@ -128,8 +148,13 @@ class EventStream:
     :attr:`damage` is set when the file could not be read to its end.
     """
 
-    def __init__(self, path: Path, struct: type, lenient: type | None = None) -> None:
+    def __init__(
+        self, path: Path, struct: type, lenient: type | None = None, span: tuple[int, int | None] | None = None
+    ) -> None:
         self.path = path
+        # A part of a plain file's event array (see json_segments): from the event at span[0]
+        # (0: the file's start), up to the event at span[1] (None: the file's end).
+        self.span = span
         self._typed = msgspec.json.Decoder(list[struct])
         self._lenient = msgspec.json.Decoder(list[lenient]) if lenient else None
         self._lenient_type = lenient
@@ -149,7 +174,7 @@ class EventStream:
         self.bind_ids = True
         # For line:col of a problem: how many bytes of text were consumed before the current
         # buffer (lines are counted only when a place is named, by reading the text again).
-        self._consumed = 0
+        self._consumed = span[0] if span else 0
 
     def batches(self) -> Iterator[list]:
         try:
@@ -158,8 +183,12 @@ class EventStream:
             self.damage = exc
 
     def _batches(self) -> Iterator[list]:
-        blocks = _blocks(self.path)
-        buf = self._open_array(blocks)
+        start, stop = self.span or (0, None)
+        if not start and stop is None:
+            blocks = _blocks(self.path)
+        else:  # a part of a plain file (without a byte-order mark)
+            blocks = _span_blocks(self.path, start, stop if stop is not None else self.path.stat().st_size)
+        buf = next(blocks, b"") if start else self._open_array(blocks)
         eof = False
         while True:
             while not eof and len(buf) < BLOCK:
@@ -169,7 +198,10 @@ class EventStream:
                 else:
                     buf += more
             if eof:
-                yield from self._finish(buf, blocks)
+                if stop is not None:
+                    yield from self._segment_end(buf)
+                else:
+                    yield from self._finish(buf, blocks)
                 return
             cut = _last_boundary(buf)
             try:
@@ -276,6 +308,28 @@ class EventStream:
         if events:
             yield events
         self.notes.update(self._tail(buf, end - 1, rest))
+
+    def _segment_end(self, buf: bytes) -> Iterator[list]:
+        """The last events of a span that ends where another event starts: read as batches are
+        (damage there is the file's), the last one alone; if that one is not whole, the span
+        was not cut between two events (SegmentCut: the file is read whole instead)."""
+        text = buf.rstrip(_WS)
+        if not text.endswith(b","):
+            raise SegmentCut(f"{shown(self.path)}: a part does not end between two events")
+        text = text[:-1]
+        while (cut := _last_boundary(text)) is not None:
+            decoded = self._decode_prefix(text, cut)
+            if decoded is None:
+                break
+            events, used = decoded
+            yield events
+            text = self._advance(text, used)
+        try:
+            events = self._decode(b"".join((b"[", text, b"]")))
+        except msgspec.DecodeError:
+            raise SegmentCut(f"{shown(self.path)}: a part does not end between two events") from None
+        if events:
+            yield events
 
     def _unclosed(self, buf: bytes) -> Iterator[list]:
         """An array without its ``]``: every complete event; then where the file stopped, unless

@@ -14,7 +14,7 @@ import msgspec
 import numpy as np
 import orjson
 
-from tracemerge.entries import gathered
+from tracemerge.entries import gathered, interleaved
 from tracemerge.layout import Items
 from tracemerge.model import FlowPhase
 from tracemerge.plan import CLOCK_NOTE, SUMMARY_NOTE, CounterTrack, MergePlan, ThreadTrack, UnitPlan, stable_id
@@ -351,20 +351,9 @@ def pack_events(stamped_head: bytes, stamps: np.ndarray, parts: list[tuple[np.nd
     _put_varints(headers, at + 1, lengths, length_sizes)
     *small, last = parts
     if small:  # the small parts with the headers first, then the last part's bytes interleaved
-        headers = _interleaved([header_sizes, *(sizes for sizes, _ in small)], [headers, *(data for _, data in small)])
+        headers = interleaved([header_sizes, *(sizes for sizes, _ in small)], [headers, *(data for _, data in small)])
         header_sizes = header_sizes + sum(sizes for sizes, _ in small)
-    return _interleaved([header_sizes, last[0]], [headers, last[1]]).tobytes()
-
-
-def _interleaved(sizes: list[np.ndarray], parts: list[np.ndarray | bytes]) -> np.ndarray:
-    """Per row, each part's share (``sizes[k][row]`` bytes of ``parts[k]``, in order), joined."""
-    count = len(sizes[0])
-    which = np.repeat(np.tile(np.arange(len(parts), dtype=np.uint8), count), np.stack(sizes, axis=1).ravel())
-    out = np.empty(len(which), np.uint8)
-    for k, data in enumerate(parts):
-        if len(data):
-            out[which == k] = data if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)
-    return out
+    return interleaved([header_sizes, last[0]], [headers, last[1]]).tobytes()
 
 
 def _displayable(text: bytes) -> bytes:

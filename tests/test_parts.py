@@ -1,0 +1,212 @@
+"""A large Chrome JSON file read in parts by several processes gives the bytes one read gives.
+
+Parts are cut from 2 KiB here (64 MiB in use), so that small traces holding every kind of event
+(slices, B/E pairs, instants, counters, flows by id and by bind_id, metadata, names watched as
+clock evidence) are read in several parts, each kind straddling the cuts.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from tracemerge.pipeline import merge
+from tracemerge.sources import common, json_segments
+
+T0 = 1_700_000_000_000  # µs from baseTimeNanoseconds
+
+
+@pytest.fixture
+def small_parts(monkeypatch) -> list:
+    """Parts from 2 KiB on; returns, per read asked for in parts, whether it was read so."""
+    monkeypatch.setattr(json_segments, "PART_MIN", 2048)
+    monkeypatch.setattr(json_segments, "_SEARCH", 4096)
+    taken: list = []
+    real = common.read_in_parts
+
+    def noted(*args, **kwargs):
+        found = real(*args, **kwargs)
+        taken.append(found is not None)
+        return found
+
+    monkeypatch.setattr(common, "read_in_parts", noted)
+    return taken
+
+
+def _events(seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    events: list[dict] = [{"ph": "M", "name": "process_name", "pid": 7, "args": {"name": "python"}}]
+    t = 0
+    for step in range(40):
+        events.append(
+            {
+                "ph": "X",
+                "name": f"ProfilerStep#{step}",
+                "cat": "user_annotation",
+                "pid": 7,
+                "tid": 7,
+                "ts": t,
+                "dur": 900,
+            }
+        )
+        for n in range(rng.randrange(3, 8)):
+            at = t + 10 + n * 100
+            kind = rng.choice(("X", "X", "X", "BE", "i", "C", "flow", "bind"))
+            if kind == "X":
+                events.append(
+                    {
+                        "ph": "X",
+                        "name": f"op{rng.randrange(9)}",
+                        "cat": "cpu_op",
+                        "pid": 7,
+                        "tid": 7,
+                        "ts": at,
+                        "dur": rng.choice((0, 50, 90)),
+                        "args": {"n": n},
+                    }
+                )
+            elif kind == "BE":
+                events.append({"ph": "B", "name": "region", "pid": 7, "tid": 8, "ts": at})
+                events.append({"ph": "E", "pid": 7, "tid": 8, "ts": at + 40})
+            elif kind == "i":
+                events.append({"ph": "i", "s": "t", "name": f"mark{n}", "pid": 7, "tid": 7, "ts": at})
+            elif kind == "C":
+                events.append({"ph": "C", "name": "Memory", "pid": 7, "ts": at, "args": {"used": rng.randrange(100)}})
+            elif kind == "flow":
+                fid = step * 10 + n
+                events.append(
+                    {
+                        "ph": "X",
+                        "name": "cudaLaunchKernel",
+                        "cat": "cuda_runtime",
+                        "pid": 7,
+                        "tid": 7,
+                        "ts": at,
+                        "dur": 8,
+                    }
+                )
+                events.append({"ph": "s", "id": fid, "pid": 7, "tid": 7, "ts": at, "cat": "ac2g", "name": "ac2g"})
+                events.append(
+                    {"ph": "X", "name": "kernel", "cat": "kernel", "pid": 0, "tid": 7, "ts": at + 30, "dur": 20}
+                )
+                events.append(
+                    {"ph": "f", "bp": "e", "id": fid, "pid": 0, "tid": 7, "ts": at + 30, "cat": "ac2g", "name": "ac2g"}
+                )
+            else:
+                fid = f"0x{step * 10 + n:x}"
+                events.append(
+                    {
+                        "ph": "X",
+                        "name": "send",
+                        "pid": 7,
+                        "tid": 9,
+                        "ts": at,
+                        "dur": 5,
+                        "bind_id": fid,
+                        "flow_out": True,
+                    }
+                )
+                events.append(
+                    {
+                        "ph": "X",
+                        "name": "recv",
+                        "pid": 7,
+                        "tid": 9,
+                        "ts": at + 60,
+                        "dur": 5,
+                        "bind_id": fid,
+                        "flow_in": True,
+                    }
+                )
+        t += 1000
+    events.append({"ph": "M", "name": "thread_name", "pid": 7, "tid": 8, "args": {"name": "worker"}})
+    if rng.random() < 0.5:  # ties read out of their walk order, across the cuts too
+        rng.shuffle(events)
+    return events
+
+
+def _write(path: Path, events: list[dict], tail: str = "") -> None:
+    lines = ",\n".join(json.dumps(e) for e in events)
+    path.write_text('{"traceEvents": [\n' + lines + '\n], "baseTimeNanoseconds": 1700000000000000000' + tail + "}\n")
+
+
+@pytest.mark.parametrize("ext", [".pftrace", ".json"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_parts_give_the_bytes_of_one_read(tmp_path: Path, small_parts: list, seed: int, ext: str) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    _write(run / "rank0.pt.trace.json", _events(seed))
+    whole = merge([run], tmp_path / f"whole{ext}", jobs=1)
+    assert small_parts == []  # one process: no parts asked for
+    parts = merge([run], tmp_path / f"parts{ext}", jobs=4)
+    assert small_parts and all(small_parts), small_parts
+    assert (tmp_path / f"parts{ext}").read_bytes() == (tmp_path / f"whole{ext}").read_bytes()
+    assert parts.as_dict()["written"] == whole.as_dict()["written"]
+    assert parts.as_dict()["dropped"] == whole.as_dict()["dropped"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["parts" + ext, "run", "whole" + ext]  # no run file left
+
+
+def test_a_cut_file_read_in_parts_loses_what_one_read_loses(tmp_path: Path, small_parts: list) -> None:
+    """Damage in a part: the parts after it are not taken, as one read stops there."""
+    run = tmp_path / "run"
+    run.mkdir()
+    src = run / "rank0.pt.trace.json"
+    _write(src, _events(4))
+    text = src.read_bytes()
+    at = text.index(b",\n", len(text) * 3 // 8) + 2  # between two events, away from the cuts
+    src.write_bytes(text[:at] + b'{"ph": "X", "name": oops},\n' + text[at:])
+    whole = merge([run], tmp_path / "whole.pftrace", jobs=1)
+    parts = merge([run], tmp_path / "parts.pftrace", jobs=4)
+    assert small_parts == [True]
+    assert (tmp_path / "parts.pftrace").read_bytes() == (tmp_path / "whole.pftrace").read_bytes()
+    [lost] = [reason for reason in whole.dropped if "events after it are lost" in reason]
+    assert parts.dropped == whole.dropped and lost.count(":") >= 3  # named by line and column
+
+
+def test_a_cut_inside_a_string_reads_the_file_whole(tmp_path: Path, small_parts: list) -> None:
+    """Where every place to cut falls in a string that looks like a boundary, the parts do not
+    end between two events: the file is read whole."""
+    run = tmp_path / "run"
+    run.mkdir()
+    trap = "}, {" * 3000
+    events = [{"ph": "X", "name": "big", "pid": 1, "tid": 1, "ts": n, "dur": 1, "args": {"s": trap}} for n in range(4)]
+    _write(run / "rank0.pt.trace.json", events)
+    merge([run], tmp_path / "whole.pftrace", jobs=1)
+    merge([run], tmp_path / "parts.pftrace", jobs=4)
+    assert small_parts == [False]
+    assert (tmp_path / "parts.pftrace").read_bytes() == (tmp_path / "whole.pftrace").read_bytes()
+
+
+def test_times_too_precise_for_floats_read_the_file_whole(tmp_path: Path, small_parts: list) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    events = [
+        {
+            "ph": "X",
+            "name": f"op{n}",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1_700_000_000_000_000.125 + n,
+            "dur": 1.5,
+            "args": {"k": "v" * 200},
+        }
+        for n in range(60)
+    ]
+    (run / "rank0.json").write_text(json.dumps({"traceEvents": events}))
+    merge([run], tmp_path / "whole.pftrace", jobs=1)
+    merge([run], tmp_path / "parts.pftrace", jobs=4)
+    assert small_parts == [False]
+    assert (tmp_path / "parts.pftrace").read_bytes() == (tmp_path / "whole.pftrace").read_bytes()
+
+
+def test_a_gzipped_file_is_read_whole(tmp_path: Path, small_parts: list) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = ",\n".join(json.dumps(e) for e in _events(5))
+    (run / "rank0.pt.trace.json.gz").write_bytes(gzip.compress(('{"traceEvents": [\n' + lines + "\n]}").encode()))
+    merge([run], tmp_path / "parts.pftrace", jobs=4)
+    assert small_parts == [False]

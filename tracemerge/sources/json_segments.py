@@ -1,0 +1,143 @@
+"""A large Chrome JSON file read in parts, by several processes at once.
+
+A plain (not gzipped) file of at least two PART_MIN is cut where one event of its array ends
+and the next begins; each part is read by a process of its own into a layout and a reader of its
+own, exactly as a read of the whole file reads those bytes, except that names and categories are
+written as placeholders (the interning order is the whole file's, known only once every part is
+read). The parts are then handed, in file order, to the file's own layout and reader
+(:meth:`~tracemerge.layout.FileLayout.absorb_part`, :meth:`~tracemerge.sources.chrome_events.
+ChromeEvents.absorb`), which end up as one read would have left them: the same entries in the
+same order, ordinals in file order, names interned in order of first appearance. So the output is
+the same bytes however many parts a file is read in.
+
+A part that does not end between two events (a cut that fell inside a string), or a float time
+too large for its nanoseconds (the file must be read from the numbers' text), makes the file be
+read whole instead, as it would have been.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import re
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tracemerge.layout import FileLayout, PlaceholderEncoder
+from tracemerge.sources.base import GZIP_MAGIC, UTF8_BOM
+from tracemerge.sources.chrome_events import ChromeEvents, NeedsExactTimes
+from tracemerge.sources.json_stream import Damage, EventStream, SegmentCut
+
+# A part holds at least this many bytes.
+PART_MIN = 64 << 20
+_BOUNDARY = re.compile(rb"\}\s*,\s*(\{)")
+_SEARCH = 4 << 20  # bytes searched for a boundary after a cut's nominal place
+
+
+@dataclass
+class Part:
+    """What reading one part left: its layout's buffers and its reader's state (see the module)."""
+
+    index: int
+    layout: dict[str, Any] = field(default_factory=dict)
+    reader: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    notes: Counter[str] = field(default_factory=Counter)
+    damage: Damage | None = None
+    whole: str = ""  # why the file must be read whole instead
+
+
+def spans(path: Path, count: int) -> list[tuple[int, int | None]] | None:
+    """Where each of ``count`` parts starts and stops (None: the file's end), each cut where an
+    event starts; None when the file is not worth cutting or cannot be."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            if f.read(3)[:2] == GZIP_MAGIC:
+                return None
+            f.seek(0)
+            if f.read(len(UTF8_BOM)) == UTF8_BOM:  # the parts' places would count it differently
+                return None
+            count = min(count, size // PART_MIN)
+            if count < 2:
+                return None
+            cuts = []
+            for k in range(1, count):
+                at = size * k // count
+                f.seek(at)
+                found = _BOUNDARY.search(f.read(_SEARCH))
+                if found is None:
+                    return None
+                cuts.append(at + found.start(1))
+    except OSError:
+        return None
+    if cuts != sorted(set(cuts)):
+        return None
+    starts = [0, *cuts]
+    return list(zip(starts, [*cuts, None], strict=True))
+
+
+def read_in_parts(
+    path: Path, reader: ChromeEvents, struct: type, lenient: type, helpers: int
+) -> tuple[dict[str, Any], Damage | None, Counter[str]] | None:
+    """Reads the file in parts into ``reader`` (and its layout); returns the keys around the
+    event array, the damage that stopped the read if any, and what the stream counted; None,
+    having read nothing, when the file is to be read whole."""
+    found = spans(path, helpers + 1)
+    if found is None:
+        return None
+    from tracemerge.executors import worker_signals  # (the executors import the sources)
+
+    layout = reader.layout
+    recipe = layout.part_recipe(path)
+    if recipe is None:
+        return None
+    context = multiprocessing.get_context("fork")  # the parts start from this process's state
+    parts: list[Part] = []
+    with ProcessPoolExecutor(len(found) - 1, mp_context=context, initializer=worker_signals) as pool:
+        later = [pool.submit(_read_part, recipe, k, span, struct, lenient) for k, span in enumerate(found[1:], 1)]
+        parts.append(_read_part(recipe, 0, found[0], struct, lenient))
+        parts.extend(future.result() for future in later)
+    if any(part.whole for part in parts):
+        layout.discard_parts(recipe, len(parts))
+        return None
+    meta: dict[str, Any] = {}
+    notes: Counter[str] = Counter()
+    damage = None
+    for part in parts:
+        layout.absorb_part(part.index, part.layout)
+        reader.absorb(part.reader)
+        meta.update(part.meta)
+        notes.update(part.notes)
+        if part.damage is not None:  # a read of the whole file stops there
+            damage = part.damage
+            break
+    layout.intern_parts()
+    return meta, damage, notes
+
+
+def _read_part(recipe: dict, index: int, span: tuple[int, int | None], struct: type, lenient: type) -> Part:
+    """One part read into a layout and a reader of its own."""
+    layout = FileLayout.for_part(recipe, index)
+    reader = ChromeEvents(layout)
+    stream = EventStream(recipe["path"], struct, lenient, span)
+    part = Part(index)
+    try:
+        for batch in stream.batches():
+            reader.add_batch(batch, plain_text=stream.plain_text, bind_ids=stream.bind_ids)
+            layout.check_memory()
+    except NeedsExactTimes:
+        part.whole = "times too precise for floats"
+        return part
+    except SegmentCut as exc:
+        part.whole = str(exc)
+        return part
+    part.layout = layout.part_state()
+    part.reader = reader.part_state()
+    part.meta, part.notes, part.damage = stream.meta, stream.notes, stream.damage
+    return part
+
+
+__all__ = ["PART_MIN", "Part", "PlaceholderEncoder", "read_in_parts", "spans"]
