@@ -11,7 +11,9 @@ import argparse
 import random
 import time
 
-from tracemerge.writers.perfetto import _PACKET_KEYS, _varint, pack_packets
+import numpy as np
+
+from tracemerge.writers.perfetto import _PACKET_KEYS, _varint, pack_events
 
 HEAD = b"\x50\x02\x68\x02\x40"  # sequence id, flags, timestamp key
 
@@ -26,7 +28,8 @@ def per_packet(times: list[int], events: list[bytes]) -> bytes:
 
 
 def vectorised(times: list[int], events: list[bytes]) -> bytes:
-    return pack_packets(HEAD, times, events)
+    lengths = np.fromiter(map(len, events), np.int64, len(events))
+    return pack_events(HEAD, np.array(times, np.int64), [(lengths, b"".join(events))])
 
 
 def main() -> None:

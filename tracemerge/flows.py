@@ -223,7 +223,12 @@ def _id_keys(points: _Points) -> list[np.ndarray]:
     one int64 where they fit in it, else apart."""
     fid, kind, ns = (points.take(name, keep=True) for name in ("fid", "fid_kind", "ns"))
     if len(fid) and fid.min() >= 0 and fid.max() < 1 << 47 and ns.max() < 1 << 15:
-        return [(ns.astype(np.int64) << 48) | (kind.astype(np.int64) << 47) | fid]
+        key = ns.astype(np.int64)  # built in place: this is the largest moment of the numbering
+        key <<= 1
+        key |= kind
+        key <<= 47
+        key |= fid
+        return [key]
     return [fid, kind, ns]
 
 
@@ -273,24 +278,23 @@ class _Numbering:
 
     def number(self, points: _Points) -> None:
         """Every id's points, sorted by id: each pair of one start and one end numbered and
-        attached at once, every other id through :meth:`group` in its turn."""
-        # By namespace, id, time and phase; points tied in all four stay in the order of their
-        # threads (each thread's in file order).
-        order = np.lexsort([points.take("phase", keep=True), points.take("ts", keep=True), *_id_keys(points)])
-        phase, ts, fid, kind, ns, thread, target, t_start = (
-            points.take(name)[order]
-            for name in ("phase", "ts", "fid", "fid_kind", "ns", "thread", "target", "target_start")
-        )
-        t_negdur = points.take("target_negdur")[order] if "target_negdur" in points.parts else np.zeros(1, np.int64)
-        del order
-        n = len(ns)
-        new = np.ones(n, bool)
-        new[1:] = (ns[1:] != ns[:-1]) | (kind[1:] != kind[:-1]) | (fid[1:] != fid[:-1])
-        del fid, kind
+        attached at once, every other id through :meth:`group` in its turn (its points in time
+        order). Only the ids and phases are sorted; the rest is looked up through the order."""
+        keys = _id_keys(points)
+        order = np.argsort(keys[0], kind="stable") if len(keys) == 1 else np.lexsort(keys)
+        new = np.zeros(len(order), bool)
+        new[:1] = True
+        for key in keys:
+            ordered = key[order]
+            new[1:] |= ordered[1:] != ordered[:-1]
+        del keys, ordered
+        cols = {name: points.take(name) for name in list(points.parts)}
+        phase, ns, target = cols["phase"], cols["ns"], cols["target"]
+        n = len(order)
         firsts = np.flatnonzero(new)
         del new
         sizes = np.diff(np.append(firsts, n))
-        a, b = firsts, np.minimum(firsts + 1, n - 1)
+        a, b = order[firsts], order[np.minimum(firsts + 1, n - 1)]  # each id's first two points
         a_starts = (phase[a] == START) & (phase[b] == END)
         b_starts = (phase[b] == START) & (phase[a] == END)
         paired = (sizes == 2) & (a_starts | b_starts) & (target[a] >= 0) & (target[b] >= 0)
@@ -298,25 +302,26 @@ class _Numbering:
             paired[:] = False  # flows with an end the selection leaves out go through the chains
         for space in np.unique(ns).tolist():  # touched in order, as the point-wise numbering does
             self.counts_of(space)
-        extra = self._number_others(firsts, sizes, paired, (ns, ts, phase, thread, target, t_start, t_negdur))
-        del ts, phase
+        extra = self._number_others(firsts, sizes, paired, order, cols)
         src = np.where(a_starts, a, b)[paired]
         dst = np.where(a_starts, b, a)[paired]
-        del a, b, a_starts, b_starts
+        del a, b, a_starts, b_starts, order
+        t_start = cols["target_start"]
         drawn_back = t_start[dst] < t_start[src]  # host/device clock skew
         src, dst = np.where(drawn_back, dst, src), np.where(drawn_back, src, dst)
         self.result.reversed_flows += int(drawn_back.sum())
         ids = self.next_id + np.arange(1, len(src) + 1) + extra[paired]
-        for space, count in enumerate(np.bincount(ns[firsts[paired]]).tolist()):
+        for space, count in enumerate(np.bincount(ns[src]).tolist()):
             if count:
                 read, written = self.counts_of(space)
                 read.flows += count
                 written.flows += count
+        thread = cols["thread"]
         for ends, phase_there in ((src, START), (dst, END)):
             self.columns.append((thread[ends], target[ends], ids, np.full(len(ends), phase_there, np.int8)))
 
     def _number_others(
-        self, firsts: np.ndarray, sizes: np.ndarray, paired: np.ndarray, cols: tuple[np.ndarray, ...]
+        self, firsts: np.ndarray, sizes: np.ndarray, paired: np.ndarray, order: np.ndarray, cols: dict
     ) -> np.ndarray:
         """Runs every id that is not a simple pair through :meth:`group`, in order, each numbered
         after the pairs and others before it; returns, per id, how many flow ids the others
@@ -325,22 +330,27 @@ class _Numbering:
         pairs_before = np.cumsum(paired) - paired
         took = np.zeros(len(firsts), np.int64)
         taken = 0
+        names = ("ns", "ts", "phase", "thread", "target", "target_start")
         for g in np.flatnonzero(~paired).tolist():
             self.next_id = base + int(pairs_before[g]) + taken
-            lo, hi = int(firsts[g]), int(firsts[g] + sizes[g])
-            ns, ts, phase, thread, target, t_start = (c[lo:hi].tolist() for c in cols[:6])
-            negdurs = cols[6][lo:hi].tolist() if len(cols[6]) > 1 else [0] * (hi - lo)
-            records = [
+            rows = order[int(firsts[g]) : int(firsts[g] + sizes[g])]
+            ns, ts, phase, thread, target, t_start = (cols[name][rows].tolist() for name in names)
+            negdurs = cols["target_negdur"][rows].tolist() if "target_negdur" in cols else [0] * len(rows)
+            # In time order, then phase; points tied in both stay in the order of their threads.
+            records = sorted(
                 (
-                    ns[i],
-                    ts[i],
-                    phase[i],
-                    lo + i,
-                    thread[i],
-                    (t_start[i], negdurs[i], SLICE, target[i]) if target[i] >= 0 else None,
-                )
-                for i in range(hi - lo)
-            ]
+                    (
+                        ns[i],
+                        ts[i],
+                        phase[i],
+                        i,
+                        thread[i],
+                        (t_start[i], negdurs[i], SLICE, target[i]) if target[i] >= 0 else None,
+                    )
+                    for i in range(len(rows))
+                ),
+                key=_time_and_phase,
+            )
             self.group(ns[0], records)
             took[g] = self.next_id - base - int(pairs_before[g]) - taken
             taken += int(took[g])
@@ -403,6 +413,10 @@ class _Numbering:
             found[self.threads[n]] = Attachments(target[order], ids[order], phases[order])
             del parts[:]
         return found
+
+
+def _time_and_phase(record: tuple) -> tuple[int, int, int]:
+    return record[1], record[2], record[3]
 
 
 def _slice_start(target: tuple) -> int:

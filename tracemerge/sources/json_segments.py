@@ -95,11 +95,10 @@ def read_in_parts(
     if recipe is None:
         return None
     context = multiprocessing.get_context("fork")  # the parts start from this process's state
-    parts: list[Part] = []
-    with ProcessPoolExecutor(len(found) - 1, mp_context=context, initializer=worker_signals) as pool:
-        later = [pool.submit(_read_part, recipe, k, span, struct, lenient) for k, span in enumerate(found[1:], 1)]
-        parts.append(_read_part(recipe, 0, found[0], struct, lenient))
-        parts.extend(future.result() for future in later)
+    # Every part in a process of its own, the first too: this one keeps nothing of reading.
+    with ProcessPoolExecutor(len(found), mp_context=context, initializer=worker_signals) as pool:
+        futures = [pool.submit(_read_part, recipe, k, span, struct, lenient) for k, span in enumerate(found)]
+        parts = [future.result() for future in futures]
     if any(part.whole for part in parts):
         layout.discard_parts(recipe, len(parts))
         return None
