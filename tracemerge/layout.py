@@ -520,7 +520,7 @@ class FileLayout:
         if self.store.size or self._parts:  # too large to hold: what is still held goes too, to make room
             self.check_memory(0)
         attached = bind_flows(self, ident, result, flow_id_base, times)
-        busiest = max(self.entries.items(), key=lambda item: item[1].total, default=None)
+        busiest = max(self.threads_in_order(self.entries), key=lambda item: item[1].total, default=None)
         if busiest is not None and busiest[1].total:
             (origin, thread), _ = busiest
             self.enc.default_track(tracks.thread(ident(origin), thread).uuid)
@@ -559,16 +559,11 @@ class FileLayout:
         result.ts_max = hi
         return result
 
-    def _span(self, entries: ThreadEntries) -> tuple[int, int]:
+    @staticmethod
+    def _span(entries: ThreadEntries) -> tuple[int, int]:
         """The earliest start and the latest end of a thread's entries."""
-        lo, hi = None, None
-        for block in entries.sealed():
-            cols = block.columns(self.store)
-            first, last = int(cols["starts"].min()), int((cols["starts"] - cols["negdurs"]).max())
-            lo = first if lo is None else min(lo, first)
-            hi = last if hi is None else max(hi, last)
-        assert lo is not None and hi is not None
-        return lo, hi
+        blocks = [block for block in entries.sealed() if block.n]
+        return min(block.lo for block in blocks), max(block.hi for block in blocks)
 
     def _summary(self, ident: Callable[[OriginKey], Identity], result: LayoutResult) -> LayoutResult:
         """The tracks and the time range, without laying anything out."""

@@ -56,7 +56,7 @@ def add_columns(reader: ChromeEvents, batch: list, origin: OriginKey, plain_text
     if left:
         # An event left to the per-event path goes after its thread's rows before it, and takes
         # the ordinal of its place (the rows of other threads go whenever: they do not mind).
-        threads = reader.thread_indexes([batch[i].pid for i in left], [batch[i].tid for i in left])
+        threads = reader.thread_indexes([(batch[i].pid, batch[i].tid) for i in left])
         for at, thread in zip(left, threads.tolist(), strict=True):
             slices.hand_over(thread, at, base, origin)
             points.hand_over(thread, at, base, origin)
@@ -155,14 +155,15 @@ class _Slices(_Rows):
             return
         starts = _micros([e.ts for e in xs], n)
         lengths = _micros([e.dur for e in xs], n)
-        names, cats = [e.name for e in xs], [e.cat for e in xs]
+        pairs = [(e.name, e.cat) for e in xs]
         layout = reader.layout
-        prefixes = list(map(layout.prefixes.get, zip(names, cats, strict=True)))
+        prefixes = list(map(layout.prefixes.get, pairs))
         if None in prefixes:
             missing = _none_at(prefixes, n)
-            if not all(map(layout.tag, itertools.compress(names, missing))):  # a name seen first
+            if not all(layout.tag(name) for name, _ in itertools.compress(pairs, missing)):  # a name seen first
                 _intern_in_order(reader, batch, phs, at[missing])
-                prefixes = list(map(layout.prefixes.get, zip(names, cats, strict=True)))
+                prefixes = list(map(layout.prefixes.get, pairs))
+        del pairs
         if starts is None or lengths is None:
             return
         odd = (starts == _INEXACT) | (lengths == _INEXACT) | (lengths < 0)
@@ -181,7 +182,7 @@ class _Slices(_Rows):
             prefixes = list(pick(prefixes))
             n = len(xs)
         self.at, self.starts, self.negdurs = at, starts, -lengths
-        self.threads = reader.thread_indexes([e.pid for e in xs], [e.tid for e in xs])
+        self.threads = reader.thread_indexes([(e.pid, e.tid) for e in xs])
         reader.note_devices(self.threads, prefixes)
         args = [e.args for e in xs]
         sizes = np.fromiter(map(len, args), np.int64, n)
@@ -192,7 +193,7 @@ class _Slices(_Rows):
             if empty.any():  # "{}" or none: no annotation
                 for i in np.flatnonzero(empty).tolist():
                     fields[i] = args[i] = b""
-            field_sizes = np.fromiter(map(len, fields), np.int64, n) + np.where(empty, 0, sizes)
+            field_sizes = np.where(empty, 0, reader.head_sizes(heads)[sizes] + sizes)
         else:
             encode = layout.enc.args
             fields = [encode(bytes(a)) if len(a) > 2 else b"" for a in args]
@@ -260,7 +261,7 @@ class _Points(_Rows):
             fs, at, ts, fids, phs = list(pick(fs)), at[keep], ts[keep], fids[keep], list(pick(phs))
             n = len(fs)
         keys = reader.layout.point_keys
-        pairs = list(map(keys.pairs.get, zip([e.cat for e in fs], [e.name for e in fs], strict=True)))
+        pairs = list(map(keys.pairs.get, [(e.cat, e.name) for e in fs]))
         if None in pairs:
             pairs = [keys.pair(e.cat, e.name) for e in fs]
         self.at, self.ts, self.fids = at, ts, fids
@@ -272,7 +273,7 @@ class _Points(_Rows):
             self.bind_next = (ends & loose).astype(np.int8)
         else:
             self.bind_next = np.zeros(n, np.int8)
-        self.threads = reader.thread_indexes([e.pid for e in fs], [e.tid for e in fs])
+        self.threads = reader.thread_indexes([(e.pid, e.tid) for e in fs])
 
     def emit(self, thread: Any, rows: np.ndarray, base: int, origin: OriginKey) -> None:
         """Some of one thread's rows, in order, their ordinals ``base`` + position."""

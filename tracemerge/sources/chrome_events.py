@@ -172,6 +172,7 @@ class ChromeEvents:
         # The ids of the cached prefixes of device categories' pairs (as of that many cached).
         self._device_prefixes: set[int] = set()
         self._device_prefixes_of = -1
+        self._head_sizes: np.ndarray | None = None
 
     def add_batch(
         self, batch: list, origin: OriginKey = NO_ORIGIN, plain_text: bool = False, bind_ids: bool = True
@@ -188,21 +189,28 @@ class ChromeEvents:
         elif batch:
             self.add_each(batch, origin, plain_text)
 
-    def thread_indexes(self, pids: list, tids: list) -> np.ndarray:
+    def thread_indexes(self, keys: list[tuple]) -> np.ndarray:
         """Each (pid, tid) as decoded, as an index into :attr:`thread_keys`."""
         try:
-            return np.fromiter(map(self._thread_index.get, zip(pids, tids, strict=True)), np.int32, len(pids))
+            return np.fromiter(map(self._thread_index.get, keys), np.int32, len(keys))
         except TypeError:  # a thread met for the first time
-            return np.fromiter(map(self._thread_of, pids, tids), np.int32, len(pids))
+            return np.fromiter(map(self._thread_of, keys), np.int32, len(keys))
 
-    def _thread_of(self, pid: Any, tid: Any) -> int:
-        found = self._thread_index.get((pid, tid))
+    def _thread_of(self, key: tuple) -> int:
+        found = self._thread_index.get(key)
         if found is None:
+            pid, tid = key
             thread = (_hashable(pid), _hashable(tid))
             self.threads_seen.add(thread)
-            found = self._thread_index[(pid, tid)] = len(self.thread_keys)
+            found = self._thread_index[key] = len(self.thread_keys)
             self.thread_keys.append(thread)
         return found
+
+    def head_sizes(self, heads: tuple[bytes, ...]) -> np.ndarray:
+        """The length of each of an encoder's args heads (see Encoder.args_heads)."""
+        if self._head_sizes is None:
+            self._head_sizes = np.fromiter(map(len, heads), np.int64, len(heads))
+        return self._head_sizes
 
     def note_devices(self, threads: np.ndarray, prefixes: list[bytes]) -> None:
         """Pids that hold events of device categories are devices (``prefixes``: each event's
