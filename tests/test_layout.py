@@ -144,6 +144,7 @@ def test_every_slice_lands_where_a_plain_walk_puts_it(tmp_path: Path, monkeypatc
     (run / "rank0.pt.trace.json").write_text(json.dumps(trace))
     monkeypatch.setattr(entries, "SEAL_AT", 3)
     monkeypatch.setattr(entries, "JOIN_TO", 4)
+    monkeypatch.setattr(entries, "JOIN_FROM", 3)
     monkeypatch.setattr(layout, "BATCH", 5)
     # Worked out whole, and in runs of a couple of entries where the thread cuts apart in time;
     # each read back as trace_processor reads it, then spilled at budgets that hold a few events,

@@ -22,8 +22,9 @@ from tracemerge.spill import RunStore
 
 # Tuples gathered on a thread before they are sealed into a block (fewer: at the next spill).
 SEAL_AT = 4096
-# Rows of blocks held in memory joined into one (so that the walk hands them on in large batches).
-JOIN_TO = 1 << 16
+# Blocks held in memory of fewer rows than JOIN_FROM are joined, up to JOIN_TO rows (so that
+# the walk hands them on in large batches).
+JOIN_FROM, JOIN_TO = 1 << 12, 1 << 16
 # Rows a thread is worked out in at least, when it cuts apart in time (see ThreadEntries.chunks).
 CHUNK = 1 << 18
 
@@ -200,26 +201,22 @@ class _Columnar(list):
         return self.blocks
 
     def _coalesce(self) -> None:
-        """Joins each run of blocks held in memory into blocks of about JOIN_TO rows."""
-        if sum(block.cols is not None for block in self.blocks) < 2:
+        """Joins each run of small blocks held in memory (fewer than JOIN_FROM rows each) into
+        blocks of up to JOIN_TO rows; larger ones are handed on as they are."""
+        if sum(block.cols is not None and block.n < JOIN_FROM for block in self.blocks) < 2:
             return
         joined: list[Block] = []
         run: list[Block] = []
         size = 0
         for block in [*self.blocks, None]:
-            joins = run and block is not None and block.prefixes is run[0].prefixes
-            if block is not None and block.cols is not None and size + block.n <= JOIN_TO and (joins or not run):
+            small = block is not None and block.cols is not None and block.n < JOIN_FROM
+            if small and size + block.n <= JOIN_TO and (not run or block.prefixes is run[0].prefixes):
                 run.append(block)
                 size += block.n
                 continue
-            if len(run) > 1:
-                joined.append(_joined(run))
-            else:
-                joined.extend(run)
-            run, size = [], 0
-            if block is not None and block.cols is not None:
-                run, size = [block], block.n
-            elif block is not None:
+            joined.extend([_joined(run)] if len(run) > 1 else run)
+            run, size = ([block], block.n) if small else ([], 0)
+            if block is not None and not small:
                 joined.append(block)
         self.blocks = joined
 
