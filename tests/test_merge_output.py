@@ -164,7 +164,7 @@ def test_a_pool_starts_the_largest_file_first_and_yields_in_the_jobs_order(tmp_p
 
 @pytest.mark.parametrize("ext", [".pftrace", ".json"])
 def test_spilling_to_disk_writes_the_same_bytes(tmp_path: Path, ext: str, monkeypatch) -> None:
-    """A file whose events exceed the memory budget is laid out from sorted runs on disk:
+    """A file whose events exceed the memory budget is laid out from blocks spilled to disk:
     with small read batches and a budget of a few events, every fixture spills into many runs,
     and the output is byte for byte the in-memory one."""
     inputs = [FIXTURES / "rl_run", FIXTURES / "kineto_gpu", FIXTURES / "edge_cases", FIXTURES / "precision"]

@@ -300,7 +300,7 @@ class _Numbering:
         paired = (sizes == 2) & (a_starts | b_starts) & (target[a] >= 0) & (target[b] >= 0)
         if self.times is not None:
             paired[:] = False  # flows with an end the selection leaves out go through the chains
-        for space in np.unique(ns).tolist():  # touched in order, as the point-wise numbering does
+        for space in np.unique(ns).tolist():  # each namespace's counts made in order
             self.counts_of(space)
         extra = self._number_others(firsts, sizes, paired, order, cols)
         src = np.where(a_starts, a, b)[paired]

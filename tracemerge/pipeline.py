@@ -79,8 +79,8 @@ def merge(
     ``executor`` (:mod:`tracemerge.executors`, e.g. a ``RayExecutor``) replaces them when given.
     ``split_by`` (``"role"``, ``"host"`` or ``"step-window"``) writes one trace per group beside
     ``output`` and an index of them instead of ``output`` itself (:mod:`tracemerge.split`).
-    ``memory_budget`` is how many events a file's layout holds in memory before it spills sorted
-    runs to a temporary file beside the output (about 200 bytes each). ``selection`` says which
+    ``memory_budget`` is how many events a file's layout holds in memory before it spills them to
+    a temporary file beside the output (about 100 bytes each). ``selection`` says which
     processes, time window and slice durations to keep (everything by default). ``clocks`` says
     how files are placed on one timeline (:mod:`tracemerge.clock`: automatic by default);
     ``phase_rules`` which phase rules derive the Phases and Pipeline tracks, and which steps to keep.
