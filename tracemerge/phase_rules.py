@@ -33,6 +33,7 @@ class Rule:
     pattern: re.Pattern[str]
     phase: str | None  # None: the event's own name
     role: str | None = None
+    exact: str | None = None  # the one name the pattern matches, when it is written as that name
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class Preset:
 
 
 def _exact(names: dict[str, str], role: str | None = None) -> tuple[Rule, ...]:
-    return tuple(Rule(re.compile(f"^{re.escape(name)}$"), phase, role) for name, phase in names.items())
+    return tuple(Rule(re.compile(f"^{re.escape(name)}$"), phase, role, name) for name, phase in names.items())
 
 
 VERL = Preset(
@@ -173,22 +174,43 @@ class PhaseRules:
 
     def __init__(self, presets: Iterable[Preset]) -> None:
         self.presets = tuple(presets)
+        self._first = [(p.name, _FirstMatch(p.phases), _FirstMatch(p.steps)) for p in self.presets]
 
     def __call__(self, name: str) -> tuple[str, ...]:
         tags = []
         found = TORCH_STEP.match(name)
         if found:
             tags.append(step_tag("torch", found.group(1)))
-        for preset in self.presets:
-            for rule in preset.phases:
-                if rule.pattern.search(name):
-                    tags.append(phase_tag(preset.name, (rule.phase or name) + _role_suffix(rule.role)))
-                    break
-            for rule in preset.steps:
-                if rule.pattern.search(name):
-                    tags.append(step_tag(preset.name, _role_suffix(rule.role)))
-                    break
+        for preset, phases, steps in self._first:
+            rule = phases(name)
+            if rule is not None:
+                tags.append(phase_tag(preset, (rule.phase or name) + _role_suffix(rule.role)))
+            rule = steps(name)
+            if rule is not None:
+                tags.append(step_tag(preset, _role_suffix(rule.role)))
         return tuple(tags)
+
+
+class _FirstMatch:
+    """The first of ``rules`` whose pattern is found in a name: the rules written as one exact
+    name are looked up (most names match no rule, and every rule used to be searched)."""
+
+    def __init__(self, rules: tuple[Rule, ...]) -> None:
+        self.rules = rules
+        self.exact: dict[str, int] = {}
+        for n, rule in enumerate(rules):
+            if rule.exact is not None:
+                self.exact.setdefault(rule.exact, n)
+        self.searched = [(n, rule.pattern) for n, rule in enumerate(rules) if rule.exact is None]
+
+    def __call__(self, name: str) -> Rule | None:
+        first = self.exact.get(name, len(self.rules))
+        for n, pattern in self.searched:
+            if n > first:
+                break
+            if pattern.search(name):
+                return self.rules[n]
+        return self.rules[first] if first < len(self.rules) else None
 
 
 def _role_suffix(role: str | None) -> str:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 _FLOW_CODES = {"s": 0, "t": 1, "f": 2}
 _INSTANTS = frozenset({"i", "I", "R"})
+_INTS = {int}  # the types of a column of ids that are all integers (bool is not)
 _LIMIT = FLOAT_EXACT_LIMIT_US
 _INEXACT = np.int64(-(1 << 63))
 # A batch with more events left to the per-event path than one in this many goes that way whole.
@@ -162,7 +163,9 @@ class _Slices(_Rows):
             missing = _none_at(prefixes, n)
             if not all(layout.tag(name) for name, _ in itertools.compress(pairs, missing)):  # a name seen first
                 _intern_in_order(reader, batch, phs, at[missing])
-                prefixes = list(map(layout.prefixes.get, pairs))
+                cached = layout.prefixes.get
+                for row in np.flatnonzero(missing).tolist():
+                    prefixes[row] = cached(pairs[row])
         del pairs
         if starts is None or lengths is None:
             return
@@ -245,7 +248,7 @@ class _Points(_Rows):
             return
         ts = _micros([e.ts for e in fs], n)
         ids = [e.id for e in fs]
-        if ts is None or not all(map(_is_int, ids)):
+        if ts is None or set(map(type, ids)) != _INTS:
             return
         try:
             fids = np.fromiter(ids, np.int64, n)
@@ -287,7 +290,3 @@ class _Points(_Rows):
             "fid_kinds": np.zeros(len(rows), np.int8),
         }
         self.reader.layout.points[(origin, thread)].add_block(Block(POINT_SCHEMA, cols))
-
-
-def _is_int(value: Any) -> bool:
-    return type(value) is int

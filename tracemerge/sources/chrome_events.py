@@ -9,6 +9,7 @@ Timestamps become integer nanoseconds of the file's own clock.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -171,7 +172,8 @@ class ChromeEvents:
         self.thread_keys: list[ThreadKey] = []
         # The ids of the cached prefixes of device categories' pairs (as of that many cached).
         self._device_prefixes: set[int] = set()
-        self._device_prefixes_of = -1
+        self._device_prefixes_of = 0
+        self._device_cache: dict | None = None
         self._head_sizes: np.ndarray | None = None
 
     def add_batch(
@@ -216,14 +218,18 @@ class ChromeEvents:
         """Pids that hold events of device categories are devices (``prefixes``: each event's
         encoded name and category, one object per pair as the layout caches them)."""
         cached = self.layout.prefixes
-        if len(cached) != self._device_prefixes_of:
-            self._device_prefixes = {id(p) for (_, cat), p in cached.items() if cat in DEVICE_CATEGORIES}
+        seen = self._device_prefixes_of
+        if cached is not self._device_cache or len(cached) < seen:
+            self._device_cache, self._device_prefixes, seen = cached, set(), 0
+        if len(cached) > seen:  # the cache only grows: look at the pairs added since
+            added = itertools.islice(cached.items(), seen, None)
+            self._device_prefixes.update(id(p) for (_, cat), p in added if cat in DEVICE_CATEGORIES)
             self._device_prefixes_of = len(cached)
         if not self._device_prefixes:
             return
         on_device = np.fromiter(map(self._device_prefixes.__contains__, map(id, prefixes)), bool, len(prefixes))
         if on_device.any():
-            for n in np.unique(threads[on_device]).tolist():
+            for n in np.flatnonzero(np.bincount(threads[on_device])).tolist():
                 self.device_pids.add(self.thread_keys[n][0])
 
     def add_each(self, batch: list, origin: OriginKey = NO_ORIGIN, plain_text: bool = False) -> None:
