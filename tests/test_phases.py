@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from tracemerge import cli
 from tracemerge.phase_rules import PRESETS, PhaseOptions, load_rules, resolve
 from tracemerge.pipeline import merge
+from tracemerge.sources import chrome_events
 
 PHASES = FIXTURES / "phases"
 READERS = {".pftrace": read_pftrace, ".json": read_chrome_json}
@@ -129,6 +130,27 @@ def test_genuine_torch_actors_steps_and_phases(tmp_path: Path, ext: str) -> None
         assert args["slowest_rank"] == max(durations, key=lambda r: (durations[r], -r))
         assert args["ranks"] == 2
     assert len(pipeline) == 9  # 3 steps x 3 phases
+
+
+def test_steps_and_phases_read_as_columns_are_those_read_one_by_one(tmp_path: Path, monkeypatch) -> None:
+    """Slices named as evidence (ProfilerStep#N, verl annotations) inside typed batches are noted
+    as their rows are handed over: the same trace and accounting as the per-event path gives."""
+    batched: list[int] = []  # per typed batch read as columns, its ProfilerStep slices
+    as_columns = chrome_events.add_columns
+
+    def counted(reader, batch: list, *args) -> None:
+        batched.append(sum(e.name.startswith("ProfilerStep#") for e in batch))
+        as_columns(reader, batch, *args)
+
+    monkeypatch.setattr(chrome_events, "add_columns", counted)
+    column = merge([PHASES], tmp_path / "columns.pftrace", jobs=1)
+    assert batched == [3, 3]  # each torch trace in one batch
+    monkeypatch.setattr(chrome_events, "_COLUMNS_FROM", 1 << 40)
+    each = merge([PHASES], tmp_path / "each.pftrace", jobs=1)
+    assert batched == [3, 3]
+    assert [len(p["steps"]) for p in column.phases["processes"]] == [3, 3, 3]
+    assert column.phases == each.phases
+    assert (tmp_path / "columns.pftrace").read_bytes() == (tmp_path / "each.pftrace").read_bytes()
 
 
 @pytest.mark.parametrize("run", ["rl_run", "phases", "clock/areal"])

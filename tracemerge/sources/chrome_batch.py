@@ -4,9 +4,10 @@
 Complete (``X``) events and flow points of a decoded batch are taken a field at a time (one
 list comprehension per field, times checked and converted in numpy, names looked up through the
 layout's cache), grouped by thread with one stable sort, and handed to the layout as blocks of
-columns (:mod:`tracemerge.entries`): no Python object per event beyond what decoding made. What
-this path does not take (other phases, a time or id of another type, a name watched as clock
-evidence) goes through the per-event path, which keeps or counts it as it always does.
+columns (:mod:`tracemerge.entries`): no Python object per event beyond what decoding made; a
+slice whose name is watched as evidence is noted as its rows are handed over. What this path
+does not take (other phases, a time or id of another type) goes through the per-event path,
+which keeps or counts it as it always does.
 
 A batch's ordinals are given out in one go, one per event by position. An event left to the
 per-event path takes its own, and goes after the rows of its thread before it: each thread's
@@ -145,6 +146,9 @@ class _Rows:
 class _Slices(_Rows):
     """The batch's complete events."""
 
+    watched: np.ndarray | None = None  # per row, whether its name is watched as evidence
+    xs: list
+
     def __init__(self, reader: ChromeEvents, batch: list, phs: list, plain_text: bool, bind_ids: bool) -> None:
         self.reader = reader
         is_x = list(map(eq, phs, itertools.repeat("X")))
@@ -159,13 +163,18 @@ class _Slices(_Rows):
         pairs = [(e.name, e.cat) for e in xs]
         layout = reader.layout
         prefixes = list(map(layout.prefixes.get, pairs))
+        watched: np.ndarray | None = None  # rows named as clock or phase evidence: noted when emitted
         if None in prefixes:
             missing = _none_at(prefixes, n)
-            if not all(layout.tag(name) for name, _ in itertools.compress(pairs, missing)):  # a name seen first
-                _intern_in_order(reader, batch, phs, at[missing])
-                cached = layout.prefixes.get
-                for row in np.flatnonzero(missing).tolist():
-                    prefixes[row] = cached(pairs[row])
+            _intern_in_order(reader, batch, phs, at[missing])
+            cached, prefix = layout.prefixes.get, layout.prefix
+            watched = np.zeros(n, bool)
+            for row in np.flatnonzero(missing).tolist():
+                found = cached(pairs[row])
+                if found is None:  # a watched name's encoding is not cached
+                    found = prefix(*pairs[row])
+                    watched[row] = True
+                prefixes[row] = found
         del pairs
         if starts is None or lengths is None:
             return
@@ -174,8 +183,6 @@ class _Slices(_Rows):
             binds = [e.bind_id for e in xs]
             if binds.count(None) != n:
                 odd |= ~_none_at(binds, n)
-        if None in prefixes:  # a name watched as evidence: the per-event path notes it
-            odd |= _none_at(prefixes, n)
         if odd.any():
             keep = np.flatnonzero(~odd)
             if not len(keep):
@@ -183,10 +190,16 @@ class _Slices(_Rows):
             pick = _picker(keep)
             xs, at, starts, lengths = list(pick(xs)), at[keep], starts[keep], lengths[keep]
             prefixes = list(pick(prefixes))
+            if watched is not None:
+                watched = watched[keep]
             n = len(xs)
         self.at, self.starts, self.negdurs = at, starts, -lengths
         self.threads = reader.thread_indexes([(e.pid, e.tid) for e in xs])
         reader.note_devices(self.threads, prefixes)
+        if watched is not None and watched.any():
+            self.watched, self.xs = watched, xs
+            rows = np.flatnonzero(watched)
+            reader.note_device_rows(self.threads[rows], [xs[row].cat for row in rows.tolist()])
         args = [e.args for e in xs]
         sizes = np.fromiter(map(len, args), np.int64, n)
         heads = layout.enc.args_heads
@@ -218,7 +231,12 @@ class _Slices(_Rows):
             "lengths": self.body_sizes[rows],
             "kinds": np.zeros(len(rows), np.int8),
         }
-        self.reader.layout.add_entries(origin, thread, Block(ENTRY_SCHEMA, cols, bodies))
+        layout = self.reader.layout
+        layout.add_entries(origin, thread, Block(ENTRY_SCHEMA, cols, bodies))
+        if self.watched is not None:
+            for row in rows[self.watched[rows]].tolist():
+                length = -int(self.negdurs[row])
+                layout.note(self.xs[row].name, origin, thread, int(self.starts[row]), length)
 
 
 def _intern_in_order(reader: ChromeEvents, batch: list, phs: list, missing: np.ndarray) -> None:

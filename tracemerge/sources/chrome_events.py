@@ -232,6 +232,12 @@ class ChromeEvents:
             for n in np.flatnonzero(np.bincount(threads[on_device])).tolist():
                 self.device_pids.add(self.thread_keys[n][0])
 
+    def note_device_rows(self, threads: np.ndarray, cats: list[str]) -> None:
+        """Pids of rows whose category (one each) is a device category are devices."""
+        for n, cat in zip(threads.tolist(), cats, strict=True):
+            if cat in DEVICE_CATEGORIES:
+                self.device_pids.add(self.thread_keys[n][0])
+
     def add_each(self, batch: list, origin: OriginKey = NO_ORIGIN, plain_text: bool = False) -> None:
         """Events one by one: complete events and flow points inline, every other phase through
         :meth:`add`."""
