@@ -129,6 +129,14 @@ def _events(seed: int) -> list[dict]:
     return events
 
 
+def _merged_whole_and_in_parts(run: Path, tmp_path: Path) -> tuple:
+    """``run`` merged by one process and by four: the same bytes. Returns the two reports."""
+    whole = merge([run], tmp_path / "whole.pftrace", jobs=1)
+    parts = merge([run], tmp_path / "parts.pftrace", jobs=4)
+    assert (tmp_path / "parts.pftrace").read_bytes() == (tmp_path / "whole.pftrace").read_bytes()
+    return whole, parts
+
+
 def _write(path: Path, events: list[dict], tail: str = "") -> None:
     lines = ",\n".join(json.dumps(e) for e in events)
     path.write_text('{"traceEvents": [\n' + lines + '\n], "baseTimeNanoseconds": 1700000000000000000' + tail + "}\n")
@@ -159,10 +167,8 @@ def test_a_cut_file_read_in_parts_loses_what_one_read_loses(tmp_path: Path, smal
     text = src.read_bytes()
     at = text.index(b",\n", len(text) * 3 // 8) + 2  # between two events, away from the cuts
     src.write_bytes(text[:at] + b'{"ph": "X", "name": oops},\n' + text[at:])
-    whole = merge([run], tmp_path / "whole.pftrace", jobs=1)
-    parts = merge([run], tmp_path / "parts.pftrace", jobs=4)
+    whole, parts = _merged_whole_and_in_parts(run, tmp_path)
     assert small_parts == [True]
-    assert (tmp_path / "parts.pftrace").read_bytes() == (tmp_path / "whole.pftrace").read_bytes()
     [lost] = [reason for reason in whole.dropped if "events after it are lost" in reason]
     assert parts.dropped == whole.dropped and lost.count(":") >= 3  # named by line and column
 
@@ -175,10 +181,8 @@ def test_a_cut_inside_a_string_reads_the_file_whole(tmp_path: Path, small_parts:
     trap = "}, {" * 3000
     events = [{"ph": "X", "name": "big", "pid": 1, "tid": 1, "ts": n, "dur": 1, "args": {"s": trap}} for n in range(4)]
     _write(run / "rank0.pt.trace.json", events)
-    merge([run], tmp_path / "whole.pftrace", jobs=1)
-    merge([run], tmp_path / "parts.pftrace", jobs=4)
+    _merged_whole_and_in_parts(run, tmp_path)
     assert small_parts == [False]
-    assert (tmp_path / "parts.pftrace").read_bytes() == (tmp_path / "whole.pftrace").read_bytes()
 
 
 def test_times_too_precise_for_floats_read_the_file_whole(tmp_path: Path, small_parts: list) -> None:
@@ -197,10 +201,8 @@ def test_times_too_precise_for_floats_read_the_file_whole(tmp_path: Path, small_
         for n in range(60)
     ]
     (run / "rank0.json").write_text(json.dumps({"traceEvents": events}))
-    merge([run], tmp_path / "whole.pftrace", jobs=1)
-    merge([run], tmp_path / "parts.pftrace", jobs=4)
+    _merged_whole_and_in_parts(run, tmp_path)
     assert small_parts == [False]
-    assert (tmp_path / "parts.pftrace").read_bytes() == (tmp_path / "whole.pftrace").read_bytes()
 
 
 def test_a_gzipped_file_is_read_whole(tmp_path: Path, small_parts: list) -> None:

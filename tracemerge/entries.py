@@ -279,7 +279,7 @@ class ThreadEntries(_Columnar):
         blocks = self.sealed()
         total = sum(block.n for block in blocks)
         if total <= CHUNK:
-            return [(0, total, self._earliest(store))] if total else []
+            return [(0, total, self.span()[0])] if total else []
         # The earliest start from each row on (read backwards), then the latest end before it.
         after = np.empty(total, np.int64)
         end = total
@@ -311,13 +311,15 @@ class ThreadEntries(_Columnar):
         runs.append((lo, total, int(after[lo])))
         return runs
 
-    def _earliest(self, store: RunStore) -> int:
-        return min(block.lo for block in self.sealed())
+    def span(self) -> tuple[int, int]:
+        """The earliest start and the latest end of the entries (there must be some)."""
+        blocks = [block for block in self.sealed() if block.n]
+        return min(block.lo for block in blocks), max(block.hi for block in blocks)
 
 
 def entry_block(items: list[tuple]) -> Block:
     n = len(items)
-    bodies = list(map(_body, items))
+    bodies = list(map(_fifth, items))
     cols = {
         "starts": np.fromiter(map(_first, items), np.int64, n),
         "negdurs": np.fromiter(map(_second, items), np.int64, n),
@@ -403,6 +405,19 @@ def ranks(counts: np.ndarray) -> np.ndarray:
     return np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
 
 
+def byte_table(items: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Byte strings as one table: their bytes joined, where each begins and how long each is (item
+    ``k`` of some positions is then ``gathered(blob, begins[k], lengths[k])``)."""
+    lengths = np.fromiter(map(len, items), np.int64, len(items))
+    return np.frombuffer(b"".join(items), np.uint8), np.cumsum(lengths) - lengths, lengths
+
+
+def equal_runs(values: np.ndarray) -> list[tuple[int, int]]:
+    """The (first, end) positions of each run of equal values (``values`` sorted or grouped)."""
+    cuts = (np.flatnonzero(values[1:] != values[:-1]) + 1).tolist()
+    return list(zip([0, *cuts], [*cuts, len(values)], strict=True)) if len(values) else []
+
+
 def gathered(data: bytes | np.ndarray, begins: np.ndarray, lengths: np.ndarray) -> bytes:
     """The byte ranges [begin, begin + length) of ``data``, joined."""
     total = int(lengths.sum())
@@ -414,7 +429,6 @@ def gathered(data: bytes | np.ndarray, begins: np.ndarray, lengths: np.ndarray) 
 
 
 _first, _second, _third, _fourth, _fifth = (itemgetter(i) for i in range(5))
-_body = itemgetter(4)
 
 
 def interleaved(sizes: list[np.ndarray], parts: list[np.ndarray | bytes]) -> np.ndarray:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tracemerge.entries import PointKeys, ThreadEntries
+from tracemerge.entries import PointKeys, ThreadEntries, equal_runs
 from tracemerge.flow_targets import targets
 from tracemerge.model import FlowPhase, Identity, OriginKey, ThreadKey
 from tracemerge.nesting import SLICE, overlapping, parents, walk_order
@@ -394,10 +394,8 @@ class _Numbering:
         for thread, target, ids, phases in self.columns:
             order = np.argsort(thread, kind="stable")
             thread, target, ids, phases = thread[order], target[order], ids[order], phases[order]
-            cuts = np.flatnonzero(np.diff(thread)) + 1
-            for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(thread)], strict=True):
-                if lo < hi:
-                    per_thread[int(thread[lo])].append((target[lo:hi], ids[lo:hi], phases[lo:hi]))
+            for lo, hi in equal_runs(thread):
+                per_thread[int(thread[lo])].append((target[lo:hi], ids[lo:hi], phases[lo:hi]))
         index = {key: n for n, key in enumerate(self.threads)}
         for key, singles in self.singles.items():
             columns = np.array(singles, np.int64).reshape(-1, 3).T

@@ -36,6 +36,7 @@ from tracemerge.entries import (
     PointKeys,
     ThreadEntries,
     ThreadPoints,
+    byte_table,
     gathered,
     ranks,
     with_prefixes,
@@ -180,8 +181,8 @@ class FileLayout:
         self.metrics_map = metrics_map  # where metric series go (metric sources read it)
         self.budget = budget
         self.store = RunStore(spill_dir, store_path)
-        # Encoded names, cached; names ``watch`` tags as clock evidence are never cached, so
-        # that every source meets them on its slow path and notes them (see :meth:`note`).
+        # Encoded names, cached; names ``watch`` tags as evidence are never cached, so that a
+        # source's lookup misses them and it notes the slices (see :meth:`note`).
         self.prefixes: dict[tuple[str, str], bytes] = {}
         self.watch = watch
         self.tags: dict[str, tuple[str, ...]] = {}
@@ -366,9 +367,7 @@ class FileLayout:
         """Once every part is in: the names of all, encoded by this layout's writer in order of
         first appearance (as a read of the whole file encodes them); ordinals go on after the
         parts'."""
-        prefixes = [self.prefix(name, cat) for name, cat in self.part_names]
-        lengths = np.fromiter(map(len, prefixes), np.int64, len(prefixes))
-        self.part_prefixes = (np.frombuffer(b"".join(prefixes), np.uint8), np.cumsum(lengths) - lengths, lengths)
+        self.part_prefixes = byte_table([self.prefix(name, cat) for name, cat in self.part_names])
         self._ordinals = itertools.count(self._parts << 44)
         self.ordinal = self._ordinals.__next__
 
@@ -507,7 +506,7 @@ class FileLayout:
                 found = idents[origin] = identity_of(origin)
             return found
 
-        spans = [self._span(entries) for entries in self.entries.values() if entries.total]
+        spans = [entries.span() for entries in self.entries.values() if entries.total]
         firsts = [lo for lo, _ in spans] + [buf.smallest()[0] for buf in self.samples.values() if buf.total]
         if not firsts:
             return result
@@ -559,19 +558,13 @@ class FileLayout:
         result.ts_max = hi
         return result
 
-    @staticmethod
-    def _span(entries: ThreadEntries) -> tuple[int, int]:
-        """The earliest start and the latest end of a thread's entries."""
-        blocks = [block for block in entries.sealed() if block.n]
-        return min(block.lo for block in blocks), max(block.hi for block in blocks)
-
     def _summary(self, ident: Callable[[OriginKey], Identity], result: LayoutResult) -> LayoutResult:
         """The tracks and the time range, without laying anything out."""
         hi = result.ts_min
         for (origin, thread), entries in self.threads_in_order(self.entries):
             if entries.total:
                 result.threads[ident(origin)].add(thread)
-                hi = max(hi, self._span(entries)[1])
+                hi = max(hi, entries.span()[1])
         for (origin, thread, name), samples in self.samples.items():
             if samples.total:
                 result.counter_series[ident(origin)].add((thread, name))

@@ -40,8 +40,6 @@ class RunStore:
 
     def write(self, items: list) -> list[tuple[int, int]]:
         """Writes sorted ``items``; returns the (offset, length) of each block."""
-        if self._file is None:
-            self._open()
         return [self.put(marshal.dumps(items[n : n + BLOCK_ITEMS])) for n in range(0, len(items), BLOCK_ITEMS)]
 
     def put(self, data: bytes) -> tuple[int, int]:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tracemerge.entries import ENTRY_SCHEMA, POINT_SCHEMA, Block
+from tracemerge.entries import ENTRY_SCHEMA, POINT_SCHEMA, Block, equal_runs
 from tracemerge.model import OriginKey
 from tracemerge.units import FLOAT_EXACT_LIMIT_US
 
@@ -132,11 +132,7 @@ class _Rows:
                 self._groups = {int(index[0]): [np.arange(len(index)), 0]}
             else:
                 order = np.argsort(index, kind="stable")
-                cuts = np.flatnonzero(np.diff(index[order])) + 1
-                self._groups = {
-                    int(index[order[lo]]): [order[lo:hi], 0]
-                    for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(order)], strict=True)
-                }
+                self._groups = {int(index[order[lo]]): [order[lo:hi], 0] for lo, hi in equal_runs(index[order])}
         return self._groups
 
     def emit(self, thread: Any, rows: np.ndarray, base: int, origin: OriginKey) -> None:

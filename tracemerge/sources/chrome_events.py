@@ -173,7 +173,6 @@ class ChromeEvents:
         # The ids of the cached prefixes of device categories' pairs (as of that many cached).
         self._device_prefixes: set[int] = set()
         self._device_prefixes_of = 0
-        self._device_cache: dict | None = None
         self._head_sizes: np.ndarray | None = None
 
     def add_batch(
@@ -218,24 +217,21 @@ class ChromeEvents:
         """Pids that hold events of device categories are devices (``prefixes``: each event's
         encoded name and category, one object per pair as the layout caches them)."""
         cached = self.layout.prefixes
-        seen = self._device_prefixes_of
-        if cached is not self._device_cache or len(cached) < seen:
-            self._device_cache, self._device_prefixes, seen = cached, set(), 0
-        if len(cached) > seen:  # the cache only grows: look at the pairs added since
-            added = itertools.islice(cached.items(), seen, None)
+        if len(cached) > self._device_prefixes_of:  # the cache only grows: the pairs added since
+            added = itertools.islice(cached.items(), self._device_prefixes_of, None)
             self._device_prefixes.update(id(p) for (_, cat), p in added if cat in DEVICE_CATEGORIES)
             self._device_prefixes_of = len(cached)
-        if not self._device_prefixes:
-            return
-        on_device = np.fromiter(map(self._device_prefixes.__contains__, map(id, prefixes)), bool, len(prefixes))
-        if on_device.any():
-            for n in np.flatnonzero(np.bincount(threads[on_device])).tolist():
-                self.device_pids.add(self.thread_keys[n][0])
+        if self._device_prefixes:
+            contained = self._device_prefixes.__contains__
+            self._note_device_threads(threads, np.fromiter(map(contained, map(id, prefixes)), bool, len(prefixes)))
 
     def note_device_rows(self, threads: np.ndarray, cats: list[str]) -> None:
         """Pids of rows whose category (one each) is a device category are devices."""
-        for n, cat in zip(threads.tolist(), cats, strict=True):
-            if cat in DEVICE_CATEGORIES:
+        self._note_device_threads(threads, np.fromiter(map(DEVICE_CATEGORIES.__contains__, cats), bool, len(cats)))
+
+    def _note_device_threads(self, threads: np.ndarray, on_device: np.ndarray) -> None:
+        if on_device.any():
+            for n in np.flatnonzero(np.bincount(threads[on_device])).tolist():
                 self.device_pids.add(self.thread_keys[n][0])
 
     def add_each(self, batch: list, origin: OriginKey = NO_ORIGIN, plain_text: bool = False) -> None:

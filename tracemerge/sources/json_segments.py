@@ -18,7 +18,6 @@ read whole instead, as it would have been.
 from __future__ import annotations
 
 import multiprocessing
-import re
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -28,11 +27,10 @@ from typing import Any
 from tracemerge.layout import FileLayout, PlaceholderEncoder
 from tracemerge.sources.base import GZIP_MAGIC, UTF8_BOM
 from tracemerge.sources.chrome_events import ChromeEvents, NeedsExactTimes
-from tracemerge.sources.json_stream import Damage, EventStream, SegmentCut
+from tracemerge.sources.json_stream import EVENT_BOUNDARY, Damage, EventStream, SegmentCut
 
 # A part holds at least this many bytes.
 PART_MIN = 64 << 20
-_BOUNDARY = re.compile(rb"\}\s*,\s*(\{)")
 _SEARCH = 4 << 20  # bytes searched for a boundary after a cut's nominal place
 
 
@@ -67,10 +65,10 @@ def spans(path: Path, count: int) -> list[tuple[int, int | None]] | None:
             for k in range(1, count):
                 at = size * k // count
                 f.seek(at)
-                found = _BOUNDARY.search(f.read(_SEARCH))
+                found = EVENT_BOUNDARY.search(f.read(_SEARCH))
                 if found is None:
                     return None
-                cuts.append(at + found.start(1))
+                cuts.append(at + found.end() - 1)  # the next event's ``{``
     except OSError:
         return None
     if cuts != sorted(set(cuts)):

@@ -40,7 +40,8 @@ from tracemerge.units import plain_json
 BLOCK = 512 << 10
 # Largest run of bytes searched for the array's opening key before giving up.
 _HEAD_LIMIT = 64 << 20
-_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+# Where one event of an array ends and the next begins: ``}``, a comma, ``{``.
+EVENT_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _WS = b" \t\r\n"
 _SEPARATOR = re.compile(rb"[ \t\r\n]*,?")  # what follows an event in the array
 # Each element of an array, its text kept: finds where an array ends, whatever its elements hold.
@@ -672,7 +673,7 @@ def _last_boundary(buf: bytes, lo: int = 0, hi: int | None = None) -> int | None
     while hi > lo:
         a = max(lo, hi - window)
         last = None
-        for last in _BOUNDARY.finditer(buf, a, hi):  # noqa: B007 - the last match is wanted
+        for last in EVENT_BOUNDARY.finditer(buf, a, hi):  # noqa: B007 - the last match is wanted
             pass
         if last is not None:
             return last.start()

@@ -78,7 +78,7 @@ class UnitEncoder:
         ids, phases = items.flow_ids.tolist(), items.flow_phases.tolist()
         flow = 0
         begin_events_at: dict[int, int] = {}
-        ends = memoryview(items.bodies)
+        bodies = memoryview(items.bodies)
         offset = 0
         out: list[bytes] = []
         for lane, ts, dur, instant, length, count in zip(
@@ -90,7 +90,7 @@ class UnitEncoder:
             items.flow_counts.tolist(),
             strict=True,
         ):
-            body = ends[offset : offset + length]
+            body = bodies[offset : offset + length]
             offset += length
             track = tracks[lane]
             stamp = _us(ts)
@@ -101,10 +101,7 @@ class UnitEncoder:
                 out.append(b',\n{"ph":"B","pid":%d,"tid":%d,"ts":%s%s}' % (track.pid, track.tid, stamp, body))
                 out.append(b',\n{"ph":"E","pid":%d,"tid":%d,"ts":%s}' % (track.pid, track.tid, _us(ts + dur)))
             else:
-                out.append(
-                    b',\n{"ph":"X","pid":%d,"tid":%d,"ts":%s,"dur":%s%s}'
-                    % (track.pid, track.tid, stamp, _us(dur), body)
-                )
+                out.append(_COMPLETE % (track.pid, track.tid, stamp, _us(dur), body))
             if count:
                 for n in range(flow, flow + count):
                     out.append(_FLOW_EVENTS[phases[n]] % (ids[n], track.pid, track.tid, stamp))

@@ -14,7 +14,7 @@ import msgspec
 import numpy as np
 import orjson
 
-from tracemerge.entries import gathered, interleaved
+from tracemerge.entries import byte_table, gathered, interleaved
 from tracemerge.layout import Items
 from tracemerge.model import FlowPhase
 from tracemerge.plan import CLOCK_NOTE, SUMMARY_NOTE, CounterTrack, MergePlan, ThreadTrack, UnitPlan, stable_id
@@ -242,8 +242,7 @@ class UnitEncoder:
             for track in tracks:
                 field = b"" if track.uuid == self.default_uuid else _K_TRACK_UUID + _varint(track.uuid)
                 tails += [field + _TYPE[_BEGIN], field + _TYPE[_INSTANT], _TYPE[_END] + field]
-            lengths = np.fromiter(map(len, tails), np.int64, len(tails))
-            found = self._tails[key] = (np.frombuffer(b"".join(tails), np.uint8), np.cumsum(lengths) - lengths, lengths)
+            found = self._tails[key] = byte_table(tails)
         return found
 
     def ends(self, tracks: list[ThreadTrack], lanes: np.ndarray, stamps: np.ndarray) -> None:
