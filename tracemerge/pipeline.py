@@ -31,7 +31,7 @@ from tracemerge.clock import AUTOMATIC, AlignOptions
 from tracemerge.derived import derived_scan, encode_derived, steps_window
 from tracemerge.discover import Candidate
 from tracemerge.errors import FatalError, shown
-from tracemerge.executors import Executor, local_executor
+from tracemerge.executors import Executor, SerialExecutor, local_executor
 from tracemerge.filework import FileJob, FileOutcome
 from tracemerge.layout import DEFAULT_BUDGET
 from tracemerge.metrics_map import NO_MAP, MetricsMap
@@ -48,6 +48,7 @@ from tracemerge.plan import (
     make_plan,
 )
 from tracemerge.report import RunReport
+from tracemerge.same_content import read_once
 from tracemerge.select import EVERYTHING, Selection
 from tracemerge.split import Part, groups, step_windows, write_parts
 from tracemerge.writers import Writer, writer_for
@@ -193,6 +194,8 @@ def _discover(
     named = {Path(p).resolve() for p in inputs} | {c.path.resolve() for c in found.candidates}
     check_output(out_path, named, force)
     candidates = [c for c in found.candidates if c.path.resolve() != out_path.resolve()]
+    if isinstance(runner, SerialExecutor):  # the files are here to compare (a Ray node's are not)
+        candidates = read_once(candidates, report)
     if not candidates:
         where = ", ".join(str(p) for p in inputs)
         if report.skipped:

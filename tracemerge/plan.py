@@ -379,13 +379,9 @@ def make_plan(
             )
         )
     planned = {t.uuid: t for t in threads.values()}
+    lanes = _planned_lanes(scans, threads, salts, wide)
     uuids = [p.uuid for p in processes.values()] + list(planned) + [c.uuid for c in counters.values()]
-    uuids += [
-        lane_track(planned[lane.parent_uuid], lane.lane).uuid
-        for s in scans
-        for lane in s.lanes
-        if lane.parent_uuid in planned
-    ]
+    uuids += lanes.values()
     if len(set(uuids)) < len(uuids) or len(planned) < len(threads):
         raise IdCollision("two tracks share a uuid")
     notes = []
@@ -409,6 +405,36 @@ def make_plan(
         alignment=alignment,
         clock_notes=notes,
     )
+
+
+def _planned_lanes(
+    scans: list[FileScan],
+    threads: dict[tuple[Identity, ThreadKey, str], ThreadTrack],
+    salts: dict[tuple[Path, Identity], str],
+    wide: bool,
+) -> dict[tuple[int, int], int]:
+    """The uuid of every overlap lane the files opened, by (planned thread, lane number).
+
+    A file's lanes were opened beside the threads it was encoded with: a file the plan gives a
+    salt now (it overlaps another file of its process) opened them beside the unsalted threads it
+    shares with that file, and is encoded again, its lanes beside its own copies. Each lane is
+    therefore taken beside the planned thread of its file. Files of one process apart in time
+    share a thread and may open the same lane of it: one track, counted once.
+    """
+    lanes: dict[tuple[int, int], int] = {}
+    for s in scans:
+        if not s.lanes:
+            continue
+        parent_of: dict[int, ThreadTrack] = {}
+        for ident, keys in s.threads.items():
+            encoded, plan_salt = s.salts.get(ident, ""), salts.get((s.path, ident), "")
+            for key in keys:
+                parent_of[thread_uuid(ident, key, encoded, wide)] = threads[(ident, key, plan_salt)]
+        for lane in s.lanes:
+            parent = parent_of.get(lane.parent_uuid)
+            if parent is not None and (parent.uuid, lane.lane) not in lanes:
+                lanes[(parent.uuid, lane.lane)] = lane_track(parent, lane.lane).uuid
+    return lanes
 
 
 def _sorted_threads(infos: dict[tuple[ThreadKey, str], ThreadInfo]) -> list:

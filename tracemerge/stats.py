@@ -192,6 +192,12 @@ STATS: tuple[Stat, ...] = (
         r"^same-run export not read \(|^export slice read with ",
     ),
     _stat(
+        "file_same_content",
+        Severity.INFO,
+        "input files with the same bytes as another input (a copy): merged once, as the first one found",
+        r"^file with the same bytes as another input",
+    ),
+    _stat(
         "db_rows_not_drawn",
         Severity.INFO,
         "rows of Ascend DB tables the text export keeps out of its timeline too (memory records)",
