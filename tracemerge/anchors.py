@@ -4,8 +4,10 @@ Three kinds of events are noted (as marks ``(start, end)`` under a tag), never r
 
 * collectives: an NCCL/HCCL device kernel or a gloo operation ends at one instant on every rank
   that takes part (tag ``"collective <level> <kind>"``, e.g. ``"collective device allreduce"``);
-* named sync spans (``--sync NAME``): start at one instant in every process that has them
-  (tag ``"sync <name>"``);
+* named sync spans: start at one instant in every process that has them; those asked for with
+  ``--sync NAME`` (tag ``"sync <name>"``) and a preset's own (AReaL's weight updates, tag
+  ``"sync <preset>\t<name>"``), evidence only in a run whose phases are the preset's
+  (:func:`sync_presets`);
 * session spans: AReaL perf-tracer spans that name a ``session_id``, and the session records
   that give the same sessions' wall-clock times (tag ``"session <id> <name>"``).
 
@@ -17,7 +19,8 @@ marks for :mod:`tracemerge.phases` to derive each RL step's phases from.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections import Counter, defaultdict
+from collections.abc import Callable, Hashable, Iterable, Sequence
 
 COLLECTIVE, SYNC, SESSION, PHASE, STEP = "collective", "sync", "session", "phase", "step"
 # A file keeps at most this many marks per tag and thread: plenty to align clocks; phases (one mark
@@ -47,6 +50,37 @@ def session_tag(session_id: object, name: str) -> str:
     return f"{SESSION} {session_id} {name}"
 
 
+def preset_sync_tag(preset: str, name: str) -> str:
+    """A span a preset takes as sync evidence (``phase_rules.Preset.sync``), under its own name."""
+    return f"{SYNC} {preset}\t{name}"
+
+
+def sync_source(tag: str) -> tuple[str | None, str]:
+    """(preset, span name) of a sync tag; the preset is None for a ``--sync`` name."""
+    preset, tab, name = tag[len(SYNC) + 1 :].partition("\t")
+    return (preset, name) if tab else (None, preset)
+
+
+def sync_presets(processes: Iterable[tuple[Hashable, dict[str, list]]], presets: Sequence[str]) -> frozenset[str]:
+    """The presets whose sync spans are evidence in a run: the one preset ``--phases`` names, or,
+    of several (``auto``), each that a process's phases take as :mod:`tracemerge.phases` chooses
+    (the preset whose phases occur most in it, the first named on a tie). ``processes`` are
+    (process, marks) pairs; a process's files may each hold a part of its marks."""
+    if len(presets) == 1:
+        return frozenset(presets)
+    counts: dict[Hashable, Counter[str]] = defaultdict(Counter)
+    for process, tags in processes:
+        for tag, found in tags.items():
+            if tag.startswith(PHASE + " "):
+                counts[process][tag[len(PHASE) + 1 :].partition("\t")[0]] += len(found)
+    chosen = set()
+    for found in counts.values():
+        ranked = [p for p in presets if found[p]]
+        if ranked:
+            chosen.add(max(ranked, key=lambda p: (found[p], -ranked.index(p))))
+    return frozenset(chosen)
+
+
 def phase_tag(preset: str, phase: str) -> str:
     return f"{PHASE} {preset}\t{phase}"
 
@@ -57,7 +91,7 @@ def step_tag(preset: str, step: str) -> str:
 
 class Watch:
     """Says which event names are evidence: collectives, the ``--sync`` span names, and what
-    ``phase_rules`` (name -> phase and step tags) recognise."""
+    ``phase_rules`` (name -> phase, step and a preset's sync tags) recognise."""
 
     def __init__(
         self, sync_names: Iterable[str] = (), phase_rules: Callable[[str], tuple[str, ...]] | None = None
@@ -67,8 +101,8 @@ class Watch:
 
     def __call__(self, name: str) -> tuple[str, ...]:
         tags: tuple[str, ...] = self.phase_rules(name) if self.phase_rules is not None else ()
-        if name in self.sync_names:
-            tags += (f"{SYNC} {name}",)
+        if name in self.sync_names:  # asked for by name: evidence once, whatever a preset says of it
+            tags = (*(t for t in tags if not t.startswith(SYNC + " ")), f"{SYNC} {name}")
         found = collective_tag(name)
         return (*tags, found) if found is not None else tags
 

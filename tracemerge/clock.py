@@ -11,6 +11,8 @@ files were read (:mod:`tracemerge.anchors`), best method first:
   end before the other started); the offset is the median of the pairs left after outliers are
   rejected, clamped into the bounds all of them allow;
 * ``sync``: the k-th ``--sync NAME`` span starts at one instant in every process that has it;
+  so does a preset's own (AReaL's weight updates, :data:`tracemerge.phase_rules.AREAL`) in a run
+  whose phases are that preset's;
 * ``session``: AReaL session records (wall clock) and the perf-tracer spans of the same sessions.
 
 A group with no evidence keeps its own clock if that is epoch time (``exact``, to within the
@@ -23,16 +25,28 @@ files by hand (``manual``). Every file gets a :class:`SourceClock` saying how it
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
-from tracemerge.anchors import COLLECTIVE, SESSION, SYNC
-from tracemerge.matching import Anchor, Evidence, estimate
+from tracemerge.anchors import COLLECTIVE, SESSION, SYNC, sync_presets
+from tracemerge.matching import Anchor, Evidence, estimate, sync_text
 from tracemerge.model import ClockDomain, Identity
-from tracemerge.select import parse_duration
-from tracemerge.tomlfile import read_toml
+from tracemerge.offsets import ManualOffset, load_offsets, parse_offset, rule_for
+from tracemerge.phase_rules import PRESETS
+
+# --offset rules (tracemerge.offsets) are clock options: importable from here too.
+__all__ = [
+    "AUTOMATIC",
+    "AlignOptions",
+    "Alignment",
+    "ManualOffset",
+    "SourceClock",
+    "align",
+    "load_offsets",
+    "parse_offset",
+]
 
 # Fewest matched collectives that place a clock (sync and session anchors: one is evidence).
 MIN_COLLECTIVES = 3
@@ -61,47 +75,13 @@ class HasClock(Protocol):
 
 
 @dataclass(frozen=True)
-class ManualOffset:
-    """``--offset ROLE[/RANK]=±DURATION``: shift the files of that role (and rank) by ``ns``."""
-
-    role: str
-    rank: int | None
-    ns: int
-
-    def matches(self, ident: Identity) -> bool:
-        return ident.role == self.role and (self.rank is None or ident.rank == self.rank)
-
-
-def parse_offset(text: str) -> ManualOffset:
-    """``"actor/3=+1.5ms"``, ``"rollout=-200us"`` or, for files without a role, ``"/3=1ms"``
-    (a bare number is seconds)."""
-    who, sep, amount = text.partition("=")
-    role, _, rank = who.strip().partition("/")
-    if not sep or not (role or rank) or (rank and not rank.strip().isdigit()):
-        raise ValueError(f"not an offset: {text!r} (use ROLE[/RANK]=±DURATION, e.g. actor/3=+1.5ms)")
-    return ManualOffset(role, int(rank) if rank else None, parse_duration(amount))
-
-
-def load_offsets(path: Path) -> tuple[ManualOffset, ...]:
-    """An offsets file: TOML with an ``[offsets]`` table of ``"ROLE[/RANK]" = "±DURATION"``."""
-    content = read_toml(path)
-    table = content.get("offsets")
-    if type(table) is not dict:
-        raise ValueError(f'{path}: no [offsets] table (e.g. [offsets] "actor/3" = "+1.5ms")')
-    rules = []
-    for who, amount in table.items():
-        try:
-            rules.append(parse_offset(f"{who}={amount}"))
-        except ValueError as exc:
-            raise ValueError(f"{path}: {exc}") from None
-    return tuple(rules)
-
-
-@dataclass(frozen=True)
 class AlignOptions:
     enabled: bool = True  # False: --no-align, every file keeps its raw clock
     offsets: tuple[ManualOffset, ...] = ()
     sync: tuple[str, ...] = ()  # --sync: span names that start at one instant in every process
+    # The phase presets --phases named (all of them: auto): a preset's own sync spans are evidence
+    # when it is the only one, or when a process's phases are the preset's (anchors.sync_presets).
+    presets: tuple[str, ...] = tuple(PRESETS)
 
 
 AUTOMATIC = AlignOptions()
@@ -152,6 +132,15 @@ class _Group:
     offset: int | None = None
     uncertainty: int | None = None
 
+    @property
+    def shown(self) -> str:
+        """How the reports name it: ``host node-a``; a file with its folder (AReaL's files are
+        named by rank alone, in a folder per role)."""
+        if self.key[0] == "host":
+            return self.label
+        path = self.scans[0].path
+        return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
+
 
 def align(scans: list[HasClock], options: AlignOptions, order: Callable[[Identity], tuple]) -> Alignment:
     """Place every file; ``order`` sorts processes (the first one's host is the reference)."""
@@ -175,11 +164,11 @@ def align(scans: list[HasClock], options: AlignOptions, order: Callable[[Identit
             if g is reference:
                 placed.remove(g)
             start = 0 if g.anchored or run_lo is None else run_lo - g.scans[0].ts_min
-            _place(g, start + rule.ns, 0, placed, sources, "manual", 0, f"--offset {_rule_text(rule)}", "manual")
+            _place(g, start + rule.ns, 0, placed, sources, "manual", 0, f"--offset {rule.text()}", "manual")
 
     # Epoch clocks first, from evidence between epoch clocks only: an epoch clock is an anchor of
     # its own, better than a chain through files that have none.
-    evidence = Evidence()
+    evidence = Evidence(sync_presets(((i, t) for s in usable for i, t in s.marks.items()), options.presets))
     epoch = [g for g in groups if g.anchored]
     for g in epoch:  # nothing can relate a clock without evidence: it keeps its own
         if g.offset is None and not any(evidence.marks(s, m) for s in g.scans for m in (COLLECTIVE, SYNC)):
@@ -218,6 +207,7 @@ def align(scans: list[HasClock], options: AlignOptions, order: Callable[[Identit
                 )
             wall_clock = True
     lo, hi = _placed_range(placed)
+    unrelated = "nothing relates it to the other files" + evidence.preset_spans_missing(usable)
     for g in rest:
         shift = _mtime_offset(g)
         s0 = g.scans[0]
@@ -235,7 +225,7 @@ def align(scans: list[HasClock], options: AlignOptions, order: Callable[[Identit
                 g.offset,
                 None,
                 0,
-                "nothing relates it to the other files",
+                unrelated,
                 "none",
                 "first event placed at the run start",
             )
@@ -252,7 +242,7 @@ def _finish(scans: list[HasClock], sources: dict[Path, SourceClock], wall_clock:
 def _groups(scans: list[HasClock], options: AlignOptions) -> list[_Group]:
     by_key: dict[tuple, _Group] = {}
     for s in sorted(scans, key=lambda s: str(s.path)):
-        rule = _rule_for(s, options.offsets)
+        rule = rule_for(s.identities.values(), options.offsets)
         if rule is not None:
             key: tuple = ("manual", str(s.path), rule)
             label = s.path.name
@@ -265,20 +255,6 @@ def _groups(scans: list[HasClock], options: AlignOptions) -> list[_Group]:
             group = by_key[key] = _Group(key, label, [], s.clock.anchored)
         group.scans.append(s)
     return list(by_key.values())
-
-
-def _rule_for(s: HasClock, rules: Iterable[ManualOffset]) -> ManualOffset | None:
-    found = None
-    for rule in rules:  # the most specific rule wins (role/rank over role), the last one of equals
-        specific = found is None or rule.rank is not None or found.rank is None
-        if specific and any(rule.matches(ident) for ident in s.identities.values()):
-            found = rule
-    return found
-
-
-def _rule_text(rule: ManualOffset) -> str:
-    who = rule.role if rule.rank is None else f"{rule.role}/{rule.rank}"
-    return f"{who}={rule.ns:+d}ns"
 
 
 def _reference_rank(g: _Group, order: Callable[[Identity], tuple]) -> tuple:
@@ -383,20 +359,23 @@ def _estimate_against(
     pool: list[Anchor] = []
     inherited: list[int] = []
     against: list[str] = []
+    tags: set[str] = set()
     for b in partners:
         pg = partner_group[id(b)]
         for a in g.scans:
             anchors = evidence.anchors(a, b, method, both_epoch=g.anchored and pg.anchored)
             if not anchors:
                 continue
+            if method == SYNC:
+                tags.update(evidence.shared(a, b, method))
             delta = pg.offset or 0
             if method == COLLECTIVE:
                 pool.extend((v + delta, lo + delta, hi + delta) for v, lo, hi in anchors)  # type: ignore[operator]
             else:
                 pool.extend((v + delta, None, None) for v, _, _ in anchors)
             inherited.append(uncertainty_of(pg) or 0)
-            if pg.label not in against:
-                against.append(pg.label)
+            if pg.shown not in against:
+                against.append(pg.shown)
     if len(pool) < (MIN_COLLECTIVES if method == COLLECTIVE else 1):
         return None
     if len(pool) > MAX_POOL:  # many files on both sides: an even sample is as good, and bounded
@@ -409,7 +388,10 @@ def _estimate_against(
     if g.anchored and abs(offset) > MAX_EPOCH_SKEW_NS:
         return None
     worst = statistics.median_high(inherited) if inherited else 0
-    return offset, (uncertainty + worst if uncertainty is not None else None), used, ", ".join(against[:3])
+    partners_text = ", ".join(against[:3]) + (f" (+{len(against) - 3})" if len(against) > 3 else "")
+    if tags:
+        partners_text = f"{sync_text(tags)} starts in {partners_text}"
+    return offset, (uncertainty + worst if uncertainty is not None else None), used, partners_text
 
 
 def _mtime_offset(g: _Group) -> int | None:

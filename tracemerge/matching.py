@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Protocol
 
-from tracemerge.anchors import COLLECTIVE, SESSION
+from tracemerge.anchors import COLLECTIVE, SESSION, SYNC, sync_source
 from tracemerge.model import Identity
 
 # Matched pairs used per collective kind and pair of files: plenty for a median, spread over the run.
@@ -32,9 +33,11 @@ Anchor = tuple[int, int | None, int | None]
 
 
 class Evidence:
-    """The scans' marks by method, and the anchors of each pair of files, each computed once."""
+    """The scans' marks by method, and the anchors of each pair of files, each computed once.
+    ``presets``: the presets whose sync spans are evidence (those of the others are left aside)."""
 
-    def __init__(self) -> None:
+    def __init__(self, presets: frozenset[str] = frozenset()) -> None:
+        self.presets = presets
         self._marks: dict[tuple[int, str], dict[str, list[tuple[int, int]]]] = {}
         self._pairs: dict[tuple[int, int, str], list[Anchor]] = {}
         self._tried: dict[tuple[int, str], tuple[int, ...]] = {}
@@ -44,6 +47,9 @@ class Evidence:
         found = self._marks.get(key)
         if found is None:
             found = self._marks[key] = _file_marks(s, method)
+            if method == SYNC:  # a preset's sync spans only where the preset applies
+                usable = (None, *self.presets)
+                found = self._marks[key] = {t: m for t, m in found.items() if sync_source(t)[0] in usable}
         return found
 
     def anchors(self, a: HasMarks, b: HasMarks, method: str, both_epoch: bool) -> list[Anchor]:
@@ -53,6 +59,19 @@ class Evidence:
             found = self._pairs[key] = _anchors(self, a, b, method, both_epoch)
         return found
 
+    def shared(self, a: HasMarks, b: HasMarks, method: str) -> list[str]:
+        """The tags both files hold marks of (what their anchors pair)."""
+        return sorted(self.marks(a, method).keys() & self.marks(b, method).keys())
+
+    def preset_spans_missing(self, scans: Iterable[HasMarks]) -> str:
+        """Said of a file left unrelated in a run whose preset's sync spans are evidence: that it
+        has none in common with a placed file; empty when the run has none."""
+        presets = sorted({p for s in scans for t in self.marks(s, SYNC) if (p := sync_source(t)[0])})
+        if not presets:
+            return ""
+        kinds = " or ".join(_SYNC_SPANS.get(p, f"{p} preset sync") for p in presets)
+        return f" (no {kinds} span in common with an aligned file)"
+
     def new_partners(self, g: object, method: str, partners: list[HasMarks]) -> bool:
         """Whether ``g`` was not yet compared with exactly these partners by ``method``."""
         key, ids = (id(g), method), tuple(id(s) for s in partners)
@@ -60,6 +79,21 @@ class Evidence:
             return False
         self._tried[key] = ids
         return True
+
+
+_PRESET_NAMES = {"areal": "AReaL", "verl": "verl", "skyrl": "SkyRL"}
+_SYNC_SPANS = {"areal": "AReaL weight-update"}  # what a preset's sync spans are
+
+
+def sync_text(tags: Iterable[str]) -> str:
+    """The sync spans an estimate paired, and who said they start at one instant:
+    ``weight_sync (AReaL preset)``, ``step_begin (--sync)``."""
+    by_source: dict[str, list[str]] = {}
+    for tag in sorted(tags):
+        preset, name = sync_source(tag)
+        source = f"{_PRESET_NAMES.get(preset, preset)} preset" if preset else "--sync"
+        by_source.setdefault(source, []).append(name)
+    return "; ".join(f"{', '.join(names)} ({source})" for source, names in by_source.items())
 
 
 def _anchors(evidence: Evidence, a: HasMarks, b: HasMarks, method: str, both_epoch: bool) -> list[Anchor]:

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracemerge.anchors import phase_tag, step_tag
+from tracemerge.anchors import phase_tag, preset_sync_tag, step_tag
 from tracemerge.tomlfile import read_toml
 
 MSTX = "mstx"  # Ascend MSTX ranges: phases named after the range (noted by the Ascend readers)
@@ -41,6 +41,9 @@ class Preset:
     name: str
     phases: tuple[Rule, ...]
     steps: tuple[Rule, ...] = ()
+    # Spans that start at one instant in every process recording them: clock evidence in a run
+    # whose phases are this preset's, as ``--sync NAME`` is (each name paired only with itself).
+    sync: tuple[Rule, ...] = ()
 
 
 def _exact(names: dict[str, str], role: str | None = None) -> tuple[Rule, ...]:
@@ -76,6 +79,18 @@ VERL = Preset(
     _exact({"step": "", "train_batch": ""}),
 )
 _ENGINE_WEIGHTS = (Rule(re.compile(r"_engine\.update_weights_from_(distributed|disk)$"), "update_weights"),)
+# AReaL's weight updates, recorded by every role at each update: ``weight_sync`` and
+# ``update_weights`` spans, alone or under a scope prefix (the trainer's ``train.update_weights``),
+# and the training engines' ``<engine>_engine.update_weights_from_distributed`` (``_from_disk``) on
+# every actor rank. An update starts at one instant in every process (the trainer ranks enter it
+# together after the same optimizer step, the inference side is paused for it); it ends when each
+# process has its own part of the weights (rank 0 also waits for the inference servers), so the
+# start is the evidence, as for --sync. A name is paired only with the same name elsewhere (k-th
+# with k-th): the trainer's scope opens before the engine call inside it, not at one instant.
+_WEIGHT_UPDATES = (
+    Rule(re.compile(r"(^|\.)(weight_sync|update_weights)$"), None),
+    Rule(re.compile(r"_engine\.update_weights_from_(distributed|disk)$"), None),
+)
 AREAL = Preset(
     "areal",
     _exact(
@@ -102,6 +117,7 @@ AREAL = Preset(
         }
     )
     + _ENGINE_WEIGHTS,
+    sync=_WEIGHT_UPDATES,
 )
 SKYRL = Preset(
     "skyrl",
@@ -168,13 +184,15 @@ def resolve(choice: str) -> tuple[Preset, ...]:
 
 
 class PhaseRules:
-    """Event name -> the phase and step tags every preset gives it (applied while reading).
+    """Event name -> the phase, step and sync tags every preset gives it (applied while reading).
 
-    Role filters are applied later, when the marks are known to belong to a process."""
+    Role filters are applied later, when the marks are known to belong to a process; so is
+    whether a preset's sync spans are evidence (:func:`tracemerge.anchors.sync_presets`)."""
 
     def __init__(self, presets: Iterable[Preset]) -> None:
         self.presets = tuple(presets)
         self._first = [(p.name, _FirstMatch(p.phases), _FirstMatch(p.steps)) for p in self.presets]
+        self._sync = [(p.name, _FirstMatch(p.sync)) for p in self.presets if p.sync]
 
     def __call__(self, name: str) -> tuple[str, ...]:
         tags = []
@@ -188,6 +206,9 @@ class PhaseRules:
             rule = steps(name)
             if rule is not None:
                 tags.append(step_tag(preset, _role_suffix(rule.role)))
+        for preset, sync in self._sync:
+            if sync(name) is not None:
+                tags.append(preset_sync_tag(preset, name))
         return tuple(tags)
 
 

@@ -102,6 +102,8 @@ def merge(
         raise FatalError(str(exc)) from None
     progress = on_progress or (lambda _msg: None)
     report = RunReport(output=out_path, format=writer.name)
+    # A preset's own sync spans (AReaL's weight updates) are evidence as the phases choose it.
+    clocks = replace(clocks, presets=tuple(p.name for p in phase_rules.presets))
     asked = _Asked(writer, selection, clocks, phase_rules, metrics_map, memory_budget)
 
     runner = executor if executor is not None else local_executor(jobs)
