@@ -38,8 +38,8 @@ def per_track(rb: Readback, label: str) -> Counter:
 
 def test_text_export_tracks_and_exact_times(tmp_path: Path) -> None:
     rb, report = merged(tmp_path, ASCEND / "text")
-    assert list(rb.processes.values()) == ["actor_update · rank 0"]
-    assert per_track(rb, "actor_update · rank 0") == {
+    assert list(rb.processes.values()) == ["actor · rank 0"]
+    assert per_track(rb, "actor · rank 0") == {
         "Python · Thread 4101": 4,
         "CANN · Thread 4102": 3,
         "MSTX": 1,
@@ -75,8 +75,8 @@ def test_text_export_tracks_and_exact_times(tmp_path: Path) -> None:
 def test_text_and_db_exports_of_one_run_give_the_same_tracks(tmp_path: Path) -> None:
     text, text_report = merged(tmp_path / "t", ASCEND / "text")
     db, db_report = merged(tmp_path / "d", ASCEND / "db")
-    assert list(db.processes.values()) == ["actor_update · rank 0"]
-    assert per_track(db, "actor_update · rank 0") == per_track(text, "actor_update · rank 0")
+    assert list(db.processes.values()) == ["actor · rank 0"]
+    assert per_track(db, "actor · rank 0") == per_track(text, "actor · rank 0")
     key = lambda s: (s.name, s.ts, s.dur)  # noqa: E731
     assert sorted(map(key, db.slices)) == sorted(map(key, text.slices))
     assert sorted(map(key, db.instants)) == sorted(map(key, text.instants))
@@ -362,9 +362,7 @@ def test_msprof_json_beside_trace_view_is_claimed_and_reported_not_read(tmp_path
     msprof.parent.mkdir(parents=True)
     shutil.copy(MSPROF, msprof)
     _rb, report = merged(tmp_path / "out", tmp_path / "in")
-    assert [(p.label, [f.name for f in p.files]) for p in report.processes] == [
-        ("actor_update · rank 0", ["trace_view.json"])
-    ]
+    assert [(p.label, [f.name for f in p.files]) for p in report.processes] == [("actor · rank 0", ["trace_view.json"])]
     assert report.written.slices == 24
     assert msprof in report.ignored
     assert report.dropped == {f"same-run export not read (trace_view.json holds its events): {msprof}": 1}

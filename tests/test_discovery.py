@@ -95,5 +95,5 @@ def test_overlapping_files_of_one_rank_keep_separate_threads(tmp_path: Path) -> 
 
 def test_file_without_any_rank_gets_a_process_of_its_own(tmp_path: Path) -> None:
     kineto(tmp_path / "runs" / "misc" / "trace.json")
-    kineto(tmp_path / "runs" / "misc" / "other.json")
+    kineto(tmp_path / "runs" / "misc" / "other.json", names=("c", "d"))
     assert sorted(found(tmp_path / "runs")) == ["misc · other.json", "misc · trace.json"]

@@ -48,7 +48,7 @@ def test_ranks_and_roles_keep_only_those_processes(tmp_path: Path, ext: str) -> 
     by_label = {p.label: p for p in full.processes}
     assert kept.written.slices == by_label["actor · rank 1"].written.slices == len(rb.slices)
     left_out = {p.label: p.written for p in full.processes if p.label != "actor · rank 1"}
-    assert kept.filtered["slices and instants of processes outside --roles/--ranks"] == sum(
+    assert kept.filtered["slices and instants of processes outside --roles/--ranks/--where"] == sum(
         c.slices + c.instants for c in left_out.values()
     )
     assert kept.exit_code == 0

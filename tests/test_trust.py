@@ -294,7 +294,8 @@ def test_the_same_run_in_another_folder_gives_the_same_bytes(tmp_path: Path) -> 
 
     for top in ("a", "bb"):
         kineto(tmp_path / top / "run" / "actor" / "step1" / "rank0.json", rank=0)
-        kineto(tmp_path / top / "run" / "actor" / "step2" / "rank0.json", rank=0)  # same times: overlap
+        # same times: overlap (other names: a copy with the same bytes would be read once)
+        kineto(tmp_path / top / "run" / "actor" / "step2" / "rank0.json", rank=0, names=("c", "d"))
     first = merge([tmp_path / "a" / "run"], tmp_path / "a.pftrace")
     merge([tmp_path / "bb" / "run"], tmp_path / "b.pftrace")
     from readback import read_pftrace

@@ -31,7 +31,7 @@ from tracemerge.report import (
     format_found,
     format_outcome,
 )
-from tracemerge.select import Selection, parse_duration, parse_ranks, parse_roles, parse_window
+from tracemerge.select import Selection, parse_duration, parse_ranks, parse_roles, parse_where, parse_window
 from tracemerge.split import check_kind
 from tracemerge.writers import WRITERS
 
@@ -114,10 +114,17 @@ def merge(
     ] = None,
     split_by: Annotated[
         Optional[str],
-        typer.Option("--split-by", help="Write one trace per role, host or step-window, and an index of them."),
+        typer.Option(
+            "--split-by",
+            help="One trace per role, host, step-window or coordinate (dp, tp, ...), and an index.",
+        ),
     ] = None,
     roles: Annotated[Optional[str], typer.Option("--roles", help="Keep only these roles, e.g. actor,rollout.")] = None,
     ranks: Annotated[Optional[str], typer.Option("--ranks", help="Keep only these ranks, e.g. 0-7,12.")] = None,
+    where: Annotated[
+        Optional[list[str]],
+        typer.Option("--where", help="Keep processes whose file names give these coordinates, e.g. dp=0 (repeatable)."),
+    ] = None,
     window: Annotated[
         Optional[str],
         typer.Option("--window", help="Keep START:END after the run start, e.g. 10s:25s, 500ms:, :2min."),
@@ -160,6 +167,7 @@ def merge(
         selection = Selection(
             roles=parse_roles(roles) if roles is not None else None,
             ranks=parse_ranks(ranks) if ranks is not None else None,
+            where=parse_where(where or []),
             window=parse_window(window) if window is not None else None,
             min_dur=parse_duration(min_dur) if min_dur is not None else 0,
         )

@@ -10,6 +10,7 @@ from typing import Any
 from tracemerge.errors import FatalError
 from tracemerge.filework import RELATIVE_NO_ANCHOR
 from tracemerge.layout import FileLayout
+from tracemerge.layouts import role_sort_key
 from tracemerge.model import UNIX_EPOCH
 from tracemerge.phases import (
     PhaseModel,
@@ -23,7 +24,6 @@ from tracemerge.plan import (
     MergePlan,
     PlannedTracks,
     flow_id_base,
-    role_sort_key,
 )
 from tracemerge.select import Selection
 from tracemerge.writers import WRITERS, Writer

@@ -3,66 +3,13 @@
 from __future__ import annotations
 
 import os
-import re
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tracemerge.errors import FatalError, InputError, shown
+from tracemerge.layouts import PathFacts, generic_facts, join_frontends, needs_export, path_facts
 from tracemerge.sources import FORMATS, SourceFormat, read_head
-
-# Directory and file-name words that name an RL role.
-ROLE_WORDS = frozenset(
-    {
-        "actor",
-        "critic",
-        "ref",
-        "reference",
-        "rollout",
-        "reward",
-        "rm",
-        "trainer",
-        "master",
-        "learner",
-        "generator",
-        "generation",
-        "actor_rollout",
-        "actor_rollout_ref",
-        "actor-rollout",
-        "actor-rollout-ref",
-        "value-model",
-        "teacher",
-        "env",
-        "eval-rollout",
-        "policy",
-        "inference",
-        "sampler",
-        "driver",
-        "controller",
-    }
-)
-# Directories that hold traces without naming a role; the role is the directory below them.
-_CONTAINER_DIRS = frozenset(
-    {
-        "perf_tracer",
-        "session_tracer",
-        "logs",
-        "log",
-        "traces",
-        "trace",
-        "profile",
-        "profiles",
-        "profiler",
-        "profiling",
-        "outputs",
-        "output",
-        "tb",
-        "tensorboard",
-        "torch_profile",
-    }
-)
-_RANK_WORD = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
-_RANK_SUFFIX = re.compile(r"-r(\d+)(?=[._-]|$)")
 
 
 @dataclass(frozen=True)
@@ -71,9 +18,16 @@ class Candidate:
 
     path: Path
     format: SourceFormat
-    role_hint: str | None
-    rank_hint: int | None
+    facts: PathFacts  # what the path says of the process that wrote it (tracemerge.layouts)
     explicit: bool  # named on the command line rather than met in a directory
+
+    @property
+    def role_hint(self) -> str | None:
+        return self.facts.role
+
+    @property
+    def rank_hint(self) -> int | None:
+        return self.facts.rank
 
 
 @dataclass(frozen=True)
@@ -105,6 +59,8 @@ def discover(inputs: list[Path]) -> Discovery:
             _consider(given, given.parent, True, candidates, skipped, ignored, seen)
         else:
             raise FatalError(f"{shown(given)}: no such file or directory")
+    joined = join_frontends({c.path: c.facts for c in candidates})
+    candidates = [replace(c, facts=joined[c.path]) for c in candidates]
     return Discovery(candidates, skipped, ignored, notes)
 
 
@@ -160,15 +116,18 @@ def _consider(
             skipped.append(InputError(path, f"cannot read: {exc.strerror or exc}"))
         return
     if fmt is None:
-        if explicit:
+        export = needs_export(path)
+        if export is not None:
+            skipped.append(InputError(path, export))
+        elif explicit:
             skipped.append(InputError(path, "not a trace format tracemerge reads"))
         elif path.name.endswith(TRACE_SUFFIXES) and _is_empty(path):
             skipped.append(InputError(path, "empty file"))
         else:
             ignored.append(path)
         return
-    role, rank = fmt.hints(path, root) if fmt.hints else path_hints(path, root)
-    candidates.append(Candidate(path, fmt, role, rank, explicit))
+    facts = fmt.hints(path, root) if fmt.hints else path_facts(path, root)
+    candidates.append(Candidate(path, fmt, facts, explicit))
 
 
 # Names of files that are meant to be traces: never passed over in silence.
@@ -212,34 +171,10 @@ def recognise(path: Path) -> SourceFormat | None:
 
 
 def path_hints(path: Path, root: Path) -> tuple[str | None, int | None]:
-    """Role and rank as the directory layout and file name tell them (None where they don't)."""
+    """Role and rank as the generic reading of the path tells them (None where it doesn't)."""
     try:
         dirs = list(path.parent.relative_to(root).parts)
     except ValueError:
         dirs = []
-    return _role_from_path(dirs, path.name), _rank_from_path(dirs, path.name)
-
-
-def _role_from_path(dirs: list[str], filename: str) -> str | None:
-    for part in reversed(dirs):
-        if part.lower() in ROLE_WORDS:
-            return part
-    for part in dirs:
-        if part.lower() not in _CONTAINER_DIRS and not _RANK_WORD.search(part):
-            return part
-    prefix = filename.split("_", 1)[0]
-    if prefix != filename and prefix.lower() in ROLE_WORDS:
-        return prefix
-    return None
-
-
-def _rank_from_path(dirs: list[str], filename: str) -> int | None:
-    for pattern in (_RANK_WORD, _RANK_SUFFIX):
-        m = pattern.search(filename)
-        if m:
-            return int(m.group(1))
-    for part in reversed(dirs):
-        m = _RANK_WORD.search(part)
-        if m:
-            return int(m.group(1))
-    return None
+    facts = generic_facts(dirs, path.name)
+    return facts.role, facts.rank

@@ -20,13 +20,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tracemerge.anchors import Watch
+from tracemerge.anchors import Watch, phase_tag, step_tag
 from tracemerge.discover import Candidate
 from tracemerge.errors import InputError, NotATrace, shown
 from tracemerge.layout import DEFAULT_BUDGET, FileLayout
+from tracemerge.layouts import PathFacts
 from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.model import UNIX_EPOCH, ClockDomain, Identity, ThreadInfo
-from tracemerge.phase_rules import PhaseRules, Preset
+from tracemerge.phase_rules import NAMED_STEPS, VERL, PhaseRules, Preset
 from tracemerge.phases import StepScalars
 from tracemerge.plan import (
     FileScan,
@@ -185,7 +186,7 @@ def _process_file(job: FileJob) -> FileOutcome:
         def identity_of(origin: Any) -> Identity:
             found = identities.get(origin)
             if found is None:
-                found = identities[origin] = resolve_identity(origin, data, cand.role_hint, cand.rank_hint)
+                found = identities[origin] = resolve_identity(origin, data, cand.facts)
             return found
 
         if job.unit is not None:
@@ -195,7 +196,9 @@ def _process_file(job: FileJob) -> FileOutcome:
             tracks, shift = LocalTracks(job.salts, job.wide_ids), None
         sel = job.selection
         times = _time_filter(job)
-        keep = None if sel.roles is None and sel.ranks is None else sel.keeps
+        keep = None
+        if sel.by_process:
+            keep = sel.keeps if sel.keeps_file(cand.facts) else _keeps_nothing
         if keep_layout:  # the second pass names the processes of everything kept
             keys = [k for k, _ in [*layout.threads_in_order(layout.entries), *layout.threads_in_order(layout.points)]]
             for key in [*keys, *layout.samples]:
@@ -249,7 +252,8 @@ def _process_file(job: FileJob) -> FileOutcome:
         reversed_flows=result.reversed_flows,
         salts=dict(job.salts),
         filtered=result.filtered,
-        marks=_marks(layout.marks, identity_of, data.origin_ns),
+        marks=_with_named_marks(_marks(layout.marks, identity_of, data.origin_ns), cand.facts, result, data.origin_ns),
+        facts=cand.facts,
         host=data.host,
         mtime_ns=_mtime_ns(cand.path),
     )
@@ -293,6 +297,10 @@ def _encode_saved(job: FileJob, prior: FileScan) -> FileOutcome:
     )
 
 
+def _keeps_nothing(ident: Identity) -> bool:
+    return False
+
+
 def _time_filter(job: FileJob) -> TimeFilter | None:
     """What ``--window`` (in the file's own timestamps) and ``--min-dur`` keep of a file; None: all."""
     if job.window is None and not job.selection.min_dur:
@@ -319,6 +327,24 @@ def _marks(
             best[ident][tag] = found
             scores[(ident, tag)] = score
     return dict(best)
+
+
+def _with_named_marks(
+    marks: dict[Identity, dict[str, list[tuple[int, int]]]], facts: PathFacts, result: Any, origin_ns: int
+) -> dict[Identity, dict[str, list[tuple[int, int]]]]:
+    """What the file's name says of its time, as marks over its whole extent for each of its
+    processes: the step (verl's ``step<S>``) and the phase a discrete-mode stage file is."""
+    if (facts.step is None and facts.phase is None) or result.ts_min is None:
+        return marks
+    extent = [(result.ts_min + origin_ns, (result.ts_max or result.ts_min) + origin_ns)]
+    for ident in result.read:
+        tags = marks.setdefault(ident, {})
+        if facts.step is not None:
+            tags[step_tag(NAMED_STEPS, str(facts.step))] = list(extent)
+        if facts.phase is not None:
+            tags.setdefault(phase_tag(VERL.name, facts.phase), []).extend(extent)
+            tags[phase_tag(VERL.name, facts.phase)].sort()
+    return marks
 
 
 def _mtime_ns(path: Path) -> int | None:

@@ -548,7 +548,7 @@ class FileLayout:
             (self.samples, "counter values"),
         ):
             for key in [k for k in buffers if not keep(ident(k[0]))]:
-                result.filtered[f"{what} of processes outside --roles/--ranks"] += buffers.pop(key).total
+                result.filtered[f"{what} of processes outside --roles/--ranks/--where"] += buffers.pop(key).total
 
 
 class _PointsByThread(dict):

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from tracemerge.filework import FileOutcome
 from tracemerge.phases import StepScalars
-from tracemerge.plan import FileScan, MergePlan
+from tracemerge.plan import FileScan, MergePlan, process_coords
 from tracemerge.report import ProcessReport, RunReport
 from tracemerge.writers import Writer
 
@@ -29,7 +29,11 @@ def collect(outcomes: Iterable[FileOutcome], report: RunReport, scalars: list[St
 
 def fill_report(report: RunReport, plan: MergePlan, scans: list[FileScan]) -> None:
     """Per process what was read and written, every file's losses, and where each file was placed."""
-    procs = {p.identity: ProcessReport(p.name, p.identity.role, p.identity.rank, p.pid) for p in plan.processes}
+    coords = process_coords(scans)
+    procs = {
+        p.identity: ProcessReport(p.name, p.identity.role, p.identity.rank, p.pid, dict(coords[p.identity]))
+        for p in plan.processes
+    }
     for s in scans:
         report.dropped.update(s.dropped)
         report.metadata_records += s.metadata_records

@@ -26,6 +26,10 @@ from tracemerge.tomlfile import read_toml
 
 MSTX = "mstx"  # Ascend MSTX ranges: phases named after the range (noted by the Ascend readers)
 TORCH_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+# Numbered steps: torch's ProfilerStep#N rows, then the step a file's name gives (verl's
+# ``step<S>``, a discrete-mode stage's phase noted under the verl preset): both before the
+# presets' unnumbered step spans.
+TORCH_STEPS, NAMED_STEPS = "torch", "name"
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,7 @@ VERL = Preset(
             "save_checkpoint": "save_checkpoint",
             # worker profiler annotations
             "rollout_generate": "generate",
+            "generate_sequences": "generate",
             "actor_compute_log_prob": "old_log_prob",
             "ref_compute_log_prob": "ref",
             "compute_values": "values",
@@ -198,7 +203,7 @@ class PhaseRules:
         tags = []
         found = TORCH_STEP.match(name)
         if found:
-            tags.append(step_tag("torch", found.group(1)))
+            tags.append(step_tag(TORCH_STEPS, found.group(1)))
         for preset, phases, steps in self._first:
             rule = phases(name)
             if rule is not None:

@@ -23,7 +23,7 @@ from typing import Protocol
 
 from tracemerge.anchors import PHASE, STEP
 from tracemerge.model import Event, Identity, Kind, ThreadInfo
-from tracemerge.phase_rules import MSTX, Preset
+from tracemerge.phase_rules import MSTX, NAMED_STEPS, TORCH_STEPS, Preset
 
 IDLE = "idle"
 
@@ -150,7 +150,7 @@ def derive(
         preset = _choose(by_preset, presets)
         found = sorted(by_preset.get(preset, ()), key=lambda o: (o[1], -o[2], o[0]))
         if found:
-            occurrences = [Occurrence(name, a, b) for name, a, b in found]
+            occurrences = [Occurrence(name, a, b) for name, a, b in _outermost_of_each_phase(found)]
             model.processes[ident] = ProcessPhases(preset, occurrences)
     model.preset = ", ".join(sorted({p.preset for p in model.processes.values()}))
     own_steps = {ident: _own_steps(step_marks.get(ident, {}), p.preset) for ident, p in model.processes.items()}
@@ -175,6 +175,20 @@ def derive(
     return model
 
 
+def _outermost_of_each_phase(found: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
+    """Occurrences in (start, longer first) order, less those inside an occurrence of the same
+    phase: one phase never nests in itself (a stage file that is ``update_actor`` as a whole, and
+    the ``actor_update`` span inside it; two scopes named for one phase)."""
+    reach: dict[str, int] = {}
+    kept = []
+    for name, a, b in found:
+        if b <= reach.get(name, a - 1) and a < reach[name]:
+            continue
+        reach[name] = max(reach.get(name, b), b)
+        kept.append((name, a, b))
+    return kept
+
+
 def _choose(by_preset: dict[str, list], presets: tuple[Preset, ...]) -> str:
     """A process's preset: the one whose phases occur most in it (the first named wins ties);
     its MSTX ranges failing that."""
@@ -186,10 +200,15 @@ def _choose(by_preset: dict[str, list], presets: tuple[Preset, ...]) -> str:
 
 
 def _own_steps(by_preset: dict[str, list[tuple[str, int, int]]], preset: str) -> list[tuple[int, int, int]]:
-    """A process's steps from its markers: torch's numbered ProfilerStep#N first, else the preset's."""
-    torch = sorted((int(n), a, b) for n, a, b in by_preset.get("torch", ()))
-    if torch:
-        return torch
+    """A process's steps from its markers: torch's numbered ProfilerStep#N first, then the steps
+    its files' names give (the files of one step joined), else the preset's."""
+    for numbered in (TORCH_STEPS, NAMED_STEPS):
+        spans: dict[int, tuple[int, int]] = {}
+        for n, a, b in by_preset.get(numbered, ()):
+            lo, hi = spans.get(int(n), (a, b))
+            spans[int(n)] = (min(lo, a), max(hi, b))
+        if spans:
+            return [(n, a, b) for n, (a, b) in sorted(spans.items())]
     found = sorted((a, b) for _, a, b in by_preset.get(preset, ()))
     return [(n, a, b) for n, (a, b) in enumerate(_outermost(found))]
 

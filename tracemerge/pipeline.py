@@ -35,6 +35,7 @@ from tracemerge.executors import Executor, SerialExecutor, local_executor
 from tracemerge.filework import FileJob, FileOutcome
 from tracemerge.layout import DEFAULT_BUDGET
 from tracemerge.metrics_map import NO_MAP, MetricsMap
+from tracemerge.model import Identity
 from tracemerge.outcomes import collect, fill_report, note_json_precision
 from tracemerge.output import assemble, check_output, work_dir
 from tracemerge.phase_rules import AUTO_PHASES, PhaseOptions
@@ -234,7 +235,7 @@ def _read_and_plan(
     del report.skipped[found[0] :], report.ignored[found[1] :]
     # Chrome JSON keeps each file's laid-out events from its first read for the second pass
     # (a selection of processes is applied while reading: then the file is read again).
-    keep_layout = "" if writer.one_pass or not (selection.roles is None and selection.ranks is None) else writer.name
+    keep_layout = "" if writer.one_pass or selection.by_process else writer.name
     # Cores left over once each file has one read parts of the large ones.
     helpers = max(0, asked.cores // len(candidates) - 1)
     # Sequence 1 carries the descriptors; each file gets the next, in discovery order.
@@ -260,7 +261,7 @@ def _read_and_plan(
     if not scans:
         raise FatalError("no usable trace files: " + "; ".join(report.skipped))
     plan = make_plan(scans, wide, asked.clocks)
-    keep = None if selection.roles is None and selection.ranks is None else selection.keeps
+    keep = _process_filter(selection, scans)
     model = derive(scans, plan.offsets, asked.phase_rules.presets, asked.phase_rules.steps, keep)
     scalars_dropped = Counter(d for f in scalars for d in f.dropped.elements())
     attach_scalars(model, scalars, scalars_dropped)
@@ -348,6 +349,14 @@ def _parts(
     if split_by == "step-window":
         return _step_parts(first, asked, scan_of, run, report, strict)
     return ((part, scan_of) for part in groups(split_by, first.plan, scan_of, first.derived_path))
+
+
+def _process_filter(selection: Selection, scans: list[FileScan]) -> Callable[[Identity], bool] | None:
+    """Which processes --roles, --ranks and --where keep (None: all)."""
+    if not selection.by_process:
+        return None
+    named = {i for s in scans if selection.keeps_file(s.facts) for i in (*s.counts, *s.threads, *s.counter_series)}
+    return lambda ident: selection.keeps(ident) and ident in named
 
 
 class _Runner:

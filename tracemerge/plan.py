@@ -10,39 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracemerge.clock import Alignment, AlignOptions, align
+from tracemerge.layouts import PathFacts, role_sort_key
 from tracemerge.model import ClockDomain, Identity, OriginKey, SourceData, ThreadInfo, ThreadKey
 from tracemerge.report import EventCounts
 
-# Roles in the order an RL step runs through them; other roles follow alphabetically.
-ROLE_ORDER = (
-    "master",
-    "trainer",
-    "driver",
-    "controller",
-    "rollout",
-    "generator",
-    "generation",
-    "actor_rollout_ref",
-    "actor-rollout-ref",
-    "actor_rollout",
-    "actor-rollout",
-    "env",
-    "reward",
-    "rm",
-    "ref",
-    "reference",
-    "teacher",
-    "critic",
-    "value-model",
-    "actor",
-    "policy",
-    "learner",
-)
 TIDS_PER_PROCESS = 10_000
 
 
@@ -83,6 +60,7 @@ class FileScan:
     marks: dict[Identity, dict[str, list[tuple[int, int]]]] = field(default_factory=dict)
     host: str | None = None
     mtime_ns: int | None = None
+    facts: PathFacts = field(default_factory=PathFacts)  # what the file's path says (tracemerge.layouts)
 
 
 @dataclass(frozen=True)
@@ -92,6 +70,9 @@ class ProcessTrack:
     pid: int
     name: str
     order: int
+    # What the process's file names say of its place in the job ("tp 0", "dp 1", "replica 3"):
+    # Perfetto's process labels, Chrome JSON's process_labels.
+    labels: tuple[str, ...] = ()
 
     @property
     def is_group(self) -> bool:
@@ -172,15 +153,27 @@ class MergePlan:
     phase_summary: dict = field(default_factory=dict)  # tracemerge.phase_summary.summary(), kept in the trace
 
 
-def resolve_identity(origin: OriginKey, data: SourceData, role_hint: str | None, rank_hint: int | None) -> Identity:
-    """Who wrote an event: the event's own role/rank first, then the file's, then its path's.
-    Metric series say it all themselves: their origin's third part is the tag of a process
-    without a rank (the path of a file of many engines' metrics says nothing of any one)."""
+def resolve_identity(origin: OriginKey, data: SourceData, facts: PathFacts) -> Identity:
+    """Who wrote an event: the event's own role/rank first; then what the file says of itself,
+    then its path, except where a framework's naming convention says the name wins (an engine
+    trace holds its engine-local rank; the name its global rank or replica). Metric series say it
+    all themselves: their origin's third part is the tag of a process without a rank (the path
+    of a file of many engines' metrics says nothing of any one)."""
     if len(origin) > 2:
         return Identity(origin[0] or "", origin[1], "" if origin[1] is not None else origin[2])
-    role = origin[0] or data.role_hint or role_hint or ""
-    rank = next((r for r in (origin[1], data.rank_hint, rank_hint) if r is not None), None)
-    tag = "" if rank is not None else (data.tag_hint or data.path.name)
+    label = None
+    if facts.names_win:
+        role = origin[0] or facts.role or data.role_hint or ""
+        rank = origin[1] if origin[1] is not None else facts.rank
+        label = facts.label
+        if rank is None and facts.file_rank_label is not None and data.rank_hint is not None:
+            label = facts.file_rank_label.format(data.rank_hint)
+        if rank is None and label is None:
+            rank = data.rank_hint
+    else:
+        role = origin[0] or data.role_hint or facts.role or ""
+        rank = next((r for r in (origin[1], data.rank_hint, facts.rank) if r is not None), None)
+    tag = "" if rank is not None else (label or data.tag_hint or data.path.name)
     return Identity(role, rank, tag)
 
 
@@ -266,11 +259,6 @@ class PlannedTracks:
         return self.unit.counters[(ident, key, name)]
 
 
-def role_sort_key(role: str) -> tuple:
-    low = role.lower()
-    return (ROLE_ORDER.index(low), "") if low in ROLE_ORDER else (len(ROLE_ORDER), low)
-
-
 # The derived Pipeline group (tracemerge.phases.PIPELINE) comes before every process.
 FIRST_TAG = "Pipeline"
 
@@ -281,8 +269,16 @@ def is_first(ident: Identity) -> bool:
 
 def identity_sort_key(ident: Identity) -> tuple:
     if is_first(ident):
-        return ((-1, ""), False, 0, "")
-    return (role_sort_key(ident.role), ident.rank is None, ident.rank or 0, ident.tag)
+        return ((-1,), False, 0, ())
+    return (role_sort_key(ident.role), ident.rank is None, ident.rank or 0, natural_key(ident.tag))
+
+
+def natural_key(text: str) -> tuple:
+    """``replica 10`` after ``replica 2``: the numbers in a text compared as numbers."""
+    return tuple(int(part) if part.isdigit() else part for part in _DIGITS.split(text))
+
+
+_DIGITS = re.compile(r"(\d+)")
 
 
 def make_plan(
@@ -304,8 +300,11 @@ def make_plan(
     scans = sorted(scans, key=lambda s: (s.ts_min is None, (s.ts_min or 0) + offsets[s.path], str(s.path)))
 
     identities = sorted({i for s in scans for i in (*s.counts, *s.threads, *s.counter_series)}, key=identity_sort_key)
+    coords = process_coords(scans)
     processes = {
-        ident: ProcessTrack(ident, process_uuid(ident, wide), n + 1, ident.label, n)
+        ident: ProcessTrack(
+            ident, process_uuid(ident, wide), n + 1, ident.label, n, tuple(f"{k} {v}" for k, v in coords[ident])
+        )
         for n, ident in enumerate(identities)
     }
 
@@ -435,6 +434,17 @@ def _planned_lanes(
             if parent is not None and (parent.uuid, lane.lane) not in lanes:
                 lanes[(parent.uuid, lane.lane)] = lane_track(parent, lane.lane).uuid
     return lanes
+
+
+def process_coords(scans: list[FileScan]) -> dict[Identity, tuple[tuple[str, int], ...]]:
+    """Per process, the parallel coordinates its files' names give (the first file's value of each
+    wins; a replica's frontend file carries its GPU's)."""
+    found: dict[Identity, dict[str, int]] = defaultdict(dict)
+    for s in scans:
+        for ident in (*s.counts, *s.threads, *s.counter_series):
+            for key, value in s.facts.coords:
+                found[ident].setdefault(key, value)
+    return defaultdict(tuple, {ident: tuple(values.items()) for ident, values in found.items()})
 
 
 def _sorted_threads(infos: dict[tuple[ThreadKey, str], ThreadInfo]) -> list:

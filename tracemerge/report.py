@@ -14,6 +14,8 @@ EXIT_OK = 0
 EXIT_FATAL = 1
 EXIT_USAGE = 2
 EXIT_INCOMPLETE = 3
+# The run table's coordinate columns, in this order (tracemerge.layouts.PathFacts.coords).
+COORDINATE_COLUMNS = ("tp", "pp", "dp", "cp", "ep", "replica", "world")
 IGNORED_SHOWN = 10  # files that are not traces named on stderr (the report lists them all)
 
 
@@ -48,6 +50,7 @@ class ProcessReport:
     role: str
     rank: int | None
     pid: int
+    coords: dict[str, int] = field(default_factory=dict)  # parallel coordinates its file names give
     files: list[Path] = field(default_factory=list)
     clocks: set[str] = field(default_factory=set)
     read: EventCounts = field(default_factory=EventCounts)
@@ -117,6 +120,7 @@ class RunReport:
                     "role": p.role,
                     "rank": p.rank,
                     "pid": p.pid,
+                    "coords": p.coords,
                     "files": [str(f) for f in p.files],
                     "clocks": sorted(p.clocks),
                     "read": p.read.as_dict(),
@@ -159,13 +163,23 @@ def format_table(rows: list[tuple[str, ...]], left: frozenset[int] = frozenset()
 def format_found(report: RunReport) -> str:
     """The table of what was found, one row per (role, rank) process."""
     presets = {p["process"]: p["preset"] for p in report.phases.get("processes", ())}
-    rows = [("role", "rank", "files", "events", "phases", "clock")]
+    # A column per parallel coordinate that some process's file names give (tp, pp, dp, cp, ...).
+    given = {k for p in report.processes for k in p.coords}
+    keys = [k for k in COORDINATE_COLUMNS if k in given] + sorted(given - set(COORDINATE_COLUMNS))
+    rows = [("role", "rank", *keys, "files", "events", "phases", "clock")]
     for p in report.processes:
         # A process without a rank is told apart by its tag (a file or run directory, an instance).
-        rank = str(p.rank) if p.rank is not None else p.label.rpartition(" · ")[2] or "?"
+        rank = str(p.rank) if p.rank is not None else _tag_of(p) or "?"
         clocks = "; ".join(sorted(p.clocks))
-        rows.append((p.role or "-", rank, str(len(p.files)), f"{p.read.total:,}", presets.get(p.label, "-"), clocks))
-    return format_table(rows, left=frozenset({0, 4, 5}))
+        coords = (str(p.coords[k]) if k in p.coords else "-" for k in keys)
+        phases = presets.get(p.label, "-")
+        rows.append((p.role or "-", rank, *coords, str(len(p.files)), f"{p.read.total:,}", phases, clocks))
+    return format_table(rows, left=frozenset({0, 1, len(keys) + 4, len(keys) + 5}))
+
+
+def _tag_of(p: ProcessReport) -> str:
+    """What tells a process without a rank apart: its label less the role."""
+    return p.label[len(p.role) + 3 :] if p.role and p.label.startswith(f"{p.role} · ") else p.label
 
 
 def format_duration(ns: int, signed: bool = False) -> str:

@@ -65,7 +65,12 @@ def _digest(path: Path) -> bytes | None:
 def read_once(candidates: list[Candidate], report: RunReport) -> list[Candidate]:
     """``candidates`` without the copies of an earlier one; each copy is named in a note of
     ``report`` and counted (info) in its statistics."""
-    copy_of = same_content([c.path for c in candidates])
+    # Formats that read run folders (Ascend) choose between a run's exports themselves (the newest
+    # whole one is read, the others named), and a run folder copied elsewhere is another run: their
+    # files are left to them.
+    loose = [n for n, c in enumerate(candidates) if c.format.hints is None]
+    found = same_content([candidates[n].path for n in loose])
+    copy_of = {loose[n]: loose[first] for n, first in found.items()}
     for n, first in sorted(copy_of.items()):
         copy, kept = shown(candidates[n].path), shown(candidates[first].path)
         report.notes.append(f"{copy}: the same bytes as {kept}, read once")

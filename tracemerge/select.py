@@ -1,4 +1,4 @@
-"""What to keep: ``--roles``, ``--ranks``, ``--window`` and ``--min-dur``, parsed and applied.
+"""What to keep: ``--roles``, ``--ranks``, ``--where``, ``--window`` and ``--min-dur``, parsed and applied.
 
 Durations and times take a unit (``ns``, ``us``/``µs``, ``ms``, ``s``, ``min``; plain numbers
 are seconds). A window is ``START:END`` relative to the run start, either side may be left out
@@ -12,7 +12,11 @@ import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
+from tracemerge.layouts import COORDINATES, PathFacts
 from tracemerge.model import Identity
+
+# What --where and --split-by can select by: the parallel coordinates a file's name gives.
+WHERE_KEYS = (*COORDINATES, "replica")
 
 _UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "min": 60_000_000_000}
 _DURATION = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zµ]*)\s*$")
@@ -63,6 +67,22 @@ def parse_ranks(text: str) -> frozenset[int]:
     return frozenset(ranks)
 
 
+def parse_where(texts: list[str]) -> tuple[tuple[str, frozenset[int]], ...]:
+    """``["dp=0", "tp=0-1"]`` -> (("dp", {0}), ("tp", {0, 1})): processes whose file names give
+    these parallel coordinates (tp, pp, dp, cp, ep, replica)."""
+    where = []
+    for text in texts:
+        key, sep, values = text.partition("=")
+        key = key.strip().lower()
+        if not sep or key not in WHERE_KEYS:
+            raise ValueError(f"--where: {text!r} is not KEY=VALUES with KEY one of {', '.join(WHERE_KEYS)} (e.g. dp=0)")
+        try:
+            where.append((key, parse_ranks(values)))
+        except ValueError:
+            raise ValueError(f"--where: {text!r}: values are numbers or ranges, e.g. dp=0 or tp=0-3") from None
+    return tuple(where)
+
+
 def parse_roles(text: str) -> frozenset[str]:
     return frozenset(r.strip() for r in text.split(",") if r.strip())
 
@@ -75,15 +95,26 @@ class Selection:
     ranks: frozenset[int] | None = None
     window: tuple[int | None, int | None] | None = None
     min_dur: int = 0
+    # --where: (coordinate, values) pairs a file's name must give (a file that gives none is left out)
+    where: tuple[tuple[str, frozenset[int]], ...] = ()
 
     @property
     def everything(self) -> bool:
-        return self.roles is None and self.ranks is None and self.window is None and not self.min_dur
+        return self.roles is None and self.ranks is None and not self.where and self.window is None and not self.min_dur
+
+    @property
+    def by_process(self) -> bool:
+        """Whether whole processes are selected (--roles, --ranks, --where)."""
+        return self.roles is not None or self.ranks is not None or bool(self.where)
 
     def keeps(self, ident: Identity) -> bool:
         if self.roles is not None and ident.role not in self.roles:
             return False
         return self.ranks is None or ident.rank in self.ranks
+
+    def keeps_file(self, facts: PathFacts) -> bool:
+        """Whether the coordinates a file's name gives are the ones --where asks for."""
+        return all(facts.coord(key) in values for key, values in self.where)
 
 
 EVERYTHING = Selection()

@@ -1,4 +1,4 @@
-"""``--split-by role|host|step-window``: one trace per group of the run, and an index of them.
+"""``--split-by role|host|step-window|tp|pp|dp|cp|ep|replica``: one trace per group of the run, and an index of them.
 
 Every part is cut from the one plan of the whole run, so all parts share its processes, pids,
 clock alignment and time base: a process is named alike and an instant has the same time in each.
@@ -24,8 +24,11 @@ import orjson
 from tracemerge.derived import DERIVED_FORMAT
 from tracemerge.errors import FatalError, shown
 from tracemerge.plan import FileScan, MergePlan, UnitPlan
+from tracemerge.select import WHERE_KEYS
 
-SPLIT_KINDS = ("role", "host", "step-window")
+# By a parallel coordinate (--split-by dp): each file goes whole to the part of the value its name
+# gives (``dp0``, ``dp1``); files whose names give none to ``dp-none``.
+SPLIT_KINDS = ("role", "host", "step-window", *WHERE_KEYS)
 PIPELINE_PART = "pipeline"
 UNKNOWN_HOST = "unknown-host"
 
@@ -51,6 +54,9 @@ def groups(by: str, plan: MergePlan, scan_of: dict[Path, FileScan], derived: Pat
             key = PIPELINE_PART
         elif by == "host":
             key = scan_of[unit.path].host or UNKNOWN_HOST
+        elif by in WHERE_KEYS:
+            value = scan_of[unit.path].facts.coord(by)
+            key = f"{by}{value}" if value is not None else f"{by}-none"
         else:
             key = _role_of(unit, plan)
         found.setdefault(key, []).append(unit)

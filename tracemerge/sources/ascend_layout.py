@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from tracemerge.errors import InputError, NotATrace, shown
+from tracemerge.layouts import PathFacts, ascend_run_facts, path_facts
 from tracemerge.model import UNIX_EPOCH, SourceData, ThreadInfo, ThreadKey, as_rank
 from tracemerge.sources.base import read_head
 from tracemerge.sources.common import host_of
@@ -143,20 +145,13 @@ def metadata_role(run: Path) -> str | None:
     return None
 
 
-def path_hints(path: Path, root: Path) -> tuple[str | None, int | None]:
-    """Role: the directory holding the run (verl's ``{save_path}/{role}/..._ascend_pt``; when the
-    run directory itself is given, only if that directory is named like a role); rank: from the
-    run's profiler_info."""
-    from tracemerge.discover import ROLE_WORDS
-    from tracemerge.discover import path_hints as generic_hints  # discover imports the sources
-
+def path_hints(path: Path, root: Path) -> PathFacts:
+    """What the folders around a run say (:func:`tracemerge.layouts.ascend_run_facts`), with the
+    rank its profiler_info states."""
     run = run_dir_of(path)
     if run is None:
-        return generic_hints(path, root)
-    role = run.parent.name or None
-    if run.resolve() == root.resolve() and (role or "").lower() not in ROLE_WORDS:
-        role = None  # the run directory itself was given: its parent names a role only if it reads like one
-    return role, rank_of(run)
+        return path_facts(path, root)
+    return replace(ascend_run_facts(run, root), rank=rank_of(run))
 
 
 def unusable_reason(directory: Path) -> str | None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracemerge.errors import InputError
+from tracemerge.layouts import PathFacts
 from tracemerge.model import SourceData
 
 if TYPE_CHECKING:
@@ -37,8 +38,9 @@ class SourceFormat:
     name: str
     claims: Callable[[Path, bytes], bool]
     read: Callable[[Path, FileLayout], SourceData]
-    # (path, the input root it was found under) -> (role, rank) hints; default: discover.path_hints
-    hints: Callable[[Path, Path], tuple[str | None, int | None]] | None = None
+    # (path, the input root it was found under) -> what the path says of its process; default:
+    # tracemerge.layouts.path_facts
+    hints: Callable[[Path, Path], PathFacts] | None = None
     # A directory this format recognises but cannot use (raw data, say) -> the reason; else None.
     unusable_dir: Callable[[Path], str | None] | None = None
 

@@ -140,6 +140,8 @@ def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> No
     for proc in plan.processes:
         records.append(_meta("process_name", proc.pid, None, {"name": proc.name}))
         records.append(_meta("process_sort_index", proc.pid, None, {"sort_index": proc.order}))
+        if proc.labels:
+            records.append(_meta("process_labels", proc.pid, None, {"labels": ",".join(proc.labels)}))
     for thread in [*plan.threads, *lanes]:
         records.append(_meta("thread_name", thread.pid, thread.tid, {"name": thread.name}))
         records.append(_meta("thread_sort_index", thread.pid, thread.tid, {"sort_index": thread.order}))

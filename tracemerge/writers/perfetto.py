@@ -417,6 +417,7 @@ def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> No
         else:
             pkt.track_descriptor.process.pid = proc.pid
             pkt.track_descriptor.process.process_name = proc.name
+            pkt.track_descriptor.process.process_labels.extend(proc.labels)
         pkt.track_descriptor.sibling_order_rank = proc.order
         pkt.track_descriptor.child_ordering = pb.TrackDescriptor.EXPLICIT
         write_packet(out, pkt)

@@ -1,0 +1,416 @@
+"""How the frameworks name their traces, declared once: roles, and what a file's path says of the
+process that wrote it (role, rank, step, stage, parallel coordinates).
+
+Everything here is data read by two small functions: :func:`path_facts` for one path and
+:func:`join_frontends` for the few facts that need the other files of a run. Discovery, the
+Ascend run reader and the process order all use it; no other module lists role words or name
+patterns. Each convention names the framework source it follows; ``tests/test_layouts.py`` holds
+real file names of each and what they must become.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+# -- roles -----------------------------------------------------------------------------------------
+# Role words in the order an RL step runs through them: generation, reward, reference, critic,
+# actor/trainer, then the job's controllers. A role met that is in no group sorts after them all,
+# alphabetically. Hybrid verl workers (actor, rollout and ref in one process) generate first.
+ROLE_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("rollout", "generator", "generation", "inference", "sampler", "eval-rollout", "env"),
+    ("actor-rollout-ref", "actor_rollout_ref", "actor-rollout", "actor_rollout"),
+    ("reward", "rm", "reward-model"),
+    ("ref", "reference", "teacher"),
+    ("critic", "value-model", "value"),
+    ("actor", "policy", "learner", "trainer", "language-model"),
+    ("master", "driver", "controller"),
+)
+ROLE_WORDS = frozenset(word for group in ROLE_GROUPS for word in group)
+_ROLE_RANK = {word: (g, n) for g, group in enumerate(ROLE_GROUPS) for n, word in enumerate(group)}
+
+
+def role_sort_key(role: str) -> tuple:
+    """Where a role's processes sort: pipeline order, unknown roles after, alphabetically."""
+    low = role.lower()
+    return (*_ROLE_RANK[low], "") if low in _ROLE_RANK else (len(ROLE_GROUPS), 0, low)
+
+
+# Folders that hold traces without naming a role (the role is the folder below them).
+CONTAINER_DIRS = frozenset(
+    {
+        "perf_tracer",
+        "session_tracer",
+        "logs",
+        "log",
+        "traces",
+        "trace",
+        "profile",
+        "profiles",
+        "profiler",
+        "profiling",
+        "outputs",
+        "output",
+        "tb",
+        "tensorboard",
+        "torch_profile",
+        "save_path",
+    }
+)
+
+# verl's discrete-mode stages (file-name scopes, and the stage folders of older verl and of verl on
+# Ascend) and the phase each is, as the verl phase preset names it. ``train`` is a whole step.
+STAGE_PHASES = {
+    "actor-update": "update_actor",
+    "actor_update": "update_actor",
+    "update_actor": "update_actor",
+    "actor-compute-log-prob": "old_log_prob",
+    "actor_compute_log_prob": "old_log_prob",
+    "compute_log_prob": "old_log_prob",
+    "ref-compute-log-prob": "ref",
+    "ref_compute_log_prob": "ref",
+    "compute_ref_log_prob": "ref",
+    "critic-update": "update_critic",
+    "critic_update": "update_critic",
+    "update_critic": "update_critic",
+    "compute-values": "values",
+    "compute_values": "values",
+    "generate-sequences": "generate",
+    "generate_sequences": "generate",
+    "train-batch": "train_batch",
+    "forward-backward": "forward_backward",
+}
+WHOLE_STEP_SCOPES = frozenset({"train"})
+# The role that runs a stage, for stage folders that name no role (verl's worker of that stage).
+STAGE_ROLES = {"update_actor": "actor", "old_log_prob": "actor", "ref": "ref", "update_critic": "critic"}
+STAGE_ROLES |= {"values": "critic", "generate": "rollout"}
+
+# -- what a path says ------------------------------------------------------------------------------
+
+COORDINATES = ("tp", "pp", "dp", "cp", "ep")  # parallel coordinates, in the order they are shown
+
+
+@dataclass(frozen=True)
+class PathFacts:
+    """What a trace's path says of the process that wrote it (None where it says nothing)."""
+
+    role: str | None = None
+    rank: int | None = None  # the global rank
+    label: str | None = None  # names the process where no global rank is known (an engine replica's GPU)
+    step: int | None = None  # the RL step the file holds (verl counts from 1, as its trackers do)
+    stage: str | None = None  # a discrete-mode stage: the file is that phase
+    coords: tuple[tuple[str, int], ...] = ()  # (("tp", 0), ("pp", 0), ("dp", 1), ("cp", 0)), world, replica
+    convention: str = ""  # the naming convention that matched ("" for the generic reading)
+    names_win: bool = False  # what the name says of the process wins over what the file says
+    frontend: bool = False  # a replica's CPU frontend: joins the process of the replica's first GPU
+    # An engine GPU trace whose name gives no local rank: its label when the file states its
+    # (engine-local) rank, with that rank in place of {}.
+    file_rank_label: str | None = None
+
+    @property
+    def stage_role(self) -> str | None:
+        """The role that runs this file's stage, when the stage says."""
+        return STAGE_ROLES.get(self.phase or "")
+
+    @property
+    def phase(self) -> str | None:
+        """The phase a discrete-mode stage file is, over its whole extent."""
+        if self.stage is None or self.stage in WHOLE_STEP_SCOPES:
+            return None
+        return STAGE_PHASES.get(self.stage, self.stage.replace("-", "_"))
+
+    def coord(self, name: str) -> int | None:
+        return dict(self.coords).get(name)
+
+
+@dataclass(frozen=True)
+class Convention:
+    """One framework's naming rule: ``file`` must match the whole file name; ``folder``, matched
+    against the name of the folder holding it, adds what that folder says. Named groups: role,
+    rank, step, stage, world, tp, pp, dp, cp, ep, replica, local (a rank inside an engine
+    replica), host, pid, engine (an engine's own file name, read again by the engine conventions)."""
+
+    name: str
+    source: str  # where the framework writes it
+    file: re.Pattern[str]
+    folder: re.Pattern[str] | None = None
+    role: str | None = None  # the role every such file has
+    names_win: bool = False
+    frontend: bool = False
+
+
+_FIELD = r"[0-9A-Za-z.=+-]+"  # a verl name field: anything else became "-"
+_GZ = r"(?:\.gz)?"
+_TORCH_TAIL = rf"\.(?P<time>\d+)\.pt\.trace\.json{_GZ}"
+
+VERL_TORCH = Convention(
+    "verl torch",
+    "verl/utils/profiler/torch_profile.py build_trace_basename",
+    re.compile(
+        rf"(?:(?P<role>{_FIELD})_)??"
+        rf"(?:(?P<stage>train|{'|'.join(re.escape(s) for s in STAGE_PHASES if '-' in s)})_)?"
+        r"(?:step(?P<step>\d+)_)?rank(?P<rank>\d+)(?:-of-(?P<world>\d+))?"
+        r"(?:_tp(?P<tp>\d+)-pp(?P<pp>\d+)-dp(?P<dp>\d+)-cp(?P<cp>\d+))?"
+        rf"_pid(?P<pid>\d+)_(?P<time>\d{{17}})(?:_mb\d+(?:-\d+)?|_part\d+)?\.json{_GZ}"
+    ),
+    names_win=True,
+)
+VERL_OLD = Convention(
+    "verl torch (early 2026)",
+    "<save_path>/<stage>/[<role>_]prof_rank-<r>[_<pid>_<ts17>].json.gz",
+    re.compile(rf"(?:(?P<role>.+?)_)?prof_rank-(?P<rank>\d+)(?:_(?P<pid>\d+)_(?P<time>\d{{17}}))?\.json{_GZ}"),
+    re.compile(r"(?P<stage>.+)"),
+    names_win=True,
+)
+# A replica's folder, and the name verl gives an engine file it moves up into save_path.
+REPLICA_FOLDER = re.compile(r"agent_loop_rollout_replica_(?P<replica>\d+)")
+VERL_RELOCATED = Convention(
+    "verl rollout (relocated)",
+    "verl relocate_results: rollout-replica<n>[-globalrank<g>]_<engine file>",
+    re.compile(r"rollout-replica(?P<replica>\d+)(?:-globalrank(?P<rank>\d+))?_(?P<engine>.+)"),
+    role="rollout",
+    names_win=True,
+)
+# The engines' own names, inside a replica's folder (or after the relocated prefix).
+VLLM_WORKER = Convention(
+    "vLLM worker",
+    "vLLM torch profiler: <5-char id>-rank-<k>.<time_ns>.pt.trace.json.gz",
+    re.compile(rf"(?P<id>[0-9A-Za-z]+)-rank-(?P<local>\d+){_TORCH_TAIL}"),
+)
+VLLM_FRONTEND = Convention(
+    "vLLM frontend",
+    "vLLM AsyncLLM profiler: <host>_<pid>.async_llm.<time_ns>.pt.trace.json.gz",
+    re.compile(rf"(?P<host>.+)_(?P<pid>\d+)\.async_llm{_TORCH_TAIL}"),
+    frontend=True,
+)
+VLLM_WORKER_OLD = Convention(
+    "vLLM worker (older)",
+    "older vLLM: <host>_<pid>.<time_ns>.pt.trace.json.gz",
+    re.compile(rf"(?P<host>.+)_(?P<pid>\d+){_TORCH_TAIL}"),
+)
+SGLANG = Convention(
+    "SGLang",
+    "SGLang profiler: <time.time()>-TP-<t>[-DP-<d>][-PP-<p>][-EP-<e>][-<stage>].trace.json.gz",
+    re.compile(
+        r"(?P<time>\d+(?:\.\d+)?)-TP-(?P<tp>\d+)(?:-DP-(?P<dp>\d+))?(?:-PP-(?P<pp>\d+))?(?:-EP-(?P<ep>\d+))?"
+        rf"(?:-(?P<engine_stage>EXTEND|DECODE|prefill|decode))?\.trace\.json{_GZ}"
+    ),
+)
+ENGINES = (VLLM_FRONTEND, VLLM_WORKER, SGLANG, VLLM_WORKER_OLD)
+ENGINE_STAGE = "generate_sequences"
+SKYRL = Convention(
+    "SkyRL",
+    "SkyRL policy workers: <save_path>/rank<r>.<time_ns>.pt.trace.json",
+    re.compile(rf"rank(?P<rank>\d+){_TORCH_TAIL}"),
+    role="policy",
+)
+AREAL = Convention(
+    "AReaL",
+    "<fileroot>/logs/<user>/<experiment>/<trial>/{perf,session}_tracer/<role>/{traces,sessions}-r<rank>.jsonl",
+    re.compile(r"(?:traces|sessions)-r(?P<rank>\d+)\.jsonl"),
+    re.compile(r"(?P<role>.+)"),
+)
+VERL_ASCEND_RUN = re.compile(r"(?P<host>.+)_(?P<pid>\d+)_(?P<time>\d{17})_ascend_pt")
+# Files a framework writes that tracemerge cannot read yet: named with what to do, never ignored.
+VERL_NSYS = Convention(
+    "verl nsys",
+    "verl nsys: [<role>_]<host>_worker_process_<pid>[.<n>].nsys-rep",
+    re.compile(r"(?:(?P<role>.+)_)?(?P<host>[^_]+)_worker_process_(?P<pid>\d+)(?:\.\d+)?\.nsys-rep"),
+)
+NEEDS_EXPORT = {
+    ".nsys-rep": "an Nsight Systems report: export it first with nsys export --type sqlite -o {stem}.sqlite {name}",
+}
+# Conventions tried on a file name, first match wins (engines are tried only inside a replica).
+CONVENTIONS = (VERL_TORCH, VERL_RELOCATED, VERL_OLD, SKYRL, AREAL, VERL_NSYS)
+
+_RANK_WORD = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
+_RANK_SUFFIX = re.compile(r"-r(\d+)(?=[._-]|$)")
+
+
+def path_facts(path: Path, root: Path) -> PathFacts:
+    """What ``path`` (found under the input ``root``) says of its process: a framework's
+    convention where one matches, else the generic reading of role folders and rank words."""
+    dirs = _dirs_below(path, root)
+    name = path.name
+    replica = REPLICA_FOLDER.fullmatch(dirs[-1]) if dirs else None
+    if replica is not None:
+        found = _engine_facts(name, int(replica.group("replica")), None)
+        if found is not None:
+            return found
+    for convention in CONVENTIONS:
+        m = convention.file.fullmatch(name)
+        if m is None:
+            continue
+        folder = dirs[-1] if dirs else ""
+        folder_match = None
+        if convention.folder is not None and folder and folder.lower() not in CONTAINER_DIRS:
+            folder_match = convention.folder.fullmatch(folder)
+        if convention is VERL_RELOCATED:
+            rank = int(m.group("rank")) if m.group("rank") else None
+            found = _engine_facts(m.group("engine"), int(m.group("replica")), rank)
+            if found is not None:
+                return replace(found, convention=f"{VERL_RELOCATED.name}, {found.convention}")
+            continue
+        groups = {k: v for k, v in m.groupdict().items() if v is not None}
+        if folder_match is not None:
+            groups = {**{k: v for k, v in folder_match.groupdict().items() if v is not None}, **groups}
+        return _convention_facts(convention, groups, dirs)
+    return generic_facts(dirs, name)
+
+
+def _convention_facts(convention: Convention, groups: dict[str, str], dirs: list[str]) -> PathFacts:
+    role, stage = groups.get("role"), groups.get("stage")
+    if convention is VERL_OLD and stage is not None:
+        if stage.lower() in ROLE_WORDS:
+            role, stage = role or stage, None  # a role folder, not a stage folder
+        dirs = dirs[:-1]  # the stage folder names no role
+    stage_role = STAGE_ROLES.get(STAGE_PHASES.get(stage or "", ""))
+    role = role or convention.role or stage_role or generic_facts(dirs, "").role
+    coords = tuple((k, int(groups[k])) for k in (*COORDINATES, "world") if k in groups)
+    return PathFacts(
+        role=role,
+        rank=int(groups["rank"]) if "rank" in groups else None,
+        step=int(groups["step"]) if "step" in groups else None,
+        stage=stage,
+        coords=coords,
+        convention=convention.name,
+        names_win=convention.names_win,
+    )
+
+
+def _engine_facts(name: str, replica: int, rank: int | None) -> PathFacts | None:
+    """An engine file of rollout replica ``replica``: the process of one GPU (its global rank when
+    known, else replica and local rank), or the replica's frontend."""
+    for convention in ENGINES:
+        m = convention.file.fullmatch(name)
+        if m is None:
+            continue
+        groups = {k: v for k, v in m.groupdict().items() if v is not None}
+        coords = [("replica", replica)]
+        if "local" in groups:
+            coords.append(("tp", int(groups["local"])))
+        coords += [(k, int(groups[k])) for k in COORDINATES if k in groups]
+        label = file_rank_label = None
+        if rank is None:
+            shown = [f"{k} {v}" for k, v in coords[1:] if k == "tp" or v != 0]
+            label = " · ".join([f"replica {replica}", *shown])
+            if convention is VLLM_WORKER_OLD:  # the local rank is only in the file
+                label, file_rank_label = (
+                    f"replica {replica} · {groups['host']}_{groups['pid']}",
+                    f"replica {replica} · tp {{}}",
+                )
+        return PathFacts(
+            role="rollout",
+            rank=rank,
+            label=label,
+            # An engine is profiled while it generates: the capture is the replica's generation.
+            stage=ENGINE_STAGE,
+            coords=tuple(dict(coords).items()),
+            convention=convention.name,
+            names_win=True,
+            frontend=convention.frontend,
+            file_rank_label=file_rank_label,
+        )
+    return None
+
+
+def join_frontends(facts: dict[Path, PathFacts]) -> dict[Path, PathFacts]:
+    """A replica's frontend trace joins the process of the replica's first GPU (its lowest local
+    rank) in the same save_path; without a GPU trace of its replica it is ``replica <n> · frontend``."""
+    first_gpu: dict[tuple[Path, int], tuple[int, PathFacts]] = {}
+    for path, f in facts.items():
+        replica = f.coord("replica")
+        if replica is None or f.frontend:
+            continue
+        local = f.coord("tp")
+        if local is None:
+            continue  # its local rank is only in the file
+        key = (_save_path(path), replica)
+        if key not in first_gpu or local < first_gpu[key][0]:
+            first_gpu[key] = (local, f)
+    out = dict(facts)
+    for path, f in facts.items():
+        replica = f.coord("replica")
+        if not f.frontend or replica is None:
+            continue
+        gpu = first_gpu.get((_save_path(path), replica))
+        if gpu is None:
+            out[path] = replace(f, label=f"replica {replica} · frontend")
+        else:
+            out[path] = replace(f, rank=gpu[1].rank, label=gpu[1].label, coords=gpu[1].coords)
+    return out
+
+
+def _save_path(path: Path) -> Path:
+    """The save_path a replica's file belongs to (its folder's parent, or its folder once relocated)."""
+    return path.parent.parent if REPLICA_FOLDER.fullmatch(path.parent.name) else path.parent
+
+
+def generic_facts(dirs: Iterable[str], filename: str) -> PathFacts:
+    """Role and rank as role folders and rank words tell them, for names of no known convention."""
+    dirs = list(dirs)
+    return PathFacts(role=_role_from_path(dirs, filename), rank=_rank_from_path(dirs, filename))
+
+
+def ascend_run_facts(run: Path, root: Path) -> PathFacts:
+    """An Ascend run folder (``<host>_<pid>_<ts17>_ascend_pt`` or ``PROF_*``): verl writes it in
+    ``<save_path>/[<role or stage>/]``, older verl with a ``<step>/`` folder above the role. When
+    the run folder itself is given, the folder holding it names a role only if it reads like one."""
+    if run.resolve() == root.resolve():
+        above = [run.parent.name] if run.parent.name.lower() in ROLE_WORDS else []
+    else:
+        above = [root.name, *_dirs_below(run, root)]
+    role = stage = step = None
+    if above and above[-1].lower() in ROLE_WORDS:
+        role = above.pop()
+    elif above and (above[-1] in STAGE_PHASES or above[-1] in WHOLE_STEP_SCOPES):
+        stage = above.pop()
+    elif above and not above[-1].isdigit() and above[-1].lower() not in CONTAINER_DIRS and above[-1]:
+        role = above.pop()  # a folder named by the job: its role
+    if above and above[-1].isdigit():
+        step = int(above.pop())
+    convention = "verl Ascend" if VERL_ASCEND_RUN.fullmatch(run.name) else ""
+    facts = PathFacts(role=role, step=step, stage=stage, convention=convention)
+    return replace(facts, role=role or facts.stage_role)
+
+
+def needs_export(path: Path) -> str | None:
+    """Why a file a framework wrote cannot be read as it is, with the command that makes it readable."""
+    for suffix, reason in NEEDS_EXPORT.items():
+        if path.name.endswith(suffix):
+            return reason.format(stem=path.name[: -len(suffix)], name=path.name)
+    return None
+
+
+def _dirs_below(path: Path, root: Path) -> list[str]:
+    try:
+        return list(path.parent.relative_to(root).parts)
+    except ValueError:
+        return []
+
+
+def _role_from_path(dirs: list[str], filename: str) -> str | None:
+    for part in reversed(dirs):
+        if part.lower() in ROLE_WORDS:
+            return part
+    for part in dirs:
+        if part.lower() not in CONTAINER_DIRS and not _RANK_WORD.search(part) and not REPLICA_FOLDER.fullmatch(part):
+            return part
+    prefix = filename.split("_", 1)[0]
+    if prefix != filename and prefix.lower() in ROLE_WORDS:
+        return prefix
+    return None
+
+
+def _rank_from_path(dirs: list[str], filename: str) -> int | None:
+    for pattern in (_RANK_WORD, _RANK_SUFFIX):
+        m = pattern.search(filename)
+        if m:
+            return int(m.group(1))
+    for part in reversed(dirs):
+        m = _RANK_WORD.search(part)
+        if m:
+            return int(m.group(1))
+    return None
