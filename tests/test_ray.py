@@ -8,6 +8,7 @@ a local merge of all the files in one folder.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections import Counter
@@ -42,6 +43,24 @@ NODE_B_FILES = [
     "session_tracer/rollout/sessions-r1.jsonl",
     "reward/spans.jsonl",
 ]
+
+
+# A verl save_path of two nodes: each holds its training rank's files and its rollout replicas.
+VERL = FIXTURES / "frameworks" / "verl" / "save_path"
+VERL_NODE_A = [
+    p.relative_to(VERL)
+    for p in sorted(VERL.rglob("*"))
+    if p.is_file() and ("rank0" in p.name or "replica_0" in str(p) or "replica_2" in str(p))
+]
+VERL_NODE_B = [
+    p.relative_to(VERL) for p in sorted(VERL.rglob("*")) if p.is_file() and p.relative_to(VERL) not in VERL_NODE_A
+]
+
+
+def _copy_verl(files: list[Path], into: Path) -> None:
+    for name in files:
+        (into / "verl_save" / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(VERL / name, into / "verl_save" / name)
 
 
 def _copy(files: list[str], into: Path) -> None:
@@ -84,6 +103,9 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
     _copy(NODE_A_FILES, root / "node_a")
     _copy(NODE_B_FILES, root / "node_b")
     _copy(NODE_A_FILES + NODE_B_FILES, root / "all")
+    _copy_verl(VERL_NODE_A, root / "node_a")
+    _copy_verl(VERL_NODE_B, root / "node_b")
+    _copy_verl(VERL_NODE_A + VERL_NODE_B, root / "all")
     cluster = Nodes(root)
     cluster.add("head", root / "head", head=True)
     cluster.add("node_a", root / "node_a")
@@ -281,3 +303,33 @@ def test_a_path_no_node_has_is_one_line_naming_it(nodes: Nodes, tmp_path: Path) 
     assert result.exit_code == 1
     assert result.output == "tracemerge: error: nowhere: no such file or directory on any node of the Ray cluster\n"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_verl_recipe_merges_every_nodes_save_path(nodes: Nodes, tmp_path: Path) -> None:
+    """README's verl recipe, `tracemerge --ray auto "$SAVE_PATH" -o ...`, against the cluster: every
+    node's save_path merged where it lies, into the processes a local merge of all of them gives."""
+    from typer.testing import CliRunner
+
+    from tracemerge.cli import app
+
+    out = tmp_path / "verl.pftrace"
+    report = tmp_path / "verl.report.json"
+    args = ["--ray", nodes.cluster.address, "verl_save", "-o", str(out), "--report", str(report), "-q"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 3, result.output  # the two nsys reports, named with their export command
+    local = tmp_path / "local.pftrace"
+    here = os.getcwd()
+    os.chdir(nodes.root / "all")
+    try:
+        expected = merge(["verl_save"], local, jobs=1)
+    finally:
+        os.chdir(here)
+    assert out.read_bytes() == local.read_bytes()
+    found = json.loads(report.read_text())
+    assert [p["label"] for p in found["processes"]] == [p.label for p in expected.processes]
+    assert [p["label"] for p in found["processes"]][:3] == [
+        "rollout · rank 6",
+        "rollout · rank 7",
+        "rollout · replica 0 · tp 0",
+    ]
+    assert len(found["processes"]) == 16
