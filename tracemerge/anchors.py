@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
 COLLECTIVE, SYNC, SESSION, PHASE, STEP = "collective", "sync", "session", "phase", "step"
 # A file keeps at most this many marks per tag and thread: plenty to align clocks; phases (one mark
@@ -73,12 +73,15 @@ def sync_presets(processes: Iterable[tuple[Hashable, dict[str, list]]], presets:
         for tag, found in tags.items():
             if tag.startswith(PHASE + " "):
                 counts[process][tag[len(PHASE) + 1 :].partition("\t")[0]] += len(found)
-    chosen = set()
-    for found in counts.values():
-        ranked = [p for p in presets if found[p]]
-        if ranked:
-            chosen.add(max(ranked, key=lambda p: (found[p], -ranked.index(p))))
-    return frozenset(chosen)
+    chosen = {preferred_preset(found, presets) for found in counts.values()}
+    return frozenset(p for p in chosen if p is not None)
+
+
+def preferred_preset(counts: Mapping[str, int], names: Sequence[str]) -> str | None:
+    """Of the presets ``names``, the one whose phases occur most (``counts``: phase marks per
+    preset in one process); the first named on a tie; None when none occurs."""
+    ranked = [p for p in names if counts.get(p)]
+    return max(ranked, key=lambda p: (counts[p], -ranked.index(p))) if ranked else None
 
 
 def phase_tag(preset: str, phase: str) -> str:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from tracemerge.anchors import PHASE, STEP
+from tracemerge.anchors import PHASE, STEP, preferred_preset
 from tracemerge.model import Event, Identity, Kind, ThreadInfo
 from tracemerge.phase_rules import MSTX, NAMED_STEPS, TORCH_STEPS, Preset
 
@@ -193,10 +193,7 @@ def _choose(by_preset: dict[str, list], presets: tuple[Preset, ...]) -> str:
     """A process's preset: the one whose phases occur most in it (the first named wins ties);
     its MSTX ranges failing that."""
     counts = Counter({preset: len(found) for preset, found in by_preset.items()})
-    ranked = [p.name for p in presets if counts[p.name]]
-    if ranked:
-        return max(ranked, key=lambda name: (counts[name], -ranked.index(name)))
-    return MSTX if counts[MSTX] else ""
+    return preferred_preset(counts, [p.name for p in presets]) or (MSTX if counts[MSTX] else "")
 
 
 def _own_steps(by_preset: dict[str, list[tuple[str, int, int]]], preset: str) -> list[tuple[int, int, int]]:
