@@ -376,6 +376,17 @@ def ascend_run_facts(run: Path, root: Path) -> PathFacts:
     return replace(facts, role=role or facts.stage_role)
 
 
+# ``{hostname}_{pid}`` then a timestamp: torch's tensorboard_trace_handler files
+# (``{worker}.{time_ns}.pt.trace.json``) and torch_npu run directories (``{worker}_{ts}_ascend_pt``).
+_WORKER_NAME = re.compile(r"^(?P<host>.+)_\d+[._]\d+(?:\.pt\.trace\.json(?:\.gz)?|_ascend_(?:pt|ms))$")
+
+
+def host_from_name(name: str) -> str | None:
+    """The host a trace file's or run folder's name gives, when it is ``{hostname}_{pid}…``."""
+    found = _WORKER_NAME.match(name)
+    return found.group("host") if found else None
+
+
 def needs_export(path: Path) -> str | None:
     """Why a file a framework wrote cannot be read as it is, with the command that makes it readable."""
     for suffix, reason in NEEDS_EXPORT.items():

@@ -15,6 +15,7 @@ import msgspec
 import orjson
 
 from tracemerge.errors import InputError, NotATrace, shown
+from tracemerge.layouts import host_from_name
 from tracemerge.sources.base import HEAD_BYTES, read_head
 from tracemerge.sources.chrome_events import ChromeEvents, ExactEvent, NeedsExactTimes
 from tracemerge.sources.json_segments import read_in_parts
@@ -148,17 +149,11 @@ def _number_as_written(text: str) -> msgspec.Raw | float:
     return msgspec.Raw(text.encode()) if math.isfinite(number) else number  # 1e400: null, as before
 
 
-# ``{hostname}_{pid}`` then a timestamp: torch's tensorboard_trace_handler files
-# (``{worker}.{time_ns}.pt.trace.json``) and torch_npu run directories (``{worker}_{ts}_ascend_pt``).
-_WORKER_NAME = re.compile(r"^(?P<host>.+)_\d+[._]\d+(?:\.pt\.trace\.json(?:\.gz)?|_ascend_(?:pt|ms))$")
-
-
 def host_of(meta_host: Any, name: str) -> str | None:
     """The host a trace says it comes from: its own field, else the worker name in ``name``."""
     if type(meta_host) is str and meta_host.strip():
         return meta_host.strip()
-    found = _WORKER_NAME.match(name)
-    return found.group("host") if found else None
+    return host_from_name(name)
 
 
 def read_events(path: Path, reader: ChromeEvents, struct: type, lenient: type, helpers: int = 0) -> dict[str, Any]:
