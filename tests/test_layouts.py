@@ -274,3 +274,9 @@ def test_generic_names_keep_their_reading() -> None:
         ("rollout", 2, ""),
         (None, None, ""),
     ]
+
+
+def test_folders_above_a_verl_save_path_name_no_role_unless_they_read_like_one() -> None:
+    name = "train-batch_step3_rank0-of-2_pid48211_20261118140454290.json.gz"
+    assert facts(f"myjob/save_path/{name}")[f"myjob/save_path/{name}"].role is None
+    assert facts(f"critic/{name}")[f"critic/{name}"].role == "critic"

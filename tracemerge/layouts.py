@@ -267,7 +267,12 @@ def _convention_facts(convention: Convention, groups: dict[str, str], dirs: list
             role, stage = role or stage, None  # a role folder, not a stage folder
         dirs = dirs[:-1]  # the stage folder names no role
     stage_role = STAGE_ROLES.get(STAGE_PHASES.get(stage or "", ""))
-    role = role or convention.role or stage_role or generic_facts(dirs, "").role
+    # A framework that names roles in its file names leaves the folders above its save_path to
+    # the user: one of them is a role only if it reads like one.
+    folder_role = next((d for d in reversed(dirs) if d.lower() in ROLE_WORDS), None)
+    if not convention.names_win:
+        folder_role = generic_facts(dirs, "").role
+    role = role or convention.role or stage_role or folder_role
     coords = tuple((k, int(groups[k])) for k in (*COORDINATES, "world") if k in groups)
     return PathFacts(
         role=role,
