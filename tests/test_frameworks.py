@@ -222,3 +222,22 @@ def _merged(tmp_path: Path, run: Path = VERL) -> Path:
     out = tmp_path / "m.pftrace"
     merge([run], out)
     return out
+
+
+def test_trace_processor_reads_the_coordinates_as_process_args(tmp_path: Path) -> None:
+    from test_perfetto_conformance import open_trace_processor
+
+    # Perfetto's JSON importer ignores process_labels (the .json carries them for Chrome's viewer,
+    # checked above); the .pftrace's ProcessDescriptor.process_labels are process args.
+    for suffix in (".pftrace",):
+        out = tmp_path / f"m{suffix}"
+        merge([VERL], out)
+        with open_trace_processor() as tp:
+            tp.load(out)
+            rows = tp.query(
+                "select a.key, a.display_value from process p join args a using(arg_set_id) "
+                "where p.name = 'rollout · replica 2 · tp 0' and a.key like 'chrome.process_label%' order by a.key"
+            )
+            problems = tp.query("select name from stats where severity in ('error', 'data_loss') and value > 0")
+        assert [r["display_value"] for r in rows] == ["tp 0", "dp 0", "replica 2"], suffix
+        assert problems == [], suffix

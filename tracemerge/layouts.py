@@ -89,7 +89,8 @@ STAGE_ROLES |= {"values": "critic", "generate": "rollout"}
 
 # -- what a path says ------------------------------------------------------------------------------
 
-COORDINATES = ("tp", "pp", "dp", "cp", "ep")  # parallel coordinates, in the order they are shown
+COORDINATES = ("tp", "pp", "dp", "cp", "ep")  # parallel coordinates
+COORDINATE_ORDER = (*COORDINATES, "replica", "world")  # the order they are shown in
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracemerge.clock import Alignment, AlignOptions, align
-from tracemerge.layouts import PathFacts, role_sort_key
+from tracemerge.layouts import COORDINATE_ORDER, PathFacts, role_sort_key
 from tracemerge.model import ClockDomain, Identity, OriginKey, SourceData, ThreadInfo, ThreadKey
 from tracemerge.report import EventCounts
 
@@ -444,7 +444,11 @@ def process_coords(scans: list[FileScan]) -> dict[Identity, tuple[tuple[str, int
         for ident in (*s.counts, *s.threads, *s.counter_series):
             for key, value in s.facts.coords:
                 found[ident].setdefault(key, value)
-    return defaultdict(tuple, {ident: tuple(values.items()) for ident, values in found.items()})
+    shown = {key: n for n, key in enumerate(COORDINATE_ORDER)}
+    return defaultdict(
+        tuple,
+        {ident: tuple(sorted(values.items(), key=lambda kv: shown.get(kv[0], 99))) for ident, values in found.items()},
+    )
 
 
 def _sorted_threads(infos: dict[tuple[ThreadKey, str], ThreadInfo]) -> list:

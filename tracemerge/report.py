@@ -8,14 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from tracemerge.errors import shown
+from tracemerge.layouts import COORDINATE_ORDER
 from tracemerge.stats import is_loss, tally
 
 EXIT_OK = 0
 EXIT_FATAL = 1
 EXIT_USAGE = 2
 EXIT_INCOMPLETE = 3
-# The run table's coordinate columns, in this order (tracemerge.layouts.PathFacts.coords).
-COORDINATE_COLUMNS = ("tp", "pp", "dp", "cp", "ep", "replica", "world")
 IGNORED_SHOWN = 10  # files that are not traces named on stderr (the report lists them all)
 
 
@@ -165,7 +164,7 @@ def format_found(report: RunReport) -> str:
     presets = {p["process"]: p["preset"] for p in report.phases.get("processes", ())}
     # A column per parallel coordinate that some process's file names give (tp, pp, dp, cp, ...).
     given = {k for p in report.processes for k in p.coords}
-    keys = [k for k in COORDINATE_COLUMNS if k in given] + sorted(given - set(COORDINATE_COLUMNS))
+    keys = [k for k in COORDINATE_ORDER if k in given] + sorted(given - set(COORDINATE_ORDER))
     rows = [("role", "rank", *keys, "files", "events", "phases", "clock")]
     for p in report.processes:
         # A process without a rank is told apart by its tag (a file or run directory, an instance).
