@@ -280,3 +280,12 @@ def test_folders_above_a_verl_save_path_name_no_role_unless_they_read_like_one()
     name = "train-batch_step3_rank0-of-2_pid48211_20261118140454290.json.gz"
     assert facts(f"myjob/save_path/{name}")[f"myjob/save_path/{name}"].role is None
     assert facts(f"critic/{name}")[f"critic/{name}"].role == "critic"
+
+
+def test_the_folder_given_speaks_for_its_files() -> None:
+    replica = Path("/save/agent_loop_rollout_replica_4")
+    f = path_facts(replica / "a1b2c-rank-1.1764590400123456789.pt.trace.json.gz", replica)
+    assert (f.role, f.label) == ("rollout", "replica 4 · tp 1")
+    stage = Path("/save/actor_update")
+    f = path_facts(stage / "prof_rank-3.json.gz", stage)
+    assert (f.role, f.rank, f.phase) == ("actor", 3, "update_actor")

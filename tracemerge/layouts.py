@@ -235,7 +235,10 @@ def path_facts(path: Path, root: Path) -> PathFacts:
     convention where one matches, else the generic reading of role folders and rank words."""
     dirs = _dirs_below(path, root)
     name = path.name
-    replica = REPLICA_FOLDER.fullmatch(dirs[-1]) if dirs else None
+    # The folder holding the file speaks for it even when it is the folder given (a replica's,
+    # a stage's); the folders above are read only below the input.
+    folder = path.parent.name
+    replica = REPLICA_FOLDER.fullmatch(folder)
     if replica is not None:
         found = _engine_facts(name, int(replica.group("replica")), None)
         if found is not None:
@@ -244,9 +247,8 @@ def path_facts(path: Path, root: Path) -> PathFacts:
         m = convention.file.fullmatch(name)
         if m is None:
             continue
-        folder = dirs[-1] if dirs else ""
         folder_match = None
-        if convention.folder is not None and folder and folder.lower() not in CONTAINER_DIRS:
+        if convention.folder is not None and _speaks(folder, bool(dirs)):
             folder_match = convention.folder.fullmatch(folder)
         if convention is VERL_RELOCATED:
             rank = int(m.group("rank")) if m.group("rank") else None
@@ -259,6 +261,15 @@ def path_facts(path: Path, root: Path) -> PathFacts:
             groups = {**{k: v for k, v in folder_match.groupdict().items() if v is not None}, **groups}
         return _convention_facts(convention, groups, dirs)
     return generic_facts(dirs, name)
+
+
+def _speaks(folder: str, below_input: bool) -> bool:
+    """Whether the folder holding a file names its stage or role: any folder below the input that
+    is no container; the folder given itself only when it reads like a stage or a role."""
+    low = folder.lower()
+    if not folder or low in CONTAINER_DIRS:
+        return False
+    return below_input or low in ROLE_WORDS or low in STAGE_PHASES
 
 
 def _convention_facts(convention: Convention, groups: dict[str, str], dirs: list[str]) -> PathFacts:
