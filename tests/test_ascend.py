@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from tracemerge import cli
 from tracemerge.pipeline import merge
+from tracemerge.select import EVERYTHING, Selection
 
 ASCEND = FIXTURES / "ascend"
 RUN = "host_101_20260101000000000_ascend_pt"
@@ -24,10 +25,12 @@ DB = ASCEND / "db" / "actor_update" / RUN / "ASCEND_PROFILER_OUTPUT" / "ascend_p
 T0 = 1_767_225_600_000_000_000
 
 
-def merged(tmp_path: Path, *inputs: Path, ext: str = ".pftrace") -> tuple[Readback, object]:
+def merged(
+    tmp_path: Path, *inputs: Path, ext: str = ".pftrace", selection: Selection = EVERYTHING
+) -> tuple[Readback, object]:
     tmp_path.mkdir(parents=True, exist_ok=True)
     out = tmp_path / f"out{ext}"
-    report = merge(list(inputs), out)
+    report = merge(list(inputs), out, selection=selection)
     return (read_pftrace(out) if ext == ".pftrace" else read_chrome_json(out)), report
 
 
@@ -50,10 +53,10 @@ def test_text_export_tracks_and_exact_times(tmp_path: Path) -> None:
         "HCCL · Plane 0": 1,
         "HCCL · Plane 1": 1,
         "HCCL · Plane 1 (overlap 1)": 1,
-        "Overlap Analysis · Computing": 1,
-        "Overlap Analysis · Communication": 1,
-        "Overlap Analysis · Communication(Not Overlapped)": 1,
-        "Overlap Analysis · Free": 1,
+        "Overlap · Computing": 1,
+        "Overlap · Communication": 1,
+        "Overlap · Exposed comm": 1,  # msprof's "Communication(Not Overlapped)"
+        "Overlap · Free": 1,
     }
     by_name = {s.name: s for s in rb.slices}
     assert by_name["ProfilerStep#1"].ts == T0  # ts written without decimals
@@ -68,7 +71,7 @@ def test_text_export_tracks_and_exact_times(tmp_path: Path) -> None:
     assert report.written.flows == report.read.flows == 5
     assert report.reversed_flows == 1
     counters = {rb.counter_tracks[t][1]: [v for _, v in vals] for t, vals in rb.counters.items()}
-    assert counters == {"AI Core Freq MHz": [1800, 1650]}
+    assert counters == {"AI Core freq (MHz)": [1800, 1650]}
     assert report.exit_code == 0
 
 
@@ -207,7 +210,7 @@ def test_rank_less_runs_of_one_role_stay_apart_and_the_run_dir_itself_keeps_its_
 def test_db_counter_ids_are_named_as_ids_not_as_strings(tmp_path: Path) -> None:
     """hbmId 0 and llcId 1 are numbers (STRING_IDS 0 and 1 are op names); moduleId is an
     ENUM_MODULE id; type and mode are STRING_IDS; no id column is drawn as a counter; tracks are
-    named as the text export names them."""
+    titled as the text export's are; a series of zeros only (HBM 0 read) is left out."""
     run = tmp_path / "actor" / "host_1_20260101000000000_ascend_pt"
     shutil.copytree(next((FIXTURES / "ascend" / "db").rglob("*_ascend_pt")), run)
     [db] = run.rglob("ascend_pytorch_profiler_*.db")
@@ -232,16 +235,29 @@ def test_db_counter_ids_are_named_as_ids_not_as_strings(tmp_path: Path) -> None:
             con.execute("insert into LLC values (0, 1, ?, 50.5, ?, 1399)", (t0 + n, 1000 * n))
             con.execute("insert into NPU_MODULE_MEM values (0, 7, ?, ?)", (t0 + n, 4096 * n))
     out = tmp_path / "out.pftrace"
-    merge([tmp_path], out)
+    report = merge([tmp_path], out)
     names = {name for _, name in read_pftrace(out).counter_tracks.values()}
     assert names == {
-        "AI Core Freq MHz",
-        "HBM 0/Read Read(MB/s)",
-        "HBM 1/Read Read(MB/s)",
-        "LLC 1 Read/Hit Rate Hit Rate(%)",
-        "LLC 1 Read/Throughput Throughput(MB/s)",
-        "NPU Module MEM: HCCL Total Reserved(MB)",
+        "AI Core freq (MHz)",
+        "HBM 1 read (MB/s)",
+        "LLC 1 read hit rate (%)",
+        "LLC 1 read (MB/s)",
+        "HCCL reserved (MB)",
     }
+    assert report.dropped == {ZERO_REASON + "HBM": 1}
+
+
+def test_db_counters_of_several_devices_lead_with_the_device(tmp_path: Path) -> None:
+    """A DB holding two devices' counters: each title starts with its device, so that the two
+    tracks of one counter are told apart (the tasks, all of device 0, are named as before)."""
+    db = _edit_db(tmp_path, f"insert into AICORE_FREQ values (1, {T0 + 2_000}, 1700), (1, {T0 + 3_000}, 1700)")
+    rb, report = merged(tmp_path / "out", db.parents[3])
+    assert counter_series(rb) == {
+        "NPU 0 AI Core freq (MHz)": [(T0 + 1_000, 1800), (T0 + 600_000, 1650)],
+        "NPU 1 AI Core freq (MHz)": [(T0 + 2_000, 1700), (T0 + 3_000, 1700)],
+    }
+    assert "Ascend Hardware · Stream 2" in rb.thread_names("actor · rank 0")
+    assert report.dropped == {}
 
 
 COUNTERS = ASCEND / "counters"
@@ -258,69 +274,85 @@ def csv_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+# Each counter track of msprof's text export: its former title ("<process>: <event> <arg key>",
+# the process left out where the event begins with it) -> its title.
+RETITLED = {
+    "AI Core Freq MHz": "AI Core freq (MHz)",
+    "Acc PMU: acc_id 0 read_bandwidth": "Acc 0 read bw level",
+    "Acc PMU: acc_id 0 read_ost": "Acc 0 read OST level",
+    "Acc PMU: acc_id 0 write_band_width": "Acc 0 write bw level",
+    "Acc PMU: acc_id 0 write_ost": "Acc 0 write OST level",
+    "Acc PMU: acc_id 1 read_bandwidth": "Acc 1 read bw level",
+    "Acc PMU: acc_id 1 read_ost": "Acc 1 read OST level",
+    "Acc PMU: acc_id 1 write_band_width": "Acc 1 write bw level",
+    "Acc PMU: acc_id 1 write_ost": "Acc 1 write OST level",
+    "DDR/Read Read(MB/s)": "DDR read (MB/s)",
+    "DDR/Write Write(MB/s)": "DDR write (MB/s)",
+    "HBM 0/Read Read(MB/s)": "HBM 0 read (MB/s)",
+    "HBM 0/Write Write(MB/s)": "HBM 0 write (MB/s)",
+    "HBM 1/Read Read(MB/s)": "HBM 1 read (MB/s)",
+    "HBM 1/Write Write(MB/s)": "HBM 1 write (MB/s)",
+    "HCCS: Rx Rx(MB/s)": "HCCS rx (MB/s)",
+    "HCCS: Tx Tx(MB/s)": "HCCS tx (MB/s)",
+    "LLC 0 Read/Hit Rate Hit Rate(%)": "LLC 0 read hit rate (%)",
+    "LLC 0 Read/Throughput Throughput(MB/s)": "LLC 0 read (MB/s)",
+    "LLC 1 Read/Hit Rate Hit Rate(%)": "LLC 1 read hit rate (%)",
+    "LLC 1 Read/Throughput Throughput(MB/s)": "LLC 1 read (MB/s)",
+    "NPU MEM: APP/DDR KB": "NPU mem APP DDR (KB)",
+    "NPU MEM: APP/HBM KB": "NPU mem APP HBM (KB)",
+    "NPU MEM: APP/Memory KB": "NPU mem APP total (KB)",
+    "NPU MEM: Device/DDR KB": "NPU mem device DDR (KB)",
+    "NPU MEM: Device/HBM KB": "NPU mem device HBM (KB)",
+    "NPU MEM: Device/Memory KB": "NPU mem device total (KB)",
+    "PCIe_cpl Rx": "PCIe cpl rx (MB/s)",
+    "PCIe_cpl Tx": "PCIe cpl tx (MB/s)",
+    "PCIe_nonpost Rx": "PCIe nonpost rx (MB/s)",
+    "PCIe_nonpost Tx": "PCIe nonpost tx (MB/s)",
+    "PCIe_nonpost_latency Rx": "PCIe latency rx (µs)",
+    "PCIe_nonpost_latency Tx": "PCIe latency tx (µs)",
+    "PCIe_post Rx": "PCIe post rx (MB/s)",
+    "PCIe_post Tx": "PCIe post tx (MB/s)",
+    "Stars Soc Info: L2 Buffer Bw Level": "SoC L2 buffer bw level",
+    "Stars Soc Info: Mata Bw Level": "SoC Mata bw level",
+}
+# The series of the counters fixture whose every value is 0, by the group the report names.
+ZERO = {
+    "Acc PMU": ["Acc 0 write bw level"],
+    "NPU MEM": ["NPU mem APP DDR (KB)", "NPU mem device DDR (KB)"],
+    "PCIe": ["PCIe latency rx (µs)"],
+}
+ZERO_REASON = "counter series zero throughout the file, left out (--keep-zero-counters keeps them): "
+
+
 def test_db_counters_are_named_and_scaled_as_the_text_export_draws_them(tmp_path: Path) -> None:
     """One run's counters exported both ways (msprof's DB tables with STRING_IDS and ENUM_MODULE,
-    and its counter events and CSVs): the same tracks, the same values at the same nanoseconds."""
-    text, text_report = merged(tmp_path / "t", COUNTERS / "text")
-    db, db_report = merged(tmp_path / "d", COUNTERS / "db")
+    and its counter events and CSVs): the same titles, the same values at the same nanoseconds."""
+    keep = Selection(keep_zero_counters=True)
+    text, text_report = merged(tmp_path / "t", COUNTERS / "text", selection=keep)
+    db, db_report = merged(tmp_path / "d", COUNTERS / "db", selection=keep)
     from_text, from_db = counter_series(text), counter_series(db)
-    csv_only = ("NPU Module MEM: ", "NPU OP MEM: ")  # the text export keeps these in CSVs only
-    assert {name: v for name, v in from_db.items() if not name.startswith(csv_only)} == from_text
-    assert sorted(from_text) == [
-        "AI Core Freq MHz",
-        "Acc PMU: acc_id 0 read_bandwidth",
-        "Acc PMU: acc_id 0 read_ost",
-        "Acc PMU: acc_id 0 write_band_width",
-        "Acc PMU: acc_id 0 write_ost",
-        "Acc PMU: acc_id 1 read_bandwidth",
-        "Acc PMU: acc_id 1 read_ost",
-        "Acc PMU: acc_id 1 write_band_width",
-        "Acc PMU: acc_id 1 write_ost",
-        "DDR/Read Read(MB/s)",
-        "DDR/Write Write(MB/s)",
-        "HBM 0/Read Read(MB/s)",
-        "HBM 0/Write Write(MB/s)",
-        "HBM 1/Read Read(MB/s)",
-        "HBM 1/Write Write(MB/s)",
-        "HCCS: Rx Rx(MB/s)",
-        "HCCS: Tx Tx(MB/s)",
-        "LLC 0 Read/Hit Rate Hit Rate(%)",
-        "LLC 0 Read/Throughput Throughput(MB/s)",
-        "LLC 1 Read/Hit Rate Hit Rate(%)",
-        "LLC 1 Read/Throughput Throughput(MB/s)",
-        "NPU MEM: APP/DDR KB",
-        "NPU MEM: APP/HBM KB",
-        "NPU MEM: APP/Memory KB",
-        "NPU MEM: Device/DDR KB",
-        "NPU MEM: Device/HBM KB",
-        "NPU MEM: Device/Memory KB",
-        "PCIe_cpl Rx",
-        "PCIe_cpl Tx",
-        "PCIe_nonpost Rx",
-        "PCIe_nonpost Tx",
-        "PCIe_nonpost_latency Rx",
-        "PCIe_nonpost_latency Tx",
-        "PCIe_post Rx",
-        "PCIe_post Tx",
-        "Stars Soc Info: L2 Buffer Bw Level",
-        "Stars Soc Info: Mata Bw Level",
-    ]
+    csv_only = ("APP reserved (MB)", "HCCL reserved (MB)", "GE op allocated (MB)", "GE op reserved (MB)")
+    assert {name: v for name, v in from_db.items() if name not in csv_only} == from_text
+    assert sorted(from_text) == sorted(RETITLED.values())
     t = T0 + 100_000
-    assert from_db["HBM 1/Write Write(MB/s)"] == [(t, 13.5), (t + 20_000, 1037.75)]  # B/s in the DB
-    assert from_db["LLC 1 Read/Hit Rate Hit Rate(%)"] == [(t, 79.5 / 100), (t + 20_000, 79.5 / 100)]
-    assert from_db["NPU MEM: Device/Memory KB"] == [(t, 2_212_081_665 / 1024), (t + 20_000, 2_212_085_761 / 1024)]
+    assert from_db["HBM 1 write (MB/s)"] == [(t, 13.5), (t + 20_000, 1037.75)]  # B/s in the DB
+    # a percentage: the DB's hitRate 79.5 as it is, the text export's 0.795 times 100 (spec change: was 0.795)
+    assert from_db["LLC 1 read hit rate (%)"] == [(t, 79.5), (t + 20_000, 79.5)]
+    assert from_text["LLC 0 read hit rate (%)"] == [(t, 89.5), (t + 20_000, 89.5)]
+    assert from_db["NPU mem device total (KB)"] == [(t, 2_212_081_665 / 1024), (t + 20_000, 2_212_085_761 / 1024)]
 
-    # NPU module and operator memory: named and scaled as npu_module_mem.csv and memory_record.csv
+    # NPU module and operator memory: scaled as npu_module_mem.csv and memory_record.csv
     out = next(COUNTERS.glob("text/*/*/ASCEND_PROFILER_OUTPUT"))
     from_csv: dict[str, list] = {}
     for row in csv_rows(out / "npu_module_mem.csv"):
-        name = f"NPU Module MEM: {row['Component']} Total Reserved(MB)"
+        name = f"{row['Component']} reserved (MB)"
         from_csv.setdefault(name, []).append((exact_ns(row["Timestamp(us)"].strip()), float(row["Total Reserved(MB)"])))
     for row in csv_rows(out / "memory_record.csv"):
-        for column in ("Total Allocated(MB)", "Total Reserved(MB)"):
-            name = f"NPU OP MEM: {row['Component']} {column}"
-            from_csv.setdefault(name, []).append((exact_ns(row["Timestamp(us)"].strip()), float(row[column])))
-    assert {name: v for name, v in from_db.items() if name.startswith(csv_only)} == from_csv
+        for column in ("Allocated", "Reserved"):
+            value = float(row[f"Total {column}(MB)"])
+            name = f"{row['Component']} op {column.lower()} (MB)"
+            from_csv.setdefault(name, []).append((exact_ns(row["Timestamp(us)"].strip()), value))
+    assert {name: v for name, v in from_db.items() if name in csv_only} == from_csv
     # each operator allocation and release is an instant named after the operator
     assert [(i.name, i.ts, i.args["args"]["type"], i.args["args"]["size"]) for i in db.instants] == [
         ("MatMul", t, "allocate", 4096),
@@ -328,6 +360,16 @@ def test_db_counters_are_named_and_scaled_as_the_text_export_draws_them(tmp_path
     ]
     assert db_report.written.counters == sum(map(len, from_db.values())) == 82
     assert (text_report.dropped, db_report.dropped) == ({}, {})
+
+    # By default the series of zeros only are left out, counted by group (info).
+    for kind, kept in (("text", from_text), ("db", from_db)):
+        rb, report = merged(tmp_path / kind / "default", COUNTERS / kind)
+        zero = {name for names in ZERO.values() for name in names}
+        assert all(v == 0 for name in zero for _, v in kept[name])
+        assert counter_series(rb) == {name: v for name, v in kept.items() if name not in zero}
+        assert report.dropped == {ZERO_REASON + group: len(names) for group, names in ZERO.items()}
+        assert stat_of(report, "counter_all_zero") == ("info", 4)
+        assert report.exit_code == 0
 
 
 # -- exports read once, damaged ones reported, DB rows kept or counted ---------------------------
@@ -723,7 +765,7 @@ def test_gc_records_are_drawn_where_the_text_export_draws_them(tmp_path: Path) -
     text, _ = merged(tmp_path / "t" / "out", tmp_path / "t" / "in")
     db, report = merged(tmp_path / "d" / "out", tmp_path / "d" / "in")
     for rb in (text, db):
-        gc = [(s.name, s.cat, s.ts, s.dur) for s in rb.slices if rb.threads[s.track][1] == "Python GC · Python GC"]
+        gc = [(s.name, s.cat, s.ts, s.dur) for s in rb.slices if rb.threads[s.track][1] == "Python GC"]
         assert gc == [("GC", "GC", ts, dur) for ts, dur in GCS]
     assert report.written.slices == 24 + 2
     assert report.dropped == {

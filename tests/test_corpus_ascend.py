@@ -20,11 +20,23 @@ from expected import exact_ns, load_json
 from readback import read_pftrace
 
 from tracemerge.pipeline import merge
+from tracemerge.select import Selection
 
 CORPUS = ROOT.parent / "shared" / "corpus" / "ascend"
 pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"no corpus at {CORPUS}")
 LANE = re.compile(r" \(overlap \d+\)$")
 OVERLAP = {0: "Computing", 1: "Communication", 2: "Communication(Not Overlapped)", 3: "Free"}
+KEEP_ZERO = Selection(keep_zero_counters=True)
+
+
+def title(process: str, thread: str) -> str:
+    """A slice track's title: msprof's process and thread, the thread alone when named as its
+    process, Overlap Analysis shorter."""
+    if process == thread:
+        return process
+    if process == "Overlap Analysis":
+        return "Overlap · " + {"Communication(Not Overlapped)": "Exposed comm"}.get(thread, thread)
+    return f"{process} · {thread}"
 
 
 # Counter values per DB row, as msprof's text export draws the same data (its counter events per
@@ -65,7 +77,7 @@ def text_expectations(path: Path) -> tuple[Counter, int]:
                 track = "MSTX"
             else:
                 tid = e["tid"]
-                track = f"{process[e['pid']]} · {thread.get((e['pid'], tid), f'Thread {tid}')}"
+                track = title(process[e["pid"]], thread.get((e["pid"], tid), f"Thread {tid}"))
             out[(track, e.get("name", ""), exact_ns(e["ts"]), exact_ns(e["dur"]))] += 1
         elif e["ph"] == "C":
             # an Acc PMU event's acc_id names its accelerator, it is not a value
@@ -99,7 +111,7 @@ def db_expectations(path: Path) -> tuple[Counter, int]:
     for start, end, tid in q("select startNs, endNs, globalTid & 4294967295 from PYTORCH_API"):
         out[(f"Python · Thread {tid}", int(start), int(end) - int(start))] += 1
     for start, end, kind in q("select startNs, endNs, type from OVERLAP_ANALYSIS"):
-        out[(f"Overlap Analysis · {OVERLAP[kind]}", start, end - start)] += 1
+        out[(title("Overlap Analysis", OVERLAP[kind]), start, end - start)] += 1
     if "MSTX_EVENTS" in tables:
         for start, end, kind in q("select startNs, endNs, eventType from MSTX_EVENTS"):
             out[("MSTX", start, 0 if kind in (0, 3) else end - start)] += 1
@@ -122,8 +134,9 @@ def db_expectations(path: Path) -> tuple[Counter, int]:
 
 @pytest.fixture(scope="module")
 def merged_corpus(tmp_path_factory):
+    """Every counter series kept (--keep-zero-counters), so that every row is drawn."""
     out = tmp_path_factory.mktemp("corpus") / "ascend.pftrace"
-    report = merge([CORPUS], out)
+    report = merge([CORPUS], out, selection=KEEP_ZERO)
     return read_pftrace(out), report
 
 
@@ -185,7 +198,7 @@ def test_one_process_per_rank_and_reported_gaps(merged_corpus) -> None:
         "Ascend Hardware · Stream 2",
         "HCCL · Group 0 Communication",
         "HCCL · Plane 0",
-        "Overlap Analysis · Free",
+        "Overlap · Free",
     ):
         assert expected in names
     assert "MSTX" in rb.thread_names("msinsight · msprof_0.db")
@@ -227,10 +240,45 @@ def test_db_and_text_exports_of_one_level_draw_the_same_counters(level: str, tmp
     names = {}
     for kind in ("text", "db"):
         out = tmp_path / f"{kind}.pftrace"
-        merge([CORPUS / "msinsight" / "test" / "data" / "pytorch" / kind / level], out)
+        merge([CORPUS / "msinsight" / "test" / "data" / "pytorch" / kind / level], out, selection=KEEP_ZERO)
         names[kind] = Counter(name for _, name in read_pftrace(out).counter_tracks.values())
     assert len(names["text"]) == 134  # 28 accelerators × 4 Acc PMU series among them
     # QoS has no table in this CANN's DB; module and operator memory are CSVs in the text export.
-    assert names["text"] - names["db"] == Counter({"QoS OTHERS value": 2})
+    assert names["text"] - names["db"] == Counter({"QoS OTHERS": 2})
     only_db = names["db"] - names["text"]
-    assert {n.split(":")[0] for n in only_db} == {"NPU Module MEM", "NPU OP MEM"}
+    [db] = (CORPUS / "msinsight" / "test" / "data" / "pytorch" / "db" / level).rglob("*_profiler_0.db")
+    con = sqlite3.connect("file:" + urllib.parse.quote(str(db)) + "?mode=ro&immutable=1", uri=True)
+    sql = "select distinct e.name from NPU_MODULE_MEM m join ENUM_MODULE e on m.moduleId = e.id"
+    modules = [name for (name,) in con.execute(sql)]
+    con.close()
+    assert only_db == Counter(
+        {f"{m} reserved (MB)": 2 for m in modules} | {f"GE op {k} (MB)": 2 for k in ("allocated", "reserved")}
+    )
+
+
+@pytest.mark.parametrize(
+    ("export", "kept", "tracks"),
+    [("text/level0", 39, 268), ("text/level1", 38, 268), ("db/level0", 46, 424), ("db/level1", 47, 424)],
+)
+def test_counter_series_of_zeros_are_left_out_and_titles_stay_short(
+    export: str, kept: int, tracks: int, tmp_path: Path
+) -> None:
+    """Of each export's counter tracks (both ranks), those whose every value is 0 are left out by
+    default, one count each under counter_all_zero; every title is short and says each word once."""
+    run = CORPUS / "msinsight" / "test" / "data" / "pytorch" / export
+    merge([run], tmp_path / "every.pftrace", selection=KEEP_ZERO)
+    rb_every = read_pftrace(tmp_path / "every.pftrace")
+    report = merge([run], tmp_path / "default.pftrace")
+    rb = read_pftrace(tmp_path / "default.pftrace")
+
+    def series(rb) -> dict[tuple[str, str], list]:
+        return {(rb.processes[pid], name): rb.counters[t] for t, (pid, name) in rb.counter_tracks.items()}
+
+    all_series, shown = series(rb_every), series(rb)
+    assert (len(all_series), len(shown)) == (tracks, kept)
+    zero = {key for key, values in all_series.items() if all(v == 0 for _, v in values)}
+    assert shown == {key: values for key, values in all_series.items() if key not in zero}
+    assert report.as_dict()["stats"]["counter_all_zero"]["count"] == len(zero) == tracks - kept
+    for _, name in all_series:
+        words = name.lower().split()
+        assert len(name) <= 28 and len(words) == len(set(words)), name

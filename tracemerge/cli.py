@@ -132,6 +132,10 @@ def merge(
     min_dur: Annotated[
         Optional[str], typer.Option("--min-dur", help="Leave out slices shorter than this, e.g. 10us.")
     ] = None,
+    keep_zero_counters: Annotated[
+        bool,
+        typer.Option("--keep-zero-counters", help="Keep Ascend counter tracks whose every value is 0 (left out)."),
+    ] = False,
     sync: Annotated[
         Optional[list[str]],
         typer.Option("--sync", help="A span that starts at one instant in every process having it (repeatable)."),
@@ -170,6 +174,7 @@ def merge(
             where=parse_where(where or []),
             window=parse_window(window) if window is not None else None,
             min_dur=parse_duration(min_dur) if min_dur is not None else 0,
+            keep_zero_counters=keep_zero_counters,
         )
         if format is not None and format not in WRITERS:
             raise ValueError(f"--format: unknown output format {format!r} (choose from {', '.join(WRITERS)})")

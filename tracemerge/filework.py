@@ -175,6 +175,7 @@ def _process_file(job: FileJob) -> FileOutcome:
             job.metrics_map,
         )
         layout.helpers = job.helpers
+        layout.keep_zero_counters = job.selection.keep_zero_counters
         try:
             data = cand.format.read(cand.path, layout)
         except NotATrace as exc:

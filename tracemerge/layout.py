@@ -157,6 +157,7 @@ class FileLayout:
         self._ordinals = itertools.count()
         self.ordinal = self._ordinals.__next__
         self.helpers = 0  # processes besides this one that may read parts of a large file
+        self.keep_zero_counters = False  # --keep-zero-counters: sources keep counter series of zeros
         # Read in parts: every part's name and category, in order, and their encodings by this
         # layout's writer (placeholders in bodies are replaced with these when emitted).
         self.part_names: dict[tuple[str, str], int] = {}

@@ -97,6 +97,8 @@ class Selection:
     min_dur: int = 0
     # --where: (coordinate, values) pairs a file's name must give (a file that gives none is left out)
     where: tuple[tuple[str, frozenset[int]], ...] = ()
+    # --keep-zero-counters: Ascend counter series whose every value is 0 are kept (else left out, counted)
+    keep_zero_counters: bool = False
 
     @property
     def everything(self) -> bool:

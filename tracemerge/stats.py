@@ -204,6 +204,13 @@ STATS: tuple[Stat, ...] = (
         r"^\w+ rows not drawn \(the text export keeps them",
     ),
     _stat(
+        "counter_all_zero",
+        Severity.INFO,
+        "Ascend counter series (tracks) whose every value in a file is 0, such as idle accelerators' Acc PMU"
+        " levels and modules without memory: left out, one count per series (--keep-zero-counters keeps them)",
+        r"^counter series zero throughout the file",
+    ),
+    _stat(
         "task_info_unjoined",
         Severity.DATA_LOSS,
         "Ascend task detail rows without the globalTaskId that ties them to a task (drawn under its type)",

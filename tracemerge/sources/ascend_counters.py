@@ -9,19 +9,49 @@ DB defines them: ``type``/``mode``/``component``/``eventName`` through ``STRING_
 through ``ENUM_MODULE``; ids (``hbmId``, ``llcId``, ``accId``) become part of the name and are
 never drawn as values. Tables the text export has no counters for (``NPU_MODULE_MEM``,
 ``NPU_OP_MEM``) are named after the CSV that holds them (``npu_module_mem.csv``,
-``memory_record.csv``).
+``memory_record.csv``). The tracks are titled by :mod:`ascend_titles` from these names, as the text
+export's are. :class:`CounterReading` is the DB reader's part that reads these tables.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from tracemerge.model import Event, Kind
+from tracemerge.sources.ascend_layout import COUNTER_ORDER, OTHER_COUNTER_ORDER
+from tracemerge.sources.ascend_titles import counter_title, retitled
+from tracemerge.units import checked_ns
 
 KB = 1024
 MB = 1024 * 1024  # msprof's DB stores MB/s × 1024 × 1024 as B/s, and the text export MB/s
 
 Sample = tuple[str, str, Any]  # C event name, arg key, value
+# Columns of counter tables (without a text-export naming) that identify a series rather than
+# measure it: numeric ids (a number in the name), ids of an ENUM_* table, and STRING_IDS ids.
+ID_KEYS = frozenset(
+    {
+        "hbmId",
+        "llcId",
+        "accId",
+        "hbm_id",
+        "llc_id",
+        "acc_id",
+        "nicId",
+        "pcieId",
+        "hccsId",
+        "funcId",
+        "coreId",
+        "portId",
+        "dieId",
+    }
+)
+ENUM_KEYS = {"moduleId": "ENUM_MODULE", "module_id": "ENUM_MODULE"}
+STRING_KEYS = frozenset({"type", "mode", "component", "operatorName", "eventName", "name"})
+SERIES_KEYS = ID_KEYS | frozenset(ENUM_KEYS) | STRING_KEYS
+NOT_VALUES = frozenset({"deviceId", "timestampNs", "globalTid", "streamPtr", "addr", *SERIES_KEYS})
 
 
 class Names(Protocol):
@@ -55,8 +85,8 @@ def _hbm(row: dict[str, Any], names: Names) -> Iterator[Sample]:
 
 def _llc(row: dict[str, Any], names: Names) -> Iterator[Sample]:
     counter = f"LLC {row.get('llcId')} {names.text(row.get('mode')).capitalize()}"
-    hit_rate = row.get("hitRate")
-    yield f"{counter}/Hit Rate", "Hit Rate(%)", hit_rate / 100 if _is_number(hit_rate) else None
+    # A percentage, as its key says (the text export writes the fraction: ascend_titles.percent).
+    yield f"{counter}/Hit Rate", "Hit Rate(%)", row.get("hitRate")
     yield f"{counter}/Throughput", "Throughput(MB/s)", _scaled(row.get("throughput"), MB)
 
 
@@ -145,3 +175,114 @@ COUNTER_TABLES: dict[str, CounterTable] = {
     "NPU_MODULE_MEM": CounterTable("NPU Module MEM", _npu_module_mem),
     "NPU_OP_MEM": CounterTable("NPU OP MEM", _npu_op_mem),
 }
+
+
+class CounterReading:
+    """The counter tables of an Ascend DB, for its reader (:class:`ascend_db._DbReader`), whose
+    ``tables``, ``layout``, ``dropped``, ``emit``, ``_dicts``, ``_track``, ``_enum`` and ``_text``
+    these use. Every counter is titled whole (its thread is unnamed); when a title is drawn for
+    several devices, every title leads with its device (``NPU 1 HBM 0 read (MB/s)``)."""
+
+    modules: dict[int, str] | None = None  # ENUM_MODULE, read when first needed
+
+    def _counters(self, timeline: frozenset[str]) -> None:
+        """Every table with a ``timestampNs`` column but the ``timeline`` ones: counter tracks."""
+        for table, cols in sorted(self.tables.items()):
+            if "timestampNs" not in cols or table in timeline:
+                continue
+            if table in COUNTER_TABLES:
+                self._named_counters(table, COUNTER_TABLES[table])
+            else:
+                self._other_counters(table, cols)
+        devices: dict[str, set] = defaultdict(set)
+        for _, thread, title in self.layout.samples:
+            if thread[0] == "counter":
+                devices[title].add(thread[2])
+        if any(len(found) > 1 for found in devices.values()):
+            self.layout.samples = retitled(self.layout.samples, _on_device)
+
+    def _named_counters(self, table: str, named: CounterTable) -> None:
+        """A table the text export draws too (or keeps in a CSV), named and scaled as it draws it."""
+
+        def samples(row: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+            return ((counter_title(named.process, name, key), value) for name, key, value in named.samples(row, self))
+
+        per_row = self._operator_memory if table == "NPU_OP_MEM" else None
+        self._counter_rows(table, named.process, COUNTER_ORDER, samples, per_row)
+
+    def _operator_memory(self, row: dict[str, Any], ts: int, device: int) -> None:
+        """An operator's allocation or release: the totals are counters, the operator an instant."""
+        key = self._track(("operator memory", device), "NPU OP MEM", (COUNTER_ORDER, "NPU OP MEM", device, "operators"))
+        args = {"type": self.text(row.get("type")), "size": row.get("size"), "addr": row.get("addr")}
+        self.emit(Event(Kind.INSTANT, ts, key, self.text(row.get("operatorName")), "", 0, args))
+
+    def _other_counters(self, table: str, cols: list[str]) -> None:
+        """A table the text export has no counters for: one series per numeric column."""
+        label = table.replace("_", " ")
+        keys = [c for c in cols if c in SERIES_KEYS]
+        values = [c for c in cols if c not in NOT_VALUES]
+        enums = {k: self._enum(ENUM_KEYS[k]) for k in keys if k in ENUM_KEYS}
+
+        def samples(row: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+            series = " ".join(self._series_part(k, row[k], enums) for k in keys)
+            return ((" ".join(part for part in (label, series, col) if part), row.get(col)) for col in values)
+
+        self._counter_rows(table, label, OTHER_COUNTER_ORDER, samples)
+
+    def _counter_rows(
+        self,
+        table: str,
+        process: str,
+        order: int,
+        samples: Callable[[dict[str, Any]], Iterable[tuple[str, Any]]],
+        per_row: Callable[[dict[str, Any], int, int], None] | None = None,
+    ) -> None:
+        """Each row's counter values, titled by ``samples``, on the device's track of ``process``."""
+        for row in self._dicts(table):
+            ts = self._counter_time(row, table)
+            if ts is None:
+                continue
+            device = row.get("deviceId") or 0
+            thread = self._track(("counter", process, device), "", (order, process, device, ""))
+            for name, value in samples(row):
+                if type(value) not in (int, float):
+                    self.dropped["counter row without a numeric value"] += 1
+                    continue
+                self.emit(Event(Kind.COUNTER, ts, thread, name, "", value=value))
+            if per_row is not None:
+                per_row(row, ts, device)
+
+    def _counter_time(self, row: dict[str, Any], table: str) -> int | None:
+        try:
+            return checked_ns(int(row["timestampNs"]))
+        except (TypeError, ValueError):
+            self.dropped[f"{table} row with unreadable times"] += 1
+            return None
+
+    def _series_part(self, key: str, value: Any, enums: dict[str, dict[int, str]]) -> str:
+        """How a series column reads in a track name: an id as its number, an enum by its name."""
+        if key in ID_KEYS:
+            return str(value)
+        if key in enums:
+            return str(enums[key].get(value, value))
+        return str(self._text(value))
+
+    # -- how the exporter defines each column (Names) ----------------------------------------------
+
+    def text(self, value: Any) -> str:
+        return str(self._text(value))
+
+    def module(self, value: Any) -> str:
+        if self.modules is None:
+            self.modules = self._enum("ENUM_MODULE")
+        return str(self.modules.get(value, value))
+
+
+def _on_device(thread: tuple, title: str) -> str:
+    """A counter's title in a DB of several devices: its device first."""
+    return f"NPU {thread[2]} {title}" if thread[0] == "counter" else title
+
+
+def counter_group(thread: tuple) -> str:
+    """What a counter thread of the DB reader holds: the text export's process, or the table."""
+    return str(thread[1]) if thread[0] == "counter" else str(thread)

@@ -9,11 +9,12 @@ columns it has. Timeline tables and where their rows go:
 - ``TASK`` → ``Ascend Hardware · Stream N``, named by ``COMPUTE_TASK_INFO`` /
   ``COMMUNICATION_TASK_INFO`` / an MSTX message, else the task type; communication tasks also on
   ``HCCL · Plane N``; ``COMMUNICATION_OP`` → ``HCCL · Group N Communication``;
-- ``OVERLAP_ANALYSIS`` → ``Overlap Analysis · Computing`` etc.; ``MSTX_EVENTS`` → ``MSTX``;
-  ``GC_RECORD`` → ``Python GC · Python GC`` (slices named ``GC``, as the text export draws them);
+- ``OVERLAP_ANALYSIS`` → ``Overlap · Computing`` etc.; ``MSTX_EVENTS`` → ``MSTX``;
+  ``GC_RECORD`` → ``Python GC`` (slices named ``GC``, as the text export draws them);
 - ``MEMORY_RECORD`` / ``OP_MEMORY`` (CSVs in the text export, not in its timeline): rows counted;
-- every table with a ``timestampNs`` column → counter tracks: the metric tables named and scaled as
-  the text export draws them (``ascend_counters``), any other one series per numeric column;
+- every table with a ``timestampNs`` column → counter tracks (``ascend_counters``): the metric tables
+  scaled as the text export draws them and titled as its tracks are (``ascend_titles``), any other
+  one series per numeric column; a series of zeros only is left out (counted);
 - flows: ``CANN_API`` → ``TASK`` by connectionId (HostToDevice), ``PYTORCH_API`` → ``TASK`` through
   ``CONNECTION_IDS`` (torch_to_npu), and forward → backward ops sharing a connection id (fwdbwd).
 
@@ -29,7 +30,7 @@ import sqlite3
 import tempfile
 import urllib.parse
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -40,10 +41,10 @@ from tracemerge.layout import FileLayout
 from tracemerge.model import Event, FlowPhase, Kind, SourceData, ThreadInfo, ThreadKey
 from tracemerge.phase_rules import MSTX
 from tracemerge.sources import ascend_layout as layout_dirs
-from tracemerge.sources.ascend_counters import COUNTER_TABLES, CounterTable
+from tracemerge.sources.ascend_counters import CounterReading, counter_group
 from tracemerge.sources.ascend_layout import MSTX_THREAD, SQLITE_MAGIC
+from tracemerge.sources.ascend_titles import OVERLAP, leave_out_zero_series, slice_title
 from tracemerge.sources.base import SourceFormat
-from tracemerge.sources.chrome_events import counter_series
 from tracemerge.units import checked_ns
 
 NAME = "ascend-db"
@@ -74,29 +75,6 @@ STRING_COLUMNS = frozenset(
         "hf32Eligible",
     }
 )
-# Columns of counter tables (without a text-export naming) that identify a series rather than
-# measure it: numeric ids (a number in the name), ids of an ENUM_* table, and STRING_IDS ids.
-ID_KEYS = frozenset(
-    {
-        "hbmId",
-        "llcId",
-        "accId",
-        "hbm_id",
-        "llc_id",
-        "acc_id",
-        "nicId",
-        "pcieId",
-        "hccsId",
-        "funcId",
-        "coreId",
-        "portId",
-        "dieId",
-    }
-)
-ENUM_KEYS = {"moduleId": "ENUM_MODULE", "module_id": "ENUM_MODULE"}
-STRING_KEYS = frozenset({"type", "mode", "component", "operatorName", "eventName", "name"})
-SERIES_KEYS = ID_KEYS | frozenset(ENUM_KEYS) | STRING_KEYS
-NOT_VALUES = frozenset({"deviceId", "timestampNs", "globalTid", "streamPtr", "addr", *SERIES_KEYS})
 TIMELINE_TABLES = frozenset(
     {"TASK", "COMMUNICATION_OP", "CANN_API", "PYTORCH_API", "MSTX_EVENTS", "OVERLAP_ANALYSIS", "GC_RECORD"}
 )
@@ -130,6 +108,7 @@ def read(path: Path, layout: FileLayout) -> SourceData:
             reader.read_all()
         except sqlite3.DatabaseError as exc:
             raise InputError(path, f"cannot read the database ({exc})") from None
+    leave_out_zero_series(layout, reader.dropped, counter_group)
     layout_dirs.note_not_read(path, reader.dropped)
     data = layout_dirs.source_data(path, NAME, reader.thread_infos(), reader.dropped, rank=reader.rank)
     data.host = reader.host or data.host
@@ -175,7 +154,7 @@ def _size(path: Path) -> int:
         return 0
 
 
-class _DbReader:
+class _DbReader(CounterReading):
     def __init__(self, con: sqlite3.Connection, tables: dict[str, list[str]], layout: FileLayout) -> None:
         self.con = con
         self.tables = tables
@@ -191,7 +170,6 @@ class _DbReader:
         # (start, track) of the slices a connection id links, for flows
         self.tasks_by_connection: dict[int, list[tuple[int, ThreadKey]]] = defaultdict(list)
         self.mstx_by_connection: dict[int, str] = {}
-        self.modules: dict[int, str] | None = None  # ENUM_MODULE, read when first needed
 
     # -- table access ------------------------------------------------------------------------
 
@@ -271,7 +249,7 @@ class _DbReader:
         self._pytorch_api(cann)
         self._overlap()
         self._gc()
-        self._counters()
+        self._counters(TIMELINE_TABLES)
         self._not_drawn()
 
     def _mstx(self) -> None:
@@ -430,7 +408,7 @@ class _DbReader:
             kind = OVERLAP_TYPES.get(row.get("type"), f"type {row.get('type')}")
             device = row.get("deviceId") or 0
             key = self._track(
-                ("overlap", device, kind), f"Overlap Analysis · {kind}", (6, device, row.get("type") or 0, "")
+                ("overlap", device, kind), slice_title(OVERLAP, kind), (6, device, row.get("type") or 0, "")
             )
             self._slice(key, row.get("startNs"), row.get("endNs"), kind, "", None, "OVERLAP_ANALYSIS")
 
@@ -439,7 +417,7 @@ class _DbReader:
         ``Python GC`` process and thread), named ``GC`` as there."""
         for start, end, global_tid in self._rows("GC_RECORD", ("startNs", "endNs", "globalTid")):
             tid = global_tid & 0xFFFFFFFF if type(global_tid) is int else 0
-            key = self._track(("gc", tid), "Python GC · Python GC", (1, "Python GC", tid, ""))
+            key = self._track(("gc", tid), slice_title("Python GC", "Python GC"), (1, "Python GC", tid, ""))
             self._slice(key, start, end, "GC", "GC", None, "GC_RECORD")
 
     def _not_drawn(self) -> None:
@@ -448,91 +426,6 @@ class _DbReader:
                 rows = self.con.execute(f'select count(*) from "{table}"').fetchone()[0]
                 if rows:
                     self.dropped[f"{table} rows not drawn (the text export keeps them in CSVs too)"] += rows
-
-    def _counters(self) -> None:
-        for table, cols in sorted(self.tables.items()):
-            if "timestampNs" not in cols or table in TIMELINE_TABLES:
-                continue
-            if table in COUNTER_TABLES:
-                self._named_counters(table, COUNTER_TABLES[table])
-            else:
-                self._other_counters(table, cols)
-
-    def _named_counters(self, table: str, named: CounterTable) -> None:
-        """A table the text export draws too, named and scaled as it draws it."""
-
-        def samples(row: dict[str, Any]) -> Iterator[tuple[str, Any]]:
-            return ((counter_series(name, key), value) for name, key, value in named.samples(row, self))
-
-        per_row = self._operator_memory if table == "NPU_OP_MEM" else None
-        self._counter_rows(table, named.process, 8, samples, per_row)
-
-    def _operator_memory(self, row: dict[str, Any], ts: int, device: int) -> None:
-        """An operator's allocation or release: the totals are counters, the operator an instant."""
-        key = self._track(("operator memory", device), "NPU OP MEM", (8, "NPU OP MEM", device, "operators"))
-        args = {"type": self.text(row.get("type")), "size": row.get("size"), "addr": row.get("addr")}
-        self.emit(Event(Kind.INSTANT, ts, key, self.text(row.get("operatorName")), "", 0, args))
-
-    def _other_counters(self, table: str, cols: list[str]) -> None:
-        """A table the text export has no counters for: one series per numeric column."""
-        label = table.replace("_", " ")
-        keys = [c for c in cols if c in SERIES_KEYS]
-        values = [c for c in cols if c not in NOT_VALUES]
-        enums = {k: self._enum(ENUM_KEYS[k]) for k in keys if k in ENUM_KEYS}
-
-        def samples(row: dict[str, Any]) -> Iterator[tuple[str, Any]]:
-            series = " ".join(self._series_part(k, row[k], enums) for k in keys)
-            return ((" ".join(part for part in (label, series, col) if part), row.get(col)) for col in values)
-
-        self._counter_rows(table, label, 9, samples)
-
-    def _counter_rows(
-        self,
-        table: str,
-        process: str,
-        order: int,
-        samples: Callable[[dict[str, Any]], Iterable[tuple[str, Any]]],
-        per_row: Callable[[dict[str, Any], int, int], None] | None = None,
-    ) -> None:
-        """Each row's counter values ``samples`` names, on the device's track of ``process``."""
-        for row in self._dicts(table):
-            ts = self._counter_time(row, table)
-            if ts is None:
-                continue
-            device = row.get("deviceId") or 0
-            thread = self._track(("counter", process, device), process, (order, process, device, ""))
-            for name, value in samples(row):
-                if type(value) not in (int, float):
-                    self.dropped["counter row without a numeric value"] += 1
-                    continue
-                self.emit(Event(Kind.COUNTER, ts, thread, name, "", value=value))
-            if per_row is not None:
-                per_row(row, ts, device)
-
-    def _counter_time(self, row: dict[str, Any], table: str) -> int | None:
-        try:
-            return checked_ns(int(row["timestampNs"]))
-        except (TypeError, ValueError):
-            self.dropped[f"{table} row with unreadable times"] += 1
-            return None
-
-    def _series_part(self, key: str, value: Any, enums: dict[str, dict[int, str]]) -> str:
-        """How a series column reads in a track name: an id as its number, an enum by its name."""
-        if key in ID_KEYS:
-            return str(value)
-        if key in enums:
-            return str(enums[key].get(value, value))
-        return str(self._text(value))
-
-    # -- how the exporter defines each column (ascend_counters.Names) --------------------------
-
-    def text(self, value: Any) -> str:
-        return str(self._text(value))
-
-    def module(self, value: Any) -> str:
-        if self.modules is None:
-            self.modules = self._enum("ENUM_MODULE")
-        return str(self.modules.get(value, value))
 
     def thread_infos(self) -> dict[ThreadKey, ThreadInfo]:
         several = len(self.devices) > 1

@@ -28,6 +28,9 @@ MSPROF_OUTPUT = "mindstudio_profiler_output"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # The track MSTX markers go to, in both the text and the DB export.
 MSTX_THREAD: ThreadKey = ("MSTX", None)
+# Where counter tracks sort in a process: after every track of slices (Python 0 … Overlap Analysis 6),
+# the DB's tables that the text export does not draw last.
+COUNTER_ORDER, OTHER_COUNTER_ORDER = 8, 9
 _PROF_DIR = re.compile(r"^PROF_\d+_\d+_[0-9a-zA-Z]+$")
 _INFO_FILE = re.compile(r"^profiler_info(?:_(\d+))?\.json$")
 _DB_FILE = re.compile(r"^(?:ascend_pytorch_profiler|ascend_mindspore_profiler)(?:_(\d+))?\.db$|^msprof_\d+\.db$")

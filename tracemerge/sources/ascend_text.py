@@ -11,6 +11,8 @@ Both are bare arrays of Chrome trace events with ``ts`` as a decimal string of e
 are told apart by their ``process_name`` (Python, CANN, Ascend Hardware, HCCL, Overlap Analysis,
 counters), never by decoding the pid, whose encoding changed between versions. MSTX markers (events
 whose args carry ``event_type`` and ``domain``) go to an ``MSTX`` track with the domain as category.
+Tracks are titled by :mod:`ascend_titles`, counters once the file is read (when every process is
+named).
 """
 
 from __future__ import annotations
@@ -24,7 +26,15 @@ from tracemerge.layout import FileLayout
 from tracemerge.model import NO_ORIGIN, OriginKey, SourceData, ThreadInfo, ThreadKey
 from tracemerge.phase_rules import MSTX
 from tracemerge.sources import ascend_layout as layout_dirs
-from tracemerge.sources.ascend_layout import MSTX_THREAD
+from tracemerge.sources.ascend_layout import COUNTER_ORDER, MSTX_THREAD
+from tracemerge.sources.ascend_titles import (
+    FRACTION_KEYS,
+    counter_title,
+    leave_out_zero_series,
+    percent,
+    retitled,
+    slice_title,
+)
 from tracemerge.sources.base import SourceFormat
 from tracemerge.sources.chrome_events import (
     INSTANT,
@@ -33,6 +43,7 @@ from tracemerge.sources.chrome_events import (
     ExactEvent,
     LenientEvent,
     TraceEvent,
+    counter_series,
     plain_args,
     us_to_ns,
 )
@@ -57,6 +68,10 @@ _LAYER_ORDER = {
 class AscendEvents(ChromeEvents):
     """Chrome events named the Ascend way: ``{process_name} · {thread_name}``."""
 
+    def __init__(self, layout: FileLayout) -> None:
+        super().__init__(layout)
+        self.series_parts: dict[str, tuple[str, str]] = {}  # series -> msprof's event name and arg key
+
     def add_batch(
         self, batch: list, origin: OriginKey = NO_ORIGIN, plain_text: bool = False, bind_ids: bool = True
     ) -> None:
@@ -76,11 +91,24 @@ class AscendEvents(ChromeEvents):
 
     def _counter_args(self, e: Any) -> tuple[str, dict | None]:
         name, args = super()._counter_args(e)
-        if args and args.keys() == {ACC_ID, "value"}:
+        if not args:
+            return name, args
+        if args.keys() == {ACC_ID, "value"}:
             # Acc PMU samples of every accelerator share one event name: one series per
             # accelerator (as msprof's earlier "acc_id N" events), the id never a value.
-            return f"{ACC_ID} {args[ACC_ID]}", {name: args["value"]}
+            name, args = f"{ACC_ID} {args[ACC_ID]}", {name: args["value"]}
+        for key in args:
+            self.series_parts.setdefault(counter_series(name, key), (name, key))
+        if not FRACTION_KEYS.isdisjoint(args):
+            args = {key: percent(value) if key in FRACTION_KEYS else value for key, value in args.items()}
         return name, args
+
+    def counter_title(self, thread: ThreadKey, series: str) -> str:
+        name, key = self.series_parts.get(series, (series, series))
+        return counter_title(self.process_of(thread[0]), name, key)
+
+    def process_of(self, pid: Any) -> str:
+        return self.process_names.get(pid) or f"pid {pid}"
 
     def _add_mstx(self, e: Any, args: dict, origin: OriginKey) -> None:
         ts = self._ts(e)
@@ -108,14 +136,14 @@ class AscendEvents(ChromeEvents):
                 infos[key] = ThreadInfo("MSTX", (_LAYER_ORDER["MSTX"], "", 0, ""))
                 continue
             pid, tid = key
-            process = self.process_names.get(pid) or f"pid {pid}"
-            order = _LAYER_ORDER.get(process, len(_LAYER_ORDER))
-            if tid is None:  # counters: named after their process
-                infos[key] = ThreadInfo(process, (order, process, 0, ""))
+            process = self.process_of(pid)
+            if tid is None:  # counters: each titled whole (ascend_titles), after every slice track
+                infos[key] = ThreadInfo("", (COUNTER_ORDER, process, 0, ""))
                 continue
+            order = _LAYER_ORDER.get(process, len(_LAYER_ORDER))
             thread = self.thread_names.get((pid, tid)) or f"Thread {tid}"
             tid_order = tid if type(tid) is int else 0
-            infos[key] = ThreadInfo(f"{process} · {thread}", (order, process, tid_order, str(tid)))
+            infos[key] = ThreadInfo(slice_title(process, thread), (order, process, tid_order, str(tid)))
         return infos
 
 
@@ -133,6 +161,8 @@ def read(path: Path, layout: FileLayout) -> SourceData:
     else:
         _read_slices(slices, reader)
     reader.finish()
+    layout.samples = retitled(layout.samples, reader.counter_title)
+    leave_out_zero_series(layout, reader.dropped, lambda thread: reader.process_of(thread[0]))
     layout_dirs.note_not_read(path, reader.dropped)
     return layout_dirs.source_data(path, NAME, reader.threads(), reader.dropped, reader.metadata_records)
 
