@@ -69,7 +69,7 @@ def test_profiler_step_rows_give_the_steps(kind: str, tmp_path: Path) -> None:
     merge([ASCEND / kind], out)
     steps, summary = steps_of(out)
     assert steps == [("step 1", T0, STEP_NS)]
-    assert summary["steps"] == [1]
+    assert [s["step"] for s in summary["steps"]] == [1]
     [process] = summary["processes"]
     assert process["process"] == "actor · rank 0"
     assert [(s["step"], s["dur_ns"]) for s in process["steps"]] == [(1, STEP_NS)]
@@ -84,7 +84,7 @@ def test_the_step_number_is_the_rows_own(kind: str, tmp_path: Path) -> None:
     merge([tmp_path / "in"], out)
     steps, summary = steps_of(out)
     assert steps == [("step 50", T0, STEP_NS)]
-    assert summary["steps"] == [50]
+    assert [s["step"] for s in summary["steps"]] == [50]
     assert [(s["step"], s["dur_ns"]) for s in summary["processes"][0]["steps"]] == [(50, STEP_NS)]
 
 
@@ -103,4 +103,4 @@ def test_a_rank_without_phases_still_gives_its_steps(kind: str, tmp_path: Path) 
     merge([tmp_path / "in"], out)
     steps, summary = steps_of(out)
     assert steps == [("step 50", T0, STEP_NS)]
-    assert summary["steps"] == [50]
+    assert [s["step"] for s in summary["steps"]] == [50]

@@ -79,6 +79,17 @@ def test_tracker_scalars_ride_on_the_steps(tmp_path: Path) -> None:
     for n, s in enumerate(steps):
         assert s.args.get("args", s.args) == {
             "step": n,
+            # who held the step up: every process started it at once, none waited on another
+            "wall": "5.90 s",
+            "wall_ns": 5_900_000_000,
+            "critical": "rollout · rank 0 · generate",
+            "waited on it": "0 ns",
+            "start skew": "0 ns",
+            "end skew": "0 ns",
+            "critical_rank": 0,
+            "waited_ns": 0,
+            "start_skew_ns": 0,
+            "end_skew_ns": 0,
             "timing_s/gen": 3.0,
             "timing_s/update_actor": 1.4,
             "perf/throughput": 1520.5 + n,

@@ -113,23 +113,81 @@ def test_genuine_torch_actors_steps_and_phases(tmp_path: Path, ext: str) -> None
         assert got == phases
         for step in mine["steps"]:
             assert sum(step["phases_ns"].values()) + step["idle_ns"] == step["dur_ns"]
-    # The Pipeline's actor track: per step and phase, first start to last end across both ranks.
-    actor_tracks = [t for t in rb.derived if t[0] == "Pipeline" and t[1].split(" (overlap")[0] == "actor"]
-    pipeline = {(s.args.get("args", s.args)["step"], s.name): s for t in actor_tracks for s in rb.derived[t]}
+    # The Pipeline's actor rows: per step and phase, first start to last end across both ranks,
+    # each nesting on its row (none in an overlap lane); the one crossing another by at most 1/100
+    # of its length drawn cut by that much.
+    rows = {t[1] for t in rb.derived if t[0] == "Pipeline"}
+    assert rows == {"Steps", "actor", "actor · 2", "trainer"}
+    pipeline = {
+        (s.args.get("args", s.args)["step"], s.name): s
+        for t in ("actor", "actor · 2")
+        for s in rb.derived[("Pipeline", t)]
+    }
     per_rank = [_annotations(PHASES / "actor" / f"rank{r}.pt.trace.json") for r in (0, 1)]
     for (step, name), s in pipeline.items():
         spans = []
         for r, (steps, phases) in enumerate(per_rank):
             window = next((a, b) for n, a, b in steps if n == step)
             spans += [(r, t, d) for p, t, d in phases if p == name and window[0] <= t < window[1]]
-        assert s.ts == min(t for _, t, _ in spans)
-        assert s.ts + s.dur == max(t + d for _, t, d in spans)
-        durations = {r: sum(d for rr, _, d in spans if rr == r) for r in (0, 1)}
         args = s.args.get("args", s.args)
+        lo, hi = min(t for _, t, _ in spans), max(t + d for _, t, d in spans)
+        assert s.ts - args.get("cut_start_ns", 0) == lo
+        assert s.ts + s.dur + args.get("cut_end_ns", 0) == hi
+        assert args.get("cut_start_ns", 0) + args.get("cut_end_ns", 0) <= (hi - lo) // 100
+        durations = {r: sum(d for rr, _, d in spans if rr == r) for r in (0, 1)}
+        starts = {r: min(t for rr, t, _ in spans if rr == r) for r in (0, 1)}
+        ends = {r: max(t + d for rr, t, d in spans if rr == r) for r in (0, 1)}
         assert args["spread_ns"] == max(durations.values()) - min(durations.values())
-        assert args["slowest_rank"] == max(durations, key=lambda r: (durations[r], -r))
+        assert args["start_skew_ns"] == max(starts.values()) - min(starts.values())
+        assert args["end_skew_ns"] == max(ends.values()) - min(ends.values())
+        assert args["late_rank"] == max((0, 1), key=lambda r: (starts[r], -r))
         assert args["ranks"] == 2
     assert len(pipeline) == 9  # 3 steps x 3 phases
+    # update_weights of step 0 begins 7.106 µs before update_actor ends on rank 1: drawn from there.
+    assert (
+        pipeline[(0, "update_weights")].args.get("args", pipeline[(0, "update_weights")].args)["cut_start_ns"] == 7_106
+    )
+    # Rank 1 entered step 0 54.3 ms after rank 0: in update_actor rank 0 waited for it in the
+    # first two all_reduces (to their entry on rank 1, at most its own time in them) and idled from
+    # its end of update_actor to rank 1's (then update_weights began).
+    ar0, ar1 = (
+        _all_reduces(PHASES / "actor" / "rank0.pt.trace.json"),
+        _all_reduces(PHASES / "actor" / "rank1.pt.trace.json"),
+    )
+    waits = sum(min(b1 - a0, e0 - a0) for (a0, e0), (b1, _) in zip(ar0[:2], ar1[:2], strict=True))
+
+    def first(rank: int, name: str) -> tuple[int, int]:  # (start, end) of the rank's first one
+        _, t, d = next(p for p in per_rank[rank][1] if p[0] == name)
+        return t, t + d
+
+    idle = min(first(0, "update_weights")[0], first(1, "update_actor")[1]) - first(0, "update_actor")[1]
+    update0 = pipeline[(0, "update_actor")].args.get("args", pipeline[(0, "update_actor")].args)
+    assert (update0["late_rank"], update0["critical_rank"], update0["waited_ns"]) == (1, 1, waits + idle)
+    held = {k: s.args.get("args", s.args)["critical_rank"] for k, s in pipeline.items()}
+    assert held == {
+        (0, "old_log_prob"): 1,
+        (0, "update_actor"): 1,
+        (0, "update_weights"): 1,
+        (1, "old_log_prob"): 0,
+        (1, "update_actor"): 0,
+        (1, "update_weights"): 1,
+        (2, "old_log_prob"): 1,
+        (2, "update_actor"): 0,
+        (2, "update_weights"): 1,
+    }
+
+
+def _all_reduces(path: Path) -> list[tuple[int, int]]:
+    """(start, end) in exact ns of the gloo:all_reduce ops of a torch trace, on the thread that
+    spends most time in them (the one whose marks the merge keeps)."""
+    top = load_json(path)
+    base = top["baseTimeNanoseconds"]
+    by_thread: dict = {}
+    for e in top["traceEvents"]:
+        if e.get("ph") == "X" and e["name"] == "gloo:all_reduce":
+            start = base + exact_ns(e["ts"])
+            by_thread.setdefault(e["tid"], []).append((start, start + exact_ns(e["dur"])))
+    return sorted(max(by_thread.values(), key=lambda found: sum(b - a for a, b in found)))
 
 
 def test_steps_and_phases_read_as_columns_are_those_read_one_by_one(tmp_path: Path, monkeypatch) -> None:
@@ -291,11 +349,28 @@ def test_summary_command_and_json(tmp_path: Path) -> None:
     table = runner.invoke(cli.app, ["summary", str(out)])
     assert table.exit_code == 0
     lines = table.output.splitlines()
-    assert lines[0] == "phases (verl), 3 step(s); per rank: totals over its steps"
-    assert lines[1].split() == ["role", "phase", "total", "share", "mean", "p50", "p90", "max", "slowest", "rank"]
-    rows = {tuple(line.split()[:2]): line.split() for line in lines[3:]}
-    assert rows[("trainer", "generate")][2:4] == ["15.000", "ms"]
-    assert rows[("trainer", "idle")][2:5] == ["7.500", "ms", "17.9%"]
+    # A row per step first: rank 1 started each step last (its profiler began 54.3 ms after rank
+    # 0's) and held it up, rank 0 waiting for it in gloo:all_reduce.
+    assert lines[:6] == [
+        "phases (verl), 3 step(s)",
+        "step  wall       critical: process · phase      waited on it  started last    start skew  end skew",
+        "----  ---------  -----------------------------  ------------  --------------  ----------  ---------",
+        "   0  76.686 ms  actor · rank 1 · update_actor     54.793 ms  actor · rank 1   55.667 ms  63.686 ms",
+        "   1  75.854 ms  actor · rank 1 · update_actor        9.5 µs  actor · rank 1   63.776 ms  61.854 ms",
+        "   2  75.495 ms  actor · rank 1 · update_actor      736.3 µs  actor · rank 1   61.944 ms  60.495 ms",
+    ]
+    # Then per role, in pipeline order, no percentiles for fewer than 5 ranks.
+    assert lines[8].split() == [
+        "role", "ranks", "phase", "total", "share", "mean/rank", "max/rank", "held", "up", "by", "started", "last"
+    ]  # fmt: skip
+    rows = {tuple(line.split()[:3:2]): line.split() for line in lines[10:]}
+    assert [line.split()[0] for line in lines[10:]] == ["actor"] * 4 + ["trainer"] * 5
+    assert rows[("trainer", "generate")][3:5] == ["15.000", "ms"]
+    assert rows[("trainer", "idle")][3:6] == ["7.500", "ms", "17.9%"]
+    assert (
+        " ".join(rows[("actor", "update_actor")][10:])
+        == "rank 1: 54.8 ms waited, 1 step(s) rank 1: 54.6 ms late, 3 step(s)"
+    )
     none = tmp_path / "plain.json"
     none.write_text('{"traceEvents": []}')
     assert runner.invoke(cli.app, ["summary", str(none)]).exit_code == 1
@@ -306,7 +381,7 @@ def test_merge_summary_option_prints_the_table(tmp_path: Path) -> None:
         cli.app, ["merge", str(PHASES / "trainer"), "-o", str(tmp_path / "o.pftrace"), "--summary", "-q"]
     )
     assert result.exit_code == 0
-    assert result.output.splitlines()[0] == "phases (verl), 3 step(s); per rank: totals over its steps"
+    assert result.output.splitlines()[0] == "phases (verl), 3 step(s)"
 
 
 def test_run_table_names_each_process_preset(tmp_path: Path) -> None:
@@ -325,5 +400,11 @@ def test_roles_filter_drops_their_phases_too(tmp_path: Path) -> None:
     assert {p["role"] for p in report.phases["processes"]} == {"actor"}
     rb = read_pftrace(out)
     assert {proc for proc, _ in rb.derived} == {"actor · rank 0", "actor · rank 1", "Pipeline"}
-    # Phases of different ranks overlap on their role's track: overlap lanes beside it.
-    assert {track.split(" (overlap")[0] for proc, track in rb.derived if proc == "Pipeline"} == {"Steps", "actor"}
+    # Phases of different ranks that cross go to further rows of their role, never an overlap lane.
+    assert {track for proc, track in rb.derived if proc == "Pipeline"} == {
+        "Steps",
+        "actor",
+        "actor · 2",
+        "actor · 3",
+        "actor · 4",
+    }

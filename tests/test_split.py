@@ -99,14 +99,15 @@ def test_split_by_step_window_keeps_to_the_steps_asked(fixtures: Path, tmp_path:
     index = json.loads((tmp_path / "s.index.json").read_text())
     [part] = index["traces"]
     assert part["file"] == "s.step1.json"
-    # --steps keeps the whole of step 1 as the Steps track draws it (to its last rank's end, past
-    # the start of step 2: the steps of this run overlap), not the run.
+    # --steps keeps the whole of step 1 (to its last rank's end, past the start of step 2: the
+    # steps of this run overlap; the Steps track draws it up to step 2's start, its wall time in
+    # its args), not the run.
     whole = read_chrome_json(_whole(fixtures / "phases", tmp_path / "whole.json")).set_derived_apart()
     [step] = [
         s for (process, _), found in whole.derived.items() if process == "Pipeline" for s in found if s.name == "step 1"
     ]
     base = index["time_base_unix_ns"]
-    assert part["window_ns"] == [windows[1][0], step.ts + step.dur - 1 - base]
+    assert part["window_ns"] == [windows[1][0], step.ts + step.args.get("args", step.args)["wall_ns"] - 1 - base]
     assert windows[1][0] == step.ts - base
 
 

@@ -275,10 +275,27 @@ def summary(
     phases: Annotated[
         str, typer.Option("--phases", help="Phase rules: auto, verl, areal, skyrl, or a TOML rules file.")
     ] = AUTO,
+    sync: Annotated[
+        Optional[list[str]],
+        typer.Option("--sync", help="A span that starts at one instant in every process having it (repeatable)."),
+    ] = None,
+    offset: Annotated[
+        Optional[list[str]],
+        typer.Option("--offset", help="Shift a role or rank by hand, e.g. actor/3=+1.5ms (repeatable)."),
+    ] = None,
+    offsets_file: Annotated[
+        Optional[Path], typer.Option("--offsets", help='TOML file: an offsets table of "actor/3" = "+1.5ms".')
+    ] = None,
+    no_align: Annotated[bool, typer.Option("--no-align", help="Keep every file's raw clock.")] = False,
 ) -> None:
-    """Where each RL step's time went: per role and phase, total, share, spread across ranks, idle."""
+    """Per step: wall time, who held it up and who started last; per role and phase: total, share, idle.
+
+    A run directory is merged first, placed as a merge places it (--sync, --offset, --offsets,
+    --no-align); a trace keeps the summary of its own merge.
+    """
     import tempfile
 
+    from tracemerge.phase_summary import per_step
     from tracemerge.viewer.summary import read_summary
 
     if not path.exists():
@@ -286,16 +303,25 @@ def summary(
         raise typer.Exit(EXIT_FATAL)
     try:
         phase_rules = PhaseOptions(resolve(phases))
+        rules = load_offsets(offsets_file) if offsets_file is not None else ()
+        rules += tuple(parse_offset(text) for text in offset or ())
+        clocks = AlignOptions(enabled=not no_align, offsets=rules, sync=tuple(sync or ()))
+        if not path.is_dir() and (rules or sync or no_align):
+            raise ValueError("--sync, --offset, --offsets and --no-align place a run directory, not a merged trace")
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     try:
         if path.is_dir():
             with tempfile.TemporaryDirectory(prefix="tracemerge-summary-") as work:
-                numbers = run_merge([path], Path(work) / "run.pftrace", phase_rules=phase_rules).phases
+                out = Path(work) / "run.pftrace"
+                numbers = run_merge([path], out, phase_rules=phase_rules, clocks=clocks).phases
         else:
             numbers = read_summary(path)
             if numbers is None:
                 _say(f"error: {path}: holds no phase summary (merge the run with tracemerge)")
+                raise typer.Exit(EXIT_FATAL)
+            if not as_json and not per_step(numbers):
+                _say(f"error: {path}: an older tracemerge wrote its summary (--json prints it; merge the run again)")
                 raise typer.Exit(EXIT_FATAL)
     except (TracemergeError, OSError, ValueError) as exc:
         _say(f"error: {exc}")

@@ -3,21 +3,19 @@ the output: a summary the plan takes like a file's, and a chunk encoded like a f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tracemerge.derived_tracks import events as phase_events
+from tracemerge.derived_tracks import scalar_series, track_infos
 from tracemerge.errors import FatalError
 from tracemerge.filework import RELATIVE_NO_ANCHOR
 from tracemerge.layout import FileLayout
 from tracemerge.layouts import role_sort_key
-from tracemerge.model import UNIX_EPOCH
-from tracemerge.phases import (
-    PhaseModel,
-    scalar_series,
-    track_infos,
-)
-from tracemerge.phases import events as phase_events
+from tracemerge.model import UNIX_EPOCH, Identity
+from tracemerge.phases import PhaseModel
 from tracemerge.plan import (
     FileScan,
     LocalTracks,
@@ -26,6 +24,7 @@ from tracemerge.plan import (
     flow_id_base,
 )
 from tracemerge.select import Selection
+from tracemerge.unaligned import unaligned
 from tracemerge.writers import WRITERS, Writer
 
 # The FileScan format of the derived unit (what a split's index leaves out of its inputs).
@@ -34,7 +33,7 @@ DERIVED_FORMAT = "derived phases"
 
 def derived_scan(model: PhaseModel, sequence_id: int, chunk: Path, plan: MergePlan) -> FileScan | None:
     """The summary of the derived tracks (Phases per process, the Pipeline group), as if a file."""
-    if model.empty:
+    if model.empty and not model.unaligned:
         return None
     times = [(e.ts, e.ts + e.dur) for e in phase_events(model)]
     lo, hi = min(a for a, _ in times), max(b for _, b in times)
@@ -52,6 +51,27 @@ def derived_scan(model: PhaseModel, sequence_id: int, chunk: Path, plan: MergePl
         ts_max=hi,
         local_min=lo,
     )
+
+
+def note_run(
+    model: PhaseModel, scans: list[FileScan], plan: MergePlan, keep: Callable[[Identity], bool] | None
+) -> None:
+    """What the derived tracks and the summary say beside the phases, of the processes ``keep``
+    keeps: those placed without clock evidence, the run's first and last event, and each
+    process's first to last event (all on the aligned timeline)."""
+    model.unaligned = {i: why for i, why in unaligned(scans, plan.alignment).items() if keep is None or keep(i)}
+    spans: dict[Identity, tuple[int, int]] = {}
+    for s in scans:
+        if s.ts_min is None:
+            continue
+        lo, hi = s.ts_min + plan.offsets[s.path], (s.ts_max or s.ts_min) + plan.offsets[s.path]
+        for ident in {*s.counts, *s.threads, *s.counter_series}:
+            if keep is None or keep(ident):
+                a, b = spans.get(ident, (lo, hi))
+                spans[ident] = (min(a, lo), max(b, hi))
+    model.active = {i: b - a for i, (a, b) in spans.items()}
+    if spans:
+        model.span = (min(a for a, _ in spans.values()), max(b for _, b in spans.values()))
 
 
 def encode_derived(

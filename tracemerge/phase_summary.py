@@ -1,25 +1,46 @@
-"""Where each RL step's time went: the numbers of a :class:`~tracemerge.phases.PhaseModel` per
-role and phase (total, share, spread across ranks, idle), and their table."""
+"""Where each RL step's time went, and who held it up: the numbers of a
+:class:`~tracemerge.phases.PhaseModel`, per step (wall time, the critical process and phase, the
+process that started last, skews: :mod:`tracemerge.critical`) and per role and phase (total,
+share of the role's step time, the rank holding it up most, idle), the tables printed, and the
+readable form a merged trace keeps."""
 
 from __future__ import annotations
 
+import json
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
 
+from tracemerge.critical import order_key
+from tracemerge.derived_tracks import brief
+from tracemerge.layouts import role_sort_key
 from tracemerge.model import Identity
-from tracemerge.phases import IDLE, PhaseModel, ProcessPhases, slowest_rank
+from tracemerge.phases import IDLE, PhaseModel, PipelineSlice, ProcessPhases
+
+PERCENTILES_FROM = 5  # ranks a role needs for its p50 and p90 to mean something
+SHARE_OF = "the role's step time (each rank's steps, summed over its ranks)"
+STORED_STEPS = 20  # steps the trace's own summary lists (the longest, in step order)
 
 
 def summary(model: PhaseModel, labels: dict[Identity, str] | None = None) -> dict:
-    """Per role and phase: total time, share of step time, mean/p50/p90/max across ranks (of the
-    per-rank totals), the slowest rank, and the idle fraction; the per-rank, per-step accounting."""
-    out: dict = {"preset": model.preset, "steps": [s for s, _, _ in model.steps], "roles": {}, "processes": []}
-    by_role: dict[str, dict[Identity, ProcessPhases]] = defaultdict(dict)
+    """The per-step rows (``steps``), the per-role numbers in pipeline order (``roles``), the
+    processes placed without clock evidence, and each rank's per-step accounting."""
+
+    def name(ident: Identity) -> str:
+        return (labels or {}).get(ident, ident.label)
+
+    out: dict = {
+        "preset": model.preset,
+        "steps": _steps(model, name),
+        "share_of": SHARE_OF,
+        "roles": _roles(model),
+        "unaligned": [i.label for i in sorted(model.unaligned, key=lambda i: (role_sort_key(i.role), i.rank or 0))],
+        "processes": [],
+    }
     for ident, proc in model.processes.items():
-        by_role[ident.role][ident] = proc
         out["processes"].append(
             {
-                "process": (labels or {}).get(ident, ident.label),
+                "process": name(ident),
                 "role": ident.role,
                 "rank": ident.rank,
                 "preset": proc.preset,
@@ -29,31 +50,88 @@ def summary(model: PhaseModel, labels: dict[Identity, str] | None = None) -> dic
                 ],
             }
         )
-    for role, procs in sorted(by_role.items()):
-        step_total = sum(st.dur for p in procs.values() for st in p.steps)
-        idle_total = sum(st.idle for p in procs.values() for st in p.steps)
-        names = sorted({ph for p in procs.values() for st in p.steps for ph in st.phases})
-        phases = {}
-        for name in names:
-            per_rank = {ident: sum(st.phases.get(name, 0) for st in p.steps) for ident, p in procs.items()}
-            values = sorted(per_rank.values())
-            slowest = slowest_rank(per_rank)
-            phases[name] = {
-                "total_ns": sum(values),
-                "share": sum(values) / step_total if step_total else 0.0,
-                "mean_ns": round(statistics.fmean(values)),
-                "p50_ns": _quantile(values, 0.5),
-                "p90_ns": _quantile(values, 0.9),
-                "max_ns": values[-1],
-                "slowest_rank": slowest.rank,
-            }
-        out["roles"][role] = {
-            "ranks": len(procs),
-            "step_ns": step_total,
-            "idle_ns": idle_total,
-            "idle_fraction": idle_total / step_total if step_total else 0.0,
-            "phases": phases,
+    return out
+
+
+def _steps(model: PhaseModel, name: Callable[[Identity], str]) -> list[dict]:
+    rows = []
+    for step, a, b in model.steps:
+        held = model.holdups.get(step)
+        row = {"step": step, "start_ns": a, "end_ns": b, "wall_ns": b - a}
+        if held is not None:
+            c, late = held.critical, held.late
+            row["start_skew_ns"], row["end_skew_ns"] = held.start_skew, held.end_skew
+            row["critical"] = {"role": c.role, "rank": c.rank, "phase": held.phase, "ns": held.waited}
+            row["critical"]["process"] = name(c)
+            row["late"] = {"role": late.role, "rank": late.rank, "process": name(late), "ns": held.start_skew}
+        rows.append(row)
+    return rows
+
+
+def _roles(model: PhaseModel) -> dict[str, dict]:
+    by_role: dict[str, dict[Identity, ProcessPhases]] = defaultdict(dict)
+    for ident, proc in model.processes.items():
+        by_role[ident.role][ident] = proc
+    quiet: dict[str, list[int]] = defaultdict(list)  # roles without phases: each rank's active time
+    for ident, active in model.active.items():
+        if ident.role not in by_role:
+            quiet[ident.role].append(active)
+    out: dict[str, dict] = {}
+    if not by_role:
+        return out  # no phases anywhere: nothing to set the quiet roles beside
+    for role in sorted({*by_role, *quiet}, key=role_sort_key):
+        if role in quiet:
+            out[role] = {"ranks": len(quiet[role]), "active_ns": sum(quiet[role]), "phases": {}}
+        else:
+            out[role] = _role(by_role[role], model.roles.get(role, []))
+    return out
+
+
+def _role(procs: dict[Identity, ProcessPhases], slices: list[PipelineSlice]) -> dict:
+    """A role's numbers: per phase, total, share, per-rank mean (and p50, p90 from 5 ranks), max,
+    the rank holding it up most and the one starting it last most; its idle time."""
+    step_total = sum(st.dur for p in procs.values() for st in p.steps)
+    idle_total = sum(st.idle for p in procs.values() for st in p.steps)
+    names = sorted({ph for p in procs.values() for st in p.steps for ph in st.phases})
+    phases = {}
+    for name in names:
+        values = sorted(sum(st.phases.get(name, 0) for st in p.steps) for p in procs.values())
+        many = len(values) >= PERCENTILES_FROM
+        phases[name] = {
+            "total_ns": sum(values),
+            "share": sum(values) / step_total if step_total else 0.0,
+            "mean_ns": round(statistics.fmean(values)),
+            "p50_ns": _quantile(values, 0.5) if many else None,
+            "p90_ns": _quantile(values, 0.9) if many else None,
+            "max_ns": values[-1],
+            **_held_up(s for s in slices if s.phase == name),
         }
+    phases = dict(sorted(phases.items(), key=lambda kv: (-kv[1]["total_ns"], kv[0])))
+    return {
+        "ranks": len(procs),
+        "step_ns": step_total,
+        "idle_ns": idle_total,
+        "idle_fraction": idle_total / step_total if step_total else 0.0,
+        "phases": phases,
+    }
+
+
+def _held_up(slices: Iterable[PipelineSlice]) -> dict:
+    """Over a role's steps of one phase: the rank the others waited on most (in total, then in
+    most steps), and the one that started it last most, by how much in all."""
+    waited: Counter[Identity] = Counter()
+    critical: Counter[Identity] = Counter()
+    late_by: Counter[Identity] = Counter()
+    late: Counter[Identity] = Counter()
+    for s in slices:
+        waited[s.holdup.critical] += s.holdup.waited
+        critical[s.holdup.critical] += 1
+        late_by[s.holdup.late] += s.holdup.start_skew
+        late[s.holdup.late] += 1
+    out = {}
+    for key, ns, steps in (("critical", waited, critical), ("late", late_by, late)):
+        who = min(steps, key=lambda i: (-ns[i], -steps[i], order_key(i)), default=None)
+        out[key] = None if who is None else {"rank": who.rank, "process": who.label, "ns": ns[who], "steps": steps[who]}
     return out
 
 
@@ -63,41 +141,120 @@ def _quantile(values: list[int], q: float) -> int:
     return values[int(rank) - 1]
 
 
+def per_step(numbers: dict) -> bool:
+    """Whether ``numbers`` has the per-step rows (a trace an older tracemerge wrote has not)."""
+    return all(isinstance(s, dict) for s in numbers.get("steps", ()))
+
+
 def format_summary(numbers: dict) -> str:
-    """The terminal table of :func:`summary`."""
+    """The terminal tables of :func:`summary`: one row per step, then per role and phase."""
+    if not numbers["roles"] or not numbers["steps"]:
+        return "\n".join(["phases: none found (name a preset or a rules file with --phases)", *_warning(numbers)])
+    steps = numbers["steps"]
+    head = [f"phases ({numbers['preset']}), {len(steps)} step(s)", *_warning(numbers)]
+    return "\n".join([*head, _step_table(steps), "", _role_table(numbers)])
+
+
+def _warning(numbers: dict) -> list[str]:
+    found = numbers.get("unaligned") or []
+    if not found:
+        return []
+    n = len(found)
+    return [f"⚠ {n} process{'es' if n > 1 else ''} unaligned (placed without clock evidence): {', '.join(found)}"]
+
+
+def _step_table(steps: list[dict]) -> str:
     from tracemerge.report import format_duration, format_table
 
-    if not numbers["roles"]:
-        return "phases: none found (name a preset or a rules file with --phases)"
-    rows = [("role", "phase", "total", "share", "mean", "p50", "p90", "max", "slowest rank")]
+    rows = [("step", "wall", "critical: process · phase", "waited on it", "started last", "start skew", "end skew")]
+    for s in steps:
+        c, late = s.get("critical"), s.get("late")
+        rows.append(
+            (
+                str(s["step"]),
+                format_duration(s["wall_ns"]),
+                f"{c['process']} · {c['phase']}" if c and c["phase"] else (c["process"] if c else "-"),
+                format_duration(c["ns"]) if c else "-",
+                late["process"] if late and late["ns"] else "-",  # all started at once: nobody late
+                format_duration(s["start_skew_ns"]) if late else "-",
+                format_duration(s["end_skew_ns"]) if late else "-",
+            )
+        )
+    return format_table(rows, left=frozenset({2, 4}))
+
+
+def _role_table(numbers: dict) -> str:
+    from tracemerge.report import format_duration, format_table
+
+    many = any(r["ranks"] >= PERCENTILES_FROM for r in numbers["roles"].values())
+    head = ["role", "ranks", "phase", "total", "share", "mean/rank", "max/rank"]
+    head += ["p50", "p90"] if many else []
+    rows = [(*head, "held up by", "started last")]
     for role, r in numbers["roles"].items():
-        for name, p in sorted(r["phases"].items(), key=lambda kv: -kv[1]["total_ns"]):
+        lead = (role or "-", str(r["ranks"]))
+        if "active_ns" in r:  # a role without phases
+            rows.append((*lead, "(no phases: active)", format_duration(r["active_ns"]), *[""] * (len(head) - 2)))
+            continue
+        for name, p in r["phases"].items():
+            pct = [format_duration(p[k]) if p[k] is not None else "" for k in ("p50_ns", "p90_ns")] if many else []
             rows.append(
                 (
-                    role or "-",
+                    *lead,
                     name,
                     format_duration(p["total_ns"]),
                     f"{100 * p['share']:.1f}%",
                     format_duration(p["mean_ns"]),
-                    format_duration(p["p50_ns"]),
-                    format_duration(p["p90_ns"]),
                     format_duration(p["max_ns"]),
-                    "-" if p["slowest_rank"] is None else str(p["slowest_rank"]),
+                    *pct,
+                    _who(p["critical"], r["ranks"], waited=True),
+                    _who(p["late"], r["ranks"], waited=False),
                 )
             )
-        rows.append(
-            (
-                role or "-",
-                IDLE,
-                format_duration(r["idle_ns"]),
-                f"{100 * r['idle_fraction']:.1f}%",
-                "",
-                "",
-                "",
-                "",
-                "",
-            )
-        )
+        idle = (*lead, IDLE, format_duration(r["idle_ns"]), f"{100 * r['idle_fraction']:.1f}%")
+        rows.append((*idle, *[""] * (len(rows[0]) - len(idle))))
+    title = f"per role, in pipeline order; share: of {SHARE_OF}"
+    return title + "\n" + format_table(rows, left=frozenset({0, 2, len(rows[0]) - 2, len(rows[0]) - 1}))
+
+
+def _who(found: dict | None, ranks: int, waited: bool) -> str:
+    """``rank 1: 6.2 ms waited, 2 step(s)``; ``-`` for a role of one rank, or when no one waited
+    (started later)."""
+    if found is None or ranks < 2 or not found["ns"]:
+        return "-"
+    name = f"rank {found['rank']}" if found["rank"] is not None else found["process"].partition(" · ")[2]
+    return f"{name}: {brief(found['ns'])} {'waited' if waited else 'late'}, {found['steps']} step(s)"
+
+
+def stored(numbers: dict) -> dict:
+    """The summary a merged trace keeps (the ``phase summary`` instant on the Pipeline group): a
+    line per step (the longest :data:`STORED_STEPS`) and per role, as a person reads them, and the
+    numbers themselves as one JSON text (for ``tracemerge summary TRACE``)."""
     steps = numbers["steps"]
-    head = f"phases ({numbers['preset']}), {len(steps)} step(s); per rank: totals over its steps"
-    return head + "\n" + format_table(rows, left=frozenset({0, 1}))
+    shown = sorted(sorted(steps, key=lambda s: -s["wall_ns"])[:STORED_STEPS], key=lambda s: s["step"])
+    lines = [_step_line(s) for s in shown]
+    if len(shown) < len(steps):
+        lines.append(f"the {len(shown)} longest of {len(steps)} steps; `tracemerge summary` lists them all")
+    out: dict = {"steps": lines, "roles": [_role_line(role, r) for role, r in numbers["roles"].items()]}
+    if numbers.get("unaligned"):
+        out["unaligned"] = _warning(numbers)[0]
+    out["numbers"] = json.dumps(numbers, separators=(",", ":"))
+    return out
+
+
+def _step_line(s: dict) -> str:
+    text = f"step {s['step']}: {brief(s['wall_ns'])}"
+    c, late = s.get("critical"), s.get("late")
+    if c:
+        where = f"{c['process']} · {c['phase']}" if c["phase"] else c["process"]
+        text += f"; held up by {where} ({brief(c['ns'])} waited on it)"
+    if late and late["ns"]:
+        text += f"; started last: {late['process']}, {brief(late['ns'])} after the first"
+    return text
+
+
+def _role_line(role: str, r: dict) -> str:
+    name = f"{role or '(no role)'} ({r['ranks']} rank{'s' if r['ranks'] > 1 else ''})"
+    if "active_ns" in r:
+        return f"{name}: no phases; active {brief(r['active_ns'])} (first to last event, summed over ranks)"
+    shares = [f"{ph} {100 * p['share']:.1f}%" for ph, p in r["phases"].items()]
+    return f"{name}: " + ", ".join([*shares, f"idle {100 * r['idle_fraction']:.1f}%"]) + " of its step time"

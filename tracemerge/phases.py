@@ -6,8 +6,10 @@ preset's); a process without any takes the job's steps (the union of the others'
 without any step marker counts a step from each start of the phase a process runs first.
 Within a step, time belongs to the innermost phase running (a phase nested in another takes
 its time from it) and the rest is ``idle``: per process and step, phase times plus idle time
-equal the step's time, to the nanosecond. The summary of the numbers is
-:mod:`tracemerge.phase_summary`.
+equal the step's time, to the nanosecond. Per step, and per role, step and phase, who started
+last and who held the others up is :mod:`tracemerge.critical`'s (from the collectives each process
+took part in). The summary of the numbers is :mod:`tracemerge.phase_summary`; the tracks drawn
+from them :mod:`tracemerge.derived_tracks`.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import bisect
 import heapq
 import itertools
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from tracemerge.anchors import PHASE, STEP, preferred_preset
-from tracemerge.model import Event, Identity, Kind, ThreadInfo
+from tracemerge.anchors import COLLECTIVE, PHASE, STEP, preferred_preset
+from tracemerge.critical import FOREVER, Holdup, Timeline, holdup
+from tracemerge.model import Identity
 from tracemerge.phase_rules import MSTX, NAMED_STEPS, TORCH_STEPS, Preset
 
 IDLE = "idle"
@@ -62,16 +65,19 @@ class ProcessPhases:
     occurrences: list[Occurrence] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     idle: list[tuple[int, int, int]] = field(default_factory=list)  # (step, start, end)
+    timeline: Timeline = field(default_factory=Timeline)
 
 
 @dataclass
 class PipelineSlice:
+    """One phase of one step across a role's ranks: first start to last end."""
+
     phase: str
     step: int
     start: int
     end: int
-    slowest_rank: int | None
-    spread_ns: int
+    holdup: Holdup
+    spread_ns: int  # longest minus shortest of the ranks' times in it
     ranks: int
 
 
@@ -93,6 +99,11 @@ class PhaseModel:
     left_out: Counter[str] = field(default_factory=Counter)  # --steps
     found_steps: list[int] = field(default_factory=list)  # every step, kept by --steps or not
     scalars: dict[int, dict[str, float]] = field(default_factory=dict)  # of the job steps, by step
+    holdups: dict[int, Holdup] = field(default_factory=dict)  # of the job steps, by step
+    # Processes placed without clock evidence: per process, a line per such file (tracemerge.unaligned).
+    unaligned: dict[Identity, list[str]] = field(default_factory=dict)
+    span: tuple[int, int] | None = None  # the run's first and last event (aligned)
+    active: dict[Identity, int] = field(default_factory=dict)  # per process: first to last event
 
     @property
     def empty(self) -> bool:
@@ -119,6 +130,9 @@ def attach_scalars(model: PhaseModel, files: Iterable[StepScalars], dropped: Cou
                     kept[name] = value
 
 
+Marks = dict[Identity, dict[str, list[tuple[str, int, int]]]]
+
+
 def derive(
     scans: Iterable[HasMarks],
     offsets: dict[Path, int],
@@ -128,8 +142,49 @@ def derive(
 ) -> PhaseModel:
     """Phases and steps of every process ``keep`` keeps, on the aligned timeline (file time +
     its offset)."""
-    phase_marks: dict[Identity, dict[str, list[tuple[str, int, int]]]] = defaultdict(lambda: defaultdict(list))
-    step_marks: dict[Identity, dict[str, list[tuple[str, int, int]]]] = defaultdict(lambda: defaultdict(list))
+    phase_marks, step_marks, collectives = _gather(scans, offsets, keep)
+    model = PhaseModel("", {}, [], {})
+    for ident, by_preset in phase_marks.items():
+        preset = _choose(by_preset, presets)
+        found = sorted(by_preset.get(preset, ()), key=lambda o: (o[1], -o[2], o[0]))
+        if found:
+            occurrences = [Occurrence(name, a, b) for name, a, b in _outermost_of_each_phase(found)]
+            model.processes[ident] = ProcessPhases(preset, occurrences)
+            model.processes[ident].timeline.collectives = sorted(collectives.get(ident, ()))
+    model.preset = ", ".join(sorted({p.preset for p in model.processes.values()}))
+    own_steps = {ident: _own_steps(step_marks.get(ident, {}), p.preset) for ident, p in model.processes.items()}
+    job = _job_steps([steps for steps in own_steps.values() if steps])
+    found: set[int] = set()
+    for ident, proc in model.processes.items():
+        windows = own_steps[ident] or job or _cycle_steps(proc.occurrences)
+        found.update(n for n, _, _ in windows)
+        gaps = _gaps(windows)
+        if steps_kept is not None:
+            kept = [w for w in windows if w[0] in steps_kept]
+            inside = [o for o in proc.occurrences if any(a <= o.start < b for _, a, b in kept)]
+            model.left_out["phase slices of steps outside --steps"] += len(proc.occurrences) - len(inside)
+            proc.occurrences = inside
+            windows = kept
+        _account(proc, windows)
+        proc.timeline.idle = _merged(sorted([(a, b) for _, a, b in proc.idle] + gaps))
+    job = _job_steps([[(st.step, st.start, st.end) for st in p.steps] for p in model.processes.values()])
+    model.steps = job
+    model.roles = _pipeline(model.processes)
+    model.holdups = _step_holdups(model.processes)
+    model.found_steps = sorted(found)
+    if steps_kept is not None and not model.steps:
+        model.processes.clear()  # nothing of the run is kept
+    return model
+
+
+def _gather(
+    scans: Iterable[HasMarks], offsets: dict[Path, int], keep: Callable[[Identity], bool] | None
+) -> tuple[Marks, Marks, dict[Identity, list[tuple[int, int, str]]]]:
+    """The phase and step marks (per process and preset: (name, start, end)) and the collectives
+    (per process: (start, end, kind)) of the processes ``keep`` keeps, on the aligned timeline."""
+    phase_marks: Marks = defaultdict(lambda: defaultdict(list))
+    step_marks: Marks = defaultdict(lambda: defaultdict(list))
+    collectives: dict[Identity, list[tuple[int, int, str]]] = defaultdict(list)
     for s in scans:
         shift = offsets.get(s.path, 0)
         for ident, tags in s.marks.items():
@@ -137,6 +192,8 @@ def derive(
                 continue
             for tag, found in tags.items():
                 kind, _, rest = tag.partition(" ")
+                if kind == COLLECTIVE:
+                    collectives[ident].extend((a + shift, b + shift, rest) for a, b in found)
                 if kind not in (PHASE, STEP):
                     continue
                 preset, _, what = rest.partition("\t")
@@ -145,34 +202,26 @@ def derive(
                     continue
                 target = phase_marks if kind == PHASE else step_marks
                 target[ident][preset].extend((what, a + shift, b + shift) for a, b in found)
-    model = PhaseModel("", {}, [], {})
-    for ident, by_preset in phase_marks.items():
-        preset = _choose(by_preset, presets)
-        found = sorted(by_preset.get(preset, ()), key=lambda o: (o[1], -o[2], o[0]))
-        if found:
-            occurrences = [Occurrence(name, a, b) for name, a, b in _outermost_of_each_phase(found)]
-            model.processes[ident] = ProcessPhases(preset, occurrences)
-    model.preset = ", ".join(sorted({p.preset for p in model.processes.values()}))
-    own_steps = {ident: _own_steps(step_marks.get(ident, {}), p.preset) for ident, p in model.processes.items()}
-    job = _job_steps([steps for steps in own_steps.values() if steps])
-    found: set[int] = set()
-    for ident, proc in model.processes.items():
-        windows = own_steps[ident] or job or _cycle_steps(proc.occurrences)
-        found.update(n for n, _, _ in windows)
-        if steps_kept is not None:
-            kept = [w for w in windows if w[0] in steps_kept]
-            inside = [o for o in proc.occurrences if any(a <= o.start < b for _, a, b in kept)]
-            model.left_out["phase slices of steps outside --steps"] += len(proc.occurrences) - len(inside)
-            proc.occurrences = inside
-            windows = kept
-        _account(proc, windows)
-    job = _job_steps([[(st.step, st.start, st.end) for st in p.steps] for p in model.processes.values()])
-    model.steps = job
-    model.roles = _pipeline(model.processes)
-    model.found_steps = sorted(found)
-    if steps_kept is not None and not model.steps:
-        model.processes.clear()  # nothing of the run is kept
-    return model
+    return phase_marks, step_marks, collectives
+
+
+def _gaps(windows: list[tuple[int, int, int]]) -> list[tuple[int, int]]:
+    """The time between a process's steps, and after its last one (all of them, --steps or not)."""
+    spans = sorted((a, b) for _, a, b in windows)
+    reach = list(itertools.accumulate((b for _, b in spans), max))
+    out = [(reach[n], spans[n + 1][0]) for n in range(len(spans) - 1) if spans[n + 1][0] > reach[n]]
+    return [*out, (reach[-1], FOREVER)] if spans else out
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted spans with those that touch or overlap joined."""
+    out: list[tuple[int, int]] = []
+    for a, b in spans:
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
 
 
 def _outermost_of_each_phase(found: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
@@ -264,8 +313,10 @@ def _account(proc: ProcessPhases, windows: list[tuple[int, int, int]]) -> None:
                 next_in += 1
             while running and running[0][1] <= lo:  # ended before this piece: gone
                 heapq.heappop(running)
+            name = inside[running[0][2]].phase if running else IDLE
+            _piece(proc.timeline.pieces, lo, hi, name)
             if running:
-                step.phases[inside[running[0][2]].phase] += hi - lo
+                step.phases[name] += hi - lo
             else:
                 step.idle += hi - lo
                 if proc.idle and proc.idle[-1][0] == n and proc.idle[-1][2] == lo:
@@ -273,89 +324,40 @@ def _account(proc: ProcessPhases, windows: list[tuple[int, int, int]]) -> None:
                 else:
                     proc.idle.append((n, lo, hi))
         proc.steps.append(step)
+    proc.timeline.pieces.sort()
 
 
-def slowest_rank(time_of: dict[Identity, int]) -> Identity:
-    """The process that took longest; of those that took as long, the lowest rank."""
-    return max(time_of, key=lambda i: (time_of[i], -(i.rank or 0)))
+def _piece(pieces: list[tuple[int, int, str]], lo: int, hi: int, name: str) -> None:
+    """Notes that ``name`` ran from ``lo`` to ``hi`` (joined to the piece before when it goes on)."""
+    if pieces and pieces[-1][1] == lo and pieces[-1][2] == name:
+        pieces[-1] = (pieces[-1][0], hi, name)
+    else:
+        pieces.append((lo, hi, name))
 
 
 def _pipeline(processes: dict[Identity, ProcessPhases]) -> dict[str, list[PipelineSlice]]:
-    """Per role, per step and phase: first start to last end across the role's ranks."""
+    """Per role, per step and phase: first start to last end across the role's ranks, and who
+    held it up (:func:`tracemerge.critical.holdup` of the ranks' spans of it)."""
     groups: dict[tuple[str, int, str], dict[Identity, list[Occurrence]]] = defaultdict(lambda: defaultdict(list))
     for ident, proc in processes.items():
         for o in proc.occurrences:
             if o.step is not None:
                 groups[(ident.role, o.step, o.phase)][ident].append(o)
     roles: dict[str, list[PipelineSlice]] = defaultdict(list)
-    for (role, step, phase), by_rank in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
-        starts = [o.start for found in by_rank.values() for o in found]
-        ends = [o.end for found in by_rank.values() for o in found]
-        durations = {ident: sum(o.end - o.start for o in found) for ident, found in by_rank.items()}
-        slowest = slowest_rank(durations)
-        roles[role].append(
-            PipelineSlice(
-                phase,
-                step,
-                min(starts),
-                max(ends),
-                slowest.rank,
-                max(durations.values()) - min(durations.values()),
-                len(by_rank),
-            )
-        )
+    for (role, step, phase), by_rank in sorted(groups.items(), key=lambda kv: kv[0]):
+        windows = {i: (min(o.start for o in found), max(o.end for o in found)) for i, found in by_rank.items()}
+        durations = [sum(o.end - o.start for o in found) for found in by_rank.values()]
+        held = holdup(windows, {i: processes[i].timeline for i in windows}, IDLE)
+        lo, hi = min(a for a, _ in windows.values()), max(b for _, b in windows.values())
+        roles[role].append(PipelineSlice(phase, step, lo, hi, held, max(durations) - min(durations), len(by_rank)))
     return dict(roles)
 
 
-# -- the derived tracks -----------------------------------------------------------------------
-
-PIPELINE = Identity("", None, "Pipeline")  # the top-level group: job steps and per-role phases
-PHASES_THREAD: tuple = ("phases",)
-STEPS_THREAD: tuple = ("steps",)
-SCALARS_THREAD: tuple = ("scalars",)
-# Categories of what tracemerge derives (never an input's): "tracemerge*".
-PHASE_CAT, STEP_CAT = "tracemerge.phase", "tracemerge.step"
-
-
-def role_thread(role: str) -> tuple:
-    return ("role", role)
-
-
-def track_infos(model: PhaseModel, role_order: Callable[[str], tuple]) -> dict[Identity, dict[tuple, ThreadInfo]]:
-    """The derived tracks: ``Phases`` first in each process, ``Steps`` then one per role in Pipeline."""
-    out: dict[Identity, dict[tuple, ThreadInfo]] = {
-        ident: {PHASES_THREAD: ThreadInfo("Phases", (-1,))} for ident in model.processes
-    }
-    if model.processes:
-        out[PIPELINE] = {STEPS_THREAD: ThreadInfo("Steps", (-1, (), ""))}
-        for role in model.roles:
-            out[PIPELINE][role_thread(role)] = ThreadInfo(role or "(no role)", (0, role_order(role), role))
-    return out
-
-
-def scalar_series(model: PhaseModel) -> dict[Identity, dict[tuple, str]]:
-    """The derived counter tracks: one per tracker scalar, in the Pipeline group."""
-    names = sorted({name for values in model.scalars.values() for name in values})
-    return {PIPELINE: {(SCALARS_THREAD, name): "" for name in names}} if names else {}
-
-
-def events(model: PhaseModel) -> Iterator[Event]:
-    """Every derived slice, on the aligned timeline; ``origin`` is the process's identity."""
-    for ident, proc in model.processes.items():
-        for o in proc.occurrences:
-            args = {"step": o.step} if o.step is not None else None
-            yield Event(Kind.SLICE, o.start, PHASES_THREAD, o.phase, PHASE_CAT, o.end - o.start, args, ident)
-        for step, a, b in proc.idle:
-            yield Event(Kind.SLICE, a, PHASES_THREAD, IDLE, PHASE_CAT, b - a, {"step": step}, ident)
-    if not model.processes:
-        return
-    for step, a, b in model.steps:
-        scalars = model.scalars.get(step, {})
-        args = {"step": step, **scalars}
-        yield Event(Kind.SLICE, a, STEPS_THREAD, f"step {step}", STEP_CAT, b - a, args, PIPELINE)
-        for name, value in scalars.items():
-            yield Event(Kind.COUNTER, a, SCALARS_THREAD, name, STEP_CAT, value=value, origin=PIPELINE)
-    for role, slices in model.roles.items():
-        for p in slices:
-            args = {"step": p.step, "slowest_rank": p.slowest_rank, "spread_ns": p.spread_ns, "ranks": p.ranks}
-            yield Event(Kind.SLICE, p.start, role_thread(role), p.phase, PHASE_CAT, p.end - p.start, args, PIPELINE)
+def _step_holdups(processes: dict[Identity, ProcessPhases]) -> dict[int, Holdup]:
+    """Per job step, who held it up across every process that has the step."""
+    windows: dict[int, dict[Identity, tuple[int, int]]] = defaultdict(dict)
+    for ident, proc in processes.items():
+        for st in proc.steps:
+            windows[st.step][ident] = (st.start, st.end)
+    timelines = {i: p.timeline for i, p in processes.items()}
+    return {n: holdup(found, timelines, IDLE) for n, found in sorted(windows.items())}

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tracemerge.clock import AUTOMATIC, AlignOptions
-from tracemerge.derived import derived_scan, encode_derived, steps_window
+from tracemerge.derived import derived_scan, encode_derived, note_run, steps_window
 from tracemerge.discover import Candidate
 from tracemerge.errors import FatalError, shown
 from tracemerge.executors import Executor, SerialExecutor, local_executor
@@ -39,7 +39,7 @@ from tracemerge.model import Identity
 from tracemerge.outcomes import collect, fill_report, note_json_precision
 from tracemerge.output import assemble, check_output, work_dir
 from tracemerge.phase_rules import AUTO_PHASES, PhaseOptions
-from tracemerge.phase_summary import summary
+from tracemerge.phase_summary import stored, summary
 from tracemerge.phases import PhaseModel, StepScalars, attach_scalars, derive
 from tracemerge.plan import (
     FileScan,
@@ -263,6 +263,7 @@ def _read_and_plan(
     plan = make_plan(scans, wide, asked.clocks)
     keep = _process_filter(selection, scans)
     model = derive(scans, plan.offsets, asked.phase_rules.presets, asked.phase_rules.steps, keep)
+    note_run(model, scans, plan, keep)
     scalars_dropped = Counter(d for f in scalars for d in f.dropped.elements())
     attach_scalars(model, scalars, scalars_dropped)
     derived = derived_scan(model, len(candidates) + 2, work / "phases.chunk", plan)
@@ -285,7 +286,8 @@ def _encode(
     if derived is not None:
         chunk_of[derived.path] = derived.path
         scan_of[derived.path] = encode_derived(first.model, plan, writer, derived, asked.memory_budget, first.wide)
-        plan.phase_summary = numbers
+        if not first.model.empty:
+            plan.phase_summary = stored(numbers)
     redo = []
     for u in plan.units:
         if u.path == first.derived_path:

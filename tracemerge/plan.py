@@ -19,6 +19,7 @@ from tracemerge.clock import Alignment, AlignOptions, align
 from tracemerge.layouts import COORDINATE_ORDER, PathFacts, role_sort_key
 from tracemerge.model import ClockDomain, Identity, OriginKey, SourceData, ThreadInfo, ThreadKey
 from tracemerge.report import EventCounts
+from tracemerge.unaligned import title, unaligned
 
 TIDS_PER_PROCESS = 10_000
 
@@ -301,9 +302,15 @@ def make_plan(
 
     identities = sorted({i for s in scans for i in (*s.counts, *s.threads, *s.counter_series)}, key=identity_sort_key)
     coords = process_coords(scans)
+    adrift = unaligned(scans, alignment)  # placed without clock evidence: said in their title
     processes = {
         ident: ProcessTrack(
-            ident, process_uuid(ident, wide), n + 1, ident.label, n, tuple(f"{k} {v}" for k, v in coords[ident])
+            ident,
+            process_uuid(ident, wide),
+            n + 1,
+            title(ident, ident in adrift),
+            n,
+            tuple(f"{k} {v}" for k, v in coords[ident]),
         )
         for n, ident in enumerate(identities)
     }

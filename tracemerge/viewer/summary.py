@@ -1,4 +1,5 @@
-"""The phase summary a merged trace carries (the ``phase summary`` instant tracemerge writes)."""
+"""The phase summary a merged trace carries (the ``phase summary`` instant tracemerge writes: lines
+as a person reads them, and the numbers as one JSON text, :func:`tracemerge.phase_summary.stored`)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,10 @@ def read_summary(path: Path) -> dict | None:
     with opener(path, "rb") as f:
         head = f.read(1)
     with opener(path, "rb") as f:
-        return _from_json(f) if head in (b"{", b"[") else _from_pftrace(f)  # type: ignore[arg-type]
+        found = _from_json(f) if head in (b"{", b"[") else _from_pftrace(f)  # type: ignore[arg-type]
+    if isinstance(found, dict) and isinstance(found.get("numbers"), str):
+        return json.loads(found["numbers"])
+    return found  # as tracemerge wrote it before the readable form
 
 
 def _from_json(f: BinaryIO) -> dict | None:

@@ -1,0 +1,42 @@
+"""Processes placed without clock evidence: nothing relates their clock to the rest of the run
+(:mod:`tracemerge.clock`'s ``unrelated`` placement), so their times say nothing against the
+others'. Their process title says so (``reward · rank 0 (unaligned)``), and the Pipeline group
+has a warning row naming them (:mod:`tracemerge.derived_tracks`)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Protocol
+
+from tracemerge.clock import Alignment
+from tracemerge.model import Identity
+
+WITHOUT_EVIDENCE = frozenset({"unrelated"})  # SourceClock methods that place a file on no evidence
+MARKER = " (unaligned)"
+
+
+class HasProcesses(Protocol):
+    path: Path
+    counts: dict
+    threads: dict
+    counter_series: dict
+
+
+def unaligned(scans: list[HasProcesses], alignment: Alignment) -> dict[Identity, list[str]]:
+    """Per process with a file placed without clock evidence, a line per such file: its name,
+    why and where it was put."""
+    out: dict[Identity, list[str]] = defaultdict(list)
+    for s in scans:
+        placed = alignment.sources.get(s.path)
+        if placed is None or placed.method not in WITHOUT_EVIDENCE:
+            continue
+        line = f"{s.path.name}: {placed.against}" + (f", {placed.note}" if placed.note else "")
+        for ident in sorted({*s.counts, *s.threads, *s.counter_series}, key=lambda i: (i.role, i.rank or 0, i.tag)):
+            out[ident].append(line)
+    return dict(out)
+
+
+def title(ident: Identity, without_evidence: bool) -> str:
+    """A process's title in the trace: its label, marked when it is not aligned."""
+    return ident.label + MARKER if without_evidence else ident.label
