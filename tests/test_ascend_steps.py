@@ -88,11 +88,6 @@ def test_the_step_number_is_the_rows_own(kind: str, tmp_path: Path) -> None:
     assert [(s["step"], s["dur_ns"]) for s in summary["processes"][0]["steps"]] == [(50, STEP_NS)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tracemerge.phases.derive keeps only processes with a phase mark: a rank whose only marks "
-    "are ProfilerStep#N steps (no MSTX range, no phase-named span or stage folder) is dropped there",
-)
 @pytest.mark.parametrize("kind", ["text", "db"])
 def test_a_rank_without_phases_still_gives_its_steps(kind: str, tmp_path: Path) -> None:
     """The corpus' level0/level1 ranks: ProfilerStep#50 and nothing a phase rule matches."""

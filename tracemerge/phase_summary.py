@@ -151,7 +151,8 @@ def format_summary(numbers: dict) -> str:
     if not numbers["roles"] or not numbers["steps"]:
         return "\n".join(["phases: none found (name a preset or a rules file with --phases)", *_warning(numbers)])
     steps = numbers["steps"]
-    head = [f"phases ({numbers['preset']}), {len(steps)} step(s)", *_warning(numbers)]
+    preset = numbers["preset"] or "none: steps only"
+    head = [f"phases ({preset}), {len(steps)} step(s)", *_warning(numbers)]
     return "\n".join([*head, _step_table(steps), "", _role_table(numbers)])
 
 

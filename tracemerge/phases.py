@@ -151,7 +151,13 @@ def derive(
             occurrences = [Occurrence(name, a, b) for name, a, b in _outermost_of_each_phase(found)]
             model.processes[ident] = ProcessPhases(preset, occurrences)
             model.processes[ident].timeline.collectives = sorted(collectives.get(ident, ()))
-    model.preset = ", ".join(sorted({p.preset for p in model.processes.values()}))
+    for ident, by_preset in step_marks.items():
+        # A process with numbered steps (torch's ProfilerStep#N, a file name's step) and no phase
+        # still has its steps: all idle, in the Pipeline's Steps row and the summary.
+        if ident not in model.processes and (by_preset.get(TORCH_STEPS) or by_preset.get(NAMED_STEPS)):
+            model.processes[ident] = ProcessPhases("", [])
+            model.processes[ident].timeline.collectives = sorted(collectives.get(ident, ()))
+    model.preset = ", ".join(sorted({p.preset for p in model.processes.values()} - {""}))
     own_steps = {ident: _own_steps(step_marks.get(ident, {}), p.preset) for ident, p in model.processes.items()}
     job = _job_steps([steps for steps in own_steps.values() if steps])
     found: set[int] = set()
