@@ -266,11 +266,17 @@ def test_presets_are_detected_from_the_names(tmp_path: Path, preset: str, names:
     assert sorted(got) == sorted(phases)
 
 
-def test_ascend_mstx_ranges_are_phases(tmp_path: Path) -> None:
+def test_ascend_mstx_ranges_are_phases_by_the_presets_names(tmp_path: Path) -> None:
+    """An MSTX range a preset names (verl's rollout_generate) is that phase, in the text and the DB
+    exports alike; one no preset names is a phase of its own name (the mstx preset)."""
     report = merge([FIXTURES / "ascend" / "prof"], tmp_path / "out.pftrace")
-    assert report.phases["preset"] == "mstx"
+    assert report.phases["preset"] == "verl"
     [proc] = report.phases["processes"]
-    assert proc["steps"][0]["phases_ns"] == {"rollout_generate": 800_000}
+    assert proc["steps"][0]["phases_ns"] == {"generate": 800_000}
+    for kind in ("text", "db"):
+        report = merge([FIXTURES / "ascend" / kind], tmp_path / f"{kind}.pftrace")
+        [proc] = report.phases["processes"]
+        assert proc["steps"][0]["phases_ns"] == {"update_actor": 100_000, "generate": 800_000}, kind
 
 
 def test_a_rules_file_with_role_filter_and_step_marker(tmp_path: Path) -> None:

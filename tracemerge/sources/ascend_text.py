@@ -126,8 +126,9 @@ class AscendEvents(ChromeEvents):
         self.threads_seen.add(MSTX_THREAD)
         body = self.layout.describe(name, domain, args)
         self.layout.buffer(origin, MSTX_THREAD).append((ts, -dur, kind, self.layout.ordinal(), body))
-        if kind == SLICE:  # an MSTX range is a phase its user named
+        if kind == SLICE:  # an MSTX range is a phase its user named, and what the presets name it
             self.layout.mark(phase_tag(MSTX, name), origin, MSTX_THREAD, ts, ts + dur)
+            self.layout.note(name, origin, MSTX_THREAD, ts, dur)
 
     def threads(self) -> dict[ThreadKey, ThreadInfo]:
         infos: dict[ThreadKey, ThreadInfo] = {}
