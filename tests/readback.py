@@ -169,9 +169,10 @@ def read_pftrace(path: Path) -> Readback:
                 thread_pid[td.uuid] = group_pid[td.parent_uuid]
                 rb.threads[td.uuid] = (group_pid[td.parent_uuid], td.name)
             elif td.parent_uuid in process_pid and not td.HasField("counter"):
-                # A process-scoped named track: tracemerge writes each thread of a process so.
+                # A thread of the process, or a track of it titled by its name.
                 thread_pid[td.uuid] = process_pid[td.parent_uuid]
-                rb.threads[td.uuid] = (process_pid[td.parent_uuid], td.name)
+                name = td.thread.thread_name if td.HasField("thread") else td.name
+                rb.threads[td.uuid] = (process_pid[td.parent_uuid], name)
             elif td.HasField("process"):
                 process_pid[td.uuid] = td.process.pid
                 rb.process_rank[td.process.pid] = td.sibling_order_rank

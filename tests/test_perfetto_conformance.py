@@ -170,14 +170,18 @@ def test_process_and_thread_names_are_what_we_wrote(loaded, run: str, ext: str) 
     theirs_processes = {p["pid"]: p["name"] for p in tp["processes"]}
     assert theirs_processes == ours.processes
     name_of_upid = {p["upid"]: p["name"] for p in tp["processes"]}
-    # .pftrace writes each thread (and overlap lane) as a named track of its process, which the UI
-    # titles by its name alone; Chrome JSON has threads (lanes are threads of their own there).
-    rows = tp["process_tracks"] if ext == ".pftrace" else tp["threads"]
+    # .pftrace writes a process's OS threads and its first track as threads (what the UI draws a
+    # collapsed process with), its other tracks and the overlap lanes beside a thread as named
+    # tracks of the process; Chrome JSON has threads only (lanes are threads of their own there).
+    rows = [*tp["process_tracks"], *tp["threads"]] if ext == ".pftrace" else tp["threads"]
     theirs_threads = Counter((name_of_upid[t["upid"]], t["name"]) for t in rows if t["upid"] in name_of_upid)
     ours_threads = Counter((ours.processes[pid], name) for pid, name in ours.threads.values())
     assert theirs_threads == ours_threads
-    if ext == ".pftrace":  # no thread of ours, so no synthetic tid for the UI to show
-        assert [t for t in tp["threads"] if t["upid"] in name_of_upid] == []
+    if ext == ".pftrace":  # the UI titles a thread "<name> <tid>": its own tid, or its process's pid
+        pid_of_upid = {p["upid"]: p["pid"] for p in tp["processes"]}
+        for t in tp["threads"]:
+            if t["upid"] in name_of_upid:
+                assert t["tid"] == pid_of_upid[t["upid"]] or f"thread {t['tid']}" in t["name"].lower(), t
 
 
 @pytest.mark.parametrize("run", FIXTURE_RUNS)

@@ -19,6 +19,7 @@ from tracemerge.clock import Alignment, AlignOptions, align
 from tracemerge.layouts import COORDINATE_ORDER, PathFacts, role_sort_key
 from tracemerge.model import ClockDomain, Identity, OriginKey, SourceData, ThreadInfo, ThreadKey
 from tracemerge.report import EventCounts
+from tracemerge.thread_ids import listing_order, thread_ids
 from tracemerge.unaligned import title, unaligned
 
 TIDS_PER_PROCESS = 10_000
@@ -83,7 +84,11 @@ class ProcessTrack:
 
 @dataclass(frozen=True)
 class ThreadTrack:
-    """A thread (or device stream) track; ``lane`` > 0 marks an overlap lane beside thread ``parent``."""
+    """A thread (or device stream) track; ``lane`` > 0 marks an overlap lane beside thread ``parent``.
+
+    ``as_thread``: `.pftrace` writes it as a thread of its process (pid, ``tid``), else as a track
+    of its process titled by its name alone (:mod:`tracemerge.thread_ids` says which and why).
+    """
 
     uuid: int
     pid: int
@@ -93,6 +98,7 @@ class ThreadTrack:
     process_uuid: int
     lane: int = 0
     parent_uuid: int = 0
+    as_thread: bool = False
 
 
 @dataclass(frozen=True)
@@ -332,11 +338,11 @@ def make_plan(
         if len(thread_infos[ident]) >= TIDS_PER_PROCESS:
             raise OverflowError(f"{ident.label}: more than {TIDS_PER_PROCESS - 1} threads")
         ordered = _sorted_threads(thread_infos[ident])
-        for n, ((key, salt), info) in enumerate(ordered):
+        ordered = [ordered[n] for n in listing_order([(k, i.name, i.sort_key) for (k, _), i in ordered])]
+        ids = thread_ids(proc.pid, [(key, info.name) for (key, _), info in ordered], proc.is_group)
+        for n, (((key, salt), info), (tid, as_thread)) in enumerate(zip(ordered, ids, strict=True)):
             uuid = thread_uuid(ident, key, salt, wide)
-            threads[(ident, key, salt)] = ThreadTrack(
-                uuid, proc.pid, proc.pid * TIDS_PER_PROCESS + n + 1, info.name, n, proc.uuid
-            )
+            threads[(ident, key, salt)] = ThreadTrack(uuid, proc.pid, tid, info.name, n, proc.uuid, as_thread=as_thread)
 
     counters: dict[tuple[Identity, ThreadKey, str], CounterTrack] = {}
     for s in scans:

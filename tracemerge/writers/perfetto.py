@@ -421,18 +421,26 @@ def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> No
         pkt.track_descriptor.sibling_order_rank = proc.order
         pkt.track_descriptor.child_ordering = pb.TrackDescriptor.EXPLICIT
         write_packet(out, pkt)
+    as_thread = {thread.uuid for thread in plan.threads if thread.as_thread}
     for thread in plan.threads:
-        # A named track of its process, not a thread descriptor: the UI titles a thread track with
-        # its (synthetic) tid appended, a process-scoped track with its name alone. Same-named
-        # siblings (two files' copies of a thread) stay apart.
         pkt = _descriptor(thread.uuid, thread.process_uuid)
         td = pkt.track_descriptor
-        td.name = thread.name
-        td.sibling_order_rank = thread.order
-        td.sibling_merge_behavior = pb.TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE
+        td.sibling_order_rank = thread.order  # the thread's place in its process (v57+)
+        if thread.as_thread:
+            # A thread of its process: what the UI draws a collapsed process and the overview bar
+            # with, listed main thread (tid == pid) first, titled "<name> <tid>" (thread_ids.py).
+            td.thread.pid, td.thread.tid, td.thread.thread_name = thread.pid, thread.tid, thread.name
+        else:
+            # A track of its process, titled by its name alone. Same-named siblings (two files'
+            # copies of a thread) stay apart.
+            td.name = thread.name
+            td.sibling_merge_behavior = pb.TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE
         write_packet(out, pkt)
     for lane in lanes:
-        pkt = _descriptor(lane.uuid, lane.parent_uuid)
+        # Beside a thread, a lane is a track of the thread's process (a track under a thread would
+        # be listed above or below the thread's own, by the lane's name); beside another track it
+        # is that track's child.
+        pkt = _descriptor(lane.uuid, lane.process_uuid if lane.parent_uuid in as_thread else lane.parent_uuid)
         pkt.track_descriptor.name = lane.name
         pkt.track_descriptor.sibling_order_rank = lane.lane
         pkt.track_descriptor.sibling_merge_behavior = pb.TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE
