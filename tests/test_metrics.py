@@ -44,30 +44,28 @@ def test_engine_metrics_sit_under_the_rollout_ranks(tmp_path: Path, suffix: str)
         found = rb.counters_of(f"rollout · rank {rank}")
         assert sorted(found) == sorted(
             [
-                'requests waiting {engine="0"} · vllm:num_requests_waiting',
-                'requests running {engine="0"} · vllm:num_requests_running',
-                'KV cache usage (fraction) {engine="0"} · vllm:kv_cache_usage_perc',
-                'generated tokens (/s) {engine="0"} · vllm:generation_tokens_total',
+                "engine 0 requests waiting",
+                "engine 0 requests running",
+                "engine 0 KV cache usage (fraction)",
+                "engine 0 generated tokens (/s)",
             ]
         )
         waiting = fixture_series("vllm:num_requests_waiting", rank=str(rank))
         assert len(waiting) == SAMPLES
-        assert found['requests waiting {engine="0"} · vllm:num_requests_waiting'] == waiting
+        assert found["engine 0 requests waiting"] == waiting
         kv = fixture_series("vllm:kv_cache_usage_perc", rank=str(rank))
-        assert found['KV cache usage (fraction) {engine="0"} · vllm:kv_cache_usage_perc'] == kv
+        assert found["engine 0 KV cache usage (fraction)"] == kv
         # The counter as its rate per second over each interval, drawn from where the interval starts.
         tokens = fixture_series("vllm:generation_tokens_total", rank=str(rank))
         rates = [(t0, (v1 - v0) / ((t1 - t0) / 1e9)) for (t0, v0), (t1, v1) in itertools.pairwise(tokens)]
-        assert found['generated tokens (/s) {engine="0"} · vllm:generation_tokens_total'] == rates
+        assert found["engine 0 generated tokens (/s)"] == rates
         assert {v for _, v in rates} == {0.0, 3000.0}  # 1500 tokens per 0.5 s while generating
     gpus = rb.counters_of("Metrics")
     assert sorted(gpus) == [
-        'GPU utilization (%) {GpuIndex="0",ip="10.0.0.7"} · ray_node_gpus_utilization',
-        'GPU utilization (%) {GpuIndex="1",ip="10.0.0.7"} · ray_node_gpus_utilization',
+        "GPU 0 utilization (%) 10.0.0.7",
+        "GPU 1 utilization (%) 10.0.0.7",
     ]
-    assert gpus['GPU utilization (%) {GpuIndex="0",ip="10.0.0.7"} · ray_node_gpus_utilization'] == fixture_series(
-        "ray_node_gpus_utilization", GpuIndex="0"
-    )
+    assert gpus["GPU 0 utilization (%) 10.0.0.7"] == fixture_series("ray_node_gpus_utilization", GpuIndex="0")
 
 
 def test_tracker_scalars_ride_on_the_steps(tmp_path: Path) -> None:
@@ -130,7 +128,7 @@ def test_scrape_directory_draws_gauges_and_counter_rates(tmp_path: Path) -> None
     rb = read_pftrace(out)
     times = SCRAPE_TIMES
     found = rb.counters_of("rollout · 10.0.0.9:30000")
-    assert found["queued requests · sglang:num_queue_reqs"] == [
+    assert found["queued requests"] == [
         (times[0], 3.0),
         (times[1], 2.0),
         (times[2], 1.0),
@@ -153,7 +151,7 @@ def test_metrics_map_places_a_target_under_a_rank(tmp_path: Path) -> None:
     out = tmp_path / "out.pftrace"
     merge([SCRAPES], out, metrics_map=load_metrics_map(rules))
     found = read_pftrace(out).counters_of("rollout · rank 3")
-    assert found["queued requests · sglang:num_queue_reqs"] == list(zip(SCRAPE_TIMES, [3.0, 2.0, 1.0], strict=True))
+    assert found["queued requests"] == list(zip(SCRAPE_TIMES, [3.0, 2.0, 1.0], strict=True))
 
 
 @pytest.mark.parametrize(
@@ -187,7 +185,7 @@ def test_snapshots_jsonl_of_two_targets(tmp_path: Path) -> None:
     rb = read_pftrace(out)
     for t in range(2):
         found = rb.counters_of(f"rollout · 10.0.0.{7 + t}:8000")
-        name = 'requests waiting {engine="0"} · vllm:num_requests_waiting'
+        name = "engine 0 requests waiting"
         assert found == {name: [(T0_NS + 250_000_000 + k * 10**9, float(k + t)) for k in range(3)]}
 
 
@@ -272,9 +270,7 @@ def test_query_responses_one_per_line_keep_every_readable_line(tmp_path: Path) -
     assert dict(report.dropped) == {"invalid JSON line (first at line 2)": 1}
     assert report.exit_code == 3
     assert read_pftrace(tmp_path / "out.pftrace").counters_of("Metrics") == {
-        f'GPU utilization (%) {{GpuIndex="{n}",ip="10.0.0.7"}} · ray_node_gpus_utilization': fixture_series(
-            "ray_node_gpus_utilization", GpuIndex=str(n)
-        )
+        f"GPU {n} utilization (%) 10.0.0.7": fixture_series("ray_node_gpus_utilization", GpuIndex=str(n))
         for n in (0, 1)
     }
     # One response cut short is no JSON at all: the file is skipped, saying why.
@@ -318,7 +314,7 @@ def test_openmetrics_scrape_keeps_exemplar_lines_and_second_timestamps(tmp_path:
     rb = read_pftrace(out)
     # The gauge's own timestamp (in seconds, OpenMetrics) wins over the scrape time; twice the same sample.
     assert rb.counters_of("rollout · 10.0.0.9:8000") == {
-        "requests waiting · vllm:num_requests_waiting": [(T0_NS + 250_000_000, 3.0), (T0_NS + 250_000_000, 3.0)]
+        "requests waiting": [(T0_NS + 250_000_000, 3.0), (T0_NS + 250_000_000, 3.0)]
     }
     assert rb.counters_of("Metrics") == {'req_total{instance="10.0.0.9:8000",path="/"} (/s)': [(T0_NS, 10.0)]}
     assert report.as_dict()["stats"]["metric_created_sample"]["count"] == 2
@@ -480,3 +476,25 @@ def test_a_scrape_rewritten_after_a_merge_is_read_as_it_now_is(tmp_path: Path) -
     path.write_text("# TYPE depth gauge\ndepth 7\n")  # the same size: only the content tells it changed
     merge([path], tmp_path / "out.pftrace")
     assert read_pftrace(tmp_path / "out.pftrace").counters_of("Metrics") == {"depth": [(T0_NS, 7.0)]}
+
+
+def test_short_titles_keep_the_full_name_as_the_track_description(tmp_path: Path) -> None:
+    """A known series leads with what tells it apart and says each word once; its full name is
+    the counter track's description (TrackDescriptor.description, field 14)."""
+    from tracemerge.writers import perfetto_trace_pb2 as pb
+
+    out = tmp_path / "m.pftrace"
+    merge([RUN], out)
+    trace = pb.Trace()
+    trace.ParseFromString(out.read_bytes())
+    described = {
+        p.track_descriptor.name: p.track_descriptor.description
+        for p in trace.packet
+        if p.HasField("track_descriptor") and p.track_descriptor.HasField("counter")
+    }
+    assert described["GPU 1 utilization (%) 10.0.0.7"] == 'ray_node_gpus_utilization{GpuIndex="1",ip="10.0.0.7"}'
+    assert described["engine 0 generated tokens (/s)"] == 'vllm:generation_tokens_total{engine="0"} (/s)'
+    assert described["timing_s/gen"] == ""  # a tracker scalar is titled by its own name
+    for title in described:
+        words = title.split()
+        assert len(title) <= 35 and len(words) == len(set(words)), title

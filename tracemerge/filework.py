@@ -242,6 +242,7 @@ def _process_file(job: FileJob) -> FileOutcome:
         counts=dict(result.read),
         threads=dict(threads),
         counter_series=dict(series),
+        series_descriptions=data.series_descriptions,
         ts_min=result.ts_min + data.origin_ns,
         ts_max=(result.ts_max or result.ts_min) + data.origin_ns,
         local_min=result.ts_min,

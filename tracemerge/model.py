@@ -116,6 +116,8 @@ class SourceData:
     dropped: Counter[str] = field(default_factory=Counter)
     # Input records consumed as metadata (names, sort indexes): they are not events.
     metadata_records: int = 0
+    # A counter series whose title is short: title -> its full name (the track's description).
+    series_descriptions: dict[str, str] = field(default_factory=dict)
     # Values keyed by RL step rather than time (tracker scalars): step -> name -> value.
     step_values: dict[int, dict[str, float]] = field(default_factory=dict)
 

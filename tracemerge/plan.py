@@ -63,6 +63,7 @@ class FileScan:
     host: str | None = None
     mtime_ns: int | None = None
     facts: PathFacts = field(default_factory=PathFacts)  # what the file's path says (tracemerge.layouts)
+    series_descriptions: dict[str, str] = field(default_factory=dict)  # counter title -> full name
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,7 @@ class CounterTrack:
     # Chrome JSON names a counter "<name> <arg key>"; these rebuild ``name`` that way.
     json_name: str
     json_key: str
+    description: str = ""  # the series's full name, where its title is short
 
 
 CLOCK_NOTE = "clock alignment"
@@ -363,6 +365,7 @@ def make_plan(
                         proc.uuid,
                         f"{prefix}: {json_name}" if prefix else json_name,
                         json_key,
+                        s.series_descriptions.get(name, ""),
                     )
 
     units = []

@@ -7,9 +7,10 @@ A series is a metric name, its labels and its ``(time ns, value)`` samples. Wher
   (vLLM, SGLang) without a role belong to ``rollout``, SkyRL's to ``trainer``; a role without a
   rank is told apart by its ``instance`` (or Ray's ``WorkerId``/``ReplicaId``); a series naming
   none of these goes to the ``Metrics`` process;
-* its title: known series get a readable one with the unit, the labels that say which series it
-  is, then the metric name (``GPU utilization (%) {GpuIndex="0"} · ray_node_gpus_utilization``);
-  labels that placed it (role, rank, the instance of a ranked engine) are not repeated;
+* its title: a known series gets what tells it apart first, then a readable name with the unit
+  (``GPU 0 utilization (%) 10.0.0.7``, ``engine 0 requests waiting``), its full name
+  (``ray_node_gpus_utilization{GpuIndex="0",ip="10.0.0.7"}``) as the track's description; labels
+  that placed it (role, rank, the instance of a ranked engine) are not repeated;
 * monotonic counters (``_total``, or TYPE counter) are drawn as their rate per second over each
   interval between samples, starting where the interval starts; a value lower than the one before
   is a counter reset (the rate counts from zero, as Prometheus's ``rate()`` does);
@@ -45,6 +46,8 @@ def untyped_kind(name: str) -> str:
 
 _RANK_LABELS = ("rank", "replica", "dp_rank")
 _TAG_LABELS = ("instance", "WorkerId", "ReplicaId")
+# Labels whose value tells a series apart, shown first with this word (``GPU 0``, ``engine 1``).
+_LABEL_WORDS = {"GpuIndex": "GPU", "gpu": "GPU", "engine": "engine", "dp_rank": "dp", "tp_rank": "tp"}
 # Labels that say where a series comes from or are the same for every series of a run.
 _UNSHOWN_LABELS = frozenset({"__name__", "job", "SessionName", "model_name", "GpuDeviceName", "Version"})
 _ENGINE_PREFIXES = ("vllm:", "sglang:")
@@ -102,6 +105,7 @@ class MetricWriter:
     def __init__(self, layout: FileLayout, dropped: Counter[str]) -> None:
         self.layout = layout
         self.dropped = dropped
+        self.descriptions: dict[str, str] = {}  # short title -> the series's full name
 
     def place(self, metric: str, labels: Mapping[str, str]) -> tuple[tuple, frozenset[str]]:
         """The series's origin (role, rank, tag) and the labels that said it (not repeated in its title)."""
@@ -130,12 +134,23 @@ class MetricWriter:
         return (role, None, labels[tag_label]), frozenset({*used, tag_label})
 
     def title(self, series: Series, rate: bool, placing: frozenset[str]) -> str:
+        """A known series: what tells it apart first (``GPU 0``, ``engine 1``), then its readable
+        name with the unit, each word once and short enough for the UI not to cut it; its full
+        name goes to the track's description. Another series: its metric name and labels."""
         shown = [(k, v) for k, v in series.labels if k not in _UNSHOWN_LABELS and k not in placing]
         labels = "{" + ",".join(f'{k}="{v}"' for k, v in shown) + "}" if shown else ""
+        full = f"{series.metric}{labels} (/s)" if rate else f"{series.metric}{labels}"
         known = KNOWN_TITLES.get(_base(series.metric))
-        if known:  # which series first: the UI elides the middle of a long title
-            return f"{known} {labels} · {series.metric}" if labels else f"{known} · {series.metric}"
-        return f"{series.metric}{labels} (/s)" if rate else f"{series.metric}{labels}"
+        if not known:
+            return full
+        lead = [f"{_LABEL_WORDS[k]} {v}" for k, v in shown if k in _LABEL_WORDS]
+        rest = [v for k, v in shown if k not in _LABEL_WORDS]
+        first, _, after = known.partition(" ")
+        if lead and lead[0].startswith(first + " ") and after:
+            known = after  # GPU 0 + GPU utilization (%): GPU 0 utilization (%)
+        title = " ".join([*lead, known, *rest])
+        self.descriptions[title] = full
+        return title
 
     def add(self, series: Series, samples: Iterable[tuple[int, float]], closing: bool = True) -> None:
         """Every sample of one series, in time order. ``closing`` False says the last sample of a

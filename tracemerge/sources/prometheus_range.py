@@ -89,7 +89,14 @@ def read(path: Path, layout: FileLayout) -> SourceData:
         raise InputError(path, f"the query failed ({failure[:200]})")
     if not results and not dropped:
         raise NotATrace(path, "no query result in the file")
-    return SourceData(path=path, format=NAME, clock=UNIX_EPOCH, threads=dict(THREADS), dropped=dropped)
+    return SourceData(
+        path=path,
+        format=NAME,
+        clock=UNIX_EPOCH,
+        threads=dict(THREADS),
+        dropped=dropped,
+        series_descriptions=metrics.descriptions,
+    )
 
 
 def _add_series(series: Any, query: str | None, metrics: MetricWriter, dropped: Counter[str]) -> None:

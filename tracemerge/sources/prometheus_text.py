@@ -345,8 +345,16 @@ def read(path: Path, layout: FileLayout) -> SourceData:
             later = []  # that scrape is reported when it is read itself
         points += later
         borrowed = frozenset(series for series, _, _ in later)
-    _draw(points, MetricWriter(layout, dropped), borrowed)
-    return SourceData(path=path, format=NAME, clock=UNIX_EPOCH, threads=dict(THREADS), dropped=dropped)
+    metrics = MetricWriter(layout, dropped)
+    _draw(points, metrics, borrowed)
+    return SourceData(
+        path=path,
+        format=NAME,
+        clock=UNIX_EPOCH,
+        threads=dict(THREADS),
+        dropped=dropped,
+        series_descriptions=metrics.descriptions,
+    )
 
 
 PROMETHEUS_TEXT = SourceFormat(NAME, claims, read)
@@ -382,8 +390,16 @@ def read_snapshots(path: Path, layout: FileLayout) -> SourceData:
         instance = instance_of(url) if type(url) is str else None
         points += parse_snapshot(obj["text"], _snapshot_time(obj), instance, dropped)
     lines.account(path, dropped)
-    _draw(points, MetricWriter(layout, dropped))
-    return SourceData(path=path, format=SNAPSHOTS_NAME, clock=UNIX_EPOCH, threads=dict(THREADS), dropped=dropped)
+    metrics = MetricWriter(layout, dropped)
+    _draw(points, metrics)
+    return SourceData(
+        path=path,
+        format=SNAPSHOTS_NAME,
+        clock=UNIX_EPOCH,
+        threads=dict(THREADS),
+        dropped=dropped,
+        series_descriptions=metrics.descriptions,
+    )
 
 
 PROMETHEUS_SNAPSHOTS = SourceFormat(SNAPSHOTS_NAME, snapshots_claim, read_snapshots)

@@ -448,6 +448,8 @@ def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> No
     for counter in plan.counters:
         pkt = _descriptor(counter.uuid, counter.process_uuid)
         pkt.track_descriptor.name = counter.name
+        if counter.description:  # the full name of a short title (the UI's help popup, v53+)
+            pkt.track_descriptor.description = counter.description
         pkt.track_descriptor.counter.SetInParent()
         write_packet(out, pkt)
     group = next((proc for proc in plan.processes if proc.is_group), None)
