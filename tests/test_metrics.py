@@ -498,3 +498,6 @@ def test_short_titles_keep_the_full_name_as_the_track_description(tmp_path: Path
     for title in described:
         words = title.split()
         assert len(title) <= 35 and len(words) == len(set(words)), title
+    # Counters come after every slice track of their process where the UI orders by rank (v57+).
+    ranks = [(p.track_descriptor.HasField("counter"), p.track_descriptor.sibling_order_rank) for p in trace.packet]
+    assert min(r for counter, r in ranks if counter) > max(r for counter, r in ranks if not counter and r < 1 << 29)

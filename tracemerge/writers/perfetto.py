@@ -450,6 +450,7 @@ def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> No
         pkt.track_descriptor.name = counter.name
         if counter.description:  # the full name of a short title (the UI's help popup, v53+)
             pkt.track_descriptor.description = counter.description
+        pkt.track_descriptor.sibling_order_rank = 1 << 29  # after every slice track (v57+; v52 sorts by name)
         pkt.track_descriptor.counter.SetInParent()
         write_packet(out, pkt)
     group = next((proc for proc in plan.processes if proc.is_group), None)
