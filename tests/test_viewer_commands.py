@@ -31,11 +31,12 @@ def test_check_reports_counts_and_passes_on_merged_output(tmp_path: Path) -> Non
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[1].split() == ["pid", "process", "tracks", "slices", "counters", "flows"]
-    # 32 input slices and instants, and the "clock alignment" note of the file on each process.
-    # Tracks: 4 CPU/profiler threads, 2 GPU streams, 2 profiler tracks, the process's own track
-    # (the note) and, on rank 0, an overlap lane.
-    assert lines[3].split() == ["1", "rank", "0", "10", "33", "6", "6"]
-    assert lines[4].split() == ["2", "rank", "1", "9", "33", "6", "6"]
+    # 32 input slices and instants, the "clock alignment" note of the file on each process, and
+    # its two ProfilerStep#N steps (no phase: all idle) on its Phases track. Tracks: Phases, 4
+    # CPU/profiler threads, 2 GPU streams, 2 profiler tracks, the note's track and, on rank 0, an
+    # overlap lane. pid 1 is the Pipeline group (its steps).
+    assert lines[3].split() == ["2", "rank", "0", "11", "35", "6", "6"]
+    assert lines[4].split() == ["3", "rank", "1", "10", "35", "6", "6"]
     assert lines[-1] == "no import errors or data losses"
 
 
