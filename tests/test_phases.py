@@ -341,7 +341,7 @@ def test_steps_that_do_not_exist_are_an_error(tmp_path: Path) -> None:
         cli.app, ["merge", str(PHASES / "trainer"), "-o", str(tmp_path / "o.pftrace"), "--steps", "7"]
     )
     assert result.exit_code == 1
-    assert "no such step in this run (steps found: 0, 1, 2)" in result.output
+    assert "no such step in this run (steps found: 0-2)" in result.output
 
 
 def test_summary_command_and_json(tmp_path: Path) -> None:

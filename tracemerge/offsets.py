@@ -14,6 +14,9 @@ from tracemerge.model import Identity
 from tracemerge.select import parse_duration
 from tracemerge.tomlfile import read_toml
 
+# Beyond this an offset moves times out of what a trace holds (int64 ns from 1970, to 2262).
+MAX_OFFSET_NS = 100 * 365 * 86_400 * 10**9
+
 
 @dataclass(frozen=True)
 class ManualOffset:
@@ -36,9 +39,16 @@ def parse_offset(text: str) -> ManualOffset:
     (a bare number is seconds)."""
     who, sep, amount = text.partition("=")
     role, _, rank = who.strip().partition("/")
-    if not sep or not (role or rank) or (rank and not rank.strip().isdigit()):
+    rank = rank.strip()
+    if not sep or not (role or rank) or (rank and not (rank.isascii() and rank.isdigit() and len(rank) < 20)):
         raise ValueError(f"not an offset: {text!r} (use ROLE[/RANK]=±DURATION, e.g. actor/3=+1.5ms)")
-    return ManualOffset(role, int(rank) if rank else None, parse_duration(amount))
+    try:
+        ns = parse_duration(amount)
+    except ValueError as exc:
+        raise ValueError(f"--offset {text!r}: {exc}") from None
+    if abs(ns) > MAX_OFFSET_NS:
+        raise ValueError(f"--offset {text!r}: more than 100 years either way")
+    return ManualOffset(role, int(rank) if rank else None, ns)
 
 
 def load_offsets(path: Path) -> tuple[ManualOffset, ...]:
@@ -66,3 +76,10 @@ def rule_for(identities: Iterable[Identity], rules: Iterable[ManualOffset]) -> M
         if specific and any(rule.matches(ident) for ident in idents):
             found = rule
     return found
+
+
+def unmatched(rules: Iterable[ManualOffset], identities: Iterable[Identity]) -> list[ManualOffset]:
+    """The rules that name no process of the run (a warning, not an error: an offsets file may
+    serve several runs, and what a run holds is known only once it is read)."""
+    idents = tuple(identities)
+    return [rule for rule in rules if not any(rule.matches(ident) for ident in idents)]

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import gzip
 import os
+import secrets
 import shutil
 import tempfile
-from contextlib import ExitStack
+from collections.abc import Collection
+from contextlib import ExitStack, suppress
 from pathlib import Path
 
 from tracemerge.errors import FatalError, shown
@@ -20,10 +22,12 @@ from tracemerge.plan import FileScan, MergePlan, lane_track
 from tracemerge.writers import Writer
 
 
-def check_output(out_path: Path, named: set[Path], force: bool) -> None:
+def check_output(out_path: Path, named: set[Path], force: bool, taken: Collection[Path] = ()) -> None:
     """Refuse an output that would destroy something: an input (one of ``named``, resolved; unless
-    ``force``), or anything that is not a regular file we may write (a device, a FIFO, a symlink,
-    a read-only file)."""
+    ``force``), another output of the run (one of ``taken``, resolved: the --report), or anything
+    that is not a regular file we may write (a device, a FIFO, a symlink, a read-only file)."""
+    if out_path.resolve() in taken:
+        raise FatalError(f"{shown(out_path)}: is another output of this run (the --report); not writing both to it")
     if os.path.lexists(out_path):
         if out_path.is_symlink():
             raise FatalError(f"{shown(out_path)}: is a symbolic link; not replacing it (name the file itself)")
@@ -35,6 +39,38 @@ def check_output(out_path: Path, named: set[Path], force: bool) -> None:
         return
     if out_path.resolve() in named:
         raise FatalError(f"{shown(out_path)}: is one of the inputs; not overwriting it (use --force to replace it)")
+
+
+def check_report(path: Path, out_path: Path, named: set[Path]) -> None:
+    """``--report``: refused where the output would be (a symbolic link, a device, a FIFO, a
+    read-only file), and when it is the output or one of the inputs (--force or not)."""
+    check_output(path, set(), force=True)
+    if path.resolve() == out_path.resolve():
+        raise FatalError(f"{shown(path)}: is also the output (-o); not writing the report over it")
+    if path.resolve() in named:
+        raise FatalError(f"{shown(path)}: is one of the inputs; not writing the report over it")
+
+
+def write_whole(path: Path, data: bytes) -> None:
+    """``data`` at ``path``, whole or not at all: written to a new hidden file beside it (created
+    here, never followed through a link), then renamed over it; on any failure nothing is left."""
+    for _ in range(100):
+        temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"no free temporary name beside {path}")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def work_dir(out_path: Path) -> Path:

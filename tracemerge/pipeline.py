@@ -36,8 +36,9 @@ from tracemerge.filework import FileJob, FileOutcome
 from tracemerge.layout import DEFAULT_BUDGET
 from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.model import Identity
+from tracemerge.offsets import unmatched
 from tracemerge.outcomes import collect, fill_report, note_json_precision
-from tracemerge.output import assemble, check_output, work_dir
+from tracemerge.output import assemble, check_output, check_report, work_dir
 from tracemerge.phase_rules import AUTO_PHASES, PhaseOptions
 from tracemerge.phase_summary import stored, summary
 from tracemerge.phases import PhaseModel, StepScalars, attach_scalars, derive
@@ -70,6 +71,7 @@ def merge(
     metrics_map: MetricsMap = NO_MAP,
     force: bool = False,
     strict: bool = False,
+    also_writes: Sequence[str | os.PathLike[str]] = (),
     on_plan: Callable[[RunReport], None] | None = None,
     on_progress: Callable[[str], None] | None = None,
 ) -> RunReport:
@@ -90,6 +92,8 @@ def merge(
     ``force`` lets ``output`` replace one of the inputs (which is then left out). ``strict``
     writes nothing when the output would be incomplete: a file skipped or an input event lost
     (:attr:`RunReport.incomplete`; FatalError naming the first).
+    ``also_writes`` names the files the caller writes once the merge is done (``--report``): each
+    is refused before anything is read as the output would be, and when it is the output or an input.
     ``on_plan`` is called with the report of what was found before the output is assembled.
 
     Raises :class:`~tracemerge.errors.FatalError` when no output can be produced; then nothing
@@ -112,6 +116,9 @@ def merge(
     with ExitStack() as on_error:
         on_error.enter_context(runner)  # left (a cluster disconnected) at once if nothing can be merged
         candidates, named = _discover(runner, inputs, out_path, force, report)
+        taken = {Path(p).resolve() for p in also_writes}
+        for path in also_writes:
+            check_report(Path(path), out_path, named)
         progress(f"found {len(candidates)} trace files")
         work = work_dir(out_path)
         entered = on_error.pop_all()
@@ -120,6 +127,10 @@ def merge(
         with entered:
             run = _Runner(runner, progress)
             first = _read_all(run, candidates, asked, work, report)
+            for rule in unmatched(clocks.offsets, (p.identity for p in first.plan.processes)):
+                report.notes.append(f"offset {rule.text()} names no process of this run: not applied")
+            if first.plan.wall_clock and first.plan.base_ns < 0:
+                raise FatalError("the run would start before 1970 on the wall clock (an --offset too far back?)")
             asked = replace(asked, selection=steps_window(selection, phase_rules.steps, first.model, first.plan))
             numbers = summary(first.model, {p.identity: p.name for p in first.plan.processes})
             scan_of, chunk_of = _encode(run, first, asked, numbers, report)
@@ -144,7 +155,7 @@ def merge(
                     lambda sub, part_scans, staged: assemble(
                         sub, part_scans, writer, staged, work, chunk_of, keep=first.derived_path
                     ),
-                    lambda target: check_output(target, named, force),
+                    lambda target: check_output(target, named, force, taken),
                 )
                 report.output_bytes = sum(p.stat().st_size for p in report.parts)
     except OSError as exc:

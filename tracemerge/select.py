@@ -9,8 +9,10 @@ report as filtered, which is not a loss: the exit status stays 0.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
+from collections.abc import Iterable
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from tracemerge.layouts import COORDINATES, PathFacts
 from tracemerge.model import Identity
@@ -20,18 +22,22 @@ WHERE_KEYS = (*COORDINATES, "replica")
 
 _UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "min": 60_000_000_000}
 _DURATION = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zµ]*)\s*$")
+MAX_DURATION_NS = (1 << 63) - 1  # what a trace's int64 ns can hold: about 292 years
 
 
 def parse_duration(text: str) -> int:
-    """``"1.5ms"`` -> 1500000 ns; a bare number is seconds."""
+    """``"1.5ms"`` -> 1500000 ns; a bare number is seconds. At most ±MAX_DURATION_NS."""
     m = _DURATION.match(text)
     if not m or (m.group(2) and m.group(2) not in _UNITS):
         raise ValueError(f"not a duration: {text!r} (use a number with ns, us, ms, s or min)")
     try:
-        value = Decimal(m.group(1)) * _UNITS[m.group(2) or "s"]
-    except InvalidOperation:
+        number = Decimal(m.group(1))
+        # Compared before it becomes an int (1e999999999 would have a billion digits).
+        if number.adjusted() > 30 or abs(value := number * _UNITS[m.group(2) or "s"]) > MAX_DURATION_NS:
+            raise ValueError(f"duration out of range: {text!r} (at most 292 years)")
+        return int(value.to_integral_value())
+    except ArithmeticError:  # decimal's InvalidOperation, Overflow
         raise ValueError(f"not a duration: {text!r}") from None
-    return int(value.to_integral_value())
 
 
 def parse_window(text: str) -> tuple[int | None, int | None]:
@@ -46,28 +52,80 @@ def parse_window(text: str) -> tuple[int | None, int | None]:
     return start, end
 
 
-def parse_ranks(text: str) -> frozenset[int]:
-    """``"0-7,12"`` -> {0, ..., 7, 12}."""
-    ranks: set[int] = set()
+class Numbers:
+    """Whole numbers as sorted, disjoint ranges: ``0-20000000`` is one pair, not 20 million ints.
+    Supports ``in`` and equality with a set of the same numbers."""
+
+    __slots__ = ("_starts", "ranges")
+
+    def __init__(self, ranges: Iterable[tuple[int, int]]) -> None:
+        merged: list[tuple[int, int]] = []
+        for lo, hi in sorted(ranges):
+            if merged and lo <= merged[-1][1] + 1:
+                merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+            else:
+                merged.append((lo, hi))
+        self.ranges = tuple(merged)
+        self._starts = [lo for lo, _ in merged]
+
+    def __contains__(self, n: object) -> bool:
+        if type(n) is not int:
+            return False
+        at = bisect_right(self._starts, n) - 1
+        return at >= 0 and n <= self.ranges[at][1]
+
+    def __bool__(self) -> bool:
+        return bool(self.ranges)
+
+    def count(self) -> int:
+        return sum(hi - lo + 1 for lo, hi in self.ranges)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Numbers):
+            return self.ranges == other.ranges
+        if isinstance(other, (set, frozenset)):
+            return self.count() == len(other) and all(n in self for n in other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.ranges)
+
+    def __reduce__(self) -> tuple:
+        return (Numbers, (self.ranges,))
+
+    def __str__(self) -> str:
+        return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in self.ranges)
+
+    __repr__ = __str__
+
+
+def format_numbers(numbers: Iterable[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
+    return str(Numbers((n, n) for n in numbers))
+
+
+def parse_ranks(text: str, what: str = "--ranks") -> Numbers:
+    """``"0-7,12"`` -> the numbers 0 to 7 and 12, as ranges (in memory of the text's size, whatever
+    the numbers). No number at all, a range ending before it starts, or a negative number is an error."""
+    ranges = []
     for part in text.split(","):
         part = part.strip()
         if not part:
             continue
         lo, sep, hi = part.partition("-")
         try:
-            if sep:
-                first, last = int(lo), int(hi)
-                if last < first:
-                    raise ValueError
-                ranks.update(range(first, last + 1))
-            else:
-                ranks.add(int(part))
-        except ValueError:
-            raise ValueError(f"not a rank list: {text!r} (use e.g. 0-7,12)") from None
-    return frozenset(ranks)
+            first, last = (int(lo), int(hi)) if sep else (int(part), int(part))
+        except ValueError:  # a negative or not a number, or more digits than Python reads
+            raise ValueError(f"{what}: not a list of numbers: {text!r} (use e.g. 0-7,12)") from None
+        if last < first:
+            raise ValueError(f"{what}: {part!r} ends before it starts (use e.g. {last}-{first})")
+        ranges.append((first, last))
+    if not ranges:
+        raise ValueError(f"{what}: no number given (use e.g. 0-7,12)")
+    return Numbers(ranges)
 
 
-def parse_where(texts: list[str]) -> tuple[tuple[str, frozenset[int]], ...]:
+def parse_where(texts: list[str]) -> tuple[tuple[str, Numbers], ...]:
     """``["dp=0", "tp=0-1"]`` -> (("dp", {0}), ("tp", {0, 1})): processes whose file names give
     these parallel coordinates (tp, pp, dp, cp, ep, replica)."""
     where = []
@@ -77,14 +135,17 @@ def parse_where(texts: list[str]) -> tuple[tuple[str, frozenset[int]], ...]:
         if not sep or key not in WHERE_KEYS:
             raise ValueError(f"--where: {text!r} is not KEY=VALUES with KEY one of {', '.join(WHERE_KEYS)} (e.g. dp=0)")
         try:
-            where.append((key, parse_ranks(values)))
+            where.append((key, parse_ranks(values, "--where")))
         except ValueError:
             raise ValueError(f"--where: {text!r}: values are numbers or ranges, e.g. dp=0 or tp=0-3") from None
     return tuple(where)
 
 
 def parse_roles(text: str) -> frozenset[str]:
-    return frozenset(r.strip() for r in text.split(",") if r.strip())
+    roles = frozenset(r.strip() for r in text.split(",") if r.strip())
+    if not roles:
+        raise ValueError("--roles: no role given (use e.g. actor,rollout)")
+    return roles
 
 
 @dataclass(frozen=True)
@@ -92,11 +153,11 @@ class Selection:
     """What to keep. ``window`` is in ns after the run start."""
 
     roles: frozenset[str] | None = None
-    ranks: frozenset[int] | None = None
+    ranks: frozenset[int] | Numbers | None = None
     window: tuple[int | None, int | None] | None = None
     min_dur: int = 0
     # --where: (coordinate, values) pairs a file's name must give (a file that gives none is left out)
-    where: tuple[tuple[str, frozenset[int]], ...] = ()
+    where: tuple[tuple[str, frozenset[int] | Numbers], ...] = ()
     # --keep-zero-counters: Ascend counter series whose every value is 0 are kept (else left out, counted)
     keep_zero_counters: bool = False
 

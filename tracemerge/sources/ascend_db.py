@@ -45,6 +45,7 @@ from tracemerge.sources.ascend_counters import CounterReading, counter_group
 from tracemerge.sources.ascend_layout import MSTX_THREAD, SQLITE_MAGIC
 from tracemerge.sources.ascend_titles import OVERLAP, leave_out_zero_series, slice_title
 from tracemerge.sources.base import SourceFormat
+from tracemerge.sources.sqlite_guard import guarded, quote, schema
 from tracemerge.units import checked_ns
 
 NAME = "ascend-db"
@@ -93,13 +94,13 @@ def claims(path: Path, head: bytes) -> bool:
 def read(path: Path, layout: FileLayout) -> SourceData:
     layout_dirs.check_read_here(path)
     layout_dirs.check_export(path)
-    with _opened(path, layout.store.directory) as con:
+    size = sum(_size(path.with_name(path.name + s)) for s in ("", *SIDE_FILES))
+    with _opened(path, layout.store.directory) as con, guarded(con, path, size):
         try:
-            tables = {
-                name: [row[1] for row in con.execute(f"pragma table_info('{name}')")]
-                for (name,) in con.execute("select name from sqlite_master where type = 'table'")
-            }
+            tables = schema(con)
         except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError):
+                raise  # stopped: guarded() says why
             raise InputError(path, f"not a readable SQLite database ({exc})") from None
         if not TIMELINE_TABLES & set(tables):
             raise NotATrace(path, "SQLite database without Ascend timeline tables")
@@ -107,6 +108,8 @@ def read(path: Path, layout: FileLayout) -> SourceData:
             reader = _DbReader(con, tables, layout)
             reader.read_all()
         except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError):
+                raise  # stopped: guarded() says why
             raise InputError(path, f"cannot read the database ({exc})") from None
     leave_out_zero_series(layout, reader.dropped, counter_group)
     layout_dirs.note_not_read(path, reader.dropped)
@@ -179,8 +182,8 @@ class _DbReader(CounterReading):
             return iter(())
         cols = wanted or tuple(self.tables[table])
         present = [c for c in cols if c in self.tables[table]]
-        select = ", ".join(f'"{c}"' if c in present else "NULL" for c in cols)
-        return self.con.execute(f'select {select} from "{table}"')
+        select = ", ".join(quote(c) if c in present else "NULL" for c in cols)
+        return self.con.execute(f"select {select} from {quote(table)}")  # names of its schema: sqlite_guard
 
     def _dicts(self, table: str) -> Iterator[dict[str, Any]]:
         cols = self.tables.get(table, [])
@@ -230,7 +233,7 @@ class _DbReader(CounterReading):
         """Whether ``table`` has ``cols``; if not, its rows are counted as not read, with the column."""
         missing = [c for c in cols if c not in self.tables.get(table, cols)]
         if missing:
-            rows = self.con.execute(f'select count(*) from "{table}"').fetchone()[0]
+            rows = self.con.execute(f"select count(*) from {quote(table)}").fetchone()[0]
             if rows:
                 self.dropped[f"{table} row not read: the table has no {missing[0]} column"] += rows
         return not missing
@@ -423,7 +426,7 @@ class _DbReader(CounterReading):
     def _not_drawn(self) -> None:
         for table in NOT_DRAWN:
             if table in self.tables:
-                rows = self.con.execute(f'select count(*) from "{table}"').fetchone()[0]
+                rows = self.con.execute(f"select count(*) from {quote(table)}").fetchone()[0]
                 if rows:
                     self.dropped[f"{table} rows not drawn (the text export keeps them in CSVs too)"] += rows
 

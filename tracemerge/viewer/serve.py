@@ -3,6 +3,12 @@
 Like Perfetto's own ``open_trace_in_ui``: the trace is served from a local HTTP server and the UI
 is pointed at it with a ``#!/?url=`` deep link. The UI is ui.perfetto.dev, or, offline, a locally
 installed UI build served from the same server.
+
+It is a network service on the loopback address, and answers as one: only requests naming it in
+their ``Host`` header (``127.0.0.1:<port>``) are served, so a web page whose own name was made to
+point at 127.0.0.1 (DNS rebinding) gets a 403; a request it cannot serve (a NUL byte, a path too
+long for the file system) is a 4xx; a client that goes away mid-answer ends its connection
+quietly; an idle connection is closed after :data:`IDLE_SECONDS`. Nothing is printed per request.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from pathlib import Path
 PERFETTO_UI = "https://ui.perfetto.dev"
 DEFAULT_PORT = 9001
 TRACE_ROUTE = "/trace/"
+IDLE_SECONDS = 60
 
 
 class _Handler(SimpleHTTPRequestHandler):
@@ -32,12 +39,24 @@ class _Handler(SimpleHTTPRequestHandler):
     trace: Path
     ui_dir: Path | None
     served: threading.Event
+    timeout = IDLE_SECONDS
 
     def __init__(self, *args, trace: Path, ui_dir: Path | None, served: threading.Event, **kwargs) -> None:
         self.trace = trace
         self.ui_dir = ui_dir.resolve() if ui_dir else None
         self.served = served
         super().__init__(*args, directory=str(self.ui_dir or trace.parent), **kwargs)
+
+    def _host_is_ours(self) -> bool:
+        """Whether the request names this server in its Host header (else it is answered 403)."""
+        if self.headers.get("Host") == f"127.0.0.1:{self.server.server_address[1]}":
+            return True
+        self.send_error(403, "Unknown Host")
+        return False
+
+    def do_HEAD(self) -> None:
+        if self._host_is_ours():
+            super().do_HEAD()
 
     def end_headers(self) -> None:
         if self.ui_dir is None and self.headers.get("Origin") == PERFETTO_UI:
@@ -48,6 +67,8 @@ class _Handler(SimpleHTTPRequestHandler):
         super().end_headers()
 
     def do_OPTIONS(self) -> None:  # CORS preflight from ui.perfetto.dev
+        if not self._host_is_ours():
+            return
         if self.ui_dir is not None or self.headers.get("Origin") != PERFETTO_UI or not self._is_trace(self.path):
             self.send_error(404)
             return
@@ -56,8 +77,16 @@ class _Handler(SimpleHTTPRequestHandler):
         self.send_header("Access-Control-Allow-Headers", "*")
         self.end_headers()
 
+    @staticmethod
+    def _route(path: str) -> str:
+        """The request's path, unquoted ("" when it is not a path: ``//[``)."""
+        try:
+            return urllib.parse.unquote(urllib.parse.urlsplit(path).path)
+        except ValueError:
+            return ""
+
     def _is_trace(self, path: str) -> bool:
-        route = urllib.parse.unquote(urllib.parse.urlsplit(path).path)
+        route = self._route(path)
         return route.startswith(TRACE_ROUTE) and route[len(TRACE_ROUTE) :] == self.trace.name
 
     def translate_path(self, path: str) -> str:
@@ -65,24 +94,37 @@ class _Handler(SimpleHTTPRequestHandler):
             return str(self.trace)
         if self.ui_dir is None:
             return ""
-        route = urllib.parse.unquote(urllib.parse.urlsplit(path).path).lstrip("/") or "index.html"
+        route = self._route(path).lstrip("/") or "index.html"
         parts = Path(route).parts
-        if any(part.startswith(".") for part in parts):
+        if any(part.startswith(".") for part in parts) or "\0" in route:
             return ""
-        target = (self.ui_dir / route).resolve()
-        return str(target) if target.is_relative_to(self.ui_dir) and target.is_file() else ""
+        try:
+            target = (self.ui_dir / route).resolve()
+            return str(target) if target.is_relative_to(self.ui_dir) and target.is_file() else ""
+        except (OSError, ValueError):  # a name too long for the file system: nothing to serve
+            return ""
 
     def list_directory(self, path: str | os.PathLike[str]) -> None:
         self.send_error(404)
         return None
 
     def do_GET(self) -> None:
+        if not self._host_is_ours():
+            return
         super().do_GET()
         if self._is_trace(self.path):
             self.served.set()
 
     def log_message(self, format: str, *args: object) -> None:
         """Quiet: the command prints what matters."""
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that went away mid-answer (or any request that failed): its connection is
+        closed, quietly; the server goes on."""
 
 
 @dataclass
@@ -104,7 +146,7 @@ def serve(trace: Path, *, ui_dir: Path | None = None, port: int = DEFAULT_PORT) 
     trace = trace.resolve()
     served = threading.Event()
     handler = partial(_Handler, trace=trace, ui_dir=ui_dir, served=served)
-    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+    server = _Server(("127.0.0.1", port), handler)
     base = f"http://127.0.0.1:{server.server_address[1]}"
     trace_url = f"{base}{TRACE_ROUTE}{urllib.parse.quote(trace.name)}"
     ui = base if ui_dir else PERFETTO_UI

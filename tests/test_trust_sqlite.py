@@ -1,0 +1,125 @@
+"""SQLite inputs: a name in a DB's schema is a name, never SQL; every query is bounded and stoppable."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+from readback import read_pftrace
+
+from tracemerge.errors import Stopped
+from tracemerge.pipeline import merge
+from tracemerge.sources import sqlite_guard
+
+ENDLESS = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM r) SELECT x FROM r"
+# Spliced into `select ... from "{table}"`, this name would join the table with an endless query.
+BREAKS_OUT = f'AICORE_FREQ" JOIN ({ENDLESS}) AS "z'
+TS = 1_767_225_600_000_000_000
+
+
+def _db_run(tmp_path: Path, table: str, columns: tuple[str, ...] = ("deviceId", "timestampNs", "freq")) -> Path:
+    """The Ascend DB fixture with one more counter table, of that name and columns, and one row."""
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "ascend" / "db", run)
+    [db] = run.rglob("*.db")
+    names = ", ".join(sqlite_guard.quote(c) for c in columns)
+    with sqlite3.connect(db) as con:
+        con.execute(f"create table {sqlite_guard.quote(table)} ({names})")
+        values = [0 if c == "deviceId" else TS if c == "timestampNs" else 7 for c in columns]
+        con.execute(f"insert into {sqlite_guard.quote(table)} values ({', '.join('?' * len(columns))})", values)
+    con.close()
+    return run
+
+
+def _counter_names(out: Path) -> set[str]:
+    return {name for _, name in read_pftrace(out).counter_tracks.values()}
+
+
+def test_a_table_name_that_is_sql_is_read_as_a_name(tmp_path: Path) -> None:
+    run = _db_run(tmp_path, BREAKS_OUT)
+    out = tmp_path / "out.pftrace"
+    # A subprocess: before names were quoted, this query never ended and no signal stopped it.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracemerge", str(run), "-o", str(out), "-q"], stderr=subprocess.PIPE
+    )
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0, err
+    assert [n for n in _counter_names(out) if "WITH RECURSIVE" in n and n.endswith("freq")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.pftrace", "run"]
+
+
+@pytest.mark.parametrize(
+    ("table", "columns"),
+    [
+        ('NPU"MEM', ("deviceId", "timestampNs", "freq")),
+        ("NPU'MEM", ("deviceId", "timestampNs", "freq")),
+        ("NPU_MEM2", ("deviceId", "timestampNs", 'fr"eq')),
+        ("NPU_MEM3", ("deviceId", "timestampNs", "fr'eq")),
+        ("a'); drop table TASK; --", ("deviceId", "timestampNs", "x\"'y")),
+    ],
+)
+def test_quotes_in_table_or_column_names_never_lose_the_database(
+    tmp_path: Path, table: str, columns: tuple[str, ...]
+) -> None:
+    before = merge([FIXTURES / "ascend" / "db"], tmp_path / "before.pftrace")
+    out = tmp_path / "out.pftrace"
+    report = merge([_db_run(tmp_path, table, columns)], out)
+    assert report.skipped == [] and report.exit_code == 0
+    assert report.read.slices == before.read.slices  # the rest of the DB is read as before
+    assert report.read.counters == before.read.counters + 1
+    assert any(n.endswith(columns[-1]) for n in _counter_names(out))
+
+
+def test_a_query_past_its_budget_skips_the_file_with_the_reason(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(sqlite_guard, "MIN_STEPS", 0)
+    monkeypatch.setattr(sqlite_guard, "STEPS_PER_BYTE", 0)
+    monkeypatch.setattr(sqlite_guard, "CHECK_EVERY", 1)
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "ascend" / "db", run / "npu")
+    shutil.copytree(FIXTURES / "kineto_gpu", run / "gpu")
+    report = merge([run], tmp_path / "out.pftrace")
+    [skipped] = report.skipped
+    assert "ascend_pytorch_profiler_0.db: reading it took more than 0 SQLite steps" in skipped
+    assert report.exit_code == 3 and report.read.slices > 0
+
+
+def test_every_query_has_a_budget_that_grows_with_the_file() -> None:
+    con = sqlite3.connect(":memory:")
+    started = time.monotonic()
+    with pytest.raises(Exception, match="took more than") as err, sqlite_guard.guarded(con, "x.db", 1000):
+        con.execute(f"select count(*) from ({ENDLESS})").fetchone()
+    assert type(err.value).__name__ == "InputError"
+    assert time.monotonic() - started < 30
+    assert sqlite_guard.Budget(1 << 20).steps == sqlite_guard.MIN_STEPS + sqlite_guard.STEPS_PER_BYTE * (1 << 20)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_a_query_under_way(sig: signal.Signals) -> None:
+    """SQLite swallows the exception a signal handler raises in its progress callback; the guard
+    raises it again, so a run stops at once whatever query it is in."""
+    previous = signal.signal(sig, Stopped.on_signal)
+    con = sqlite3.connect(":memory:")
+    timer = threading.Timer(0.3, lambda: signal.raise_signal(sig))
+    started = time.monotonic()
+    try:
+        timer.start()
+        with pytest.raises(Stopped) as stopped, sqlite_guard.guarded(con, "x.db", 10**12):
+            con.execute(f"select count(*) from ({ENDLESS})").fetchone()
+    finally:
+        timer.cancel()
+        signal.signal(sig, previous)
+        Stopped.pending = None
+    assert stopped.value.signum == sig
+    assert time.monotonic() - started < 10
