@@ -100,3 +100,165 @@ def test_mutated_inputs_merge_or_are_reported_in_one_line(
             written.counters,
             written.flows,
         )
+
+
+# -- The trust campaign: names in a DB's schema, Host headers, option values -----------------------
+# Each example must end within SECONDS and allocate at most its memory budget (tracemalloc's peak).
+
+SECONDS = 30.0
+_RESERVED = {"sqlite_sequence", "sqlite_stat1"}
+
+
+def _within_budget(limit_bytes: int, run):  # type: ignore[no-untyped-def]
+    """``run()``'s result; asserts the time and memory it took."""
+    import time
+    import tracemalloc
+
+    tracemalloc.start()
+    started = time.monotonic()
+    try:
+        return run()
+    finally:
+        took = time.monotonic() - started
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert took < SECONDS, f"took {took:.1f} s"
+        assert peak < limit_bytes, f"allocated {peak / 1e6:.1f} MB at the peak"
+
+
+_IDENTIFIER = st.one_of(
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1, max_size=40),
+    st.sampled_from(
+        ['a"b', "a'b", '"', "'", 'x" JOIN (SELECT 1) AS "y', "'); drop table TASK; --", "a]b", "[x]", "`x`"]
+    ),
+)
+
+
+@settings(
+    max_examples=max(EXAMPLES // 4, 8), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(table=_IDENTIFIER, column=_IDENTIFIER)
+def test_names_in_a_db_schema_never_lose_the_db(
+    tmp_path_factory: pytest.TempPathFactory, table: str, column: str
+) -> None:
+    import sqlite3
+
+    from hypothesis import assume
+
+    from tracemerge.sources.sqlite_guard import quote
+
+    tmp = tmp_path_factory.mktemp("dbname")
+    run = tmp / "run"
+    shutil.copytree(FIXTURES / "ascend" / "db", run)
+    [db] = run.rglob("*.db")
+    with sqlite3.connect(db) as con:
+        taken = {name.lower() for (name,) in con.execute("select name from sqlite_master")}
+        assume(table.lower() not in taken | _RESERVED and not table.lower().startswith("sqlite_"))
+        assume(column.lower() not in ("deviceid", "timestampns"))
+        con.execute(f"create table {quote(table)} (deviceId, timestampNs, {quote(column)})")
+        con.execute(f"insert into {quote(table)} values (0, 1767225600000000000, 7)")
+    con.close()
+    before = _db_baseline(tmp_path_factory)
+    report = _within_budget(256 << 20, lambda: merge([run], tmp / "out.pftrace"))
+    assert report.skipped == [], report.skipped  # the DB is read, whatever the name
+    assert report.read.slices == before.slices and report.read.counters >= before.counters
+
+
+def _db_baseline(factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    global _BASELINE
+    if _BASELINE is None:
+        _BASELINE = merge([FIXTURES / "ascend" / "db"], factory.mktemp("base") / "out.pftrace").read
+    return _BASELINE
+
+
+_BASELINE = None
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    host=st.one_of(st.binary(max_size=300), st.sampled_from([b"127.0.0.1", b"localhost:{port}", b"127.0.0.1:{port}"])),
+    path=st.one_of(st.binary(max_size=300), st.just(b"/trace/m.pftrace")),
+)
+def test_open_answers_any_request_with_a_status_and_stays_up(
+    tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str], host: bytes, path: bytes
+) -> None:
+    import socket
+
+    from tracemerge.viewer.serve import serve
+
+    trace = tmp_path_factory.mktemp("open") / "m.pftrace"
+    trace.write_bytes(b"\x0a\x00" * 100)
+    server = serve(trace, port=0)
+    port = server.server.server_address[1]
+    host = host.replace(b"{port}", str(port).encode()).translate(None, b"\r\n")
+    path = b"/" + path.lstrip(b"/").translate(None, b" \r\n\t\x0b\x0c")
+
+    def ask(host: bytes, path: bytes) -> int:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: " + host + b"\r\nConnection: close\r\n\r\n")
+            return int(sock.makefile("rb").readline().split()[1])
+
+    try:
+        status = _within_budget(64 << 20, lambda: ask(host, path))
+        ours = host.strip(b" \t") == f"127.0.0.1:{port}".encode()
+        # Served only to a request naming this server; anything else a 4xx (403, or 400 when malformed).
+        assert 400 <= status < 500 or (status == 200 and ours and path == b"/trace/m.pftrace"), status
+        assert ask(f"127.0.0.1:{port}".encode(), b"/trace/m.pftrace") == 200  # still serving
+    finally:
+        server.close()
+    assert capsys.readouterr() == ("", "")  # nothing printed per request, never a traceback
+
+
+_NUMBER = st.from_regex(r"[-+]?[0-9]{0,24}(\.[0-9]{0,6})?([eE][-+]?[0-9]{1,12})?(ns|us|ms|s|min|x)?", fullmatch=True)
+_RANGES = st.from_regex(r"(-?[0-9]{1,24}(-[0-9]{0,24})?,?){0,6}", fullmatch=True)
+_OPTION_TEXT = st.one_of(_NUMBER, _RANGES, st.text(max_size=40), st.builds(lambda a, b: f"{a}:{b}", _NUMBER, _NUMBER))
+
+
+@settings(max_examples=EXAMPLES * 5, deadline=None)
+@given(text=_OPTION_TEXT)
+def test_option_values_parse_or_say_why_in_bounded_time_and_memory(text: str) -> None:
+    from tracemerge.offsets import parse_offset
+    from tracemerge.select import MAX_DURATION_NS, parse_duration, parse_ranks, parse_where, parse_window
+
+    parsers = {
+        "ranks": parse_ranks,
+        "duration": parse_duration,
+        "window": parse_window,
+        "where": lambda t: parse_where([f"dp={t}"]),
+        "offset": lambda t: parse_offset(f"actor/3={t}"),
+    }
+    for name, parse in parsers.items():
+        try:
+            value = _within_budget(1 << 20, lambda parse=parse: parse(text))
+        except ValueError as exc:
+            assert "\n" not in str(exc) and len(str(exc)) < 400, (name, str(exc))
+            continue
+        if name == "duration":
+            assert abs(value) <= MAX_DURATION_NS
+        if name == "ranks":
+            assert len(value.ranges) <= text.count(",") + 1 and value
+
+
+@settings(
+    max_examples=max(EXAMPLES // 4, 8), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    option=st.sampled_from(["--ranks", "--steps", "--min-dur", "--window", "--offset", "--jobs", "--where", "--roles"]),
+    text=_OPTION_TEXT,
+)
+def test_option_values_on_the_command_line_merge_or_are_one_line(
+    tmp_path_factory: pytest.TempPathFactory, option: str, text: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from tracemerge import cli
+
+    value = {"--offset": f"rank={text}", "--where": f"dp={text}"}.get(option, text)
+    out = tmp_path_factory.mktemp("opt") / "o.pftrace"
+    args = ["merge", str(FIXTURES / "kineto_gpu"), "-o", str(out), "-q", option, value]
+    result = _within_budget(512 << 20, lambda: CliRunner().invoke(cli.app, args))
+    assert result.exit_code in (0, 1, 2, 3), result.output
+    if result.exit_code in (1, 2):  # nothing written, said in one line
+        assert len(result.output.splitlines()) == 1 and result.output.startswith("tracemerge: error: ")
+        assert not out.exists()
+    assert "internal error" not in result.output and "Traceback" not in result.output

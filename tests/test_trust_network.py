@@ -252,6 +252,7 @@ def test_open_serves_until_stopped_and_never_prints_a_traceback(tmp_path: Path, 
         assert _raw(port, b"GET /trace/%00 HTTP/1.1\r\n" + host) == 404
         assert _raw(port, b"GET /" + b"a" * 5000 + b" HTTP/1.1\r\n" + host) == 404
         assert _raw(port, b"GET //[ HTTP/1.1\r\n" + host) in (200, 404)
+        assert _raw(port, b"GET /\x1c\x00 HTTP/1.1\r\n" + host) == 400  # a request line str.split() breaks
         for _ in range(2):  # fetched again and again (a reloaded tab), and still there
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/trace/m.pftrace", timeout=30) as response:
                 assert len(response.read()) == 32 << 20

@@ -59,7 +59,9 @@ class _Handler(SimpleHTTPRequestHandler):
             super().do_HEAD()
 
     def end_headers(self) -> None:
-        if self.ui_dir is None and self.headers.get("Origin") == PERFETTO_UI:
+        # An error answered before the headers were read (a malformed request line) has none.
+        headers = getattr(self, "headers", None)
+        if self.ui_dir is None and headers is not None and headers.get("Origin") == PERFETTO_UI:
             self.send_header("Access-Control-Allow-Origin", PERFETTO_UI)
             self.send_header("Access-Control-Allow-Private-Network", "true")
             self.send_header("Vary", "Origin")
