@@ -94,8 +94,7 @@ def claims(path: Path, head: bytes) -> bool:
 def read(path: Path, layout: FileLayout) -> SourceData:
     layout_dirs.check_read_here(path)
     layout_dirs.check_export(path)
-    size = sum(_size(path.with_name(path.name + s)) for s in ("", *SIDE_FILES))
-    with _opened(path, layout.store.directory) as con, guarded(con, path, size):
+    with _opened(path, layout.store.directory) as con:
         try:
             tables = schema(con)
         except sqlite3.DatabaseError as exc:
@@ -123,12 +122,15 @@ def _opened(path: Path, work: Path | None) -> Iterator[sqlite3.Connection]:
     """The DB, read so that nothing beside it is created or changed. ``immutable=1`` never
     touches a side file, but never reads one either: a DB whose writer stopped before a
     checkpoint keeps rows in its -wal (or a -journal to roll back), so then the DB and that file
-    are copied into a private temporary directory (under ``work``) and the copy is opened."""
+    are copied into a private temporary directory (under ``work``) and the copy is opened.
+    Every query run on it is bounded and stoppable (:func:`~tracemerge.sources.sqlite_guard.guarded`)."""
     side = [s for s in SIDE_FILES if _size(path.with_name(path.name + s))]
+    size = sum(_size(path.with_name(path.name + s)) for s in ("", *side))
     if not side:
         con = sqlite3.connect(_uri(path) + "?mode=ro&immutable=1", uri=True)
         try:
-            yield con
+            with guarded(con, path, size):
+                yield con
         finally:
             con.close()
         return
@@ -141,7 +143,8 @@ def _opened(path: Path, work: Path | None) -> Iterator[sqlite3.Connection]:
             raise InputError(path, f"cannot copy it with its {'/'.join(side)} file to read both: {exc}") from None
         con = sqlite3.connect(_uri(copy), uri=True)  # writable: SQLite replays the -wal or journal there
         try:
-            yield con
+            with guarded(con, path, size):
+                yield con
         finally:
             con.close()
 
