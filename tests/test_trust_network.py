@@ -271,6 +271,7 @@ def test_open_serves_until_stopped_and_never_prints_a_traceback(tmp_path: Path, 
 def test_open_closes_an_idle_connection(tmp_path: Path, monkeypatch) -> None:
     from tracemerge.viewer import serve as serve_module
 
+    assert serve_module._Handler.timeout == serve_module.IDLE_SECONDS == 60  # not None: no wait without end
     monkeypatch.setattr(serve_module._Handler, "timeout", 0.5)
     server = serve(_trace(tmp_path), port=0)
     try:
