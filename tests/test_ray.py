@@ -169,10 +169,15 @@ def _order(shared: Path, count: int) -> list[tuple[int, Path]]:
 
 
 def test_a_file_gone_from_its_node_before_it_is_read_is_skipped_by_name(nodes: Nodes, tmp_path: Path) -> None:
-    for side in ("node_b", "all"):
-        (nodes.root / side / "gone").mkdir()
-        _copy(["reward/spans.jsonl"], nodes.root / side / "gone")
     copies = [nodes.root / side / "gone" / "traces" / "reward" / "spans.jsonl" for side in ("node_b", "all")]
+
+    def copy_again(copy: Path) -> None:
+        # Not the same bytes as traces/reward/spans.jsonl: a local merge reads a copy once.
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_bytes((RUN / "reward" / "spans.jsonl").read_bytes() + b"\n")
+
+    for copy in copies:
+        copy_again(copy)
 
     def delete_after_discovery(message: str) -> None:
         if message.startswith("found "):
@@ -184,8 +189,7 @@ def test_a_file_gone_from_its_node_before_it_is_read_is_skipped_by_name(nodes: N
     try:
         local = merge(["traces", "gone/traces"], tmp_path / "local.pftrace", jobs=1, on_progress=delete_after_discovery)
         for copy in copies:
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(RUN / "reward" / "spans.jsonl", copy)
+            copy_again(copy)
     finally:
         os.chdir(here)
     with RayExecutor() as executor:
