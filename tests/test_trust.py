@@ -38,7 +38,8 @@ def test_output_naming_an_input_is_refused_unless_forced(tmp_path: Path) -> None
     assert forced.exit_code == 0, forced.output
     merged = json.loads(victim.read_text())  # now the merged trace (Chrome JSON, by its name)
     assert merged["metadata"]["producer"] == "tracemerge"
-    assert {e["args"]["name"] for e in merged["traceEvents"] if e["name"] == "process_name"} == {"rank 1"}
+    # rank 1 and the Pipeline group of its ProfilerStep#N steps
+    assert {e["args"]["name"] for e in merged["traceEvents"] if e["name"] == "process_name"} == {"Pipeline", "rank 1"}
 
 
 def test_output_that_is_not_a_regular_file_is_never_replaced(tmp_path: Path) -> None:
@@ -380,7 +381,9 @@ def test_a_file_that_changes_between_the_two_reads_is_left_out_not_fatal(tmp_pat
     assert [s.split(":")[0] for s in report.skipped] == [str(victim)]
     assert "changed while being merged, left out" in report.skipped[0]
     out = json.loads((tmp_path / "out.json").read_text())
-    assert {e["pid"] for e in out["traceEvents"] if e["ph"] == "X"} == {2}  # rank 1's events only
+    names = {e["pid"]: e["args"]["name"] for e in out["traceEvents"] if e.get("name") == "process_name"}
+    inputs = {e["pid"] for e in out["traceEvents"] if e["ph"] == "X" and not e.get("cat", "").startswith("tracemerge")}
+    assert {names[pid] for pid in inputs} == {"rank 1"}  # rank 1's events only (the steps are derived)
 
 
 def test_an_unwritable_output_is_found_before_any_input_is_read(tmp_path: Path, monkeypatch) -> None:
