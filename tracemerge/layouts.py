@@ -57,6 +57,7 @@ CONTAINER_DIRS = frozenset(
         "tensorboard",
         "torch_profile",
         "save_path",
+        "nsight",  # Ray's logs/nsight/: the nsys reports of its workers
     }
 )
 
@@ -214,12 +215,15 @@ AREAL = Convention(
     re.compile(r"(?P<role>.+)"),
 )
 VERL_ASCEND_RUN = re.compile(r"(?P<host>.+)_(?P<pid>\d+)_(?P<time>\d{17})_ascend_pt")
-# Files a framework writes that tracemerge cannot read yet: named with what to do, never ignored.
+# Ray's nsight plugin names a worker's report worker_process_<pid>[.<n>].nsys-rep; verl relocates it
+# with its role and host; its SQLite export (nsys export) keeps the name, ending .sqlite.
 VERL_NSYS = Convention(
     "verl nsys",
-    "verl nsys: [<role>_]<host>_worker_process_<pid>[.<n>].nsys-rep",
-    re.compile(r"(?:(?P<role>.+)_)?(?P<host>[^_]+)_worker_process_(?P<pid>\d+)(?:\.\d+)?\.nsys-rep"),
+    "verl nsys: [[<role>_]<host>_]worker_process_<pid>[.<n>].nsys-rep (or its .sqlite export)",
+    re.compile(r"(?:(?:(?P<role>.+)_)?(?P<host>[^_]+)_)?worker_process_(?P<pid>\d+)(?:\.\d+)?\.(?:nsys-rep|sqlite)"),
 )
+# Files a framework writes that tracemerge reads only once exported: named with what to do, never
+# ignored (an Nsight Systems report is exported by nsys when it is on PATH).
 NEEDS_EXPORT = {
     ".nsys-rep": "an Nsight Systems report: export it first with nsys export --type sqlite -o {stem}.sqlite {name}",
 }

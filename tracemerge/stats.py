@@ -261,6 +261,65 @@ STATS: tuple[Stat, ...] = (
         r"^bind_id flow on a (slice nested|B event)",
     ),
     _stat(
+        "nsys_launch_not_captured",
+        Severity.INFO,
+        "Nsight Systems GPU work whose CUDA runtime call is not in the export (launched before the capture, or "
+        "an export without runtime calls): drawn without its flow",
+        r"^nsys GPU work whose CUDA runtime call is not in the export",
+    ),
+    _stat(
+        "nsys_range_without_end",
+        Severity.INFO,
+        "NVTX ranges still open when the capture stopped (no end): drawn as instants at their start",
+        r"^nsys NVTX range without an end",
+    ),
+    _stat(
+        "nsys_text_missing",
+        Severity.INFO,
+        "NVTX rows without text (NULL text and textId): drawn with an empty name",
+        r"^nsys NVTX_EVENTS row without text",
+    ),
+    _stat(
+        "nsys_id_unresolved",
+        Severity.DATA_LOSS,
+        "Nsight Systems rows whose name id points nowhere (StringIds missing or without it): drawn named by the id",
+        r"^nsys \w+ row whose \w+ points nowhere",
+    ),
+    _stat(
+        "nsys_rows_not_drawn",
+        Severity.INFO,
+        "Nsight Systems rows that are no event of the job's timeline: NVTX domain and category names "
+        "(they name other rows), nsys's own messages, CPU samples, thread scheduling, CUDA events "
+        "without a device time",
+        r"^nsys \w+ rows not drawn \(",
+    ),
+    _stat(
+        "nsys_column_missing",
+        Severity.DATA_LOSS,
+        "Nsight Systems rows not read because their table lacks a column they need",
+        r"^nsys \w+ rows not read: the table has no ",
+    ),
+    _stat(
+        "nsys_rows_not_read",
+        Severity.DATA_LOSS,
+        "Nsight Systems rows of tables (or NVTX event types) tracemerge does not read; an unknown "
+        "table is named once, its rows not counted",
+        r"^nsys (\w+ rows not read \(|table .* not read \(|NVTX_EVENTS rows of event type .* not read$)",
+    ),
+    _stat(
+        "nsys_session_start_missing",
+        Severity.INFO,
+        "Nsight Systems exports without a session start time: their clock is placed by the alignment "
+        "(collectives, sync spans), not by the wall clock",
+        r"^nsys export without a session start time",
+    ),
+    _stat(
+        "nsys_report_read_as_export",
+        Severity.INFO,
+        "Nsight Systems reports (.nsys-rep) read through their SQLite export beside them",
+        r"^nsys report read through this export",
+    ),
+    _stat(
         "flow_without_direction",
         Severity.INFO,
         "bind_id on slices without flow_in or flow_out: no flow to draw (Perfetto draws none either)",

@@ -12,6 +12,7 @@ from tracemerge.sources.ascend_text import ASCEND_TEXT
 from tracemerge.sources.base import SourceFormat, read_bytes, read_head
 from tracemerge.sources.chrome_json import CHROME_JSON
 from tracemerge.sources.jsonl import JSONL_SPANS
+from tracemerge.sources.nsys_db import NSYS_DB
 from tracemerge.sources.prometheus_range import PROMETHEUS_QUERY
 from tracemerge.sources.prometheus_text import PROMETHEUS_SNAPSHOTS, PROMETHEUS_TEXT
 from tracemerge.sources.tracker_scalars import TRACKER_SCALARS
@@ -19,6 +20,7 @@ from tracemerge.sources.tracker_scalars import TRACKER_SCALARS
 FORMATS: tuple[SourceFormat, ...] = (
     ASCEND_TEXT,
     ASCEND_DB,
+    NSYS_DB,
     PROMETHEUS_QUERY,
     PROMETHEUS_TEXT,
     PROMETHEUS_SNAPSHOTS,
