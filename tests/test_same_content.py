@@ -33,7 +33,7 @@ def copy_run(to: Path) -> Path:
 
 def merged(out: Path, *inputs: Path, **options: object) -> tuple[Readback, RunReport]:
     report = merge(list(inputs), out, jobs=1, **options)
-    return READ[out.suffix](out), report
+    return READ[out.suffix](out).set_derived_apart(), report  # the input's events, the derived apart
 
 
 def doubled(e: Expected, other: Expected) -> Expected:

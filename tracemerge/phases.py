@@ -254,13 +254,15 @@ def _choose(by_preset: dict[str, list], presets: tuple[Preset, ...]) -> str:
 def _own_steps(by_preset: dict[str, list[tuple[str, int, int]]], preset: str) -> list[tuple[int, int, int]]:
     """A process's steps from its markers: torch's numbered ProfilerStep#N first, then the steps
     its files' names give (the files of one step joined), else the preset's."""
-    for numbered in (TORCH_STEPS, NAMED_STEPS):
-        spans: dict[int, tuple[int, int]] = {}
-        for n, a, b in by_preset.get(numbered, ()):
-            lo, hi = spans.get(int(n), (a, b))
-            spans[int(n)] = (min(lo, a), max(hi, b))
-        if spans:
-            return [(n, a, b) for n, (a, b) in sorted(spans.items())]
+    torch = sorted((int(n), a, b) for n, a, b in by_preset.get(TORCH_STEPS, ()))
+    if torch:  # each ProfilerStep#N row is a step (two captures of one process may both hold #1)
+        return torch
+    spans: dict[int, tuple[int, int]] = {}
+    for n, a, b in by_preset.get(NAMED_STEPS, ()):  # the files a name calls step S are step S
+        lo, hi = spans.get(int(n), (a, b))
+        spans[int(n)] = (min(lo, a), max(hi, b))
+    if spans:
+        return [(n, a, b) for n, (a, b) in sorted(spans.items())]
     found = sorted((a, b) for _, a, b in by_preset.get(preset, ()))
     return [(n, a, b) for n, (a, b) in enumerate(_outermost(found))]
 
