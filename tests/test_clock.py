@@ -338,6 +338,8 @@ def test_a_run_without_any_wall_clock_is_placed_by_file_modification_time(tmp_pa
     # The last event ends at the file's modification time.
     assert a["offset_ns"] == mtime_ns - 7_000_000
     assert report.time_base_unix_ns == mtime_ns - 7_000_000 + 1_000_000
+    # A file's modification time is no evidence of its clock: the title says so.
+    assert [p.label for p in report.processes] == ["actor · rank 0 (unaligned)"]
 
 
 def test_a_modification_time_far_from_the_run_is_not_trusted(tmp_path: Path) -> None:

@@ -12,7 +12,9 @@ from typing import Protocol
 from tracemerge.clock import Alignment
 from tracemerge.model import Identity
 
-WITHOUT_EVIDENCE = frozenset({"unrelated"})  # SourceClock methods that place a file on no evidence
+# SourceClock methods that place a file on no evidence of its clock: nothing relates it, or only its
+# modification time (its last event written about then, to within an hour).
+WITHOUT_EVIDENCE = frozenset({"unrelated", "mtime"})
 MARKER = " (unaligned)"
 
 
