@@ -48,7 +48,7 @@ def _missing() -> str | None:
     return None
 
 
-def _show(out: Path, names: list[str], expand: list[str] = ()) -> dict:  # type: ignore[assignment]
+def _show(out: Path, names: list[str], expand: list[str] = (), query: str = "") -> dict:  # type: ignore[assignment]
     """Open ``out`` in the UI, check every process in ``names`` is listed, screenshot the first
     screen (and, with ``expand``, the screen with those groups open) and measure what they show."""
     reason = _missing()
@@ -64,7 +64,13 @@ def _show(out: Path, names: list[str], expand: list[str] = ()) -> dict:  # type:
             capture_output=True,
             text=True,
             timeout=240,
-            env={**os.environ, "EXPAND": ",".join(expand), "EXPANDED": str(opened)},
+            env={
+                **os.environ,
+                "EXPAND": ",".join(expand),
+                "EXPANDED": str(opened),
+                "QUERY": query,
+                "QUERIED": str(shot.with_name(shot.stem + "_queried.png")),
+            },
         )
     finally:
         server.close()
@@ -196,3 +202,17 @@ def test_metrics_show_beside_the_phases(tmp_path: Path) -> None:
     names = [p.label for p in report.processes]
     assert sorted(names) == ["Metrics", "rollout · rank 0", "rollout · rank 1", "trainer · rank 0"]
     _show(out, [*names, "Pipeline"], ["Pipeline", "rollout · rank 0", "Metrics"])
+
+
+@pytest.mark.parametrize("ext", EXTS)
+def test_nsys_flows_reach_the_ui(tmp_path: Path, ext: str) -> None:
+    """An Nsight Systems torchrun report: each rank drawn at load, and the UI's own engine holds
+    every launch → GPU work flow we wrote (asked as a user asks it, in the omnibox's SQL mode)."""
+    out = tmp_path / f"nsys{ext}"
+    report = merge([FIXTURES / "nsys" / "torchrun"], out)
+    labels = [p.label for p in report.processes]
+    assert labels == ["rank 0", "rank 1"]
+    result = _show(out, labels, query="select count(*) as drawn_flows from flow")
+    _check_first_screen(out, labels, result)
+    assert report.written.flows == 48
+    assert re.search(r"drawn_flows\s+48\b", result["query"]), result["query"]

@@ -9,7 +9,8 @@
 //    "rows": [{"title", "ink"}, ...],   the top-level rows of the first screen, top to bottom, and how
 //                                       many pixels of each row's timeline are not background
 //    "overview": n,                     the same count for the overview bar
-//    "expanded": {"group": [titles of its tracks, top to bottom], ...}}
+//    "expanded": {"group": [titles of its tracks, top to bottom], ...},
+//    "query": text}                     the result of the SQL query in $QUERY, typed into the omnibox
 // after opening the groups named in $EXPAND (a second screenshot, $EXPANDED). Exits 1 when a name
 // is missing after the timeout.
 'use strict';
@@ -132,6 +133,26 @@ async function main() {
       await page.waitForTimeout(1500);  // let the tracks render before the picture
       for (const name of expand) out.expanded[name] = await page.evaluate(childTitles, name);
       if (process.env.EXPANDED) await page.screenshot({ path: process.env.EXPANDED });
+    }
+    // Then a query typed into the omnibox in SQL mode, as a user asks the UI's own engine
+    // ($QUERY): the text of its result.
+    if (process.env.QUERY) {
+      const box = page.locator('.pf-omnibox input').first();
+      await box.click();
+      await page.keyboard.type(':');
+      await page.waitForTimeout(300);
+      await page.keyboard.type(process.env.QUERY, { delay: 20 });
+      // The omnibox takes keys as it redraws: press Enter once it holds the whole query.
+      for (let i = 0; i < 20 && (await box.inputValue()) !== process.env.QUERY; i++) await page.waitForTimeout(250);
+      await page.keyboard.press('Enter');
+      deadline = Date.now() + 30000;
+      let text = '';
+      while (Date.now() < deadline && !/Query result \(/.test(text)) {
+        await page.waitForTimeout(500);
+        text = await page.evaluate(() => document.body.innerText);
+      }
+      out.query = text.slice(text.search(/Query result \(/));
+      if (process.env.QUERIED) await page.screenshot({ path: process.env.QUERIED });
     }
     out.title = await page.title();
   } finally {
