@@ -48,3 +48,43 @@ def areal_jsonl(path: Path, rank: int | None = None, role: str | None = None, sp
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return path
+
+
+def kineto_device(
+    path: Path,
+    rank: int,
+    steps: list[tuple[int, int]],
+    kernels: list[tuple[str, int, int, int]],
+    t0_us: int = EPOCH_US,
+    cat: str = "kernel",
+) -> Path:
+    """A Kineto trace of one rank: ProfilerStep#1.. (start, end µs after ``t0_us``) on its CPU
+    thread, and device work on GPU 0's streams: (name, stream, start, end µs after ``t0_us``),
+    a name starting ``Memcpy`` taken as a copy."""
+    events: list[dict] = [
+        {"ph": "M", "name": "process_name", "pid": 10, "tid": 0, "args": {"name": "python"}},
+        {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "GPU 0"}},
+    ]
+    for n, (a, b) in enumerate(steps, 1):
+        events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{n}",
+                "pid": 10,
+                "tid": 11,
+                "ts": t0_us + a,
+                "dur": b - a,
+            }
+        )
+    for name, stream, a, b in kernels:
+        kind = "gpu_memcpy" if name.startswith("Memcpy") else cat
+        events.append({"ph": "X", "cat": kind, "name": name, "pid": 0, "tid": stream, "ts": t0_us + a, "dur": b - a})
+    top = {
+        "schemaVersion": 1,
+        "traceEvents": events,
+        "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(top))
+    return path

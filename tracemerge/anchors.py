@@ -23,6 +23,10 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
 COLLECTIVE, SYNC, SESSION, PHASE, STEP = "collective", "sync", "session", "phase", "step"
+# Device activity (kernels, copies, sets on a device stream), noted as unions of spans per thread:
+# collectives' device work (NCCL/HCCL) under DEVICE_COMM, all else under DEVICE_COMPUTE.
+DEVICE = "device"
+DEVICE_COMPUTE, DEVICE_COMM = "device compute", "device comm"
 # A file keeps at most this many marks per tag and thread: plenty to align clocks; phases (one mark
 # per occurrence) may have many more. Marks beyond are counted, never silently lost.
 MAX_MARKS = 20_000
@@ -44,6 +48,12 @@ def collective_tag(name: str) -> str | None:
                 return None
             return f"{COLLECTIVE} {level} {found.group(0).lower().replace('_', '')}"
     return None
+
+
+def device_tag(name: str) -> str:
+    """The device-activity tag of work named ``name`` on a device stream: a collective's device
+    work (an NCCL or HCCL kernel or task, whatever its kind) is communication."""
+    return DEVICE_COMM if name.startswith(("ncclDevKernel", "ncclKernel", "hcom_")) else DEVICE_COMPUTE
 
 
 def session_tag(session_id: object, name: str) -> str:

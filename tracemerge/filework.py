@@ -20,7 +20,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tracemerge.anchors import Watch, phase_tag, step_tag
+from tracemerge.anchors import DEVICE, Watch, phase_tag, step_tag
+from tracemerge.breakdown import merged
 from tracemerge.discover import Candidate
 from tracemerge.errors import InputError, NotATrace, shown
 from tracemerge.layout import DEFAULT_BUDGET, FileLayout
@@ -317,11 +318,16 @@ def _marks(
     """Per process and tag, the marks of one thread, in time order: a collective is noted once
     per rank, not once per level that records it. Whole operations follow one another on their
     thread, so the thread whose marks do not overlap and cover the most time is taken (Ascend's
-    communication-op row rather than its parallel tasks on a stream, or its launch on the host)."""
+    communication-op row rather than its parallel tasks on a stream, or its launch on the host).
+    Device activity is the union over the process's threads (its device streams)."""
     best: dict[Identity, dict[str, list[tuple[int, int]]]] = defaultdict(dict)
     scores: dict[tuple[Identity, str], tuple[bool, int]] = {}
     for (tag, origin, _thread), found in sorted(marks.items(), key=lambda kv: repr(kv[0])):
         ident = identity_of(origin)
+        if tag.startswith(DEVICE):
+            mine = best[ident].get(tag, [])
+            best[ident][tag] = merged([*mine, *((a + origin_ns, b + origin_ns) for a, b in found)])
+            continue
         found = sorted((a + origin_ns, b + origin_ns) for a, b in found)
         sequential = all(found[n][0] >= found[n - 1][1] for n in range(1, len(found)))
         score = (sequential, sum(end - start for start, end in found))

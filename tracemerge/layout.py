@@ -27,7 +27,8 @@ import msgspec
 import numpy as np
 import orjson
 
-from tracemerge.anchors import MAX_MARKS, MAX_PHASE_MARKS, PHASE, STEP
+from tracemerge.anchors import DEVICE, MAX_MARKS, MAX_PHASE_MARKS, PHASE, STEP
+from tracemerge.breakdown import add_span
 from tracemerge.entries import Block, PointKeys, ThreadEntries, ThreadPoints, byte_table
 from tracemerge.flows import bind_flows
 from tracemerge.metrics_map import NO_MAP, MetricsMap
@@ -154,6 +155,7 @@ class FileLayout:
         self.tags: dict[str, tuple[str, ...]] = {}
         self.marks: dict[tuple[str, OriginKey, ThreadKey], list[tuple[int, int]]] = {}
         self.marks_over: Counter[str] = Counter()  # per kind of evidence, marks beyond the cap
+        self._merged_sizes: dict = {}  # device marks: each union's length when last merged
         self._ordinals = itertools.count()
         self.ordinal = self._ordinals.__next__
         self.helpers = 0  # processes besides this one that may read parts of a large file
@@ -207,11 +209,27 @@ class FileLayout:
         found = self.marks.get((tag, origin, thread))
         if found is None:
             found = self.marks[(tag, origin, thread)] = []
+        if tag.startswith(DEVICE):  # device activity: a union of spans, merged as they come
+            add_span(found, start, end, self._merged_sizes, (tag, origin, thread))
+            return
         limit = MAX_PHASE_MARKS if tag.startswith((PHASE, STEP)) else MAX_MARKS
         if len(found) < limit:
             found.append((start, end))
         else:
             self.marks_over[tag.partition(" ")[0]] += 1
+
+    def mark_device(self, tag: str, origin: OriginKey, thread: ThreadKey, starts: np.ndarray, ends: np.ndarray) -> None:
+        """Device activity of a batch of one thread's rows (``tag``: compute or comm), merged in
+        numpy first: only the batch's union is handed to :meth:`mark`."""
+        if not len(starts):
+            return
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], np.maximum.accumulate(ends[order])
+        breaks = np.flatnonzero(starts[1:] > ends[:-1]) + 1
+        firsts = np.concatenate(([0], breaks))
+        lasts = np.concatenate((breaks - 1, [len(starts) - 1]))
+        for a, b in zip(starts[firsts].tolist(), ends[lasts].tolist(), strict=True):
+            self.mark(tag, origin, thread, a, b)
 
     def describe(self, name: str, cat: str, args: Any) -> bytes:
         """An event's encoded body; ``args`` is a dict, its raw JSON text, or None."""

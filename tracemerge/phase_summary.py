@@ -36,6 +36,7 @@ def summary(model: PhaseModel, labels: dict[Identity, str] | None = None) -> dic
         "roles": _roles(model),
         "unaligned": [i.label for i in sorted(model.unaligned, key=lambda i: (role_sort_key(i.role), i.rank or 0))],
         "processes": [],
+        "breakdown": _breakdown_rows(model),
     }
     for ident, proc in model.processes.items():
         out["processes"].append(
@@ -51,6 +52,18 @@ def summary(model: PhaseModel, labels: dict[Identity, str] | None = None) -> dic
             }
         )
     return out
+
+
+def _breakdown_rows(model: PhaseModel) -> list[dict]:
+    """Each process's device time per step (:mod:`tracemerge.breakdown`), in role and rank order."""
+    rows = []
+    for ident in sorted(model.breakdown, key=lambda i: (role_sort_key(i.role), *order_key(i)[1:])):
+        for step, b in sorted(model.breakdown[ident].items()):
+            row = {"role": ident.role, "rank": ident.rank, "step": step, "wall_ns": b.wall}
+            row.update({"compute_ns": b.compute, "communication_ns": b.communication})
+            row.update({"overlapped_ns": b.overlapped, "free_ns": b.free, "wait_ns": b.wait})
+            rows.append(row)
+    return rows
 
 
 def _steps(model: PhaseModel, name: Callable[[Identity], str]) -> list[dict]:
@@ -153,7 +166,8 @@ def format_summary(numbers: dict) -> str:
     steps = numbers["steps"]
     preset = numbers["preset"] or "none: steps only"
     head = [f"phases ({preset}), {len(steps)} step(s)", *_warning(numbers)]
-    return "\n".join([*head, _step_table(steps), "", _role_table(numbers)])
+    device = [_breakdown_table(numbers["breakdown"])] if numbers.get("breakdown") else []
+    return "\n".join([*head, _step_table(steps), "", _role_table(numbers), *device])
 
 
 def _warning(numbers: dict) -> list[str]:
@@ -215,6 +229,31 @@ def _role_table(numbers: dict) -> str:
         rows.append((*idle, *[""] * (len(rows[0]) - len(idle))))
     title = f"per role, in pipeline order; share: of {SHARE_OF}"
     return title + "\n" + format_table(rows, left=frozenset({0, 2, len(rows[0]) - 2, len(rows[0]) - 1}))
+
+
+BREAKDOWN_PARTS = ("wall", "compute", "communication", "overlapped", "free", "wait")
+
+
+def _breakdown_table(rows: list[dict]) -> str:
+    """Per role: each part of the device time per rank and step, the mean over its ranks' steps
+    and the worst rank (the most exposed communication and free time over its steps)."""
+    from tracemerge.report import format_duration, format_table
+
+    by_role: dict[str, dict] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        by_role[r["role"]][r["rank"]].append(r)
+    table = [("role", "ranks", "", *BREAKDOWN_PARTS)]
+    for role, ranks in by_role.items():
+        steps = [r for found in ranks.values() for r in found]
+        mean = [format_duration(round(statistics.fmean(r[f"{p}_ns"] for r in steps))) for p in BREAKDOWN_PARTS]
+        table.append((role or "-", str(len(ranks)), "mean per step", *mean))
+        worst = max(ranks, key=lambda k: (sum(r["communication_ns"] + r["free_ns"] for r in ranks[k]), -(k or 0)))
+        found = ranks[worst]
+        sums = [format_duration(round(statistics.fmean(r[f"{p}_ns"] for r in found))) for p in BREAKDOWN_PARTS]
+        table.append(("", "", f"worst: rank {worst}", *sums))
+    title = "device time per rank and step: compute + communication (exposed) + free = wall; overlapped: compute"
+    title += " during communication; wait: in collectives, for the last rank to enter"
+    return "\n" + title + "\n" + format_table(table, left=frozenset({0, 2}))
 
 
 def _who(found: dict | None, ranks: int, waited: bool) -> str:

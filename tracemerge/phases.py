@@ -19,11 +19,12 @@ import heapq
 import itertools
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
-from tracemerge.anchors import COLLECTIVE, PHASE, STEP, preferred_preset
+from tracemerge.anchors import COLLECTIVE, DEVICE_COMM, DEVICE_COMPUTE, PHASE, STEP, preferred_preset
+from tracemerge.breakdown import Breakdown, intersection, merged, step_breakdown, waits
 from tracemerge.critical import FOREVER, Holdup, Timeline, holdup
 from tracemerge.model import Identity
 from tracemerge.phase_rules import MSTX, NAMED_STEPS, TORCH_STEPS, Preset
@@ -104,6 +105,8 @@ class PhaseModel:
     unaligned: dict[Identity, list[str]] = field(default_factory=dict)
     span: tuple[int, int] | None = None  # the run's first and last event (aligned)
     active: dict[Identity, int] = field(default_factory=dict)  # per process: first to last event
+    # Per process with device activity, per step: its device time (tracemerge.breakdown).
+    breakdown: dict[Identity, dict[int, Breakdown]] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -142,7 +145,8 @@ def derive(
 ) -> PhaseModel:
     """Phases and steps of every process ``keep`` keeps, on the aligned timeline (file time +
     its offset)."""
-    phase_marks, step_marks, collectives = _gather(scans, offsets, keep)
+    devices: dict[Identity, dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
+    phase_marks, step_marks, collectives = _gather(scans, offsets, keep, devices)
     model = PhaseModel("", {}, [], {})
     for ident, by_preset in phase_marks.items():
         preset = _choose(by_preset, presets)
@@ -178,16 +182,21 @@ def derive(
     model.roles = _pipeline(model.processes)
     model.holdups = _step_holdups(model.processes)
     model.found_steps = sorted(found)
+    model.breakdown = _breakdown(model.processes, devices, collectives)
     if steps_kept is not None and not model.steps:
         model.processes.clear()  # nothing of the run is kept
     return model
 
 
 def _gather(
-    scans: Iterable[HasMarks], offsets: dict[Path, int], keep: Callable[[Identity], bool] | None
+    scans: Iterable[HasMarks],
+    offsets: dict[Path, int],
+    keep: Callable[[Identity], bool] | None,
+    devices: dict[Identity, dict[str, list[tuple[int, int]]]],
 ) -> tuple[Marks, Marks, dict[Identity, list[tuple[int, int, str]]]]:
     """The phase and step marks (per process and preset: (name, start, end)) and the collectives
-    (per process: (start, end, kind)) of the processes ``keep`` keeps, on the aligned timeline."""
+    (per process: (start, end, kind)) of the processes ``keep`` keeps, on the aligned timeline;
+    their device activity into ``devices`` (per process and tag)."""
     phase_marks: Marks = defaultdict(lambda: defaultdict(list))
     step_marks: Marks = defaultdict(lambda: defaultdict(list))
     collectives: dict[Identity, list[tuple[int, int, str]]] = defaultdict(list)
@@ -200,6 +209,8 @@ def _gather(
                 kind, _, rest = tag.partition(" ")
                 if kind == COLLECTIVE:
                     collectives[ident].extend((a + shift, b + shift, rest) for a, b in found)
+                if tag in (DEVICE_COMPUTE, DEVICE_COMM):
+                    devices[ident][tag].extend((a + shift, b + shift) for a, b in found)
                 if kind not in (PHASE, STEP):
                     continue
                 preset, _, what = rest.partition("\t")
@@ -359,6 +370,32 @@ def _pipeline(processes: dict[Identity, ProcessPhases]) -> dict[str, list[Pipeli
         lo, hi = min(a for a, _ in windows.values()), max(b for _, b in windows.values())
         roles[role].append(PipelineSlice(phase, step, lo, hi, held, max(durations) - min(durations), len(by_rank)))
     return dict(roles)
+
+
+def _breakdown(
+    processes: dict[Identity, ProcessPhases],
+    devices: dict[Identity, dict[str, list[tuple[int, int]]]],
+    collectives: dict[Identity, list[tuple[int, int, str]]],
+) -> dict[Identity, dict[int, Breakdown]]:
+    """Per process with device activity, per step: compute, exposed communication, overlap, free
+    time and wait (:mod:`tracemerge.breakdown`); linear in the spans once they are sorted."""
+    windows: dict[int, dict[Identity, tuple[int, int]]] = defaultdict(dict)
+    for ident, proc in processes.items():
+        if ident in devices:
+            for st in proc.steps:
+                windows[st.step][ident] = (st.start, st.end)
+    waited = waits(windows, {i: sorted(collectives.get(i, ())) for i in devices})
+    out: dict[Identity, dict[int, Breakdown]] = {}
+    for ident, proc in processes.items():
+        if ident not in devices:
+            continue
+        compute, comm = merged(devices[ident][DEVICE_COMPUTE]), merged(devices[ident][DEVICE_COMM])
+        both = intersection(compute, comm)
+        mine = out[ident] = {}
+        for st in proc.steps:
+            found = step_breakdown((st.start, st.end), compute, comm, both)
+            mine[st.step] = replace(found, wait=waited.get((ident, st.step), 0))
+    return out
 
 
 def _step_holdups(processes: dict[Identity, ProcessPhases]) -> dict[int, Holdup]:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tracemerge.anchors import DEVICE_COMM, DEVICE_COMPUTE
 from tracemerge.entries import ENTRY_SCHEMA, POINT_SCHEMA, Block, equal_runs
 from tracemerge.model import OriginKey
 from tracemerge.units import FLOAT_EXACT_LIMIT_US
@@ -143,6 +144,8 @@ class _Slices(_Rows):
     """The batch's complete events."""
 
     watched: np.ndarray | None = None  # per row, whether its name is watched as evidence
+    compute: np.ndarray | None = None  # per row, whether it is device compute (kernel, copy, set)
+    comm: np.ndarray | None = None  # per row, whether it is a collective's device work
     xs: list
 
     def __init__(self, reader: ChromeEvents, batch: list, phs: list, plain_text: bool, bind_ids: bool) -> None:
@@ -192,6 +195,7 @@ class _Slices(_Rows):
         self.at, self.starts, self.negdurs = at, starts, -lengths
         self.threads = reader.thread_indexes([(e.pid, e.tid) for e in xs])
         reader.note_devices(self.threads, prefixes)
+        self.compute, self.comm = reader.activity_rows(prefixes, watched, xs)
         if watched is not None and watched.any():
             self.watched, self.xs = watched, xs
             rows = np.flatnonzero(watched)
@@ -229,6 +233,11 @@ class _Slices(_Rows):
         }
         layout = self.reader.layout
         layout.add_entries(origin, thread, Block(ENTRY_SCHEMA, cols, bodies))
+        for tag, on in ((DEVICE_COMPUTE, self.compute), (DEVICE_COMM, self.comm)):
+            if on is not None:
+                picked = rows[on[rows]]
+                starts = self.starts[picked]
+                layout.mark_device(tag, origin, thread, starts, starts - self.negdurs[picked])
         if self.watched is not None:
             for row in rows[self.watched[rows]].tolist():
                 length = -int(self.negdurs[row])

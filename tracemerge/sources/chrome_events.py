@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from tracemerge.anchors import DEVICE_COMM, device_tag
 from tracemerge.layout import FileLayout
 from tracemerge.model import NO_ORIGIN, FlowPhase, Kind, OriginKey, ThreadInfo, ThreadKey
 from tracemerge.sources.chrome_batch import add_columns
@@ -27,6 +28,8 @@ from tracemerge.units import FLOAT_EXACT_LIMIT_US, checked_ns, decimal_text_to_i
 DEVICE_CATEGORIES = frozenset(
     {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync", "Kernel", "Memcpy", "Memset"}
 )
+# Of those, the device's work itself: kernels, memory copies and sets (device activity).
+ACTIVITY_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"})
 _DEVICE_LABEL = re.compile(r"^([A-Za-z]+) (\d+)$")
 _FLOW_PHASES = {"s": FlowPhase.START, "t": FlowPhase.STEP, "f": FlowPhase.END}
 _FLOW_PHASE_NUMBERS = {ph: int(phase) for ph, phase in _FLOW_PHASES.items()}
@@ -173,6 +176,7 @@ class ChromeEvents:
         # The ids of the cached prefixes of device categories' pairs (as of that many cached).
         self._device_prefixes: set[int] = set()
         self._device_prefixes_of = 0
+        self._activity_prefixes: set[int] = set()  # of those, device activity's
         self._head_sizes: np.ndarray | None = None
 
     def add_batch(
@@ -219,11 +223,33 @@ class ChromeEvents:
         cached = self.layout.prefixes
         if len(cached) > self._device_prefixes_of:  # the cache only grows: the pairs added since
             added = itertools.islice(cached.items(), self._device_prefixes_of, None)
-            self._device_prefixes.update(id(p) for (_, cat), p in added if cat in DEVICE_CATEGORIES)
+            added = [(cat, id(p)) for (_, cat), p in added if cat in DEVICE_CATEGORIES]
+            self._device_prefixes.update(p for _, p in added)
+            self._activity_prefixes.update(p for cat, p in added if cat in ACTIVITY_CATEGORIES)
             self._device_prefixes_of = len(cached)
         if self._device_prefixes:
             contained = self._device_prefixes.__contains__
             self._note_device_threads(threads, np.fromiter(map(contained, map(id, prefixes)), bool, len(prefixes)))
+
+    def activity_rows(
+        self, prefixes: list[bytes], watched: np.ndarray | None, xs: list
+    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Which rows are device activity: compute, and a collective's device work (None: none).
+        Rows of watched names (never cached) are told by their name and category."""
+        compute = comm = None
+        if self._activity_prefixes:
+            contained = self._activity_prefixes.__contains__
+            compute = np.fromiter(map(contained, map(id, prefixes)), bool, len(prefixes))
+        if watched is not None and watched.any():
+            for row in np.flatnonzero(watched).tolist():
+                if xs[row].cat in ACTIVITY_CATEGORIES:
+                    if device_tag(xs[row].name) == DEVICE_COMM:
+                        comm = np.zeros(len(prefixes), bool) if comm is None else comm
+                        comm[row] = True
+                    else:
+                        compute = np.zeros(len(prefixes), bool) if compute is None else compute
+                        compute[row] = True
+        return (compute if compute is not None and compute.any() else None), comm
 
     def note_device_rows(self, threads: np.ndarray, cats: list[str]) -> None:
         """Pids of rows whose category (one each) is a device category are devices."""
@@ -309,6 +335,8 @@ class ChromeEvents:
             name, cat = e.name, e.cat
             if cat in DEVICE_CATEGORIES:
                 device_pids.add(pid)
+                if cat in ACTIVITY_CATEGORIES and type(name) is str:
+                    layout.mark(device_tag(name), origin, (pid, tid), start, start + length)
             body = prefixes.get((name, cat))
             if body is None:
                 name, cat = _text(name), _text(cat)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tracemerge.anchors import DEVICE_COMPUTE, device_tag
 from tracemerge.model import FlowPhase, OriginKey, ThreadKey
 from tracemerge.sources.nsys_tables import (
     CUDA_EVENT,
@@ -60,7 +61,7 @@ def _kernels(r: NsysReader) -> Source | None:
     cols = ("start", "end", "globalPid", "deviceId", "contextId", "streamId", "correlationId", name_col)
     cols += ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread")
     cols += ("staticSharedMemory", "dynamicSharedMemory")
-    heads, note, ordinal = r.layout.enc.args_heads, r.layout.note, r.layout.ordinal
+    heads, note, ordinal, mark = r.layout.enc.args_heads, r.layout.note, r.layout.ordinal, r.layout.mark
     tracks, names = r._gpu, r._named
 
     def handle(row: tuple) -> None:
@@ -84,6 +85,7 @@ def _kernels(r: NsysReader) -> Source | None:
             args |= {"registers per thread": regs, "grid": dims[:3], "block": dims[3:]}
             body = r.body(prefix, present(args))
         track[2].append((start, start - end, 0, ordinal(), body))
+        mark(device_tag(name), track[0], track[1], start, end)
         if watched:
             note(name, track[0], track[1], start, end - start)
         _flow_end(r, track, start, gpid, corr, launched)
@@ -132,6 +134,7 @@ def _copies(r: NsysReader, table: str) -> Source | None:
             args["value"] = b
         track = r.gpu(gpid, device, ctx, stream)
         r.emit(track[2], start, start - end, 0, r.body(r.layout.prefix(name, cat), present(args)))
+        r.layout.mark(DEVICE_COMPUTE, track[0], track[1], start, end)
         _flow_end(r, track, start, gpid, corr, launched)
 
     return r.con.execute(_launched_select(r, table, cols)), handle

@@ -1,0 +1,176 @@
+"""Device time per rank and step (tracemerge.breakdown): compute, exposed communication, overlap,
+free time and wait, on traces whose device work is known to the nanosecond, and on the GPU
+fixtures with the numbers computed here from the input files."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import re
+from decimal import Decimal
+from pathlib import Path
+
+from builders import kineto_device
+from conftest import FIXTURES
+from typer.testing import CliRunner
+
+from tracemerge import cli
+from tracemerge.breakdown import COMPACT_AFTER, add_span, covered, intersection, merged
+
+runner = CliRunner()
+US = 1_000
+NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+GEMM = "volta_sgemm_128x64_tn"
+KINETO_US = 5_184_000_000_000  # a CUDA clock's µs (as the GPU fixture's): below 2**43
+
+# Rank 0 starts step 1 first and enters each all-reduce first; rank 1 starts step 1 200 µs late.
+# Streams 7 and 8 compute, stream 13 communicates; a kernel crosses rank 0's step boundary.
+RANK0 = [
+    (GEMM, 7, 100, 400),
+    (GEMM, 8, 350, 500),
+    ("Memcpy HtoD (Pageable -> Device)", 7, 600, 650),
+    (NCCL, 13, 450, 800),
+    (GEMM, 7, 950, 1100),
+    (GEMM, 7, 1200, 1300),
+    (NCCL, 13, 1300, 1500),
+]
+RANK1 = [
+    (GEMM, 7, 250, 700),
+    (NCCL, 13, 700, 800),
+    (GEMM, 7, 1050, 1400),
+    (NCCL, 13, 1400, 1500),
+    (GEMM, 8, 1450, 1480),
+]
+# (rank, step): wall, compute, communication, overlapped, free, wait (µs), worked out by hand:
+# rank 0 step 1: C = [100,500) ∪ [600,650) ∪ [950,1000) = 500, M = [450,800) = 350,
+# C ∩ M = [450,500) ∪ [600,650) = 100, exposed 250, free 1000 − 750 = 250, wait 700 − 450.
+EXPECTED = {
+    (0, 1): (1000, 500, 250, 100, 250, 250),
+    (1, 1): (800, 450, 100, 0, 250, 0),
+    (0, 2): (1000, 200, 200, 0, 600, 100),
+    (1, 2): (1000, 380, 70, 30, 550, 0),
+}
+
+
+def _run(tmp_path: Path) -> Path:
+    kineto_device(tmp_path / "run" / "rank0.pt.trace.json", 0, [(0, 1000), (1000, 2000)], RANK0)
+    kineto_device(tmp_path / "run" / "rank1.pt.trace.json", 1, [(200, 1000), (1000, 2000)], RANK1)
+    return tmp_path / "run"
+
+
+def _numbers(*args: str) -> dict:
+    result = runner.invoke(cli.app, ["summary", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def _by_rank_step(rows: list[dict]) -> dict[tuple, tuple]:
+    parts = ("wall_ns", "compute_ns", "communication_ns", "overlapped_ns", "free_ns", "wait_ns")
+    return {(r["rank"], r["step"]): tuple(r[p] for p in parts) for r in rows}
+
+
+def test_breakdown_of_known_device_work(tmp_path: Path) -> None:
+    rows = _numbers(str(_run(tmp_path)))["breakdown"]
+    assert _by_rank_step(rows) == {k: tuple(v * US for v in found) for k, found in EXPECTED.items()}
+    for r in rows:
+        assert r["compute_ns"] + r["communication_ns"] + r["free_ns"] == r["wall_ns"]
+        assert set(r) == {"role", "rank", "step", "wall_ns", "compute_ns", "communication_ns"} | {
+            "overlapped_ns",
+            "free_ns",
+            "wait_ns",
+        }
+
+
+def test_breakdown_table(tmp_path: Path) -> None:
+    result = runner.invoke(cli.app, ["summary", str(_run(tmp_path))])
+    assert result.exit_code == 0, result.output
+    text = result.output
+    assert "device time per rank and step" in text
+    # mean over the four (rank, step) rows; the worst rank has the most exposed and free time (rank 0)
+    mean = re.search(r"mean per step\s+(.*)", text).group(1).split()
+    assert mean[:6] == ["950.0", "µs", "382.5", "µs", "155.0", "µs"]
+    worst = re.search(r"worst: rank (\d)\s+(.*)", text)
+    assert worst.group(1) == "0"
+    assert worst.group(2).split()[:6] == ["1.000", "ms", "350.0", "µs", "225.0", "µs"]
+
+
+def _spans_of(path: Path) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int]]]:
+    """Steps, compute and collective spans (ns) of a Kineto file, read here on their own."""
+    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    events = json.loads(raw)["traceEvents"]
+    steps, compute, comm = [], [], []
+
+    def ns(e: dict) -> tuple[int, int]:
+        a = round(Decimal(str(e["ts"])) * 1000)  # exact: µs since 1970 exceed a float's 53 bits in ns
+        return a, a + round(Decimal(str(e["dur"])) * 1000)
+
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        if e["name"].startswith("ProfilerStep#") and e.get("cat") == "user_annotation":
+            steps.append(ns(e))
+        elif e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            (comm if e["name"].startswith(("ncclDevKernel", "ncclKernel")) else compute).append(ns(e))
+    return sorted(steps), compute, comm
+
+
+def _truth(path: Path) -> list[tuple[int, int, int, int, int]]:
+    """Per step: wall, compute, communication, overlapped, free, by sets of nanoseconds' spans."""
+    steps, compute, comm = _spans_of(path)
+    out = []
+    for lo, hi in steps:
+        c = {(max(a, lo), min(b, hi)) for a, b in compute if min(b, hi) > max(a, lo)}
+        m = {(max(a, lo), min(b, hi)) for a, b in comm if min(b, hi) > max(a, lo)}
+        # a plain sweep over every boundary: which of C and M cover each piece
+        points = sorted({lo, hi, *(x for s in c | m for x in s)})
+        parts = [0, 0, 0]
+        for a, b in itertools.pairwise(points):
+            in_c = any(x <= a and b <= y for x, y in c)
+            in_m = any(x <= a and b <= y for x, y in m)
+            if in_c:
+                parts[0] += b - a
+            if in_m and not in_c:
+                parts[1] += b - a
+            if in_m and in_c:
+                parts[2] += b - a
+        out.append((hi - lo, *parts, (hi - lo) - parts[0] - parts[1]))
+    return out
+
+
+def test_breakdown_of_kineto_gpu_fixture() -> None:
+    rows = _numbers(str(FIXTURES / "kineto_gpu"))["breakdown"]
+    files = {0: FIXTURES / "kineto_gpu" / "rank0.pt.trace.json", 1: FIXTURES / "kineto_gpu" / "rank1.pt.trace.json.gz"}
+    parts = ("wall_ns", "compute_ns", "communication_ns", "overlapped_ns", "free_ns")
+    for rank, path in files.items():
+        found = [tuple(r[p] for p in parts) for r in rows if r["rank"] == rank]
+        assert found == _truth(path)
+        assert all(r["wait_ns"] == 0 for r in rows)  # no collective in these traces
+
+
+def test_breakdown_of_many_kernels(tmp_path: Path) -> None:
+    """Enough events per batch, at times a float holds, for the columnar read; spans out of order
+    on several streams."""
+    kernels = []
+    for k in range(600):
+        a = (k * 7919) % 20_000
+        kernels.append((GEMM if k % 5 else NCCL, 7 + k % 3, a, a + 5 + (k * 31) % 90))
+    path = kineto_device(
+        tmp_path / "big" / "rank0.pt.trace.json", 0, [(0, 7000), (7000, 15_000), (15_000, 20_100)], kernels, KINETO_US
+    )
+    rows = _numbers(str(path.parent))["breakdown"]
+    parts = ("wall_ns", "compute_ns", "communication_ns", "overlapped_ns", "free_ns")
+    assert [tuple(r[p] for p in parts) for r in rows] == _truth(path)
+
+
+def test_unions_stay_merged() -> None:
+    found: list[tuple[int, int]] = []
+    sizes: dict = {}
+    for k in range(3 * COMPACT_AFTER):  # every span twice, far apart, out of order
+        a = (k * 37) % (3 * COMPACT_AFTER) * 10
+        add_span(found, a, a + 10, sizes, "key")
+        add_span(found, a, a + 5, sizes, "key")
+    assert merged(found) == [(0, 3 * COMPACT_AFTER * 10)]
+    assert len(found) <= 2 * COMPACT_AFTER
+    assert covered([(0, 10), (20, 30)], 5, 25) == 10
+    assert intersection([(0, 10), (20, 30)], [(5, 25)]) == [(5, 10), (20, 25)]

@@ -1,0 +1,129 @@
+"""Where each rank's device time went in each step: compute, exposed communication, compute
+overlapped with communication, and free time; and each rank's wait in its collectives.
+
+Within a step's window W of one process: C is the union of its compute activity (kernels, memory
+copies and sets on its device streams that are not a collective's), M the union of its collective
+device work (NCCL, HCCL). Then ``compute = |C ∩ W|``, ``overlapped = |C ∩ M ∩ W|``,
+``communication = |(M \\ C) ∩ W|`` (exposed), ``free = |W| − |(C ∪ M) ∩ W|``: compute +
+communication + free = wall, to the nanosecond. A rank's wait in a collective is the time from its
+start to the start of the last rank of its role to enter the same collective (the k-th of a kind in
+each rank's step); its ``wait`` in a step is the sum over the collectives starting in the step.
+
+Device activity is noted while the files are read, as unions of spans per thread (marks under
+``"device compute"`` and ``"device comm"``, :func:`add_span` keeping each list merged), joined per
+process when a file's scan is made: memory and time are linear in the events, never pairwise.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import dataclass
+
+from tracemerge.model import Identity
+
+# A merged list is compacted again once it holds this many more spans than when last merged.
+COMPACT_AFTER = 1024
+
+
+def merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``spans`` sorted, those that touch or overlap joined."""
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            if b > out[-1][1]:
+                out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
+def add_span(found: list[tuple[int, int]], start: int, end: int, sizes: dict, key: object) -> None:
+    """Adds [start, end) to the union ``found`` (in place): joined to the last span when it goes
+    on from it, appended otherwise, and the whole list merged again when it grew by
+    :data:`COMPACT_AFTER` since (``sizes[key]``: its length when last merged)."""
+    if found:
+        a, b = found[-1]
+        if a <= start <= b:
+            if end > b:
+                found[-1] = (a, end)
+            return
+    found.append((start, end))
+    if len(found) >= sizes.get(key, 0) + COMPACT_AFTER:
+        found[:] = merged(found)
+        sizes[key] = len(found)
+
+
+def covered(spans: list[tuple[int, int]], lo: int, hi: int) -> int:
+    """How much of [lo, hi) the sorted, disjoint ``spans`` cover."""
+    if hi <= lo:
+        return 0
+    k = max(0, bisect.bisect_right(spans, (lo,)) - 1)
+    total = 0
+    while k < len(spans) and spans[k][0] < hi:
+        a, b = spans[k]
+        total += max(0, min(b, hi) - max(a, lo))
+        k += 1
+    return total
+
+
+def intersection(x: list[tuple[int, int]], y: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The intersection of two sorted, disjoint span lists (a linear merge)."""
+    out = []
+    i = j = 0
+    while i < len(x) and j < len(y):
+        a, b = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
+        if a < b:
+            out.append((a, b))
+        if x[i][1] < y[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """One process's numbers in one step (ns)."""
+
+    wall: int
+    compute: int
+    communication: int
+    overlapped: int
+    free: int
+    wait: int = 0
+
+
+def step_breakdown(
+    window: tuple[int, int], compute: list[tuple[int, int]], comm: list[tuple[int, int]], both: list[tuple[int, int]]
+) -> Breakdown:
+    """The numbers of one window, of the unions of compute, communication and their intersection."""
+    lo, hi = window
+    c, m, cm = covered(compute, lo, hi), covered(comm, lo, hi), covered(both, lo, hi)
+    return Breakdown(hi - lo, c, m - cm, cm, (hi - lo) - (c + m - cm))
+
+
+def waits(
+    steps: dict[int, dict[Identity, tuple[int, int]]], collectives: dict[Identity, list[tuple[int, int, str]]]
+) -> dict[tuple[Identity, int], int]:
+    """Per (process, step): the time from each of its collectives' start to the start of the
+    last process of its role to enter the same collective (the k-th of a kind starting in each
+    process's step window), summed over the step."""
+    out: dict[tuple[Identity, int], int] = {}
+    for step, windows in steps.items():
+        starts: dict[tuple, list[tuple[Identity, int]]] = defaultdict(list)
+        for ident, (lo, hi) in windows.items():
+            found = collectives.get(ident, [])
+            k = bisect.bisect_left(found, (lo,))
+            seen: dict[str, int] = defaultdict(int)
+            while k < len(found) and found[k][0] < hi:
+                a, _, kind = found[k]
+                starts[(ident.role, kind, seen[kind])].append((ident, a))
+                seen[kind] += 1
+                k += 1
+            out[(ident, step)] = 0
+        for members in starts.values():
+            last = max(a for _, a in members)
+            for ident, a in members:
+                out[(ident, step)] += last - a
+    return out
