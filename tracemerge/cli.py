@@ -12,7 +12,7 @@ import orjson
 import typer
 from typer.core import TyperGroup
 
-from tracemerge import __version__, cli_tools
+from tracemerge import __version__, cli_diff, cli_tools
 from tracemerge.clock import AlignOptions, load_offsets, parse_offset
 from tracemerge.errors import Stopped, TracemergeError, shown
 from tracemerge.executors import ray_executor, usable_cores
@@ -306,6 +306,12 @@ def summary(
         Optional[Path], typer.Option("--offsets", help='TOML file: an offsets table of "actor/3" = "+1.5ms".')
     ] = None,
     no_align: Annotated[bool, typer.Option("--no-align", help="Keep every file's raw clock.")] = False,
+    baseline: Annotated[
+        Optional[Path], typer.Option("--baseline", help="Compare with this run, trace or summary JSON (as diff).")
+    ] = None,
+    fail_over: Annotated[
+        Optional[str], typer.Option("--fail-over", help="With --baseline: exit 4 on growth over this (e.g. 10%).")
+    ] = None,
 ) -> None:
     """Per step: wall time, who held it up and who started last; per role and phase: total, share, idle.
 
@@ -317,6 +323,9 @@ def summary(
     from tracemerge.phase_summary import per_step
     from tracemerge.viewer.damage import NOT_A_SUMMARY, Unreadable, stored_summary
 
+    threshold = cli_diff.threshold_of(fail_over)
+    if threshold is not None and baseline is None:
+        raise typer.BadParameter("--fail-over gates on a --baseline: name one")
     if not path.exists():
         _say(f"error: {path}: no such file or directory")
         raise typer.Exit(EXIT_FATAL)
@@ -348,6 +357,14 @@ def summary(
     except (TracemergeError, OSError, ValueError) as exc:
         _say(f"error: {exc}")
         raise typer.Exit(EXIT_FATAL) from None
+    if baseline is not None:  # the summary, then the comparison with the baseline (and its gate)
+        if not numbers.get("roles") or not numbers.get("steps"):
+            _say(f"error: {shown(path)}: holds no phase summary with steps to compare")
+            raise typer.Exit(EXIT_FATAL)
+        base = cli_diff.load(baseline, phase_rules)
+        if not as_json:
+            typer.echo(format_summary(numbers) + "\n")
+        raise typer.Exit(cli_diff.report(base, numbers, threshold, as_json, extra={"summary": numbers}))
     try:
         text = orjson.dumps(numbers, option=orjson.OPT_INDENT_2).decode() if as_json else format_summary(numbers)
     except NOT_A_SUMMARY as exc:  # a summary of another shape than tracemerge writes
@@ -360,3 +377,4 @@ def summary(
 app.command()(cli_tools.check)
 app.command(name="open")(cli_tools.open_)
 app.command()(cli_tools.scrape)
+app.command()(cli_diff.diff)
