@@ -35,10 +35,12 @@ def test_areal_perf_tracer_layout(tmp_path: Path) -> None:
     areal_jsonl(root / "perf_tracer" / "critic" / "traces-r2.jsonl")  # no rank/role in args
     areal_jsonl(root / "perf_tracer" / "master" / "traces-r0.jsonl", rank=0, role="master")
     areal_jsonl(root / "perf_tracer" / "traces-r1.jsonl", rank=1)  # pre-2025-12 layout, no role dir
+    # perf_counter logs with no session records: placed by their files' modification times, no
+    # evidence of their clocks, and titled so.
     assert found(root) == {
-        "master · rank 0": ("master", 0, ["traces-r0.jsonl"]),
-        "critic · rank 2": ("critic", 2, ["traces-r2.jsonl"]),
-        "rank 1": ("", 1, ["traces-r1.jsonl"]),
+        "master · rank 0 (unaligned)": ("master", 0, ["traces-r0.jsonl"]),
+        "critic · rank 2 (unaligned)": ("critic", 2, ["traces-r2.jsonl"]),
+        "rank 1 (unaligned)": ("", 1, ["traces-r1.jsonl"]),
     }
 
 
