@@ -8,6 +8,8 @@ import gzip
 import itertools
 import json
 import re
+import sqlite3
+import sys
 from decimal import Decimal
 from pathlib import Path
 
@@ -118,24 +120,26 @@ def _spans_of(path: Path) -> tuple[list[tuple[int, int]], list[tuple[int, int]],
 def _truth(path: Path) -> list[tuple[int, int, int, int, int]]:
     """Per step: wall, compute, communication, overlapped, free, by sets of nanoseconds' spans."""
     steps, compute, comm = _spans_of(path)
-    out = []
-    for lo, hi in steps:
-        c = {(max(a, lo), min(b, hi)) for a, b in compute if min(b, hi) > max(a, lo)}
-        m = {(max(a, lo), min(b, hi)) for a, b in comm if min(b, hi) > max(a, lo)}
-        # a plain sweep over every boundary: which of C and M cover each piece
-        points = sorted({lo, hi, *(x for s in c | m for x in s)})
-        parts = [0, 0, 0]
-        for a, b in itertools.pairwise(points):
-            in_c = any(x <= a and b <= y for x, y in c)
-            in_m = any(x <= a and b <= y for x, y in m)
-            if in_c:
-                parts[0] += b - a
-            if in_m and not in_c:
-                parts[1] += b - a
-            if in_m and in_c:
-                parts[2] += b - a
-        out.append((hi - lo, *parts, (hi - lo) - parts[0] - parts[1]))
-    return out
+    return [_parts(lo, hi, compute, comm) for lo, hi in steps]
+
+
+def _parts(lo: int, hi: int, compute: list[tuple[int, int]], comm: list[tuple[int, int]]) -> tuple:
+    """Wall, compute, communication, overlapped, free of [lo, hi), by a sweep over every boundary."""
+    c = {(max(a, lo), min(b, hi)) for a, b in compute if min(b, hi) > max(a, lo)}
+    m = {(max(a, lo), min(b, hi)) for a, b in comm if min(b, hi) > max(a, lo)}
+    # a plain sweep over every boundary: which of C and M cover each piece
+    points = sorted({lo, hi, *(x for s in c | m for x in s)})
+    parts = [0, 0, 0]
+    for a, b in itertools.pairwise(points):
+        in_c = any(x <= a and b <= y for x, y in c)
+        in_m = any(x <= a and b <= y for x, y in m)
+        if in_c:
+            parts[0] += b - a
+        if in_m and not in_c:
+            parts[1] += b - a
+        if in_m and in_c:
+            parts[2] += b - a
+    return (hi - lo, *parts, (hi - lo) - parts[0] - parts[1])
 
 
 def test_breakdown_of_kineto_gpu_fixture() -> None:
@@ -146,6 +150,29 @@ def test_breakdown_of_kineto_gpu_fixture() -> None:
         found = [tuple(r[p] for p in parts) for r in rows if r["rank"] == rank]
         assert found == _truth(path)
         assert all(r["wait_ns"] == 0 for r in rows)  # no collective in these traces
+
+
+ASCEND_DB = FIXTURES / "ascend" / "db"
+
+
+def test_breakdown_of_ascend_db_fixture() -> None:
+    """Tasks of COMMUNICATION_TASK_INFO are communication, every other task compute; the step is
+    the ProfilerStep#1 row of PYTORCH_API, all read here from the database itself."""
+    (db,) = ASCEND_DB.rglob("*.db")
+    with sqlite3.connect(db) as con:
+        comm_ids = {n for (n,) in con.execute("select globalTaskId from COMMUNICATION_TASK_INFO")}
+        tasks = [(int(a), int(b), n) for a, b, n in con.execute("select startNs, endNs, globalTaskId from TASK")]
+        (window,) = con.execute(
+            "select p.startNs, p.endNs from PYTORCH_API p join STRING_IDS s on s.id = p.name"
+            " where s.value = 'ProfilerStep#1'"
+        )
+    compute = [(a, b) for a, b, n in tasks if n not in comm_ids]
+    comm = [(a, b) for a, b, n in tasks if n in comm_ids]
+    assert comm and compute
+    (row,) = _numbers(str(ASCEND_DB))["breakdown"]
+    parts = ("wall_ns", "compute_ns", "communication_ns", "overlapped_ns", "free_ns")
+    assert tuple(row[p] for p in parts) == _parts(int(window[0]), int(window[1]), compute, comm)
+    assert (row["role"], row["rank"], row["step"], row["wait_ns"]) == ("actor", 0, 1, 0)
 
 
 def test_breakdown_of_many_kernels(tmp_path: Path) -> None:
@@ -174,3 +201,50 @@ def test_unions_stay_merged() -> None:
     assert len(found) <= 2 * COMPACT_AFTER
     assert covered([(0, 10), (20, 30)], 5, 25) == 10
     assert intersection([(0, 10), (20, 30)], [(5, 25)]) == [(5, 10), (20, 25)]
+
+
+def _nsys_export(path: Path) -> Path:
+    """Two ranks under one nsys, ProfilerStep#N ranges (emit_nvtx) and kernels on two streams
+    each (ns since the session start); rank 1 enters each all-reduce 40 µs after rank 0."""
+    sys.path.insert(0, str(FIXTURES))
+    try:
+        from make_nsys import ELEMENTWISE, GEMM, NCCL_KERNEL, Export
+    finally:
+        sys.path.remove(str(FIXTURES))
+    ex = Export("gpu-node-a", 1_800_000_000_000_000_000)
+    for rank, pid in enumerate((401, 402)):
+        ex.process(pid, "/usr/bin/python3", {pid: "python3"})
+        ex.stream(pid, 7)
+        ex.stream(pid, 13)
+        for step in range(2):
+            base = 1_000_000 + step * 1_000_000
+            ex.nvtx(base, base + 900_000, f"ProfilerStep#{step + 1}", pid, pid)
+            ex.kernel(base + 100_000, base + 400_000, pid, rank, 7, None, GEMM)
+            ex.kernel(base + 380_000, base + 420_000, pid, rank, 7, None, ELEMENTWISE)
+            ex.kernel(base + 300_000 + rank * 40_000, base + 600_000, pid, rank, 13, None, NCCL_KERNEL)
+    return ex.write(path)
+
+
+def test_breakdown_of_nsys_export(tmp_path: Path) -> None:
+    db = _nsys_export(tmp_path / "run" / "train.sqlite")
+    with sqlite3.connect(db) as con:
+        names = dict(con.execute("select id, value from StringIds"))
+        rows = list(
+            con.execute("select globalPid >> 24 & 16777215, start, end, demangledName from CUPTI_ACTIVITY_KIND_KERNEL")
+        )
+        steps = list(
+            con.execute(
+                "select globalTid >> 24 & 16777215, start, end, text from NVTX_EVENTS where text like 'ProfilerStep#%'"
+            )
+        )
+    found = {(r["rank"], r["step"]): r for r in _numbers(str(db.parent))["breakdown"]}
+    assert len(found) == len(steps) == 4
+    parts = ("wall_ns", "compute_ns", "communication_ns", "overlapped_ns", "free_ns")
+    for rank, pid in enumerate((401, 402)):
+        compute = [(a, b) for p, a, b, n in rows if p == pid and not names[n].startswith("nccl")]
+        comm = [(a, b) for p, a, b, n in rows if p == pid and names[n].startswith("nccl")]
+        for p, a, b, text in steps:
+            if p == pid:
+                row = found[(rank, int(text.partition("#")[2]))]
+                assert tuple(row[k] for k in parts) == _parts(a, b, compute, comm)
+                assert row["wait_ns"] == (40_000 if rank == 0 else 0)

@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tracemerge.anchors import phase_tag
+from tracemerge.anchors import DEVICE_COMM, device_tag, phase_tag
 from tracemerge.errors import InputError, NotATrace
 from tracemerge.layout import FileLayout
 from tracemerge.model import Event, FlowPhase, Kind, SourceData, ThreadInfo, ThreadKey
@@ -322,6 +322,8 @@ class _DbReader(CounterReading):
             ev = self._slice(key, row.get("startNs"), row.get("endNs"), name, "", args, "TASK")
             if ev is None:
                 continue
+            tag = DEVICE_COMM if row.get("globalTaskId") in comm else device_tag(name)
+            self.layout.mark(tag, ev.origin, key, ev.ts, ev.ts + ev.dur)
             if connection is not None:
                 self.tasks_by_connection[connection].append((ev.ts, ev.thread))
             plane_info = comm.get(row.get("globalTaskId"))
