@@ -1,15 +1,20 @@
 """Fuzzing: real fixtures of every format, cut, flipped, retyped, reordered, duplicated and nested,
-must merge or be reported in one line, never end in an internal error, and the counts must agree.
+given numbers of every magnitude and events in odd shapes, must merge or be reported in one line,
+never end in an internal error, and the counts must agree; each example within a budget of time and
+memory that no value's magnitude or depth and no shape of the file may blow.
 
 The number of examples is bounded so that the default test run stays fast; set
-TRACEMERGE_FUZZ_EXAMPLES for a longer campaign.
+TRACEMERGE_FUZZ_EXAMPLES for a longer campaign (CI runs 600).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import resource
 import shutil
+import time
 
 import pytest
 from conftest import FIXTURES
@@ -32,9 +37,20 @@ SAMPLES = {
     "tracker": FIXTURES / "metrics_run" / "trainer" / "metrics.jsonl",
 }
 NUMBER = re.compile(rb"-?\d+(\.\d+)?")
+# Numbers of every magnitude, as numbers and as text: beyond float, int64 and uint64, before 1970,
+# exponents no clock reaches, more digits than an exact parse should ever take.
+MAGNITUDES = [
+    b"1e308", b"-1e308", b"Infinity", b"-Infinity", b"1e17", b"-1e17", b"-1", b"-5", b"0",
+    b"18446744073709551621", b"-9223372036854775809", b"123456789012345678901234567890",
+    b'"1e999999999"', b'"1e999990"', b'"-1e-999999999"', b'"12abc"', b'"' + b"9" * 5000 + b'"', b"1" * 400,
+]  # fmt: skip
+# Per example, however odd the input: CPU seconds, and growth of the peak memory of the campaign.
+TIME_BUDGET_S = 10.0
+MEMORY_BUDGET = 1 << 30
+_START_RSS = None
 
 
-def _mutate(data: bytes, kind: str, at: float, value: bytes) -> bytes:
+def _mutate(data: bytes, kind: str, at: float, value: bytes, pick: int = 0) -> bytes:
     pos = int(at * len(data))
     if kind == "cut":
         return data[:pos]
@@ -55,38 +71,105 @@ def _mutate(data: bytes, kind: str, at: float, value: bytes) -> bytes:
         lines = data.split(b"\n")
         k = int(at * len(lines))
         return b"\n".join(lines[k:] + lines[:k])
-    if kind == "nest":  # an args value nested far beyond reason
-        depth = 50 + len(value) * 40
-        return data.replace(b'"args": {', b'"args": {"deep": ' + b"[" * depth + b"]" * depth + b", ", 1).replace(
-            b'"args":{', b'"args":{"deep":' + b"[" * depth + b"]" * depth + b",", 1
+    if kind == "magnitude":  # a number becomes one of any magnitude
+        numbers = list(NUMBER.finditer(data))
+        if not numbers:
+            return data
+        m = numbers[int(at * len(numbers)) % len(numbers)]
+        return data[: m.start()] + MAGNITUDES[pick % len(MAGNITUDES)] + data[m.end() :]
+    if kind == "nest":  # an args value nested far beyond reason, or any number made a deep value
+        depth = (50 + len(value) * 40, 201, 1_200, 100_000)[pick % 4]
+        deep = b"[" * depth + b"]" * depth if pick % 8 < 4 else b'{"a": ' * depth + b"1" + b"}" * depth
+        numbers = list(NUMBER.finditer(data))
+        if pick % 16 >= 8 and numbers:
+            m = numbers[int(at * len(numbers)) % len(numbers)]
+            return data[: m.start()] + deep + data[m.end() :]
+        return data.replace(b'"args": {', b'"args": {"deep": ' + deep + b", ", 1).replace(
+            b'"args":{', b'"args":{"deep":' + deep + b",", 1
         )
     raise AssertionError(kind)
+
+
+def _shaped(data: bytes, sample: str, n: int, shape: int) -> bytes:
+    """The sample with ``n`` more events in an odd shape: a staircase of slices each overlapping all
+    the others, a thread or process each, one flow id shared by all, all at one time; bad lines."""
+    t0 = 1_700_000_000_000_000
+    if sample in ("kineto", "edge", "ascend_text", "perf_tracer"):
+        if shape == 0:
+            events = [{"ph": "X", "name": "s", "pid": 1, "tid": 1, "ts": t0 + i, "dur": n} for i in range(n)]
+        elif shape == 1:
+            # a thread each (n / 6: every thread costs a few writes of its own, linear but not small)
+            events = [{"ph": "X", "name": "t", "pid": 1, "tid": i, "ts": t0 + i, "dur": 1} for i in range(n // 6)]
+        elif shape == 2:
+            events = [{"ph": "X", "name": "f", "pid": 1, "tid": 1, "ts": t0 + 2 * i, "dur": 1} for i in range(n)]
+            events += [
+                {"ph": "sf"[i % 2], "id": 7, "name": "f", "cat": "f", "pid": 1, "tid": 1, "ts": t0 + 2 * i}
+                for i in range(n)
+            ]
+        else:
+            events = [{"ph": "X", "name": "same", "pid": 1, "tid": 1, "ts": t0, "dur": 5 + i % 3} for i in range(n)]
+        if sample == "perf_tracer":
+            return data + b"".join(json.dumps(e).encode() + b"\n" for e in events)
+        text = b", ".join(json.dumps(e).encode() for e in events)
+        at = data.find(b"[", max(0, data.find(b'"traceEvents"'))) + 1
+        return data[:at] + text + b", " + data[at:] if at else data
+    if sample == "spans":
+        start = t0 * 1000
+        ranks = n // 6 if shape == 1 else 1  # a process each (as a thread each above)
+        lines = [{"name": "s", "start_ns": start + i, "end_ns": start + i + n, "rank": i % ranks} for i in range(n)]
+        return data + b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+    if sample == "sessions":
+        record = {
+            "session_id": 0,
+            "submit_ts": t0 / 1e6,
+            "status": "ok",
+            "phases": {"generate": [{"start_ts": t0 / 1e6, "end_ts": t0 / 1e6 + 1}]},
+        }
+        return data + b"".join(json.dumps({**record, "session_id": i}).encode() + b"\n" for i in range(n))
+    if sample == "tracker":
+        return data + b"".join(json.dumps({"step": i, "data": {"x": i}}).encode() + b"\n" for i in range(n))
+    if sample == "prometheus_scrape":
+        lines = [f'shape{{i="{i}"}} {i}' if i % 1000 != 999 else "garbage {" for i in range(n)]
+        return data + ("# TYPE shape gauge\n" + "\n".join(lines) + "\n").encode()
+    if sample == "prometheus_query":
+        series = [{"metric": {"__name__": "shape", "i": str(i)}, "values": [[t0 / 1e6, "1"]]} for i in range(n)]
+        at = data.find(b'"result": [') + len(b'"result": [')
+        return data[:at] + b", ".join(json.dumps(x).encode() for x in series) + b", " + data[at:]
+    return data
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     sample=st.sampled_from(sorted(SAMPLES)),
-    kind=st.sampled_from(["cut", "flip", "insert", "duplicate", "retype", "reorder", "nest"]),
+    kind=st.sampled_from(["cut", "flip", "insert", "duplicate", "retype", "reorder", "nest", "magnitude", "shape"]),
     at=st.floats(min_value=0.0, max_value=0.999),
     value=st.binary(max_size=12),
     ext=st.sampled_from([".pftrace", ".json"]),
+    pick=st.integers(min_value=0, max_value=1 << 16),
 )
 def test_mutated_inputs_merge_or_are_reported_in_one_line(
-    tmp_path_factory: pytest.TempPathFactory, sample: str, kind: str, at: float, value: bytes, ext: str
+    tmp_path_factory: pytest.TempPathFactory, sample: str, kind: str, at: float, value: bytes, ext: str, pick: int
 ) -> None:
     tmp = tmp_path_factory.mktemp("fuzz")
     src = SAMPLES[sample]
     run = tmp / "run" / src.parent.name
     run.mkdir(parents=True)
-    (run / src.name).write_bytes(_mutate(src.read_bytes(), kind, at, value))
+    if kind == "shape":  # large enough that work growing faster than the file blows the budget
+        data = _shaped(src.read_bytes(), sample, (300, 3_000, 30_000)[pick % 3], pick // 3 % 4)
+    else:
+        data = _mutate(src.read_bytes(), kind, at, value, pick)
+    (run / src.name).write_bytes(data)
     shutil.copy(FIXTURES / "kineto_gpu" / "rank1.pt.trace.json.gz", tmp / "run")  # a good file beside it
     out = tmp / f"out{ext}"
+    started = time.process_time()
     try:
         report = merge([tmp / "run"], out)
     except FatalError as exc:  # nothing usable at all: said in one line, nothing written
         assert "\n" not in str(exc)
         assert not out.exists()
         return
+    finally:
+        _fits_budget(time.process_time() - started)
     assert out.stat().st_size > 0
     for message in report.skipped:
         assert "\n" not in message
@@ -100,6 +183,21 @@ def test_mutated_inputs_merge_or_are_reported_in_one_line(
             written.counters,
             written.flows,
         )
+
+
+def _peak_rss() -> int:
+    """The most memory this process (or a worker of it) has held, in bytes."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, workers) * 1024
+
+
+def _fits_budget(seconds: float) -> None:
+    global _START_RSS
+    if _START_RSS is None:
+        _START_RSS = _peak_rss()
+    assert seconds < TIME_BUDGET_S, f"an example took {seconds:.1f} s of CPU"
+    assert _peak_rss() - _START_RSS < MEMORY_BUDGET, "an example held more than the memory budget"
 
 
 # -- The trust campaign: names in a DB's schema, Host headers, option values -----------------------

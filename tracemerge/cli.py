@@ -30,6 +30,7 @@ from tracemerge.report import (
     format_alignment,
     format_found,
     format_outcome,
+    json_bytes,
 )
 from tracemerge.select import Selection, parse_duration, parse_ranks, parse_roles, parse_where, parse_window
 from tracemerge.split import check_kind
@@ -247,7 +248,7 @@ def merge(
     report_failed = False
     if report is not None:
         try:
-            write_whole(report, orjson.dumps(result.as_dict(), option=orjson.OPT_INDENT_2))
+            write_whole(report, json_bytes(result.as_dict()))
         except OSError as exc:
             # The trace is written whole: the run is incomplete, not failed; no part of a report is left.
             _say(f"error: cannot write report {shown(report)}: {exc.strerror or exc}")

@@ -103,7 +103,11 @@ def _consider(
     ignored: list[Path],
     seen: set[Path],
 ) -> None:
-    resolved = path.resolve()
+    try:
+        resolved = path.resolve()
+    except (RuntimeError, OSError):  # symbolic links naming each other (a.json -> b.json -> a.json)
+        skipped.append(InputError(path, "a loop of symbolic links: not read"))
+        return
     if resolved in seen:
         return
     seen.add(resolved)

@@ -16,6 +16,7 @@ sort needs (:mod:`tracemerge.thread_walk`).
 from __future__ import annotations
 
 import itertools
+import json
 import pickle
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -239,7 +240,10 @@ class FileLayout:
         if type(args) is msgspec.Raw:
             text = bytes(args)
         elif type(args) is dict:
-            text = orjson.dumps(args, default=str, option=orjson.OPT_NON_STR_KEYS)
+            try:
+                text = orjson.dumps(args, default=str, option=orjson.OPT_NON_STR_KEYS)
+            except TypeError:  # an integer beyond 64 bits (a rank of 10**22): written exactly
+                text = json.dumps(args, default=str, ensure_ascii=False, separators=(",", ":")).encode()
         else:
             return prefix
         return prefix + self.enc.args(text) if text != b"{}" else prefix

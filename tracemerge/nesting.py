@@ -12,6 +12,8 @@ was read in would get that wrong.
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 
 SLICE, INSTANT = 0, 1
@@ -103,27 +105,118 @@ def _spans(positions: np.ndarray) -> list[tuple[int, int]]:
 def _assign(starts: list[int], ends: list[int], found: np.ndarray, offset: int, count: int) -> int:
     """The walk's lanes for consecutive slices (``count`` lanes made so far); returns the count."""
     own: list[int] = []
-    stacks: list[list[int]] = [[] for _ in range(count)]
+    stacks = _LaneStacks(count)
     for n, (start, end) in enumerate(zip(starts, ends, strict=True)):
         while own and own[-1] <= start:
             own.pop()
         if not own or own[-1] >= end:
             own.append(end)
             continue
-        found[offset + n] = _lane_for(stacks, start, end)
-    return len(stacks)
+        found[offset + n] = stacks.place(start, end)
+    return stacks.count
 
 
-def _lane_for(stacks: list[list[int]], start: int, end: int) -> int:
-    """The first lane (1 on) where a slice [start, end] nests, a new one when none does."""
-    for lane, stack in enumerate(stacks, 1):
-        while stack and stack[-1] <= start:
-            stack.pop()
-        if not stack or stack[-1] >= end:
-            stack.append(end)
-            return lane
-    stacks.append([end])
-    return len(stacks)
+# Lanes searched one by one up to this many; beyond, a tree of their innermost ends finds the first
+# lane a slice nests in, so that slices that each overlap all others (a staircase) cost n log n.
+_SCANNED_LANES = 32
+
+
+class _LaneStacks:
+    """The overlap lanes (1 on) of a run, each a stack of the ends of its open slices (innermost
+    last); :meth:`place` puts a slice in the first lane where it nests, a new one when none does.
+    Slices come in the walk's order, so a slice ended at one start stays ended at every later one."""
+
+    def __init__(self, count: int) -> None:
+        self.stacks: list[list[int]] = [[] for _ in range(count)]
+        self.tree: list[float] | None = None  # past _SCANNED_LANES: a max-tree of each lane's innermost end
+        self.size = 0
+        self.heap: list[tuple[int, int]] = []  # (innermost end, lane index) of lanes holding slices
+
+    @property
+    def count(self) -> int:
+        return len(self.stacks)
+
+    def place(self, start: int, end: int) -> int:
+        if self.tree is None:
+            for lane, stack in enumerate(self.stacks, 1):
+                while stack and stack[-1] <= start:
+                    stack.pop()
+                if not stack or stack[-1] >= end:
+                    stack.append(end)
+                    return lane
+            self.stacks.append([end])
+            if len(self.stacks) > _SCANNED_LANES:
+                self._grow()
+            return len(self.stacks)
+        self._close(start)
+        at = self._first_holding(end)
+        if at == len(self.stacks):
+            self.stacks.append([])
+        self.stacks[at].append(end)
+        self._set(at, end)
+        heapq.heappush(self.heap, (end, at))
+        return at + 1
+
+    def _grow(self) -> None:
+        """A tree twice as wide as the lanes (empty lanes and those not made yet hold anything)."""
+        self.size = size = 1 << max(6, len(self.stacks).bit_length() + 1)
+        self.tree = [_ANY] * (2 * size)
+        self.heap = []
+        for at, stack in enumerate(self.stacks):
+            if stack:
+                self.tree[size + at] = stack[-1]
+                self.heap.append((stack[-1], at))
+        for node in range(size - 1, 0, -1):
+            self.tree[node] = max(self.tree[2 * node], self.tree[2 * node + 1])
+        heapq.heapify(self.heap)
+
+    def _close(self, start: int) -> None:
+        """Pops the slices that end by ``start`` off every lane."""
+        heap = self.heap
+        while heap and heap[0][0] <= start:
+            top, at = heapq.heappop(heap)
+            stack = self.stacks[at]
+            if not stack or stack[-1] != top:
+                continue  # an end no longer innermost: its lane changed since
+            while stack and stack[-1] <= start:
+                stack.pop()
+            if stack:
+                heapq.heappush(heap, (stack[-1], at))
+            self._set(at, stack[-1] if stack else _ANY)
+
+    def _first_holding(self, end: int) -> int:
+        """The first lane whose innermost open slice ends no earlier than ``end`` (or is empty)."""
+        tree = self.tree
+        assert tree is not None
+        if tree[1] < end:  # every lane slot taken: wider
+            self._grow()
+            tree = self.tree
+            assert tree is not None
+        node = 1
+        while node < self.size:
+            node = 2 * node if tree[2 * node] >= end else 2 * node + 1
+        return node - self.size
+
+    def _set(self, at: int, value: float) -> None:
+        tree = self.tree
+        assert tree is not None
+        if at >= self.size:
+            self._grow()
+            tree = self.tree
+            assert tree is not None
+        node = self.size + at
+        tree[node] = value
+        node //= 2
+        while node:
+            left, right = tree[2 * node], tree[2 * node + 1]
+            top = left if left >= right else right
+            if tree[node] == top:
+                return  # the nodes above hold what they held
+            tree[node] = top
+            node //= 2
+
+
+_ANY = float("inf")  # an empty lane holds any slice
 
 
 def tied_out_of_order(

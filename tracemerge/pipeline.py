@@ -55,6 +55,8 @@ from tracemerge.select import EVERYTHING, Selection
 from tracemerge.split import Part, groups, step_windows, write_parts
 from tracemerge.writers import Writer, writer_for
 
+BEFORE_1970 = "the run starts before 1970 on the wall clock (a negative epoch time, or an --offset)"
+
 
 def merge(
     inputs: Sequence[str | os.PathLike[str]],
@@ -129,8 +131,8 @@ def merge(
             first = _read_all(run, candidates, asked, work, report)
             for rule in unmatched(clocks.offsets, (p.identity for p in first.plan.processes)):
                 report.notes.append(f"offset {rule.text()} names no process of this run: not applied")
-            if first.plan.wall_clock and first.plan.base_ns < 0:
-                raise FatalError("the run would start before 1970 on the wall clock (an --offset too far back?)")
+            if first.plan.wall_clock and first.plan.base_ns < 0:  # written as placed (the clock snapshot shifts)
+                report.notes.append(BEFORE_1970)
             asked = replace(asked, selection=steps_window(selection, phase_rules.steps, first.model, first.plan))
             numbers = summary(first.model, {p.identity: p.name for p in first.plan.processes})
             scan_of, chunk_of = _encode(run, first, asked, numbers, report)

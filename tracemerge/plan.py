@@ -22,8 +22,6 @@ from tracemerge.report import EventCounts
 from tracemerge.thread_ids import listing_order, thread_ids
 from tracemerge.unaligned import title, unaligned
 
-TIDS_PER_PROCESS = 10_000
-
 
 def stable_id(*parts: object) -> int:
     """A 63-bit id that depends only on ``parts`` (same input, same id, on any machine)."""
@@ -337,8 +335,6 @@ def make_plan(
     threads: dict[tuple[Identity, ThreadKey, str], ThreadTrack] = {}
     for ident in identities:
         proc = processes[ident]
-        if len(thread_infos[ident]) >= TIDS_PER_PROCESS:
-            raise OverflowError(f"{ident.label}: more than {TIDS_PER_PROCESS - 1} threads")
         ordered = _sorted_threads(thread_infos[ident])
         ordered = [ordered[n] for n in listing_order([(k, i.name, i.sort_key) for (k, _), i in ordered])]
         ids = thread_ids(proc.pid, [(key, info.name) for (key, _), info in ordered], proc.is_group)

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from tracemerge.errors import shown
 from tracemerge.layouts import COORDINATE_ORDER
-from tracemerge.stats import is_loss, tally
+from tracemerge.stats import is_loss, stat_of, tally
 
 EXIT_OK = 0
 EXIT_FATAL = 1
 EXIT_USAGE = 2
 EXIT_INCOMPLETE = 3
+# Statistics that count parts of events or files, not events: their lines do not say events were dropped.
+_NOT_EVENTS = frozenset({"value_too_deep", "clock_anchor_unreadable"})
 IGNORED_SHOWN = 10  # files that are not traces named on stderr (the report lists them all)
 
 
@@ -146,6 +151,22 @@ class RunReport:
         }
 
 
+def json_bytes(value: Any, indent: bool = True) -> bytes:
+    """``value`` as JSON, as ``--report``, the split index and tracemerge's own notes in a trace are
+    written. Integers of any size are exact JSON numbers: orjson writes those of 64 bits, the
+    standard library the others (a rank read as 10**22 stays 10000000000000000000000; a reader in
+    JavaScript rounds it)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_INDENT_2 if indent else None)
+    except TypeError:  # orjson.JSONEncodeError: an integer beyond 64 bits
+        return json.dumps(
+            value, indent=2 if indent else None, ensure_ascii=False, separators=_SEPARATORS[indent]
+        ).encode()
+
+
+_SEPARATORS = {True: (",", ": "), False: (",", ":")}
+
+
 def format_table(rows: list[tuple[str, ...]], left: frozenset[int] = frozenset()) -> str:
     """A plain-text table: header, rule, rows; columns in ``left`` left-aligned, others right."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -251,7 +272,9 @@ def format_outcome(report: RunReport) -> str:
     for reason, count in sorted(report.filtered.items(), key=lambda kv: (-kv[1], kv[0])):
         lines.append(f"left out {count:,} {reason} (as asked)")
     for reason, count in sorted(report.dropped.items(), key=lambda kv: (-kv[1], kv[0])):
-        if is_loss(reason):
+        if stat_of(reason).name in _NOT_EVENTS:
+            lines.append(f"data loss: {count:,} × {reason}")
+        elif is_loss(reason):
             lines.append(f"dropped {count:,} input events: {reason}")
         else:
             lines.append(f"info: {count:,} {reason} (as in the input; Perfetto ignores these too)")

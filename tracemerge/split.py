@@ -19,11 +19,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import orjson
-
 from tracemerge.derived import DERIVED_FORMAT
 from tracemerge.errors import FatalError, shown
 from tracemerge.plan import FileScan, MergePlan, UnitPlan
+from tracemerge.report import json_bytes
 from tracemerge.select import WHERE_KEYS
 
 # By a parallel coordinate (--split-by dp): each file goes whole to the part of the value its name
@@ -155,7 +154,7 @@ def write_index(path: Path, by: str, writer: str, plan: MergePlan, entries: list
         "time_base_unix_ns": plan.base_ns if plan.wall_clock else None,
         "traces": entries,
     }
-    path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    path.write_bytes(json_bytes(doc) + b"\n")
 
 
 def write_parts(

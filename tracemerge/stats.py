@@ -131,6 +131,25 @@ STATS: tuple[Stat, ...] = (
         r"|negative dur|ending before it starts|unreadable times",
     ),
     _stat(
+        "value_too_deep",
+        Severity.DATA_LOSS,
+        "values (args, metadata keys) nested more than 200 levels deep: replaced by a note saying so, the event kept",
+        r"^value nested more than \d+ levels deep",
+    ),
+    _stat(
+        "clock_anchor_unreadable",
+        Severity.DATA_LOSS,
+        "files whose clock anchor (baseTimeNanoseconds) is not an integer of ns: placed without it",
+        r"^baseTimeNanoseconds that is not",
+    ),
+    _stat(
+        "connection_shared",
+        Severity.INFO,
+        "Ascend host calls whose connectionId an earlier one already links: their device tasks are "
+        "linked (one flow each) from the first",
+        r"^\w+ row sharing a connectionId",
+    ),
+    _stat(
         "metric_value_infinite",
         Severity.DATA_LOSS,
         "metric samples that are +Inf or -Inf",

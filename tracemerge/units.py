@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from decimal import Decimal, InvalidOperation
 
+from tracemerge.bounds import MAX_NUMBER_TEXT, check_number_text
+
 # Below this many microseconds a float parsed from a decimal with at most three fraction digits
 # still identifies that decimal exactly (half an ulp is under half a nanosecond).
 FLOAT_EXACT_LIMIT_US = float(2**43)
@@ -19,7 +21,10 @@ def decimal_text_to_int(text: str, digits: int) -> int:
     s = text.strip()
     if not s:
         raise ValueError("empty number")
+    if len(s) > MAX_NUMBER_TEXT:
+        raise ValueError(f"number text of {len(s)} characters")
     if "e" in s or "E" in s:
+        check_number_text(s)  # before Decimal: 1e999999999 would take it minutes, or overflow it
         try:
             return int((Decimal(s) * (10**digits)).to_integral_value(rounding="ROUND_HALF_UP"))
         except InvalidOperation:

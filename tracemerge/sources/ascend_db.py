@@ -334,12 +334,12 @@ class _DbReader(CounterReading):
 
     def _communication_ops(self) -> None:
         rows = list(self._dicts("COMMUNICATION_OP"))  # read twice: group names first
-        groups = sorted({str(self._text(r.get("groupName"))) for r in rows})
+        groups = {name: n for n, name in enumerate(sorted({str(self._text(r.get("groupName"))) for r in rows}))}
         default_device = min(self.devices) if self.devices else 0
         for row in rows:
             group = str(self._text(row.get("groupName")))
             device = row.get("deviceId", default_device) or default_device
-            n = groups.index(group)
+            n = groups[group]
             key = self._track(("group", device, n), f"HCCL · Group {n} Communication", (5, device, 0, ""))
             args = {
                 col: (self._text(v) if col in STRING_COLUMNS else v)
@@ -359,6 +359,7 @@ class _DbReader(CounterReading):
     def _cann_api(self) -> dict[int, Event]:
         types = self._enum("ENUM_API_TYPE")
         by_connection: dict[int, tuple[int, ThreadKey]] = {}
+        linked: set[int] = set()  # a connection links its tasks from one host call: the first
         for row in self._dicts("CANN_API"):
             tid = (row.get("globalTid") or 0) & 0xFFFFFFFF
             key = self._track(("cann", tid), f"CANN · Thread {tid}", (2, "CANN", tid, ""))
@@ -368,15 +369,30 @@ class _DbReader(CounterReading):
             )
             if ev is not None and row.get("connectionId") is not None:
                 by_connection[row["connectionId"]] = (ev.ts, ev.thread)
-                for n, task in enumerate(self.tasks_by_connection.get(row["connectionId"], ())):
-                    self._flow("HostToDevice", (row["connectionId"], n), (ev.ts, ev.thread), task)
+                self._link("HostToDevice", "CANN_API", row["connectionId"], ev, linked)
         return by_connection
+
+    def _link(self, cat: str, table: str, connection: int, ev: Event, linked: set[int]) -> None:
+        """Flows from a host call to the device tasks of its connection: one per task, from the first
+        call naming the connection (rows that share one with an earlier row are counted), so that N
+        rows sharing an id make N flows at most, not N x N."""
+        tasks = self.tasks_by_connection.get(connection)
+        if not tasks:
+            return
+        if connection in linked:
+            self.dropped[f"{table} row sharing a connectionId with an earlier one (its tasks linked from it)"] += 1
+            return
+        linked.add(connection)
+        for n, task in enumerate(tasks):
+            self._flow(cat, (connection, n), (ev.ts, ev.thread), task)
 
     def _pytorch_api(self, cann: dict[int, Event]) -> None:
         links: dict[int, list[int]] = defaultdict(list)
         for link_id, connection in self._rows("CONNECTION_IDS", ("id", "connectionId")):
             links[link_id].append(connection)
         fwd_bwd: dict[int, list[tuple[int, ThreadKey]]] = defaultdict(list)
+        linked: set[int] = set()
+        claimed: set[int] = set()  # link ids taken by a row: one shared by N rows is followed once
         for row in self._dicts("PYTORCH_API"):
             tid = (row.get("globalTid") or 0) & 0xFFFFFFFF
             key = self._track(("python", tid), f"Python · Thread {tid}", (0, "Python", tid, ""))
@@ -396,11 +412,15 @@ class _DbReader(CounterReading):
             )
             if ev is None or row.get("connectionId") is None:
                 continue
+            if row["connectionId"] in claimed:
+                if links.get(row["connectionId"]):
+                    self.dropped["PYTORCH_API row sharing a connectionId with an earlier one (not linked again)"] += 1
+                continue
+            claimed.add(row["connectionId"])
             for connection in links.get(row["connectionId"], ()):
                 if connection >= FWD_BWD_CONNECTION:
                     fwd_bwd[connection].append((ev.ts, ev.thread))
-                for n, task in enumerate(self.tasks_by_connection.get(connection, ())):
-                    self._flow("torch_to_npu", (connection, n), (ev.ts, ev.thread), task)
+                self._link("torch_to_npu", "PYTORCH_API", connection, ev, linked)
         for connection, ops in fwd_bwd.items():
             if len(ops) >= 2:
                 ops.sort(key=lambda op: op[0])

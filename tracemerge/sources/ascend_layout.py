@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from tracemerge.bounds import TOO_DEEP, cut_deep
 from tracemerge.errors import InputError, NotATrace, shown
 from tracemerge.layouts import PathFacts, ascend_run_facts, path_facts
 from tracemerge.model import UNIX_EPOCH, SourceData, ThreadInfo, ThreadKey, as_rank
@@ -81,23 +82,38 @@ def is_export_db(path: Path) -> bool:
     return bool(_PROF_DIR.match(prof.name))
 
 
-def _load_json(path: Path) -> Any:
+def _load_json(path: Path, dropped: Counter[str] | None = None) -> Any:
+    """A small JSON file's value; None when it cannot be read. Values nested too deep for any
+    decoder are replaced (counted in ``dropped``), the rest of the file read."""
     try:
-        return orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError):
+        data = path.read_bytes()
+    except OSError:
+        return None
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        data, where = cut_deep(data, 1)
+        if not where:
+            return None
+    if dropped is not None:
+        dropped[TOO_DEEP] += len(where)
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
         return None
 
 
-def rank_of(run: Path) -> int | None:
+def rank_of(run: Path, dropped: Counter[str] | None = None) -> int | None:
     """From ``profiler_info_{rank}.json`` (name, else ``rank_id``, an int or a string), or msprof's
-    ``device_*/info.json.N``; None when the run was not distributed."""
+    ``device_*/info.json.N``; None when the run was not distributed. What cannot be read of those
+    files is counted in ``dropped``."""
     for info in sorted(run.glob("profiler_info*.json")):
         m = _INFO_FILE.match(info.name)
         if not m:
             continue
         if m.group(1) is not None:
             return int(m.group(1))
-        content = _load_json(info)
+        content = _load_json(info, dropped)
         if isinstance(content, dict):
             rank = as_rank(content.get("rank_id"))
             if rank is None and isinstance(content.get("ms_profiler_info"), dict):
@@ -125,13 +141,13 @@ def source_data(
     """A run file's events, with the rank and role its run directory states (epoch clock)."""
     run = run_dir_of(path)
     if rank is None and run is not None:
-        rank = rank_of(run)
+        rank = rank_of(run, dropped)
     return SourceData(
         path=path,
         format=fmt,
         clock=UNIX_EPOCH,
         threads=threads,
-        role_hint=metadata_role(run) if run else None,
+        role_hint=metadata_role(run, dropped) if run else None,
         rank_hint=rank,
         tag_hint=run.name if run else None,
         host=host_of(None, run.name) if run else None,
@@ -140,9 +156,9 @@ def source_data(
     )
 
 
-def metadata_role(run: Path) -> str | None:
+def metadata_role(run: Path, dropped: Counter[str] | None = None) -> str | None:
     """The ``role`` key of ``profiler_metadata.json`` (verl writes it), if any."""
-    content = _load_json(run / "profiler_metadata.json")
+    content = _load_json(run / "profiler_metadata.json", dropped)
     if isinstance(content, dict) and isinstance(content.get("role"), str) and content["role"]:
         return content["role"]
     return None

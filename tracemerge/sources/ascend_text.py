@@ -79,7 +79,7 @@ class AscendEvents(ChromeEvents):
         for e in batch:
             args = e.args
             if e.ph == "X" and args and b'"event_type"' in bytes(args):
-                decoded = plain_args(args) or {}
+                decoded = plain_args(self.bounded(args)) or {}
                 if "event_type" in decoded and "domain" in decoded:
                     # In file order, so that names are interned the same whatever the batches.
                     super().add_batch(plain, origin, plain_text, bind_ids)

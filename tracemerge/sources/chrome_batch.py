@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tracemerge.anchors import DEVICE_COMM, DEVICE_COMPUTE
+from tracemerge.bounds import DEEP_FROM
 from tracemerge.entries import ENTRY_SCHEMA, POINT_SCHEMA, Block, equal_runs
 from tracemerge.model import OriginKey
 from tracemerge.units import FLOAT_EXACT_LIMIT_US
@@ -77,7 +78,7 @@ def _micros(values: list, n: int) -> np.ndarray | None:
     (else None: the per-event path reads them); rows of more decimals are marked _INEXACT."""
     try:
         us = np.fromiter(values, np.float64, n)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int beyond any float (10**400)
         return None
     if not (np.abs(us) < _LIMIT).all():  # NaN included
         return None
@@ -202,6 +203,10 @@ class _Slices(_Rows):
             reader.note_device_rows(self.threads[rows], [xs[row].cat for row in rows.tolist()])
         args = [e.args for e in xs]
         sizes = np.fromiter(map(len, args), np.int64, n)
+        if int(sizes.max()) >= DEEP_FROM:  # long args may nest too deep (their length stays)
+            for row in np.flatnonzero(sizes >= DEEP_FROM).tolist():
+                args[row] = reader.bounded(args[row])
+                sizes[row] = len(args[row])
         heads = layout.enc.args_heads
         if plain_text and int(sizes.max()) < len(heads):
             fields = list(map(heads.__getitem__, sizes.tolist()))

@@ -19,6 +19,7 @@ import msgspec
 import numpy as np
 
 from tracemerge.anchors import DEVICE_COMM, device_tag
+from tracemerge.bounds import DEEP_FROM, TOO_DEEP, bounded_args
 from tracemerge.layout import FileLayout
 from tracemerge.model import NO_ORIGIN, FlowPhase, Kind, OriginKey, ThreadInfo, ThreadKey
 from tracemerge.sources.chrome_batch import add_columns
@@ -47,6 +48,8 @@ _METADATA_NAMES = frozenset(
 )
 SLICE, INSTANT = int(Kind.SLICE), int(Kind.INSTANT)
 _LIMIT = FLOAT_EXACT_LIMIT_US
+# Floats of µs this large are out of range (tracemerge.units.NS_MAX) whatever text they were read from.
+_BEYOND_ANY_CLOCK_US = 1e16
 
 
 # Batches this large are normalised column by column.
@@ -114,14 +117,16 @@ def us_to_ns(value: Any) -> int:
 def _us_to_ns(value: Any) -> int:
     t = type(value)
     if t is float:
-        guess = round(value * 1000)
-        if guess / 1000 == value and -FLOAT_EXACT_LIMIT_US < value < FLOAT_EXACT_LIMIT_US:
-            return guess
+        if -FLOAT_EXACT_LIMIT_US < value < FLOAT_EXACT_LIMIT_US:  # checked first: 1e308 * 1000 overflows
+            guess = round(value * 1000)
+            if guess / 1000 == value:
+                return guess
+            return decimal_text_to_int(repr(value), 3)
         if value != value or value in (float("inf"), float("-inf")):
             raise ValueError(f"not a finite number: {value!r}")
-        if abs(value) >= FLOAT_EXACT_LIMIT_US:
-            raise NeedsExactTimes
-        return decimal_text_to_int(repr(value), 3)
+        if abs(value) >= _BEYOND_ANY_CLOCK_US:  # out of range whatever its text: no exact read
+            raise ValueError(f"timestamp beyond 64 bits ({value!r} us)")
+        raise NeedsExactTimes
     if t is int:
         return value * 1000
     if t is str:
@@ -268,6 +273,7 @@ class ChromeEvents:
         args_field = layout.enc.args
         heads = layout.enc.args_heads if plain_text else ()
         n_heads = len(heads)
+        n_short = min(n_heads, DEEP_FROM)  # longer args may nest too deep: looked at first
         ordinal = layout.ordinal
         buffers = self._buffers.get(origin)
         if buffers is None:
@@ -324,6 +330,7 @@ class ChromeEvents:
             else:
                 try:
                     start, length = self.to_ns(ts), self.to_ns(dur)
+                    checked_ns(start + length)  # an end no trace can hold: the duration is out of range
                 except NeedsExactTimes:
                     raise
                 except (ValueError, TypeError):
@@ -344,16 +351,27 @@ class ChromeEvents:
                 layout.note(name, origin, (pid, tid), start, length)
             args = e.args  # raw JSON text, joined as it is (no copy to bytes first)
             n = len(args)
-            if 2 < n < n_heads:
+            if 2 < n < n_short:
                 body = b"".join((body, heads[n], args))
             elif n > 2:
-                body += args_field(bytes(args))
+                args = self.bounded(args)
+                n = len(args)
+                body += b"".join((heads[n], args)) if n < n_heads else args_field(bytes(args))
             if e.bind_id is not None:
                 slice_ordinal = ordinal()
                 buf.append((start, -length, SLICE, slice_ordinal, body))
                 self._bind(e, origin, (pid, tid), start, slice_ordinal)
                 continue
             buf.append((start, -length, SLICE, ordinal(), body))
+
+    def bounded(self, args: Any) -> Any:
+        """Long args text with its values nested too deep replaced (as long), each counted."""
+        if type(args) is dict:
+            return args
+        text, cut = bounded_args(args)
+        if cut:
+            self.dropped[TOO_DEEP] += cut
+        return text
 
     def _new_points(self, origin: OriginKey, pid: Any, tid: Any) -> list:
         thread = (pid, tid)
@@ -436,7 +454,7 @@ class ChromeEvents:
             return
         thread = self._thread(e)
         self.threads_seen.add(thread)
-        body = self.layout.describe(_text(e.name), _text(e.cat), plain_args(e.args))
+        body = self.layout.describe(_text(e.name), _text(e.cat), plain_args(self.bounded(e.args)))
         self.layout.buffer(origin, thread).append((ts, 0, INSTANT, self.layout.ordinal(), body))
 
     def _add_begin(self, e: Any, origin: OriginKey) -> None:
@@ -447,7 +465,7 @@ class ChromeEvents:
             self.dropped["bind_id flow on a B event (only X slices bind flows here)"] += 1
         thread = self._thread(e)
         pending = self._pending.setdefault(thread, [])
-        pending.append((ts, len(pending), (origin, _text(e.name), _text(e.cat), plain_args(e.args))))
+        pending.append((ts, len(pending), (origin, _text(e.name), _text(e.cat), plain_args(self.bounded(e.args)))))
 
     def _add_end(self, e: Any) -> None:
         ts = self._ts(e)
@@ -455,7 +473,7 @@ class ChromeEvents:
             return
         thread = self._thread(e)
         pending = self._pending.setdefault(thread, [])
-        pending.append((ts, len(pending), plain_args(e.args)))
+        pending.append((ts, len(pending), plain_args(self.bounded(e.args))))
 
     def _pair_begin_end(self) -> None:
         """Match B and E events per thread in time order (file order breaks ties), as viewers do."""
@@ -503,7 +521,7 @@ class ChromeEvents:
         name = _text(e.name)
         if e.id is not None:
             name = f"{name} {e.id}"
-        return name, plain_args(e.args)
+        return name, plain_args(self.bounded(e.args))
 
     def _add_counter(self, e: Any, origin: OriginKey) -> None:
         ts = self._ts(e)
@@ -517,7 +535,9 @@ class ChromeEvents:
         for key, value in args.items():
             number = _counter_value(value)
             if number is None:
-                self.dropped[f"C event value that is not a number ({_json_kind(value)})"] += 1
+                number_text = type(value) is str and _NUMBER_TEXT.fullmatch(value)
+                kind = "beyond a double" if type(value) is int or number_text else _json_kind(value)
+                self.dropped[f"C event value that is not a number ({kind})"] += 1
                 continue
             self.layout.counter_sample(origin, thread, counter_series(name, key), ts, number)
             self.counter_threads.add(thread)
@@ -525,7 +545,7 @@ class ChromeEvents:
     def _add_metadata(self, e: Any) -> None:
         self.metadata_records += 1
         name = e.name
-        args = plain_args(e.args) or {}
+        args = plain_args(self.bounded(e.args)) or {}
         pid = _hashable(e.pid)
         if name == "process_name":
             self.process_names[pid] = _text(args.get("name"))
@@ -688,14 +708,25 @@ def _counter_value(value: Any) -> int | float | None:
     """A counter arg's value as a number: a number, or a number written as text (Perfetto draws
     those too); None for anything else."""
     t = type(value)
-    if t is int or t is float:
+    if t is float:
         return value
+    if t is int:
+        return value if -_INT64 <= value < _INT64 else _as_double(value)
     if t is str and _NUMBER_TEXT.fullmatch(value):
         number = float(value)
         if number != number or number in (float("inf"), float("-inf")):
             return None
-        return int(value) if value.lstrip("-").isdigit() else number
+        return _counter_value(int(value)) if value.lstrip("-").isdigit() else number
     return None
+
+
+def _as_double(value: int) -> float | None:
+    """An integer beyond int64 as the double a counter holds (both writers write it alike); None
+    beyond any double (10**400)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return None
 
 
 def _json_kind(value: Any) -> str:
@@ -741,7 +772,7 @@ def counter_series(name: str, key: str) -> str:
 
 def plain_args(args: Any) -> dict | None:
     """An event's args as a dict of plain values (raw JSON text decoded)."""
-    if type(args) is msgspec.Raw:
+    if type(args) is msgspec.Raw or type(args) is bytes:
         args = msgspec.json.decode(args) if args else None
     return args if type(args) is dict and args else None
 

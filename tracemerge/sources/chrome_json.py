@@ -52,6 +52,9 @@ def read(path: Path, layout: FileLayout) -> SourceData:
             clock, origin = KINETO_BASE, checked_ns(base)
         except ValueError as exc:
             raise InputError(path, f"baseTimeNanoseconds: {exc}") from None
+    elif "baseTimeNanoseconds" in meta:  # "12abc", 1.7e18 (no ns in a float), a list: said, not used
+        kind = {str: "text", float: "a float", list: "an array", dict: "an object"}.get(type(base), "null or a bool")
+        reader.dropped[f"baseTimeNanoseconds that is not an integer of ns ({kind}): the file is placed without it"] += 1
     return SourceData(
         path=path,
         format=NAME,

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from tracemerge.bounds import DEEP_FROM, TOO_DEEP, cut_deep
 from tracemerge.errors import InputError, NotATrace, shown
 from tracemerge.layouts import host_from_name
 from tracemerge.sources.base import HEAD_BYTES, read_head
@@ -68,10 +69,16 @@ def _long_first_object(path: Path, size: int, mtime_ns: int) -> dict | None:
         return None
 
 
+# Where a line's args object is: the line's object is level 1.
+_LINE_ARGS = 2
+
+
 def _first_object(head: bytes) -> dict | None:
     for line in head.split(b"\n")[:50]:
         if not line.strip():
             continue
+        if len(line) >= DEEP_FROM:
+            line = cut_deep(line, _LINE_ARGS)[0]
         try:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError:
@@ -93,12 +100,16 @@ class JsonLines:
         self.count = 0  # non-blank lines met so far
         self.bad = 0  # lines that are not JSON
         self.first_bad = 0  # the number of the first of them
+        self.deep = 0  # values nested too deep, replaced (tracemerge.bounds)
 
     def __iter__(self) -> Iterator[tuple[bytes, Any]]:
         for lineno, line in enumerate(self.data.split(b"\n"), 1):
             if not line.strip():
                 continue
             self.count += 1
+            if len(line) >= DEEP_FROM:  # a line this long may nest too deep for any decoder
+                line, where = cut_deep(line, _LINE_ARGS)
+                self.deep += len(where)
             try:
                 obj = orjson.loads(line)
             except orjson.JSONDecodeError:
@@ -116,6 +127,8 @@ class JsonLines:
             raise NotATrace(path, "no line is valid JSON", where=str(self.first_bad))
         if self.bad:
             dropped[f"invalid JSON line (first at line {self.first_bad})"] += self.bad
+        if self.deep:
+            dropped[TOO_DEEP] += self.deep
 
 
 def _as_python_reads(line: bytes) -> tuple[bytes, Any] | None:

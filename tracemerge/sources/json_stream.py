@@ -27,12 +27,13 @@ import json
 import re
 import zlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from tracemerge.bounds import TOO_DEEP, cut_deep_or_fail
 from tracemerge.errors import InputError, NotATrace, shown
 from tracemerge.sources.base import GZIP_MAGIC, UTF8_BOM
 from tracemerge.units import plain_json
@@ -52,6 +53,8 @@ _ESCAPES = re.compile(
     rb"\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|\\u[dD][89a-fA-F][0-9a-fA-F]{2}"
 )
 _MENDS = 16  # trailing commas mended in the file's last bytes before giving up on them
+# Where an event's args object is in a batch's text: the array 1, the event 2, its args 3.
+_ARGS_LEVEL = 3
 
 
 class _ArrayEnds(Exception):
@@ -176,12 +179,24 @@ class EventStream:
         # For line:col of a problem: how many bytes of text were consumed before the current
         # buffer (lines are counted only when a place is named, by reading the text again).
         self._consumed = span[0] if span else 0
+        # Where values nested too deep to decode were replaced (see tracemerge.bounds), as offsets
+        # in the text: a batch decoded again counts them once.
+        self._cuts: set[int] = set()
 
     def batches(self) -> Iterator[list]:
         try:
             yield from self._batches()
         except Damage as exc:
             self.damage = exc
+        if self._cuts:
+            self.notes[TOO_DEEP] += len(self._cuts)
+
+    def _cut(self, doc: bytes, level: int, at: int = -1) -> bytes:
+        """``doc`` (its byte 0 at ``buf[at]``; -1: the ``[`` added before the buffer) with its values
+        nested too deep replaced, and where noted; RecursionError again when none is."""
+        doc, where = cut_deep_or_fail(doc, level, with_places=True)
+        self._cuts.update(self._consumed + at + w for w in where)
+        return doc
 
     def _batches(self) -> Iterator[list]:
         start, stop = self.span or (0, None)
@@ -263,7 +278,10 @@ class EventStream:
 
     def _read_object(self, text: bytes, buf: bytes, at: int) -> None:
         try:
-            value = msgspec.json.decode(text)
+            try:
+                value = msgspec.json.decode(text)
+            except RecursionError:
+                value = msgspec.json.decode(self._cut(text, 1, at))
         except msgspec.DecodeError as exc:
             raise InputError(
                 self.path, f"invalid JSON ({_reason(exc)})", self._where(buf, at + _pos(exc, text))
@@ -297,7 +315,7 @@ class EventStream:
     def _finish(self, buf: bytes, rest: Iterator[bytes]) -> Iterator[list]:
         """The rest of the array, its ``]`` and the keys after it: ``buf`` then the blocks
         ``rest`` still holds (none when ``buf`` is the file's last bytes)."""
-        found = _closed_array(b"[" + buf)
+        found = _closed_array(b"[" + buf, self._cut)
         if found is None:
             yield from self._unclosed(buf)
             return
@@ -365,6 +383,13 @@ class EventStream:
         raise Damage(f"invalid JSON ({reason})", self._where(buf, pos - 1))
 
     def _decode(self, doc: bytes) -> list:
+        """The events of ``doc`` (``[`` then a run of the buffer's events, ``]``)."""
+        try:
+            return self._decode_as_is(doc)
+        except RecursionError:  # a value nested beyond what any decoder follows: that value goes
+            return self._decode_as_is(self._cut(doc, _ARGS_LEVEL))
+
+    def _decode_as_is(self, doc: bytes) -> list:
         self.plain_text = plain_json(doc)
         self.bind_ids = b'"bind_id"' in doc
         try:
@@ -460,9 +485,16 @@ class EventStream:
             return self._tail_damage(buf, at, "expected ',' or '}' after the event array")
         doc = b"{" + text[1:]  # the same offsets as text
         try:
-            value = msgspec.json.decode(doc)
+            try:
+                value = msgspec.json.decode(doc)
+            except RecursionError:
+                doc = self._cut(doc, 1, at)
+                value = msgspec.json.decode(doc)
         except msgspec.DecodeError as exc:
-            return self._partial_tail(buf, at, doc, exc, rest)
+            try:
+                return self._partial_tail(buf, at, doc, exc, rest)
+            except RecursionError:
+                return self._partial_tail(buf, at, self._cut(doc, 1, at), exc, rest)
         self.meta.update(value)
         return self._trailing(buf, len(buf), rest)
 
@@ -584,13 +616,17 @@ def _without_lone_surrogates(doc: bytes) -> bytes:
     return mended if lone else doc
 
 
-def _closed_array(doc: bytes) -> tuple[bytes, int] | None:
+def _closed_array(doc: bytes, cut: Callable[[bytes, int], bytes] | None = None) -> tuple[bytes, int] | None:
     """``doc`` (``[`` then the file's last bytes), mended where that loses nothing (lone
-    surrogates, trailing commas), and the end of the array it opens; None if it never closes."""
+    surrogates, trailing commas, with ``cut`` values nested too deep), and the end of the array it
+    opens; None if it never closes."""
     surrogates = True
     for _ in range(_MENDS):
         try:
             _ELEMENTS.decode(doc)
+        except RecursionError:
+            doc = (cut or cut_deep_or_fail)(doc, _ARGS_LEVEL)
+            continue
         except msgspec.DecodeError as exc:
             text = str(exc)
             if "trailing characters" in text:
@@ -609,7 +645,10 @@ def _closed_array(doc: bytes) -> tuple[bytes, int] | None:
             break
         else:
             return doc, len(doc.rstrip(_WS))
-    return _python_end(doc)
+    try:
+        return _python_end(doc)
+    except RecursionError:
+        return _python_end((cut or cut_deep_or_fail)(doc, _ARGS_LEVEL))
 
 
 def _python_end(doc: bytes) -> tuple[bytes, int] | None:

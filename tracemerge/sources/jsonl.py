@@ -186,7 +186,7 @@ def _span_times(line: bytes) -> tuple[int, int | None]:
         if end_key and times.get(end_key) is not None:
             return start, to_ns(times[end_key])
         if times.get(duration_key) is not None:
-            return start, start + to_ns(times[duration_key])
+            return start, checked_ns(start + to_ns(times[duration_key]))
         return start, None
     raise ValueError("no start time")
 

@@ -32,7 +32,7 @@ from tracemerge.model import UNIX_EPOCH, SourceData
 from tracemerge.sources.base import SourceFormat, read_bytes
 from tracemerge.sources.common import JsonLines, first_json_object
 from tracemerge.sources.metric_series import COUNTER, GAUGE, THREADS, MetricWriter, Series, untyped_kind
-from tracemerge.units import decimal_text_to_int, seconds_to_ns
+from tracemerge.units import NS_MAX, NS_MIN, checked_ns, decimal_text_to_int, seconds_to_ns
 
 NAME = "prometheus-text"
 SNAPSHOTS_NAME = "prometheus-snapshots"
@@ -74,7 +74,7 @@ def parse_snapshot(
                 continue
             when = ts_ns if sample.timestamp is None else _sample_time(sample.timestamp)
             if when is None:
-                dropped[NO_TIME] += 1
+                dropped[NO_TIME if sample.timestamp is None else "metric sample with unreadable time"] += 1
                 continue
             labels = dict(sample.labels)
             if instance and "instance" not in labels:
@@ -99,11 +99,21 @@ def _families(text: str, dropped: Counter[str], first_line: int) -> list:
         try:
             families.extend(page.parse(page.block_text(len(read))))
         except ValueError as exc:  # what came before the bad line's family is in ``families``
-            why = str(exc)[:80] or type(exc).__name__
+            why = _why(exc)
             if bad == _MAX_BAD_LINES:
                 dropped[f"{UNREADABLE}{REST_LOST} ({why})"] += 1
                 read.append(families)
                 break
+            # Every line the parser gives up on alone goes at once (a block parsed again per bad line,
+            # or a bisection over the page per bad line, would cost the page's length each time).
+            lone = _lone_bad_lines(page, len(read))[: _MAX_BAD_LINES - bad]
+            if lone:
+                first_bad = first_bad or f"first at line {page.numbers[lone[0][0]]}: {lone[0][1]}"
+                bad += len(lone)
+                del read[page.block_of(lone[0][0]) :]
+                for at, _ in reversed(lone):
+                    page.remove(at)
+                continue
             at = _first_bad_line(page, len(read))
             first_bad = first_bad or f"first at line {page.numbers[at]}: {why}"
             bad += 1
@@ -142,6 +152,19 @@ class _Page:
         del self.lines[line], self.numbers[line]
         self.starts[later:] = [start - 1 for start in self.starts[later:]]
 
+    def fails_alone(self, lo: int, hi: int) -> str | None:
+        """Why the parser gives up on the lines ``lo``..``hi`` read on their own (None: it does not)."""
+        lines = self.lines[lo:hi]
+        text = "\n".join(lines)
+        if self.openmetrics and lines[-1].strip() != "# EOF":
+            text += "\n# EOF"
+        try:
+            for _ in self.parse(text + "\n"):
+                pass
+        except ValueError as exc:
+            return _why(exc)
+        return None
+
     def fails(self, block: int, count: int) -> bool:
         """Whether the parser gives up on the lines of ``block`` among the page's first ``count``."""
         lines = self.lines[self.starts[block] : count]
@@ -163,6 +186,34 @@ def _parser(openmetrics: bool) -> Callable[[str], Iterator]:
     else:
         from prometheus_client.parser import text_string_to_metric_families
     return text_string_to_metric_families
+
+
+def _why(exc: ValueError) -> str:
+    return str(exc)[:80] or type(exc).__name__
+
+
+# Lines of a block that fails read together, a run at a time: a run that reads is passed over
+# whole, a run that does not is read a line at a time.
+_RUN = 64
+
+
+def _lone_bad_lines(page: _Page, block: int) -> list[tuple[int, str]]:
+    """The lines of ``block`` the parser gives up on read alone, and why, in order: linear in the
+    block's length. (The text format's every check is of one line; OpenMetrics' checks of a family
+    as a whole are left to :func:`_first_bad_line`.)"""
+    lo = page.starts[block]
+    hi = page.starts[block + 1] if block + 1 < len(page.starts) else len(page.lines)
+    found = []
+    for start in range(lo, hi, _RUN):
+        end = min(start + _RUN, hi)
+        if page.fails_alone(start, end) is None:
+            continue
+        for n in range(start, end):
+            if page.lines[n].strip() or page.openmetrics:
+                why = page.fails_alone(n, n + 1)
+                if why is not None:
+                    found.append((n, why))
+    return found
 
 
 def _first_bad_line(page: _Page, failing: int) -> int:
@@ -233,9 +284,10 @@ def _kind(family_type: str, sample: str) -> str:
 
 
 def _sample_time(value: Any) -> int | None:
-    if hasattr(value, "nsec"):  # OpenMetrics' Timestamp: seconds and nanoseconds, exact
-        return value.sec * 1_000_000_000 + value.nsec
+    """A sample's own time in ns; None when it is no time a trace can hold (1e17 s, -1e17 s)."""
     try:
+        if hasattr(value, "nsec"):  # OpenMetrics' Timestamp: seconds and nanoseconds, exact
+            return checked_ns(value.sec * 1_000_000_000 + value.nsec)
         return seconds_to_ns(value)
     except (TypeError, ValueError):
         return None
@@ -289,15 +341,28 @@ def _scrape(path: Path, data: bytes) -> tuple[str, int | None, str | None, int]:
     if first.startswith(SCRAPE_HEADER):
         fields = dict(_HEADER_FIELD.findall(first))
         text, first_line = rest, 2  # ours, not the page's (OpenMetrics allows no other comments)
-    when = int(fields["time_unix_ns"]) if fields.get("time_unix_ns", "").isdigit() else _name_time(path)
+    when = _header_time(path, fields["time_unix_ns"]) if "time_unix_ns" in fields else _name_time(path)
     url = fields.get("url")
     return text, when, instance_of(url) if url else None, first_line
+
+
+def _header_time(path: Path, text: str) -> int | None:
+    """The scrape time our header gives; InputError when it is a number no trace can hold."""
+    if not text.isdigit():
+        return _name_time(path)
+    ns = int(text) if len(text) <= 20 else NS_MAX
+    if not NS_MIN < ns < NS_MAX:
+        raise InputError(path, f"scrape time out of range (time_unix_ns={text[:40]})")
+    return ns
 
 
 def _name_time(path: Path) -> int | None:
     found = _NAME_TIME.match(path.name)
     digits = _NAME_TIME_DIGITS.get(len(found.group(1))) if found else None
-    return None if digits is None else decimal_text_to_int(found.group(0).rstrip("."), digits)
+    if digits is None:
+        return None
+    ns = decimal_text_to_int(found.group(0).rstrip("."), digits)
+    return ns if NS_MIN < ns < NS_MAX else None
 
 
 def _next_scrape(path: Path) -> Path | None:
@@ -373,7 +438,8 @@ def snapshots_claim(path: Path, head: bytes) -> bool:
 
 def _snapshot_time(obj: dict) -> int | None:
     if type(obj.get("time_unix_ns")) is int:
-        return obj["time_unix_ns"]
+        ns = obj["time_unix_ns"]
+        return ns if NS_MIN < ns < NS_MAX else None
     value = obj.get("ts", obj.get("time", obj.get("timestamp")))
     return None if value is None or type(value) is bool else _sample_time(value)
 

@@ -61,12 +61,20 @@ def read(path: Path, layout: FileLayout) -> SourceData:
             continue
         found = values.setdefault(step, {})
         for key, value in _scalars(obj).items():
-            if type(value) in (int, float) and math.isfinite(value):
+            if type(value) in (int, float) and _finite(value):
                 found[str(key)] = value
             else:
                 dropped["tracker value that is not a finite number (not drawn)"] += 1
     lines.account(path, dropped)
     return SourceData(path=path, format=NAME, clock=None, threads={}, dropped=dropped, step_values=values)
+
+
+def _finite(value: float) -> bool:
+    """Whether a number is finite as a double (an integer beyond any double is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 TRACKER_SCALARS = SourceFormat(NAME, claims, read)

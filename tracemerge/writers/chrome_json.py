@@ -22,6 +22,7 @@ import orjson
 from tracemerge.layout import Items
 from tracemerge.model import FlowPhase
 from tracemerge.plan import CLOCK_NOTE, SUMMARY_NOTE, CounterTrack, MergePlan, ThreadTrack
+from tracemerge.report import json_bytes
 
 _OPTS = orjson.OPT_NON_STR_KEYS
 
@@ -121,7 +122,7 @@ class UnitEncoder:
 
 def _meta(name: str, pid: int, tid: int | None, args: dict) -> bytes:
     tid_part = b',"tid":%d' % tid if tid is not None else b""
-    return b'{"ph":"M","name":%s,"pid":%d%s,"args":%s}' % (orjson.dumps(name), pid, tid_part, orjson.dumps(args))
+    return b'{"ph":"M","name":%s,"pid":%d%s,"args":%s}' % (orjson.dumps(name), pid, tid_part, json_bytes(args, False))
 
 
 def _note(pid: int, ts: int, name: str, args: dict) -> bytes:
@@ -130,7 +131,7 @@ def _note(pid: int, ts: int, name: str, args: dict) -> bytes:
         pid,
         _us(ts),
         orjson.dumps(name),
-        orjson.dumps(args),
+        json_bytes(args, indent=False),
     )
 
 

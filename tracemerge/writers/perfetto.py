@@ -18,6 +18,7 @@ from tracemerge.entries import byte_table, gathered, interleaved
 from tracemerge.layout import Items
 from tracemerge.model import FlowPhase
 from tracemerge.plan import CLOCK_NOTE, SUMMARY_NOTE, CounterTrack, MergePlan, ThreadTrack, UnitPlan, stable_id
+from tracemerge.report import json_bytes
 from tracemerge.units import plain_json
 from tracemerge.writers import perfetto_trace_pb2 as pb
 
@@ -150,6 +151,7 @@ class UnitEncoder:
         self.times: list[int] = []
         self.events: list[bytes] = []
         self._tails: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._last_tails: tuple[list, tuple[int, int | None], tuple] | None = None
 
     batch = 1 << 14
 
@@ -235,6 +237,9 @@ class UnitEncoder:
     def _tail_table(self, tracks: list[ThreadTrack]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """What follows an event's body, per track: after a BEGIN's, an instant's, and the whole
         END event (at 3 * lane + 0, 1, 2): its bytes, where each begins and how long it is."""
+        last = self._last_tails
+        if last is not None and last[0] is tracks and last[1] == (len(tracks), self.default_uuid):
+            return last[2]  # the same thread's tracks again: not keyed again (a thread may have many lanes)
         key = (self.default_uuid, *(track.uuid for track in tracks))
         found = self._tails.get(key)
         if found is None:
@@ -243,6 +248,7 @@ class UnitEncoder:
                 field = b"" if track.uuid == self.default_uuid else _K_TRACK_UUID + _varint(track.uuid)
                 tails += [field + _TYPE[_BEGIN], field + _TYPE[_INSTANT], _TYPE[_END] + field]
             found = self._tails[key] = byte_table(tails)
+        self._last_tails = (tracks, (len(tracks), self.default_uuid), found)
         return found
 
     def ends(self, tracks: list[ThreadTrack], lanes: np.ndarray, stamps: np.ndarray) -> None:
@@ -388,18 +394,29 @@ def prologue(unit: UnitPlan, local_min: int) -> bytes:
     clock), whose trace time is ``local_min + unit.shift_ns``.
     """
     snap = pb.TracePacket(trusted_packet_sequence_id=unit.sequence_id)
-    snap.clock_snapshot.clocks.add(clock_id=SEQUENCE_CLOCK, timestamp=0)
-    snap.clock_snapshot.clocks.add(clock_id=pb.BUILTIN_CLOCK_BOOTTIME, timestamp=local_min + unit.shift_ns)
+    own, trace = _unsigned_pair(0, local_min + unit.shift_ns)
+    snap.clock_snapshot.clocks.add(clock_id=SEQUENCE_CLOCK, timestamp=own)
+    snap.clock_snapshot.clocks.add(clock_id=pb.BUILTIN_CLOCK_BOOTTIME, timestamp=trace)
     return _packet(snap.SerializeToString())
+
+
+def _unsigned_pair(a: int, b: int) -> tuple[int, int]:
+    """Two clocks' readings at one moment, ``a`` and ``b``, moved together to where neither is
+    negative (the same pair of clocks: a snapshot may hold any moment)."""
+    low = min(a, b, 0)
+    return a - low, b - low
 
 
 def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> None:
     """The clock snapshot and every track descriptor, before any event that uses them."""
     seq = DESCRIPTOR_SEQUENCE
     if plan.wall_clock:
+        # A time base before 1970 (an epoch clock that wrote a negative time) is placed by the
+        # trace time at which the wall clock reads 0: a snapshot's times are unsigned.
+        trace, wall = _unsigned_pair(0, plan.base_ns)
         snap = pb.TracePacket(timestamp=0, trusted_packet_sequence_id=seq)
-        snap.clock_snapshot.clocks.add(clock_id=pb.BUILTIN_CLOCK_BOOTTIME, timestamp=0)
-        snap.clock_snapshot.clocks.add(clock_id=pb.BUILTIN_CLOCK_REALTIME, timestamp=plan.base_ns)
+        snap.clock_snapshot.clocks.add(clock_id=pb.BUILTIN_CLOCK_BOOTTIME, timestamp=trace)
+        snap.clock_snapshot.clocks.add(clock_id=pb.BUILTIN_CLOCK_REALTIME, timestamp=wall)
         write_packet(out, snap)
     # The root descriptor (uuid 0) asks v57+ UIs to order processes and threads by their
     # sibling_order_rank (role, then rank) instead of by slice count; older ones ignore it.
@@ -478,10 +495,10 @@ def _note(ts: int, track: int, name: str, args: dict) -> pb.TracePacket:
     event.categories.append("tracemerge")
     for key, value in args.items():
         annotation = event.debug_annotations.add(name=key)
-        if type(value) is int:
+        if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:
             annotation.int_value = value
         elif type(value) is dict:
-            annotation.legacy_json_value = orjson.dumps(value).decode()
+            annotation.legacy_json_value = json_bytes(value, indent=False).decode()
         else:
             annotation.string_value = str(value)
     return pkt
