@@ -16,6 +16,7 @@ from conftest import FIXTURES
 from readback import read_pftrace
 
 from tracemerge.bounds import MAX_DEPTH, TOO_DEEP, cut_deep
+from tracemerge.errors import FatalError
 from tracemerge.nesting import lanes, parents
 from tracemerge.pipeline import merge
 from tracemerge.sources.prometheus_text import parse_snapshot
@@ -255,6 +256,10 @@ def test_a_loop_of_symbolic_links_is_skipped_with_its_reason(tmp_path: Path) -> 
         f"{run / 'b.json'}: a loop of symbolic links: not read",
     ]
     assert report.written.slices == 80
+    loop = tmp_path / "loop.pftrace"
+    loop.symlink_to(loop)  # an output that names itself: refused in one line, as any link is
+    with pytest.raises(FatalError, match=r"loop\.pftrace: is a symbolic link; not replacing it"):
+        merge([run], loop)
 
 
 @pytest.mark.parametrize(("base", "kind"), [('"12abc"', "text"), ("1.7e18", "a float"), ("[1]", "an array")])

@@ -26,15 +26,15 @@ def check_output(out_path: Path, named: set[Path], force: bool, taken: Collectio
     """Refuse an output that would destroy something: an input (one of ``named``, resolved; unless
     ``force``), another output of the run (one of ``taken``, resolved: the --report), or anything
     that is not a regular file we may write (a device, a FIFO, a symlink, a read-only file)."""
-    if out_path.resolve() in taken:
-        raise FatalError(f"{shown(out_path)}: is another output of this run (the --report); not writing both to it")
-    if os.path.lexists(out_path):
+    if os.path.lexists(out_path):  # first: a link is not followed (one naming itself has no end)
         if out_path.is_symlink():
             raise FatalError(f"{shown(out_path)}: is a symbolic link; not replacing it (name the file itself)")
         if not out_path.is_file():
             raise FatalError(f"{shown(out_path)}: is not a regular file; not replacing it")
         if not out_path.stat().st_mode & 0o222:  # its mode, not access(): root may write anything
             raise FatalError(f"{shown(out_path)}: is read-only; not replacing it")
+    if out_path.resolve() in taken:
+        raise FatalError(f"{shown(out_path)}: is another output of this run (the --report); not writing both to it")
     if force:
         return
     if out_path.resolve() in named:
