@@ -248,3 +248,16 @@ def test_breakdown_of_nsys_export(tmp_path: Path) -> None:
                 row = found[(rank, int(text.partition("#")[2]))]
                 assert tuple(row[k] for k in parts) == _parts(a, b, compute, comm)
                 assert row["wait_ns"] == (40_000 if rank == 0 else 0)
+
+
+def test_a_step_number_captured_twice_keeps_both_rows(tmp_path: Path) -> None:
+    """Two captures of one rank both hold ProfilerStep#1: a row each, in time order."""
+    run = tmp_path / "run"
+    kineto_device(run / "a" / "rank0.pt.trace.json", 0, [(0, 1000)], [(GEMM, 7, 100, 300)])
+    kineto_device(run / "b" / "rank0.pt.trace.json", 0, [(5000, 6000)], [(GEMM, 7, 5100, 5600), (NCCL, 13, 5500, 5800)])
+    rows = _numbers(str(run))["breakdown"]
+    assert [(r["rank"], r["step"]) for r in rows] == [(0, 1), (0, 1)]
+    assert [(r["compute_ns"], r["communication_ns"], r["overlapped_ns"], r["free_ns"]) for r in rows] == [
+        (200 * US, 0, 0, 800 * US),
+        (500 * US, 200 * US, 100 * US, 300 * US),
+    ]

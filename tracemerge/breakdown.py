@@ -104,26 +104,28 @@ def step_breakdown(
 
 
 def waits(
-    steps: dict[int, dict[Identity, tuple[int, int]]], collectives: dict[Identity, list[tuple[int, int, str]]]
-) -> dict[tuple[Identity, int], int]:
-    """Per (process, step): the time from each of its collectives' start to the start of the
-    last process of its role to enter the same collective (the k-th of a kind starting in each
-    process's step window), summed over the step."""
-    out: dict[tuple[Identity, int], int] = {}
-    for step, windows in steps.items():
-        starts: dict[tuple, list[tuple[Identity, int]]] = defaultdict(list)
-        for ident, (lo, hi) in windows.items():
-            found = collectives.get(ident, [])
-            k = bisect.bisect_left(found, (lo,))
+    windows: dict[Identity, list[tuple[int, int, int]]], collectives: dict[Identity, list[tuple[int, int, str]]]
+) -> dict[Identity, list[int]]:
+    """Per process, per step window (``windows``: (step, start, end)), in order: the time from each
+    of its collectives' start to the start of the last process of its role to enter the same
+    collective (the k-th of a kind starting in each process's window of the step), summed. A step
+    number a process has twice (two captures) is matched to the others' by its order."""
+    out = {ident: [0] * len(found) for ident, found in windows.items()}
+    starts: dict[tuple, list[tuple[Identity, int, int]]] = defaultdict(list)
+    for ident, found in windows.items():
+        mine = collectives.get(ident, [])
+        seen_steps: dict[int, int] = defaultdict(int)
+        for w, (step, lo, hi) in enumerate(found):
+            k = bisect.bisect_left(mine, (lo,))
             seen: dict[str, int] = defaultdict(int)
-            while k < len(found) and found[k][0] < hi:
-                a, _, kind = found[k]
-                starts[(ident.role, kind, seen[kind])].append((ident, a))
+            while k < len(mine) and mine[k][0] < hi:
+                a, _, kind = mine[k]
+                starts[(step, seen_steps[step], ident.role, kind, seen[kind])].append((ident, w, a))
                 seen[kind] += 1
                 k += 1
-            out[(ident, step)] = 0
-        for members in starts.values():
-            last = max(a for _, a in members)
-            for ident, a in members:
-                out[(ident, step)] += last - a
+            seen_steps[step] += 1
+    for members in starts.values():
+        last = max(a for _, _, a in members)
+        for ident, w, a in members:
+            out[ident][w] += last - a
     return out

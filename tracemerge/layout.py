@@ -370,6 +370,7 @@ class FileLayout:
         for buf in self._buffers():
             buf.discard()
         self.marks.clear()
+        self._merged_sizes.clear()
 
     def _buffers(self) -> list[Any]:
         """Every buffer of the file: slices and instants, flow points, counter samples."""

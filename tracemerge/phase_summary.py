@@ -58,7 +58,7 @@ def _breakdown_rows(model: PhaseModel) -> list[dict]:
     """Each process's device time per step (:mod:`tracemerge.breakdown`), in role and rank order."""
     rows = []
     for ident in sorted(model.breakdown, key=lambda i: (role_sort_key(i.role), *order_key(i)[1:])):
-        for step, b in sorted(model.breakdown[ident].items()):
+        for step, b in model.breakdown[ident]:
             row = {"role": ident.role, "rank": ident.rank, "step": step, "wall_ns": b.wall}
             row.update({"compute_ns": b.compute, "communication_ns": b.communication})
             row.update({"overlapped_ns": b.overlapped, "free_ns": b.free, "wait_ns": b.wait})

@@ -106,7 +106,7 @@ class PhaseModel:
     span: tuple[int, int] | None = None  # the run's first and last event (aligned)
     active: dict[Identity, int] = field(default_factory=dict)  # per process: first to last event
     # Per process with device activity, per step: its device time (tracemerge.breakdown).
-    breakdown: dict[Identity, dict[int, Breakdown]] = field(default_factory=dict)
+    breakdown: dict[Identity, list[tuple[int, Breakdown]]] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -376,25 +376,19 @@ def _breakdown(
     processes: dict[Identity, ProcessPhases],
     devices: dict[Identity, dict[str, list[tuple[int, int]]]],
     collectives: dict[Identity, list[tuple[int, int, str]]],
-) -> dict[Identity, dict[int, Breakdown]]:
-    """Per process with device activity, per step: compute, exposed communication, overlap, free
-    time and wait (:mod:`tracemerge.breakdown`); linear in the spans once they are sorted."""
-    windows: dict[int, dict[Identity, tuple[int, int]]] = defaultdict(dict)
-    for ident, proc in processes.items():
-        if ident in devices:
-            for st in proc.steps:
-                windows[st.step][ident] = (st.start, st.end)
-    waited = waits(windows, {i: sorted(collectives.get(i, ())) for i in devices})
-    out: dict[Identity, dict[int, Breakdown]] = {}
-    for ident, proc in processes.items():
-        if ident not in devices:
-            continue
+) -> dict[Identity, list[tuple[int, Breakdown]]]:
+    """Per process with device activity, per step (in its order): compute, exposed communication,
+    overlap, free time and wait (:mod:`tracemerge.breakdown`); linear in the spans once sorted."""
+    windows = {i: [(st.step, st.start, st.end) for st in p.steps] for i, p in processes.items() if i in devices}
+    waited = waits(windows, {i: sorted(collectives.get(i, ())) for i in windows})
+    out: dict[Identity, list[tuple[int, Breakdown]]] = {}
+    for ident, found in windows.items():
         compute, comm = merged(devices[ident][DEVICE_COMPUTE]), merged(devices[ident][DEVICE_COMM])
         both = intersection(compute, comm)
-        mine = out[ident] = {}
-        for st in proc.steps:
-            found = step_breakdown((st.start, st.end), compute, comm, both)
-            mine[st.step] = replace(found, wait=waited.get((ident, st.step), 0))
+        out[ident] = [
+            (step, replace(step_breakdown((a, b), compute, comm, both), wait=wait))
+            for (step, a, b), wait in zip(found, waited[ident], strict=True)
+        ]
     return out
 
 
