@@ -24,6 +24,7 @@ runner = CliRunner()
 US = 1_000
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 GEMM = "volta_sgemm_128x64_tn"
+SEND_RECV = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"  # no clock evidence, still comm
 KINETO_US = 5_184_000_000_000  # a CUDA clock's µs (as the GPU fixture's): below 2**43
 
 # Rank 0 starts step 1 first and enters each all-reduce first; rank 1 starts step 1 200 µs late.
@@ -177,11 +178,12 @@ def test_breakdown_of_ascend_db_fixture() -> None:
 
 def test_breakdown_of_many_kernels(tmp_path: Path) -> None:
     """Enough events per batch, at times a float holds, for the columnar read; spans out of order
-    on several streams."""
+    on several streams; sends and receives (names cached, not watched) are communication."""
     kernels = []
     for k in range(600):
         a = (k * 7919) % 20_000
-        kernels.append((GEMM if k % 5 else NCCL, 7 + k % 3, a, a + 5 + (k * 31) % 90))
+        name = SEND_RECV if k % 7 == 3 else GEMM if k % 5 else NCCL
+        kernels.append((name, 7 + k % 3, a, a + 5 + (k * 31) % 90))
     path = kineto_device(
         tmp_path / "big" / "rank0.pt.trace.json", 0, [(0, 7000), (7000, 15_000), (15_000, 20_100)], kernels, KINETO_US
     )

@@ -250,7 +250,7 @@ def _breakdown_table(rows: list[dict]) -> str:
         worst = max(ranks, key=lambda k: (sum(r["communication_ns"] + r["free_ns"] for r in ranks[k]), -(k or 0)))
         found = ranks[worst]
         sums = [format_duration(round(statistics.fmean(r[f"{p}_ns"] for r in found))) for p in BREAKDOWN_PARTS]
-        table.append(("", "", f"worst: rank {worst}", *sums))
+        table.append(("", "", f"worst: rank {worst}" if worst is not None else "worst: (no rank)", *sums))
     title = "device time per rank and step: compute + communication (exposed) + free = wall; overlapped: compute"
     title += " during communication; wait: in collectives, for the last rank to enter"
     return "\n" + title + "\n" + format_table(table, left=frozenset({0, 2}))

@@ -10,6 +10,7 @@ Timestamps become integer nanoseconds of the file's own clock.
 from __future__ import annotations
 
 import itertools
+import operator
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -181,7 +182,7 @@ class ChromeEvents:
         # The ids of the cached prefixes of device categories' pairs (as of that many cached).
         self._device_prefixes: set[int] = set()
         self._device_prefixes_of = 0
-        self._activity_prefixes: set[int] = set()  # of those, device activity's
+        self._activity_prefixes: dict[int, bool] = {}  # of those, device activity's: whether communication
         self._head_sizes: np.ndarray | None = None
 
     def add_batch(
@@ -228,9 +229,11 @@ class ChromeEvents:
         cached = self.layout.prefixes
         if len(cached) > self._device_prefixes_of:  # the cache only grows: the pairs added since
             added = itertools.islice(cached.items(), self._device_prefixes_of, None)
-            added = [(cat, id(p)) for (_, cat), p in added if cat in DEVICE_CATEGORIES]
-            self._device_prefixes.update(p for _, p in added)
-            self._activity_prefixes.update(p for cat, p in added if cat in ACTIVITY_CATEGORIES)
+            added = [(name, cat, id(p)) for (name, cat), p in added if cat in DEVICE_CATEGORIES]
+            self._device_prefixes.update(p for _, _, p in added)
+            for name, cat, p in added:
+                if cat in ACTIVITY_CATEGORIES:
+                    self._activity_prefixes[p] = device_tag(name) == DEVICE_COMM
             self._device_prefixes_of = len(cached)
         if self._device_prefixes:
             contained = self._device_prefixes.__contains__
@@ -243,8 +246,10 @@ class ChromeEvents:
         Rows of watched names (never cached) are told by their name and category."""
         compute = comm = None
         if self._activity_prefixes:
-            contained = self._activity_prefixes.__contains__
-            compute = np.fromiter(map(contained, map(id, prefixes)), bool, len(prefixes))
+            kinds = list(map(self._activity_prefixes.get, map(id, prefixes)))  # None: not activity
+            compute = np.fromiter(map(operator.is_, kinds, itertools.repeat(False)), bool, len(kinds))
+            if True in kinds:  # communication not watched as evidence (a send or receive)
+                comm = np.fromiter(map(operator.is_, kinds, itertools.repeat(True)), bool, len(kinds))
         if watched is not None and watched.any():
             for row in np.flatnonzero(watched).tolist():
                 if xs[row].cat in ACTIVITY_CATEGORIES:
