@@ -263,3 +263,24 @@ def test_a_step_number_captured_twice_keeps_both_rows(tmp_path: Path) -> None:
         (200 * US, 0, 0, 800 * US),
         (500 * US, 200 * US, 100 * US, 300 * US),
     ]
+
+
+def test_worst_rank_device_time_on_the_pipeline(tmp_path: Path) -> None:
+    """The worst rank (most exposed communication and free time: rank 0) has a slice per step in
+    the Pipeline group, over the step, named by its shares, with the numbers as args."""
+    out = tmp_path / "merged.json"
+    result = runner.invoke(cli.app, ["merge", str(_run(tmp_path)), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    events = json.loads(out.read_text())["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
+    found = sorted((e for e in events if e.get("cat") == "tracemerge.device"), key=lambda e: e["ts"])
+    assert {names[e["tid"]] for e in found} == {"(no role) device time · worst: rank 0"}
+    assert [(e["name"], e["ts"], e["dur"]) for e in found] == [
+        ("compute 50% · communication 25% · free 25%", 0.0, 1000.0),
+        ("compute 20% · communication 20% · free 60%", 1000.0, 1000.0),
+    ]
+    parts = ("wall_ns", "compute_ns", "communication_ns", "overlapped_ns", "free_ns", "wait_ns")
+    assert [tuple(e["args"][p] for p in parts) for e in found] == [
+        tuple(v * US for v in EXPECTED[(0, step)]) for step in (1, 2)
+    ]
+    assert [(e["args"]["step"], e["args"]["rank"]) for e in found] == [(1, 0), (2, 0)]

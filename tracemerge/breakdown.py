@@ -129,3 +129,17 @@ def waits(
         for ident, w, a in members:
             out[ident][w] += last - a
     return out
+
+
+def worst(by_process: dict[Identity, list[tuple[int, Breakdown]]]) -> dict[str, Identity]:
+    """Per role of two ranks or more, its worst rank: the one with the most exposed communication
+    and free time over its steps (the lowest rank on a tie)."""
+    roles: dict[str, list[Identity]] = defaultdict(list)
+    for ident in by_process:
+        roles[ident.role].append(ident)
+    out = {}
+    for role, found in roles.items():
+        if len(found) > 1:
+            lost = {i: sum(b.communication + b.free for _, b in by_process[i]) for i in found}
+            out[role] = min(found, key=lambda i: (-lost[i], -1 if i.rank is None else i.rank, i.tag))
+    return out

@@ -16,6 +16,7 @@ import bisect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from tracemerge.breakdown import worst
 from tracemerge.critical import FOREVER, Holdup, order_key
 from tracemerge.model import Event, Identity, Kind, ThreadInfo
 from tracemerge.phases import IDLE, PhaseModel, PipelineSlice
@@ -25,6 +26,7 @@ PHASES_THREAD: tuple = ("phases",)
 STEPS_THREAD: tuple = ("steps",)
 SCALARS_THREAD: tuple = ("scalars",)
 UNALIGNED_THREAD: tuple = ("unaligned",)
+DEVICE_CAT = "tracemerge.device"
 # Categories of what tracemerge derives (never an input's): "tracemerge*".
 PHASE_CAT, STEP_CAT, WARNING_CAT = "tracemerge.phase", "tracemerge.step", "tracemerge.warning"
 CUT_AT_MOST = 100  # a role's phase slice is cut to nest in a row by at most 1/100 of its length
@@ -67,9 +69,29 @@ def track_infos(model: PhaseModel, role_order: Callable[[str], tuple]) -> dict[I
             for n in range(len(rows)):
                 info = ThreadInfo(name if n == 0 else f"{name} · {n + 1}", (0, role_order(role), role, n))
                 group[role_thread(role, n)] = info
+        for role, ident in sorted(worst(model.breakdown).items(), key=lambda kv: role_order(kv[0])):
+            title = f"{role or '(no role)'} device time · worst: {ident.label}"
+            group[device_thread(role)] = ThreadInfo(title, (1, role_order(role), role, 0))
     if group:
         out[PIPELINE] = group
     return out
+
+
+def device_thread(role: str) -> tuple:
+    return ("device", role)
+
+
+def _device_events(model: PhaseModel) -> Iterator[Event]:
+    """Per role of several ranks, its worst rank's device time (:mod:`tracemerge.breakdown`): a
+    slice over each of its steps, named by the shares, the numbers as args."""
+    for role, ident in worst(model.breakdown).items():
+        for st, (step, b) in zip(model.processes[ident].steps, model.breakdown[ident], strict=True):
+            shares = [(part, getattr(b, part)) for part in ("compute", "communication", "free")]
+            name = " · ".join(f"{part} {100 * ns / b.wall:.0f}%" if b.wall else f"{part} 0%" for part, ns in shares)
+            args = {"step": step, "rank": ident.rank, "process": ident.label, "wall_ns": b.wall}
+            args.update({"compute_ns": b.compute, "communication_ns": b.communication})
+            args.update({"overlapped_ns": b.overlapped, "free_ns": b.free, "wait_ns": b.wait})
+            yield Event(Kind.SLICE, st.start, device_thread(role), name, DEVICE_CAT, b.wall, args, PIPELINE)
 
 
 def scalar_series(model: PhaseModel) -> dict[Identity, dict[tuple, str]]:
@@ -91,6 +113,7 @@ def events(model: PhaseModel) -> Iterator[Event]:
     if not model.processes:
         return
     yield from _step_events(model)
+    yield from _device_events(model)
     for role, rows in role_rows(model).items():
         for n, row in enumerate(rows):
             for p, a, b in row.placed:
