@@ -11,6 +11,10 @@ Three kinds of events are noted (as marks ``(start, end)`` under a tag), never r
 * session spans: AReaL perf-tracer spans that name a ``session_id``, and the session records
   that give the same sessions' wall-clock times (tag ``"session <id> <name>"``).
 
+Device activity is noted too, as a union of spans per device thread rather than every event
+(:func:`tracemerge.breakdown.add_span`): kernels, copies and sets under ``"device compute"``, a
+collective's device work under ``"device comm"`` (:mod:`tracemerge.breakdown`).
+
 :mod:`tracemerge.clock` relates the files' clocks from these marks. Phase rules
 (:mod:`tracemerge.phase_rules`) add ``"phase <preset>\t<phase>"`` and ``"step <preset>\t<step>"``
 marks for :mod:`tracemerge.phases` to derive each RL step's phases from.
