@@ -11,7 +11,6 @@ names. Nothing else in the pipeline knows which executor runs. The Ray one lives
 from __future__ import annotations
 
 import os
-import signal
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import suppress
@@ -22,6 +21,7 @@ from typing import Protocol
 from tracemerge.discover import Discovery, discover
 from tracemerge.errors import FatalError
 from tracemerge.filework import FileJob, FileOutcome, process_file
+from tracemerge.worker_signals import worker_signals
 
 # With jobs=0 (automatic), inputs smaller than this are merged in-process: a pool costs more than it saves.
 PARALLEL_MIN_BYTES = 16 << 20
@@ -99,14 +99,6 @@ class ProcessExecutor(SerialExecutor):
         for process in processes:
             process.join(5)
         pool.shutdown(wait=True, cancel_futures=True)
-
-
-def worker_signals() -> None:
-    """A worker process leaves stopping to its parent, which ends it (SIGTERM ends it at once,
-    without the handlers it inherited; Ctrl+C on the terminal reaches the parent alone)."""
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def local_executor(jobs: int) -> Executor:

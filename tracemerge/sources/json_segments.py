@@ -28,6 +28,7 @@ from tracemerge.layout import FileLayout, PlaceholderEncoder
 from tracemerge.sources.base import GZIP_MAGIC, UTF8_BOM
 from tracemerge.sources.chrome_events import ChromeEvents, NeedsExactTimes
 from tracemerge.sources.json_stream import EVENT_BOUNDARY, Damage, EventStream, SegmentCut
+from tracemerge.worker_signals import worker_signals
 
 # A part holds at least this many bytes.
 PART_MIN = 64 << 20
@@ -86,7 +87,6 @@ def read_in_parts(
     found = spans(path, helpers + 1)
     if found is None:
         return None
-    from tracemerge.executors import worker_signals  # (the executors import the sources)
 
     layout = reader.layout
     recipe = layout.part_recipe(path)

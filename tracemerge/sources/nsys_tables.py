@@ -28,7 +28,7 @@ import re
 import sqlite3
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -36,8 +36,16 @@ from tracemerge.errors import shown
 from tracemerge.layout import FileLayout
 from tracemerge.model import FlowPhase, OriginKey, ThreadKey
 
-if TYPE_CHECKING:
-    from tracemerge.sources.nsys_db import Placement
+
+class Placement(Protocol):
+    """Where an export's events go (``nsys_db.Placement``): what the table readers ask of it."""
+
+    contexts: dict[tuple[int, Any], int]  # (pid, CUDA context) -> its GPU
+
+    def origin(self, pid: int | None) -> OriginKey: ...
+
+    def device_origin(self, device: Any) -> OriginKey: ...
+
 
 NVTX, RUNTIME = "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME"
 KERNEL, MEMCPY, MEMSET = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
