@@ -272,9 +272,11 @@ def test_worst_rank_device_time_on_the_pipeline(tmp_path: Path) -> None:
     result = runner.invoke(cli.app, ["merge", str(_run(tmp_path)), "-o", str(out)])
     assert result.exit_code == 0, result.output
     events = json.loads(out.read_text())["traceEvents"]
-    names = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
+    names = {
+        (e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"
+    }
     found = sorted((e for e in events if e.get("cat") == "tracemerge.device"), key=lambda e: e["ts"])
-    assert {names[e["tid"]] for e in found} == {"(no role) device time · worst: rank 0"}
+    assert {names[(e["pid"], e["tid"])] for e in found} == {"(no role) device time · worst: rank 0"}
     assert [(e["name"], e["ts"], e["dur"]) for e in found] == [
         ("compute 50% · communication 25% · free 25%", 0.0, 1000.0),
         ("compute 20% · communication 20% · free 60%", 1000.0, 1000.0),

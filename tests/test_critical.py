@@ -54,6 +54,28 @@ HELD_UP = [
 ALL_REDUCES = [(0, 50, 80), (1, 60, 80), (2, 75, 80), (0, 120, 140), (1, 135, 140), (2, 122, 140)]
 
 
+# The critical path of the held-up run (tracemerge.critical_path): (step, rank, phase, start ms,
+# end ms, bound by). Step 0 ends on rank 2 (99), which entered the all_reduce last and began the
+# step 30 ms after the others; step 1 ends on rank 0 (150, the first of those ending last), which
+# waited from 135 in the all_reduce for rank 1: the walk goes on on rank 1 from its entry.
+CRITICAL_PATH = [
+    (0, 2, "idle", 0, 30, "idle"),
+    (0, 2, "generate", 30, 70, "host"),
+    (0, 2, "update_actor", 70, 75, "host"),
+    (0, 2, "update_actor", 75, 80, "communication"),
+    (0, 2, "update_actor", 80, 98, "host"),
+    (0, 2, "idle", 98, 99, "idle"),
+    (1, 1, "generate", 100, 125, "host"),
+    (1, 1, "update_actor", 125, 135, "host"),
+    (1, 0, "update_actor", 135, 140, "communication"),
+    (1, 0, "update_actor", 140, 148, "host"),
+    (1, 0, "idle", 148, 150, "idle"),
+]
+CRITICAL_PATH_ROW = sorted(
+    (f"actor · rank {rank} · {phase} ({bound})", a * MS, (b - a) * MS) for _, rank, phase, a, b, bound in CRITICAL_PATH
+)
+
+
 def _held_up_run(tmp_path: Path) -> Path:
     spans = [(r, n, a, b, "main") for r, n, a, b in HELD_UP]
     spans += [(r, "gloo:all_reduce", a, b, "comm") for r, a, b in ALL_REDUCES]
@@ -73,6 +95,19 @@ def test_the_rank_arriving_last_holds_the_step_up_not_the_one_waiting(tmp_path: 
     out = tmp_path / f"out{ext}"
     report = merge([_held_up_run(tmp_path)], out)
     steps = {s["step"]: s for s in report.phases["steps"]}
+    assert report.phases["critical_path"] == [
+        {
+            "step": step,
+            "role": "actor",
+            "rank": rank,
+            "process": f"actor · rank {rank}",
+            "phase": phase,
+            "start_ns": T0 + a * MS,
+            "end_ns": T0 + b * MS,
+            "bound_by": bound,
+        }
+        for step, rank, phase, a, b, bound in CRITICAL_PATH
+    ]
     assert steps[0] == {
         "step": 0,
         "start_ns": T0,
@@ -129,6 +164,7 @@ def test_the_rank_arriving_last_holds_the_step_up_not_the_one_waiting(tmp_path: 
         "Steps": [("step 0", 0, 99 * MS), ("step 1", 100 * MS, 50 * MS)],
         "actor": [("generate", 0, 70 * MS), ("update_actor", 110 * MS, 39 * MS)],
         "actor · 2": [("generate", 100 * MS, 25 * MS), ("update_actor", 40 * MS, 58 * MS)],
+        "Critical path": CRITICAL_PATH_ROW,
     }
     roles = report.phases["roles"]["actor"]["phases"]
     assert roles["update_actor"]["critical"] == {"rank": 2, "process": "actor · rank 2", "ns": 46 * MS, "steps": 1}
@@ -166,7 +202,7 @@ def test_steps_overlapping_by_45_us_stay_on_one_row(tmp_path: Path) -> None:
     out = tmp_path / "o.pftrace"
     report = merge([_log(tmp_path / "run" / "spans.jsonl", spans)], out)
     rows = _pipeline(read_pftrace(out).set_derived_apart())
-    assert sorted(rows) == ["Steps", "actor"]
+    assert sorted(rows) == ["Critical path", "Steps", "actor"]
     assert [(s.name, s.ts - T0, s.dur) for s in rows["Steps"]] == [("step 0", 0, 10 * MS), ("step 1", 10 * MS, 10 * MS)]
     step0 = _args(rows["Steps"][0])
     assert (step0["wall_ns"], step0["overlap_ns"], step0["overlaps next step by"]) == (10_045_000, 45_000, "45.0 µs")
@@ -256,10 +292,22 @@ def test_summary_prints_a_row_per_step_then_the_roles(tmp_path: Path) -> None:
     lines = result.output.splitlines()
     assert lines[:5] == [
         "phases (areal, verl), 2 step(s)",
-        "step  wall        critical: process · phase      waited on it  started last    start skew  end skew",
-        "----  ----------  -----------------------------  ------------  --------------  ----------  ----------",
-        "   0  109.315 ms  actor · rank 0 · old_log_prob      5.605 ms  actor · rank 0   23.732 ms   99.315 ms",
-        "   1  123.505 ms  actor · rank 0 · update_actor      8.727 ms  actor · rank 1   99.315 ms  115.505 ms",
+        (
+            "step  wall        critical: process · phase      waited on it  started last    start skew  end skew  "
+            "  longest on the critical path"
+        ),
+        (
+            "----  ----------  -----------------------------  ------------  --------------  ----------  ----------"
+            "  ---------------------------------------------------"
+        ),
+        (
+            "   0  109.315 ms  actor · rank 0 · old_log_prob      5.605 ms  actor · rank 0   23.732 ms   99.315 ms"
+            "  actor · rank 0 · old_log_prob, 31.6 ms (host)"
+        ),
+        (
+            "   1  123.505 ms  actor · rank 0 · update_actor      8.727 ms  actor · rank 1   99.315 ms  115.505 ms"
+            "  actor · rank 0 · idle, 84.5 ms (waiting on rollout)"
+        ),
     ]
     assert lines[6] == (
         "per role, in pipeline order; share: of the role's step time (each rank's steps, summed over its ranks)"

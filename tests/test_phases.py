@@ -117,7 +117,7 @@ def test_genuine_torch_actors_steps_and_phases(tmp_path: Path, ext: str) -> None
     # each nesting on its row (none in an overlap lane); the one crossing another by at most 1/100
     # of its length drawn cut by that much.
     rows = {t[1] for t in rb.derived if t[0] == "Pipeline"}
-    assert rows == {"Steps", "actor", "actor · 2", "trainer"}
+    assert rows == {"Critical path", "Steps", "actor", "actor · 2", "trainer"}
     pipeline = {
         (s.args.get("args", s.args)["step"], s.name): s
         for t in ("actor", "actor · 2")
@@ -359,11 +359,26 @@ def test_summary_command_and_json(tmp_path: Path) -> None:
     # 0's) and held it up, rank 0 waiting for it in gloo:all_reduce.
     assert lines[:6] == [
         "phases (verl), 3 step(s)",
-        "step  wall       critical: process · phase      waited on it  started last    start skew  end skew",
-        "----  ---------  -----------------------------  ------------  --------------  ----------  ---------",
-        "   0  76.686 ms  actor · rank 1 · update_actor     54.793 ms  actor · rank 1   55.667 ms  63.686 ms",
-        "   1  75.854 ms  actor · rank 1 · update_actor        9.5 µs  actor · rank 1   63.776 ms  61.854 ms",
-        "   2  75.495 ms  actor · rank 1 · update_actor      736.3 µs  actor · rank 1   61.944 ms  60.495 ms",
+        (
+            "step  wall       critical: process · phase      waited on it  started last    start skew  end skew "
+            "  longest on the critical path"
+        ),
+        (
+            "----  ---------  -----------------------------  ------------  --------------  ----------  ---------"
+            "  ---------------------------------------------------"
+        ),
+        (
+            "   0  76.686 ms  actor · rank 1 · update_actor     54.793 ms  actor · rank 1   55.667 ms  63.686 ms"
+            "  actor · rank 1 · idle, 43.7 ms (waiting on trainer)"
+        ),
+        (
+            "   1  75.854 ms  actor · rank 1 · update_actor        9.5 µs  actor · rank 1   63.776 ms  61.854 ms"
+            "  actor · rank 1 · idle, 51.8 ms (waiting on trainer)"
+        ),
+        (
+            "   2  75.495 ms  actor · rank 1 · update_actor      736.3 µs  actor · rank 1   61.944 ms  60.495 ms"
+            "  actor · rank 1 · idle, 49.9 ms (waiting on trainer)"
+        ),
     ]
     # Then per role, in pipeline order, no percentiles for fewer than 5 ranks.
     assert lines[8].split() == [
@@ -408,6 +423,7 @@ def test_roles_filter_drops_their_phases_too(tmp_path: Path) -> None:
     assert {proc for proc, _ in rb.derived} == {"actor · rank 0", "actor · rank 1", "Pipeline"}
     # Phases of different ranks that cross go to further rows of their role, never an overlap lane.
     assert {track for proc, track in rb.derived if proc == "Pipeline"} == {
+        "Critical path",
         "Steps",
         "actor",
         "actor · 2",

@@ -24,11 +24,13 @@ from tracemerge.phases import IDLE, PhaseModel, PipelineSlice
 PIPELINE = Identity("", None, "Pipeline")  # the top-level group: job steps and per-role phases
 PHASES_THREAD: tuple = ("phases",)
 STEPS_THREAD: tuple = ("steps",)
+CRITICAL_THREAD: tuple = ("critical path",)
 SCALARS_THREAD: tuple = ("scalars",)
 UNALIGNED_THREAD: tuple = ("unaligned",)
 DEVICE_CAT = "tracemerge.device"
 # Categories of what tracemerge derives (never an input's): "tracemerge*".
 PHASE_CAT, STEP_CAT, WARNING_CAT = "tracemerge.phase", "tracemerge.step", "tracemerge.warning"
+CRITICAL_CAT = "tracemerge.critical"
 CUT_AT_MOST = 100  # a role's phase slice is cut to nest in a row by at most 1/100 of its length
 
 
@@ -64,6 +66,8 @@ def track_infos(model: PhaseModel, role_order: Callable[[str], tuple]) -> dict[I
         group[UNALIGNED_THREAD] = ThreadInfo(unaligned_title(model), (-2,))
     if model.processes:
         group[STEPS_THREAD] = ThreadInfo("Steps", (-1, (), ""))
+        if model.critical_path:
+            group[CRITICAL_THREAD] = ThreadInfo("Critical path", (-1, (), "", 1))
         for role, rows in role_rows(model).items():
             name = role or "(no role)"
             for n in range(len(rows)):
@@ -113,6 +117,7 @@ def events(model: PhaseModel) -> Iterator[Event]:
     if not model.processes:
         return
     yield from _step_events(model)
+    yield from _critical_events(model)
     yield from _device_events(model)
     for role, rows in role_rows(model).items():
         for n, row in enumerate(rows):
@@ -143,6 +148,23 @@ def _step_events(model: PhaseModel) -> Iterator[Event]:
         yield Event(Kind.SLICE, a, STEPS_THREAD, f"step {step}", STEP_CAT, drawn - a, args, PIPELINE)
         for name, value in scalars.items():
             yield Event(Kind.COUNTER, a, SCALARS_THREAD, name, STEP_CAT, value=value, origin=PIPELINE)
+
+
+def _critical_events(model: PhaseModel) -> Iterator[Event]:
+    """The Critical path row: each step's segments, up to the next step's start at most (as the
+    Steps row draws it), named ``role · rank · phase``, what bound it as args."""
+    starts = sorted(a for _, a, _ in model.steps)
+    for seg in model.critical_path:
+        k = bisect.bisect_right(starts, seg.start)
+        end = min(seg.end, starts[k]) if k < len(starts) else seg.end
+        if end <= seg.start:
+            continue
+        args = {"step": seg.step, "role": seg.ident.role, "rank": seg.ident.rank, "phase": seg.phase}
+        args.update({"bound by": seg.bound_by, "dur_ns": seg.dur})
+        if end < seg.end:
+            args["cut_ns"] = seg.end - end
+        name = f"{who(seg.ident, seg.phase)} ({seg.bound_by})"
+        yield Event(Kind.SLICE, seg.start, CRITICAL_THREAD, name, CRITICAL_CAT, end - seg.start, args, PIPELINE)
 
 
 def who(ident: Identity, phase: str | None = None) -> str:

@@ -37,6 +37,19 @@ def summary(model: PhaseModel, labels: dict[Identity, str] | None = None) -> dic
         "unaligned": [i.label for i in sorted(model.unaligned, key=lambda i: (role_sort_key(i.role), i.rank or 0))],
         "processes": [],
         "breakdown": _breakdown_rows(model),
+        "critical_path": [
+            {
+                "step": seg.step,
+                "role": seg.ident.role,
+                "rank": seg.ident.rank,
+                "process": name(seg.ident),
+                "phase": seg.phase,
+                "start_ns": seg.start,
+                "end_ns": seg.end,
+                "bound_by": seg.bound_by,
+            }
+            for seg in model.critical_path
+        ],
     }
     for ident, proc in model.processes.items():
         out["processes"].append(
@@ -167,7 +180,26 @@ def format_summary(numbers: dict) -> str:
     preset = numbers["preset"] or "none: steps only"
     head = [f"phases ({preset}), {len(steps)} step(s)", *_warning(numbers)]
     device = [_breakdown_table(numbers["breakdown"])] if numbers.get("breakdown") else []
-    return "\n".join([*head, _step_table(steps), "", _role_table(numbers), *device])
+    longest = _longest_segments(numbers.get("critical_path") or [])
+    return "\n".join([*head, _step_table(steps, longest), "", _role_table(numbers), *device])
+
+
+def _longest_segments(segments: list[dict]) -> dict[int, dict]:
+    """Per step, the longest segment of its critical path (the earliest on a tie)."""
+    out: dict[int, dict] = {}
+    for seg in segments:
+        found = out.get(seg["step"])
+        if found is None or seg["end_ns"] - seg["start_ns"] > found["end_ns"] - found["start_ns"]:
+            out[seg["step"]] = seg
+    return out
+
+
+def _segment_text(seg: dict | None) -> str:
+    """``actor · rank 1 · update_actor, 35.0 ms (compute)``."""
+    if seg is None:
+        return "-"
+    where = seg.get("process") or seg["role"] or "-"
+    return f"{where} · {seg['phase']}, {brief(seg['end_ns'] - seg['start_ns'])} ({seg['bound_by']})"
 
 
 def _warning(numbers: dict) -> list[str]:
@@ -178,10 +210,11 @@ def _warning(numbers: dict) -> list[str]:
     return [f"⚠ {n} process{'es' if n > 1 else ''} unaligned (placed without clock evidence): {', '.join(found)}"]
 
 
-def _step_table(steps: list[dict]) -> str:
+def _step_table(steps: list[dict], longest: dict[int, dict] | None = None) -> str:
     from tracemerge.report import format_duration, format_table
 
-    rows = [("step", "wall", "critical: process · phase", "waited on it", "started last", "start skew", "end skew")]
+    head = ("step", "wall", "critical: process · phase", "waited on it", "started last", "start skew", "end skew")
+    rows = [(*head, "longest on the critical path")]
     for s in steps:
         c, late = s.get("critical"), s.get("late")
         rows.append(
@@ -193,9 +226,10 @@ def _step_table(steps: list[dict]) -> str:
                 late["process"] if late and late["ns"] else "-",  # all started at once: nobody late
                 format_duration(s["start_skew_ns"]) if late else "-",
                 format_duration(s["end_skew_ns"]) if late else "-",
+                _segment_text((longest or {}).get(s["step"])),
             )
         )
-    return format_table(rows, left=frozenset({2, 4}))
+    return format_table(rows, left=frozenset({2, 4, 7}))
 
 
 def _role_table(numbers: dict) -> str:

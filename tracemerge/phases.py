@@ -26,6 +26,7 @@ from typing import Protocol
 from tracemerge.anchors import COLLECTIVE, DEVICE_COMM, DEVICE_COMPUTE, PHASE, STEP, preferred_preset
 from tracemerge.breakdown import Breakdown, intersection, merged, step_breakdown, waits
 from tracemerge.critical import FOREVER, Holdup, Timeline, holdup
+from tracemerge.critical_path import Devices, Segment, step_path
 from tracemerge.model import Identity
 from tracemerge.phase_rules import MSTX, NAMED_STEPS, TORCH_STEPS, Preset
 
@@ -107,6 +108,8 @@ class PhaseModel:
     active: dict[Identity, int] = field(default_factory=dict)  # per process: first to last event
     # Per process with device activity, per step: its device time (tracemerge.breakdown).
     breakdown: dict[Identity, list[tuple[int, Breakdown]]] = field(default_factory=dict)
+    # Per job step, in step order: its critical path across roles and ranks (tracemerge.critical_path).
+    critical_path: list[Segment] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -182,7 +185,9 @@ def derive(
     model.roles = _pipeline(model.processes)
     model.holdups = _step_holdups(model.processes)
     model.found_steps = sorted(found)
-    model.breakdown = _breakdown(model.processes, devices, collectives)
+    units = {i: (merged(d[DEVICE_COMPUTE]), merged(d[DEVICE_COMM])) for i, d in devices.items()}
+    model.breakdown = _breakdown(model.processes, units, collectives)
+    model.critical_path = _critical_paths(model.processes, units)
     if steps_kept is not None and not model.steps:
         model.processes.clear()  # nothing of the run is kept
     return model
@@ -374,7 +379,7 @@ def _pipeline(processes: dict[Identity, ProcessPhases]) -> dict[str, list[Pipeli
 
 def _breakdown(
     processes: dict[Identity, ProcessPhases],
-    devices: dict[Identity, dict[str, list[tuple[int, int]]]],
+    devices: Devices,
     collectives: dict[Identity, list[tuple[int, int, str]]],
 ) -> dict[Identity, list[tuple[int, Breakdown]]]:
     """Per process with device activity, per step (in its order): compute, exposed communication,
@@ -383,7 +388,7 @@ def _breakdown(
     waited = waits(windows, {i: sorted(collectives.get(i, ())) for i in windows})
     out: dict[Identity, list[tuple[int, Breakdown]]] = {}
     for ident, found in windows.items():
-        compute, comm = merged(devices[ident][DEVICE_COMPUTE]), merged(devices[ident][DEVICE_COMM])
+        compute, comm = devices[ident]
         both = intersection(compute, comm)
         out[ident] = [
             (step, replace(step_breakdown((a, b), compute, comm, both), wait=wait))
@@ -400,3 +405,14 @@ def _step_holdups(processes: dict[Identity, ProcessPhases]) -> dict[int, Holdup]
             windows[st.step][ident] = (st.start, st.end)
     timelines = {i: p.timeline for i, p in processes.items()}
     return {n: holdup(found, timelines, IDLE) for n, found in sorted(windows.items())}
+
+
+def _critical_paths(processes: dict[Identity, ProcessPhases], devices: Devices) -> list[Segment]:
+    """Per job step, the critical path across every process that has the step (the first window
+    of a step a process has twice)."""
+    windows: dict[int, dict[Identity, tuple[int, int]]] = defaultdict(dict)
+    for ident, proc in processes.items():
+        for st in proc.steps:
+            windows[st.step].setdefault(ident, (st.start, st.end))
+    timelines = {i: p.timeline for i, p in processes.items()}
+    return [seg for n, found in sorted(windows.items()) for seg in step_path(n, found, timelines, devices, IDLE)]

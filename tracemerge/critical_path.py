@@ -1,0 +1,191 @@
+"""The critical path of each step across roles and ranks: the chain of phase spans, collective
+waits and hand-offs between roles that sets the step's end, as segments tiling the step window.
+
+A walk back in time from the step's end (the last end of any process in the step), on the process
+that ends last (the first in role and rank order on a tie):
+
+* inside a collective of the process that another process of its role entered later (but before
+  the walk's time), the walk moves to the process that entered last, at its entry (the rule of
+  :mod:`tracemerge.critical`); the time from that entry to the walk's time is a segment of the
+  waiting process, bound by ``communication``;
+* in a phase, the innermost running one is the segment's phase, back to its start (or the last
+  collective boundary before, or the step's start); the segment is bound by ``communication``
+  inside a collective, else, for a process with device activity, by ``compute`` where device
+  compute covers at least half of it, by ``communication`` where collective device work does,
+  and ``host`` otherwise (``host`` too for a process without device activity);
+* idle (in the step, or before the process's window of the step began) while a phase of another
+  role ran and ended at or before the time: a hand-off. The walk moves to the process of that other
+  role whose phase ended last, at that end; the idle gap is a segment of the waiting process,
+  bound by ``waiting on <role>``. Idle time without a hand-off is a segment bound by ``idle``.
+
+Adjacent segments of one process, phase and bound are joined. The segments are contiguous and
+cover exactly [step start, step end]. One pass per step over the pieces the walk visits, with a
+binary search per hand-off in each other process's phase ends.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+from tracemerge.breakdown import covered
+from tracemerge.critical import Timeline, _entries, _last_arrivals, order_key
+from tracemerge.model import Identity
+
+COMPUTE, COMMUNICATION, HOST, IDLE_BOUND = "compute", "communication", "host", "idle"
+WAITING_ON = "waiting on "
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One piece of a step's critical path (ns, aligned)."""
+
+    step: int
+    ident: Identity
+    phase: str
+    start: int
+    end: int
+    bound_by: str
+
+    @property
+    def dur(self) -> int:
+        return self.end - self.start
+
+
+Devices = dict[Identity, tuple[list[tuple[int, int]], list[tuple[int, int]]]]  # merged compute, comm
+
+
+def step_path(
+    step: int,
+    windows: dict[Identity, tuple[int, int]],
+    timelines: dict[Identity, Timeline],
+    devices: Devices,
+    idle_name: str,
+) -> list[Segment]:
+    """The critical path of one step: each process's window of it and its timeline; ``devices``:
+    the merged device compute and communication spans of the processes that have them."""
+    ids = sorted(windows, key=order_key)
+    if not ids:
+        return []
+    lo = min(a for a, _ in windows.values())
+    entered = [_entries(i.role, windows[i], timelines[i]) for i in ids]
+    arrivals = _last_arrivals(entered)
+    pieces = [_pieces_in(timelines[i].pieces, windows[i]) for i in ids]
+    ends = [sorted((b, -n) for a, b, name in found if name != idle_name) for n, found in enumerate(pieces)]
+    cur = max(range(len(ids)), key=lambda n: (windows[ids[n]][1], -n))
+    t = windows[ids[cur]][1]
+    out: list[Segment] = []
+
+    def add(n: int, phase: str, a: int, b: int, bound: str) -> None:
+        if a >= b:
+            return
+        last = out[-1] if out else None
+        if last is not None and last.ident == ids[n] and last.phase == phase and last.bound_by == bound:
+            out[-1] = Segment(step, ids[n], phase, a, last.end, bound)
+        else:
+            out.append(Segment(step, ids[n], phase, a, b, bound))
+
+    while t > lo:
+        ident = ids[cur]
+        w_lo = windows[ident][0]
+        inside = _collective_at(entered[cur], t)
+        if inside is not None:
+            entry, _, gid = inside
+            who, at = arrivals.get(gid, (cur, entry))
+            if who != cur and entry < at < t:
+                add(cur, _phase_at(pieces[cur], t, idle_name), at, t, COMMUNICATION)
+                cur, t = who, at
+                continue
+        if t <= w_lo:
+            name, a = idle_name, lo
+        else:
+            name, a = _piece_at(pieces[cur], t, idle_name, w_lo)
+        if name == idle_name:
+            handed = _hand_off(ids, ends, cur, a, t)
+            if handed is not None:
+                n, end = handed
+                add(cur, idle_name, end, t, WAITING_ON + ids[n].role)
+                cur, t = n, end
+                continue
+            a = max(a, lo)
+            add(cur, idle_name, a, t, IDLE_BOUND)
+            t = a
+            continue
+        a = max(a, _last_boundary(entered[cur], t), lo)
+        add(cur, name, a, t, _bound(ident, a, t, inside, devices))
+        t = a
+    out.reverse()
+    return out
+
+
+def _pieces_in(pieces: list[tuple[int, int, str]], window: tuple[int, int]) -> list[tuple[int, int, str]]:
+    """The pieces within ``window`` (clipped), sorted."""
+    lo, hi = window
+    k = max(0, bisect.bisect_right(pieces, (lo,)) - 1)
+    out = []
+    while k < len(pieces) and pieces[k][0] < hi:
+        a, b, name = pieces[k]
+        if min(b, hi) > max(a, lo):
+            out.append((max(a, lo), min(b, hi), name))
+        k += 1
+    return out
+
+
+def _piece_at(pieces: list[tuple[int, int, str]], t: int, idle_name: str, w_lo: int) -> tuple[str, int]:
+    """What ran just before ``t`` (a < t <= b) and since when; idle since the window's start if
+    no piece holds it."""
+    k = bisect.bisect_left(pieces, (t,)) - 1
+    while k >= 0:
+        a, b, name = pieces[k]
+        if a < t <= b:
+            return name, a
+        if b < t:
+            return idle_name, b
+        k -= 1
+    return idle_name, w_lo
+
+
+def _phase_at(pieces: list[tuple[int, int, str]], t: int, idle_name: str) -> str:
+    return _piece_at(pieces, t, idle_name, 0)[0]
+
+
+def _collective_at(entered: list[tuple[int, int, tuple]], t: int) -> tuple[int, int, tuple] | None:
+    """The collective the process was in just before ``t`` (entry < t <= exit), the latest entered."""
+    found = None
+    for e in entered:
+        if e[0] < t <= e[1] and (found is None or e[0] > found[0]):
+            found = e
+    return found
+
+
+def _last_boundary(entered: list[tuple[int, int, tuple]], t: int) -> int:
+    """The latest collective entry or exit of the process before ``t``."""
+    return max((x for a, b, _ in entered for x in (a, b) if x < t), default=0)
+
+
+def _hand_off(
+    ids: list[Identity], ends: list[list[tuple[int, int]]], cur: int, a: int, t: int
+) -> tuple[int, int] | None:
+    """The process of another role whose phase ended last in (a, t], and that end; the first in
+    role and rank order on a tie."""
+    best = None
+    for n, found in enumerate(ends):
+        if ids[n].role == ids[cur].role:
+            continue
+        k = bisect.bisect_right(found, (t, 0)) - 1
+        if k >= 0 and found[k][0] > a and (best is None or found[k][0] > best[1]):
+            best = (n, found[k][0])
+    return best
+
+
+def _bound(ident: Identity, a: int, b: int, inside: tuple | None, devices: Devices) -> str:
+    if inside is not None:
+        return COMMUNICATION
+    if ident not in devices:
+        return HOST
+    compute, comm = devices[ident]
+    if 2 * covered(compute, a, b) >= b - a:
+        return COMPUTE
+    if 2 * covered(comm, a, b) >= b - a:
+        return COMMUNICATION
+    return HOST
