@@ -19,13 +19,14 @@ that ends last (the first in role and rank order on a tie):
   bound by ``waiting on <role>``. Idle time without a hand-off is a segment bound by ``idle``.
 
 Adjacent segments of one process, phase and bound are joined. The segments are contiguous and
-cover exactly [step start, step end]. One pass per step over the pieces the walk visits, with a
-binary search per hand-off in each other process's phase ends.
+cover exactly [step start, step end]. One pass per step over the pieces the walk visits, with
+binary searches in the process's collectives and, per hand-off, in each other process's phase ends.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 from dataclasses import dataclass
 
 from tracemerge.breakdown import covered
@@ -70,6 +71,7 @@ def step_path(
     lo = min(a for a, _ in windows.values())
     entered = [_entries(i.role, windows[i], timelines[i]) for i in ids]
     arrivals = _last_arrivals(entered)
+    spans = [_Collectives(found) for found in entered]
     pieces = [_pieces_in(timelines[i].pieces, windows[i]) for i in ids]
     ends = [sorted((b, -n) for a, b, name in found if name != idle_name) for n, found in enumerate(pieces)]
     cur = max(range(len(ids)), key=lambda n: (windows[ids[n]][1], -n))
@@ -88,7 +90,7 @@ def step_path(
     while t > lo:
         ident = ids[cur]
         w_lo = windows[ident][0]
-        inside = _collective_at(entered[cur], t)
+        inside = spans[cur].at(t)
         if inside is not None:
             entry, _, gid = inside
             who, at = arrivals.get(gid, (cur, entry))
@@ -111,7 +113,7 @@ def step_path(
             add(cur, idle_name, a, t, IDLE_BOUND)
             t = a
             continue
-        a = max(a, _last_boundary(entered[cur], t), lo)
+        a = max(a, spans[cur].last_boundary(t), lo)
         add(cur, name, a, t, _bound(ident, a, t, inside, devices))
         t = a
     out.reverse()
@@ -149,18 +151,30 @@ def _phase_at(pieces: list[tuple[int, int, str]], t: int, idle_name: str) -> str
     return _piece_at(pieces, t, idle_name, 0)[0]
 
 
-def _collective_at(entered: list[tuple[int, int, tuple]], t: int) -> tuple[int, int, tuple] | None:
-    """The collective the process was in just before ``t`` (entry < t <= exit), the latest entered."""
-    found = None
-    for e in entered:
-        if e[0] < t <= e[1] and (found is None or e[0] > found[0]):
-            found = e
-    return found
+class _Collectives:
+    """One process's collectives in its window, for the walk's look-ups in O(log n) (collectives
+    of one process seldom overlap)."""
 
+    def __init__(self, entered: list[tuple[int, int, tuple]]) -> None:
+        self.by_entry = sorted(entered, key=lambda e: (e[0], e[1]))
+        self.entries = [e[0] for e in self.by_entry]
+        self.reach = list(itertools.accumulate((e[1] for e in self.by_entry), max))  # latest exit so far
+        self.boundaries = sorted(x for a, b, _ in entered for x in (a, b))
 
-def _last_boundary(entered: list[tuple[int, int, tuple]], t: int) -> int:
-    """The latest collective entry or exit of the process before ``t``."""
-    return max((x for a, b, _ in entered for x in (a, b) if x < t), default=0)
+    def at(self, t: int) -> tuple[int, int, tuple] | None:
+        """The collective the process was in just before ``t`` (entry < t <= exit), the latest
+        entered."""
+        k = bisect.bisect_left(self.entries, t) - 1
+        while k >= 0 and self.reach[k] >= t:
+            if self.by_entry[k][1] >= t:
+                return self.by_entry[k]
+            k -= 1
+        return None
+
+    def last_boundary(self, t: int) -> int:
+        """The latest collective entry or exit before ``t`` (0 if none)."""
+        k = bisect.bisect_left(self.boundaries, t) - 1
+        return self.boundaries[k] if k >= 0 else 0
 
 
 def _hand_off(
