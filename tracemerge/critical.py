@@ -33,6 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from tracemerge.breakdown import covered
 from tracemerge.model import Identity
 
 FOREVER = 1 << 62  # the end of the idle time after a process's last step
@@ -48,7 +49,7 @@ class Timeline:
 
     def idle_within(self, lo: int, hi: int) -> int:
         """Idle time between ``lo`` and ``hi``."""
-        return _overlap(self.idle, lo, hi)
+        return covered(self.idle, lo, hi)
 
     @cached_property
     def _starts(self) -> list[int]:
@@ -174,16 +175,3 @@ def _walk(
         if leave < t:
             path[cur].append((leave, t))
         cur, t = who, at
-
-
-def _overlap(spans: list[tuple[int, int]], lo: int, hi: int) -> int:
-    """How much of [lo, hi) the sorted, disjoint ``spans`` cover."""
-    if hi <= lo:
-        return 0
-    k = max(0, bisect.bisect_right(spans, (lo,)) - 1)
-    total = 0
-    while k < len(spans) and spans[k][0] < hi:
-        a, b = spans[k]
-        total += max(0, min(b, hi) - max(a, lo))
-        k += 1
-    return total

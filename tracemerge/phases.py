@@ -179,7 +179,7 @@ def derive(
             proc.occurrences = inside
             windows = kept
         _account(proc, windows)
-        proc.timeline.idle = _merged(sorted([(a, b) for _, a, b in proc.idle] + gaps))
+        proc.timeline.idle = merged([(a, b) for _, a, b in proc.idle] + gaps)
     job = _job_steps([[(st.step, st.start, st.end) for st in p.steps] for p in model.processes.values()])
     model.steps = job
     model.roles = _pipeline(model.processes)
@@ -233,17 +233,6 @@ def _gaps(windows: list[tuple[int, int, int]]) -> list[tuple[int, int]]:
     reach = list(itertools.accumulate((b for _, b in spans), max))
     out = [(reach[n], spans[n + 1][0]) for n in range(len(spans) - 1) if spans[n + 1][0] > reach[n]]
     return [*out, (reach[-1], FOREVER)] if spans else out
-
-
-def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Sorted spans with those that touch or overlap joined."""
-    out: list[tuple[int, int]] = []
-    for a, b in spans:
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
 
 
 def _outermost_of_each_phase(found: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
