@@ -25,9 +25,10 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from tracemerge.layout import FileLayout
-from tracemerge.model import Event, Kind, ThreadInfo, as_rank
+from tracemerge.model import UNIX_EPOCH, Event, Kind, SourceData, ThreadInfo, as_rank
 
 METRICS_PROCESS = "Metrics"
 VALUES_THREAD = ("metrics",)
@@ -106,6 +107,18 @@ class MetricWriter:
         self.layout = layout
         self.dropped = dropped
         self.descriptions: dict[str, str] = {}  # short title -> the series's full name
+
+    def source_data(self, path: Path, fmt: str) -> SourceData:
+        """What a metric file says of itself once its series are drawn: Unix-epoch times, the
+        metric threads, what was dropped and the full names of the short titles."""
+        return SourceData(
+            path=path,
+            format=fmt,
+            clock=UNIX_EPOCH,
+            threads=dict(THREADS),
+            dropped=self.dropped,
+            series_descriptions=self.descriptions,
+        )
 
     def place(self, metric: str, labels: Mapping[str, str]) -> tuple[tuple, frozenset[str]]:
         """The series's origin (role, rank, tag) and the labels that said it (not repeated in its title)."""

@@ -18,10 +18,10 @@ import orjson
 
 from tracemerge.errors import InputError, NotATrace
 from tracemerge.layout import FileLayout
-from tracemerge.model import UNIX_EPOCH, SourceData
+from tracemerge.model import SourceData
 from tracemerge.sources.base import SourceFormat, read_bytes
 from tracemerge.sources.common import JsonLines
-from tracemerge.sources.metric_series import THREADS, MetricWriter, Series, untyped_kind
+from tracemerge.sources.metric_series import MetricWriter, Series, untyped_kind
 from tracemerge.units import seconds_to_ns
 
 NAME = "prometheus-query"
@@ -89,14 +89,7 @@ def read(path: Path, layout: FileLayout) -> SourceData:
         raise InputError(path, f"the query failed ({failure[:200]})")
     if not results and not dropped:
         raise NotATrace(path, "no query result in the file")
-    return SourceData(
-        path=path,
-        format=NAME,
-        clock=UNIX_EPOCH,
-        threads=dict(THREADS),
-        dropped=dropped,
-        series_descriptions=metrics.descriptions,
-    )
+    return metrics.source_data(path, NAME)
 
 
 def _add_series(series: Any, query: str | None, metrics: MetricWriter, dropped: Counter[str]) -> None:

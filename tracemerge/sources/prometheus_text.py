@@ -28,10 +28,10 @@ from typing import Any, NamedTuple
 
 from tracemerge.errors import InputError, NotATrace
 from tracemerge.layout import FileLayout
-from tracemerge.model import UNIX_EPOCH, SourceData
+from tracemerge.model import SourceData
 from tracemerge.sources.base import SourceFormat, read_bytes
 from tracemerge.sources.common import JsonLines, first_json_object
-from tracemerge.sources.metric_series import COUNTER, GAUGE, THREADS, MetricWriter, Series, untyped_kind
+from tracemerge.sources.metric_series import COUNTER, GAUGE, MetricWriter, Series, untyped_kind
 from tracemerge.units import NS_MAX, NS_MIN, checked_ns, decimal_text_to_int, seconds_to_ns
 
 NAME = "prometheus-text"
@@ -412,14 +412,7 @@ def read(path: Path, layout: FileLayout) -> SourceData:
         borrowed = frozenset(series for series, _, _ in later)
     metrics = MetricWriter(layout, dropped)
     _draw(points, metrics, borrowed)
-    return SourceData(
-        path=path,
-        format=NAME,
-        clock=UNIX_EPOCH,
-        threads=dict(THREADS),
-        dropped=dropped,
-        series_descriptions=metrics.descriptions,
-    )
+    return metrics.source_data(path, NAME)
 
 
 PROMETHEUS_TEXT = SourceFormat(NAME, claims, read)
@@ -458,14 +451,7 @@ def read_snapshots(path: Path, layout: FileLayout) -> SourceData:
     lines.account(path, dropped)
     metrics = MetricWriter(layout, dropped)
     _draw(points, metrics)
-    return SourceData(
-        path=path,
-        format=SNAPSHOTS_NAME,
-        clock=UNIX_EPOCH,
-        threads=dict(THREADS),
-        dropped=dropped,
-        series_descriptions=metrics.descriptions,
-    )
+    return metrics.source_data(path, SNAPSHOTS_NAME)
 
 
 PROMETHEUS_SNAPSHOTS = SourceFormat(SNAPSHOTS_NAME, snapshots_claim, read_snapshots)
