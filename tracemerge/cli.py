@@ -69,6 +69,23 @@ class _DefaultToMerge(TyperGroup):
         sys.exit(code if isinstance(code, int) else EXIT_OK)
 
 
+# The placement and phase options a merge and ``summary`` share.
+SyncOption = Annotated[
+    Optional[list[str]],
+    typer.Option("--sync", help="A span that starts at one instant in every process having it (repeatable)."),
+]
+OffsetOption = Annotated[
+    Optional[list[str]],
+    typer.Option("--offset", help="Shift a role or rank by hand, e.g. actor/3=+1.5ms (repeatable)."),
+]
+OffsetsFileOption = Annotated[
+    Optional[Path], typer.Option("--offsets", help='TOML file: an offsets table of "actor/3" = "+1.5ms".')
+]
+NoAlignOption = Annotated[bool, typer.Option("--no-align", help="Keep every file's raw clock.")]
+PhasesOption = Annotated[
+    str, typer.Option("--phases", help="Phase rules: auto, verl, areal, skyrl, or a TOML rules file.")
+]
+
 app = typer.Typer(
     cls=_DefaultToMerge,
     add_completion=False,
@@ -155,22 +172,11 @@ def merge(
         bool,
         typer.Option("--keep-zero-counters", help="Keep Ascend counter tracks whose every value is 0 (left out)."),
     ] = False,
-    sync: Annotated[
-        Optional[list[str]],
-        typer.Option("--sync", help="A span that starts at one instant in every process having it (repeatable)."),
-    ] = None,
-    offset: Annotated[
-        Optional[list[str]],
-        typer.Option("--offset", help="Shift a role or rank by hand, e.g. actor/3=+1.5ms (repeatable)."),
-    ] = None,
-    offsets_file: Annotated[
-        Optional[Path], typer.Option("--offsets", help='TOML file: an offsets table of "actor/3" = "+1.5ms".')
-    ] = None,
-    no_align: Annotated[bool, typer.Option("--no-align", help="Keep every file's raw clock.")] = False,
-    phases: Annotated[
-        str,
-        typer.Option("--phases", help="Phase rules: auto, verl, areal, skyrl, or a TOML rules file."),
-    ] = AUTO,
+    sync: SyncOption = None,
+    offset: OffsetOption = None,
+    offsets_file: OffsetsFileOption = None,
+    no_align: NoAlignOption = False,
+    phases: PhasesOption = AUTO,
     steps: Annotated[
         Optional[str], typer.Option("--steps", help="Keep only these RL steps (and their phases), e.g. 3-5.")
     ] = None,
@@ -292,21 +298,11 @@ def main() -> None:
 def summary(
     path: Annotated[Path, typer.Argument(help="A run directory (merged now) or a trace tracemerge wrote.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the numbers as one JSON document.")] = False,
-    phases: Annotated[
-        str, typer.Option("--phases", help="Phase rules: auto, verl, areal, skyrl, or a TOML rules file.")
-    ] = AUTO,
-    sync: Annotated[
-        Optional[list[str]],
-        typer.Option("--sync", help="A span that starts at one instant in every process having it (repeatable)."),
-    ] = None,
-    offset: Annotated[
-        Optional[list[str]],
-        typer.Option("--offset", help="Shift a role or rank by hand, e.g. actor/3=+1.5ms (repeatable)."),
-    ] = None,
-    offsets_file: Annotated[
-        Optional[Path], typer.Option("--offsets", help='TOML file: an offsets table of "actor/3" = "+1.5ms".')
-    ] = None,
-    no_align: Annotated[bool, typer.Option("--no-align", help="Keep every file's raw clock.")] = False,
+    phases: PhasesOption = AUTO,
+    sync: SyncOption = None,
+    offset: OffsetOption = None,
+    offsets_file: OffsetsFileOption = None,
+    no_align: NoAlignOption = False,
     baseline: Annotated[
         Optional[Path], typer.Option("--baseline", help="Compare with this run, trace or summary JSON (as diff).")
     ] = None,
