@@ -94,8 +94,17 @@ def collect(mb: float) -> dict[str, str]:
         for kind in WORKLOADS:
             folder = work / f"workload-{kind}"
             subprocess.run(
-                [sys.executable, str(ROOT / "bench" / "make_workload.py"), str(folder), "--ranks", "4"]
-                + ["--mb", str(mb), "--kind", kind],
+                [
+                    sys.executable,
+                    str(ROOT / "bench" / "make_workload.py"),
+                    str(folder),
+                    "--ranks",
+                    "4",
+                    "--mb",
+                    str(mb),
+                    "--kind",
+                    kind,
+                ],
                 check=True,
                 capture_output=True,
             )

@@ -34,6 +34,7 @@ from tracemerge.report import (
 )
 from tracemerge.select import Selection, parse_duration, parse_ranks, parse_roles, parse_where, parse_window
 from tracemerge.split import check_kind
+from tracemerge.summarize import summarize
 from tracemerge.writers import WRITERS
 
 # The usage errors of the click typer runs on (typer 0.28 carries a copy of its own).
@@ -315,8 +316,6 @@ def summary(
     A run directory is merged first, placed as a merge places it (--sync, --offset, --offsets,
     --no-align); a trace keeps the summary of its own merge.
     """
-    import tempfile
-
     from tracemerge.phase_summary import per_step
     from tracemerge.viewer.damage import NOT_A_SUMMARY, Unreadable, stored_summary
 
@@ -337,9 +336,7 @@ def summary(
         raise typer.BadParameter(str(exc)) from None
     try:
         if path.is_dir():
-            with tempfile.TemporaryDirectory(prefix="tracemerge-summary-") as work:
-                out = Path(work) / "run.pftrace"
-                numbers = run_merge([path], out, phase_rules=phase_rules, clocks=clocks).phases
+            numbers = summarize([path], phase_rules=phase_rules, clocks=clocks)
         else:
             numbers = stored_summary(path)
             if numbers is None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -14,6 +13,7 @@ from tracemerge.diff import EXIT_REGRESSION, compare, format_diff, format_gate, 
 from tracemerge.errors import TracemergeError, shown
 from tracemerge.phase_rules import AUTO, PhaseOptions, resolve
 from tracemerge.report import EXIT_FATAL
+from tracemerge.summarize import summarize
 
 
 def _say(message: str) -> None:
@@ -23,18 +23,13 @@ def _say(message: str) -> None:
 def load(path: Path, phase_rules: PhaseOptions) -> dict:
     """The phase summary of a run directory (merged now), a trace tracemerge wrote or a summary JSON
     file; exits 1 (or the status of a damaged trace) with one line when there is none."""
-    from tracemerge.pipeline import merge as run_merge
     from tracemerge.viewer.damage import Unreadable
 
     if not path.exists():
         _say(f"error: {shown(path)}: no such file or directory")
         raise typer.Exit(EXIT_FATAL)
     try:
-        if path.is_dir():
-            with tempfile.TemporaryDirectory(prefix="tracemerge-diff-") as work:
-                numbers = run_merge([path], Path(work) / "run.pftrace", phase_rules=phase_rules).phases
-        else:
-            numbers = read_numbers(path)
+        numbers = summarize([path], phase_rules=phase_rules) if path.is_dir() else read_numbers(path)
     except Unreadable as exc:
         _say(f"error: {exc}")
         raise typer.Exit(exc.status) from None

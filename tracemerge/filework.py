@@ -97,8 +97,14 @@ def _what_was_there(dropped: Counter[str]) -> str:
 class _NoOutput:
     """An encoder that writes nothing: a file read only for its summary."""
 
+    def __init__(self) -> None:
+        self._prefixes = 0
+
     def prefix(self, name: str, cat: str) -> bytes:
-        return b""
+        # One object per (name, category), as a real encoder's: readers tell pairs apart by it
+        # (device activity, device threads). Empty bytes would be one shared object.
+        self._prefixes += 1
+        return self._prefixes.to_bytes(8, "little")
 
     args_heads = (b"",) * 4096
 
@@ -345,7 +351,9 @@ def _with_named_marks(
     if (facts.step is None and facts.phase is None) or result.ts_min is None:
         return marks
     extent = [(result.ts_min + origin_ns, (result.ts_max or result.ts_min) + origin_ns)]
-    for ident in result.read:
+    # A read that only summarizes (Chrome JSON's first pass, a summary) walks no thread: then the
+    # processes are those its tracks name.
+    for ident in dict.fromkeys([*result.read, *result.threads, *result.counter_series]):
         tags = marks.setdefault(ident, {})
         if facts.step is not None:
             tags[step_tag(NAMED_STEPS, str(facts.step))] = list(extent)

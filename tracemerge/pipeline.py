@@ -21,36 +21,29 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from tracemerge.clock import AUTOMATIC, AlignOptions
-from tracemerge.derived import derived_scan, encode_derived, note_run, steps_window
-from tracemerge.discover import Candidate
+from tracemerge.derived import encode_derived, steps_window
 from tracemerge.errors import FatalError, shown
-from tracemerge.executors import Executor, SerialExecutor, local_executor
-from tracemerge.filework import FileJob, FileOutcome
+from tracemerge.executors import Executor, local_executor
+from tracemerge.filework import FileOutcome
 from tracemerge.layout import DEFAULT_BUDGET
 from tracemerge.metrics_map import NO_MAP, MetricsMap
-from tracemerge.model import Identity
 from tracemerge.offsets import unmatched
-from tracemerge.outcomes import collect, fill_report, note_json_precision
+from tracemerge.outcomes import fill_report, note_json_precision
 from tracemerge.output import assemble, check_output, check_report, work_dir
 from tracemerge.phase_rules import AUTO_PHASES, PhaseOptions
 from tracemerge.phase_summary import stored, summary
-from tracemerge.phases import PhaseModel, StepScalars, attach_scalars, derive
 from tracemerge.plan import (
     FileScan,
-    IdCollision,
-    MergePlan,
     UnitPlan,
-    make_plan,
 )
+from tracemerge.reading import Asked, FirstRead, Runner, discover_inputs, read_all
 from tracemerge.report import RunReport
-from tracemerge.same_content import read_once
 from tracemerge.select import EVERYTHING, Selection
 from tracemerge.split import Part, groups, step_windows, write_parts
 from tracemerge.writers import Writer, writer_for
@@ -111,13 +104,13 @@ def merge(
     report = RunReport(output=out_path, format=writer.name)
     # A preset's own sync spans (AReaL's weight updates) are evidence as the phases choose it.
     clocks = replace(clocks, presets=tuple(p.name for p in phase_rules.presets))
-    asked = _Asked(writer, selection, clocks, phase_rules, metrics_map, memory_budget)
+    asked = Asked(writer, selection, clocks, phase_rules, metrics_map, memory_budget)
 
     runner = executor if executor is not None else local_executor(jobs)
     asked = replace(asked, cores=0 if executor is not None or jobs == 1 else jobs or os.cpu_count() or 1)
     with ExitStack() as on_error:
         on_error.enter_context(runner)  # left (a cluster disconnected) at once if nothing can be merged
-        candidates, named = _discover(runner, inputs, out_path, force, report)
+        candidates, named = discover_inputs(runner, inputs, out_path, force, report)
         taken = {Path(p).resolve() for p in also_writes}
         for path in also_writes:
             check_report(Path(path), out_path, named)
@@ -127,8 +120,8 @@ def merge(
 
     try:
         with entered:
-            run = _Runner(runner, progress)
-            first = _read_all(run, candidates, asked, work, report)
+            run = Runner(runner, progress)
+            first = read_all(run, candidates, asked, work, report)
             for rule in unmatched(clocks.offsets, (p.identity for p in first.plan.processes)):
                 report.notes.append(f"offset {rule.text()} names no process of this run: not applied")
             if first.plan.wall_clock and first.plan.base_ns < 0:  # written as placed (the clock snapshot shifts)
@@ -168,126 +161,8 @@ def merge(
     return report
 
 
-@dataclass(frozen=True)
-class _Asked:
-    """What a merge was asked, as its stages use it."""
-
-    writer: Writer
-    selection: Selection
-    clocks: AlignOptions
-    phase_rules: PhaseOptions
-    metrics_map: MetricsMap
-    memory_budget: int
-    cores: int = 0  # local processes a merge may use (0: files are read where an executor says)
-
-
-@dataclass
-class _FirstRead:
-    """Every file read once: its job, the summaries, and the plan and phases made of them."""
-
-    jobs: dict[Path, FileJob]
-    scans: list[FileScan]
-    scalars: list[StepScalars]
-    scalars_dropped: Counter[str]
-    plan: MergePlan
-    model: PhaseModel
-    derived: FileScan | None
-    wide: bool
-
-    @property
-    def derived_path(self) -> Path | None:
-        return self.derived.path if self.derived is not None else None
-
-
-def _discover(
-    runner: Executor, inputs: Sequence[str | os.PathLike[str]], out_path: Path, force: bool, report: RunReport
-) -> tuple[list[Candidate], set[Path]]:
-    """The files to merge, and every path named or found (resolved), which no output may replace."""
-    found = runner.discover([Path(p) for p in inputs])
-    report.ignored.extend(found.ignored)
-    report.notes.extend(found.notes)
-    report.skipped.extend(str(e) for e in found.skipped)
-    named = {Path(p).resolve() for p in inputs} | {c.path.resolve() for c in found.candidates}
-    check_output(out_path, named, force)
-    candidates = [c for c in found.candidates if c.path.resolve() != out_path.resolve()]
-    if isinstance(runner, SerialExecutor):  # the files are here to compare (a Ray node's are not)
-        candidates = read_once(candidates, report)
-    if not candidates:
-        where = ", ".join(str(p) for p in inputs)
-        if report.skipped:
-            raise FatalError(f"no usable trace files in {where}: " + "; ".join(report.skipped))
-        raise FatalError(f"no trace files found in {where}")
-    return candidates, named
-
-
-def _read_all(run: _Runner, candidates: list[Candidate], asked: _Asked, work: Path, report: RunReport) -> _FirstRead:
-    """Reads (and, for Perfetto, encodes) every file once, then plans the merge from the summaries."""
-    found = len(report.skipped), len(report.ignored)
-    try:
-        return _read_and_plan(run, candidates, asked, work, report, found, wide=False)
-    except IdCollision:  # as rare as two equal 35-bit hashes: encode again, wide
-        pass
-    try:
-        return _read_and_plan(run, candidates, asked, work, report, found, wide=True)
-    except IdCollision:
-        raise FatalError("two tracks hash to one 63-bit uuid") from None
-
-
-def _read_and_plan(
-    run: _Runner,
-    candidates: list[Candidate],
-    asked: _Asked,
-    work: Path,
-    report: RunReport,
-    found: tuple[int, int],
-    wide: bool,
-) -> _FirstRead:
-    """:func:`_read_all` with track ids of 35 bits, or ``wide`` ones; ``found`` is how many files
-    the report listed as skipped and ignored before any was read."""
-    writer, selection = asked.writer, asked.selection
-    del report.skipped[found[0] :], report.ignored[found[1] :]
-    # Chrome JSON keeps each file's laid-out events from its first read for the second pass
-    # (a selection of processes is applied while reading: then the file is read again).
-    keep_layout = "" if writer.one_pass or selection.by_process else writer.name
-    # Cores left over once each file has one read parts of the large ones.
-    helpers = max(0, asked.cores // len(candidates) - 1)
-    # Sequence 1 carries the descriptors; each file gets the next, in discovery order.
-    jobs = [
-        FileJob(
-            c,
-            n + 2,
-            writer.name if writer.one_pass else "",
-            work / f"{n:06d}.chunk",
-            budget=asked.memory_budget,
-            selection=selection,
-            wide_ids=wide,
-            sync=asked.clocks.sync,
-            phases=asked.phase_rules.presets,
-            metrics_map=asked.metrics_map,
-            keep_layout=keep_layout,
-            helpers=helpers,
-        )
-        for n, c in enumerate(candidates)
-    ]
-    scalars: list[StepScalars] = []
-    scans = collect(run.map(jobs, "read"), report, scalars)
-    if not scans:
-        raise FatalError("no usable trace files: " + "; ".join(report.skipped))
-    plan = make_plan(scans, wide, asked.clocks)
-    keep = _process_filter(selection, scans)
-    model = derive(scans, plan.offsets, asked.phase_rules.presets, asked.phase_rules.steps, keep)
-    note_run(model, scans, plan, keep)
-    scalars_dropped = Counter(d for f in scalars for d in f.dropped.elements())
-    attach_scalars(model, scalars, scalars_dropped)
-    derived = derived_scan(model, len(candidates) + 2, work / "phases.chunk", plan)
-    if derived is not None:
-        plan = make_plan([*scans, derived], wide, asked.clocks, plan.alignment)
-    by_path = {j.candidate.path: j for j in jobs}
-    return _FirstRead(by_path, scans, scalars, scalars_dropped, plan, model, derived, wide)
-
-
 def _encode(
-    run: _Runner, first: _FirstRead, asked: _Asked, numbers: dict, report: RunReport
+    run: Runner, first: FirstRead, asked: Asked, numbers: dict, report: RunReport
 ) -> tuple[dict[Path, FileScan], dict[Path, Path]]:
     """Encodes, with the plan, what the first read could not: the derived tracks; for Chrome JSON
     every file; for Perfetto the files whose threads overlap another file's of the same process in
@@ -337,7 +212,7 @@ def _encode(
     return scan_of, chunk_of
 
 
-def _report_outcome(report: RunReport, first: _FirstRead, scans: list[FileScan], numbers: dict, writer: Writer) -> None:
+def _report_outcome(report: RunReport, first: FirstRead, scans: list[FileScan], numbers: dict, writer: Writer) -> None:
     """What was merged, left out and lost, once every file is encoded."""
     fill_report(report, first.plan, scans)
     report.dropped.update(first.scalars_dropped)
@@ -353,9 +228,9 @@ def _report_outcome(report: RunReport, first: _FirstRead, scans: list[FileScan],
 
 def _parts(
     split_by: str,
-    run: _Runner,
-    first: _FirstRead,
-    asked: _Asked,
+    run: Runner,
+    first: FirstRead,
+    asked: Asked,
     scan_of: dict[Path, FileScan],
     report: RunReport,
     strict: bool,
@@ -364,27 +239,6 @@ def _parts(
     if split_by == "step-window":
         return _step_parts(first, asked, scan_of, run, report, strict)
     return ((part, scan_of) for part in groups(split_by, first.plan, scan_of, first.derived_path))
-
-
-def _process_filter(selection: Selection, scans: list[FileScan]) -> Callable[[Identity], bool] | None:
-    """Which processes --roles, --ranks and --where keep (None: all)."""
-    if not selection.by_process:
-        return None
-    named = {i for s in scans if selection.keeps_file(s.facts) for i in (*s.counts, *s.threads, *s.counter_series)}
-    return lambda ident: selection.keeps(ident) and ident in named
-
-
-class _Runner:
-    """Runs file jobs through the executor, in order, saying how far it got."""
-
-    def __init__(self, executor: Executor, progress: Callable[[str], None]) -> None:
-        self.executor = executor
-        self.progress = progress
-
-    def map(self, jobs: list[FileJob], verb: str) -> Iterator[FileOutcome]:
-        for n, outcome in enumerate(self.executor.run(jobs), 1):
-            self.progress(f"{verb} {n}/{len(jobs)}: {outcome.candidate.path}")
-            yield outcome
 
 
 def _intersect(
@@ -448,10 +302,10 @@ def _leave_out_file(scan: FileScan, chunk: Path, why: str = "") -> None:
 
 
 def _step_parts(
-    first: _FirstRead,
-    asked: _Asked,
+    first: FirstRead,
+    asked: Asked,
     scan_of: dict[Path, FileScan],
-    run: _Runner,
+    run: Runner,
     report: RunReport,
     strict: bool,
 ) -> Iterator[tuple[Part, dict[Path, FileScan]]]:

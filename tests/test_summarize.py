@@ -1,0 +1,75 @@
+"""The library's ``summarize()``: a merge's numbers, without encoding or writing a trace."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+
+from tracemerge.clock import AlignOptions, parse_offset
+from tracemerge.phase_rules import PhaseOptions, resolve
+from tracemerge.pipeline import merge
+from tracemerge.report import RunReport
+from tracemerge.summarize import summarize
+from tracemerge.viewer.damage import stored_summary
+
+RUNS = ["phases", "frameworks/verl", "frameworks/verl_old", "kineto_gpu", "ascend", "clock/gloo", "nsys/torchrun"]
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_summarize_gives_the_numbers_a_merge_stores(tmp_path: Path, run: str) -> None:
+    merged = merge([FIXTURES / run], tmp_path / "run.pftrace")
+    assert summarize([FIXTURES / run]) == merged.phases
+
+
+@pytest.mark.parametrize("run", ["frameworks/verl", "kineto_gpu"])
+def test_a_chrome_json_merge_stores_the_numbers_of_a_perfetto_one(tmp_path: Path, run: str) -> None:
+    """Chrome JSON's first read only summarizes each file; a verl file's step, told by its folder
+    name, and the device activity of Kineto's kernels must be noted all the same."""
+    as_json = merge([FIXTURES / run], tmp_path / "run.json").phases
+    as_perfetto = merge([FIXTURES / run], tmp_path / "run.pftrace").phases
+    assert as_json == as_perfetto
+    assert stored_summary(tmp_path / "run.json") == stored_summary(tmp_path / "run.pftrace")
+
+
+def test_verl_steps_come_from_the_step_folders() -> None:
+    numbers = summarize([FIXTURES / "frameworks/verl"])
+    assert [s["step"] for s in numbers["steps"]] == [1, 2, 3]
+
+
+def test_kernel_time_is_only_the_kernels() -> None:
+    """25 GEMM kernels of 90 µs per 4 ms step on rank 0 of the Kineto GPU fixture: compute is
+    the kernels' union, not the step (a summary-only read once took every event for a kernel)."""
+    merged = summarize([FIXTURES / "kineto_gpu"])
+    rows = merged["breakdown"]
+    assert rows, "the fixture's kernels give breakdown rows"
+    for row in rows:
+        assert row["compute_ns"] + row["communication_ns"] + row["free_ns"] == row["wall_ns"]
+        assert row["compute_ns"] < row["wall_ns"]
+
+
+def test_summarize_writes_nothing_beside_the_run(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "phases", run)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    report = RunReport()
+    numbers = summarize([run], report=report, jobs=1)
+    assert numbers["steps"]
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert not report.skipped
+
+
+def test_summarize_places_and_derives_as_asked(tmp_path: Path) -> None:
+    """--offset and --phases reach the summary as they reach a merge."""
+    shifted = AlignOptions(offsets=(parse_offset("trainer=+1s"),))
+    moved = summarize([FIXTURES / "phases"], clocks=shifted)
+    assert moved == merge([FIXTURES / "phases"], tmp_path / "moved.pftrace", clocks=shifted).phases
+    assert [s["end_ns"] - s["start_ns"] for s in moved["steps"]] != [
+        s["end_ns"] - s["start_ns"] for s in summarize([FIXTURES / "phases"])["steps"]
+    ]
+    areal = PhaseOptions(resolve("areal"))
+    as_areal = summarize([FIXTURES / "phases"], phase_rules=areal)
+    assert as_areal == merge([FIXTURES / "phases"], tmp_path / "areal.pftrace", phase_rules=areal).phases
+    assert as_areal["preset"] != summarize([FIXTURES / "phases"])["preset"]

@@ -1,0 +1,175 @@
+"""The discover and read stages: every trace file found, and read once (encoded as it is read
+when the output format allows), then the merge plan and the RL phases made of the files' summaries.
+
+:func:`discover_inputs` turns the paths a merge names into candidate files; :func:`read_all`
+reads each with :func:`~tracemerge.filework.process_file` (where the executor runs it) and returns
+a :class:`FirstRead`: every file's job and summary, the plan, and the phase model. Both a merge
+(:mod:`tracemerge.pipeline`) and :func:`~tracemerge.summarize.summarize` run these stages; only a
+merge goes on to encode and write.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracemerge.clock import AlignOptions
+from tracemerge.derived import derived_scan, note_run
+from tracemerge.discover import Candidate
+from tracemerge.errors import FatalError
+from tracemerge.executors import Executor, SerialExecutor
+from tracemerge.filework import FileJob, FileOutcome
+from tracemerge.metrics_map import MetricsMap
+from tracemerge.model import Identity
+from tracemerge.outcomes import collect
+from tracemerge.output import check_output
+from tracemerge.phase_rules import PhaseOptions
+from tracemerge.phases import PhaseModel, StepScalars, attach_scalars, derive
+from tracemerge.plan import FileScan, IdCollision, MergePlan, make_plan
+from tracemerge.report import RunReport
+from tracemerge.same_content import read_once
+from tracemerge.select import Selection
+from tracemerge.writers import Writer
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What a merge (or a summary) was asked, as its stages use it."""
+
+    writer: Writer | None  # None: the files are read for their summaries only, nothing is encoded
+    selection: Selection
+    clocks: AlignOptions
+    phase_rules: PhaseOptions
+    metrics_map: MetricsMap
+    memory_budget: int
+    cores: int = 0  # local processes a merge may use (0: files are read where an executor says)
+
+
+@dataclass
+class FirstRead:
+    """Every file read once: its job, the summaries, and the plan and phases made of them."""
+
+    jobs: dict[Path, FileJob]
+    scans: list[FileScan]
+    scalars: list[StepScalars]
+    scalars_dropped: Counter[str]
+    plan: MergePlan
+    model: PhaseModel
+    derived: FileScan | None
+    wide: bool
+
+    @property
+    def derived_path(self) -> Path | None:
+        return self.derived.path if self.derived is not None else None
+
+
+def discover_inputs(
+    runner: Executor, inputs: Sequence[str | os.PathLike[str]], out_path: Path, force: bool, report: RunReport
+) -> tuple[list[Candidate], set[Path]]:
+    """The files to merge, and every path named or found (resolved), which no output may replace."""
+    found = runner.discover([Path(p) for p in inputs])
+    report.ignored.extend(found.ignored)
+    report.notes.extend(found.notes)
+    report.skipped.extend(str(e) for e in found.skipped)
+    named = {Path(p).resolve() for p in inputs} | {c.path.resolve() for c in found.candidates}
+    check_output(out_path, named, force)
+    candidates = [c for c in found.candidates if c.path.resolve() != out_path.resolve()]
+    if isinstance(runner, SerialExecutor):  # the files are here to compare (a Ray node's are not)
+        candidates = read_once(candidates, report)
+    if not candidates:
+        where = ", ".join(str(p) for p in inputs)
+        if report.skipped:
+            raise FatalError(f"no usable trace files in {where}: " + "; ".join(report.skipped))
+        raise FatalError(f"no trace files found in {where}")
+    return candidates, named
+
+
+def read_all(run: Runner, candidates: list[Candidate], asked: Asked, work: Path, report: RunReport) -> FirstRead:
+    """Reads (and, for Perfetto, encodes) every file once, then plans the merge from the summaries."""
+    found = len(report.skipped), len(report.ignored)
+    try:
+        return _read_and_plan(run, candidates, asked, work, report, found, wide=False)
+    except IdCollision:  # as rare as two equal 35-bit hashes: encode again, wide
+        pass
+    try:
+        return _read_and_plan(run, candidates, asked, work, report, found, wide=True)
+    except IdCollision:
+        raise FatalError("two tracks hash to one 63-bit uuid") from None
+
+
+def _read_and_plan(
+    run: Runner,
+    candidates: list[Candidate],
+    asked: Asked,
+    work: Path,
+    report: RunReport,
+    found: tuple[int, int],
+    wide: bool,
+) -> FirstRead:
+    """:func:`read_all` with track ids of 35 bits, or ``wide`` ones; ``found`` is how many files
+    the report listed as skipped and ignored before any was read."""
+    writer, selection = asked.writer, asked.selection
+    del report.skipped[found[0] :], report.ignored[found[1] :]
+    # Chrome JSON keeps each file's laid-out events from its first read for the second pass
+    # (a selection of processes is applied while reading: then the file is read again).
+    encoding = writer.name if writer is not None and writer.one_pass else ""
+    keep_layout = "" if writer is None or writer.one_pass or selection.by_process else writer.name
+    # Cores left over once each file has one read parts of the large ones.
+    helpers = max(0, asked.cores // len(candidates) - 1)
+    # Sequence 1 carries the descriptors; each file gets the next, in discovery order.
+    jobs = [
+        FileJob(
+            c,
+            n + 2,
+            encoding,
+            work / f"{n:06d}.chunk",
+            budget=asked.memory_budget,
+            selection=selection,
+            wide_ids=wide,
+            sync=asked.clocks.sync,
+            phases=asked.phase_rules.presets,
+            metrics_map=asked.metrics_map,
+            keep_layout=keep_layout,
+            helpers=helpers,
+        )
+        for n, c in enumerate(candidates)
+    ]
+    scalars: list[StepScalars] = []
+    scans = collect(run.map(jobs, "read"), report, scalars)
+    if not scans:
+        raise FatalError("no usable trace files: " + "; ".join(report.skipped))
+    plan = make_plan(scans, wide, asked.clocks)
+    keep = process_filter(selection, scans)
+    model = derive(scans, plan.offsets, asked.phase_rules.presets, asked.phase_rules.steps, keep)
+    note_run(model, scans, plan, keep)
+    scalars_dropped = Counter(d for f in scalars for d in f.dropped.elements())
+    attach_scalars(model, scalars, scalars_dropped)
+    derived = derived_scan(model, len(candidates) + 2, work / "phases.chunk", plan)
+    if derived is not None:
+        plan = make_plan([*scans, derived], wide, asked.clocks, plan.alignment)
+    by_path = {j.candidate.path: j for j in jobs}
+    return FirstRead(by_path, scans, scalars, scalars_dropped, plan, model, derived, wide)
+
+
+class Runner:
+    """Runs file jobs through the executor, in order, saying how far it got."""
+
+    def __init__(self, executor: Executor, progress: Callable[[str], None]) -> None:
+        self.executor = executor
+        self.progress = progress
+
+    def map(self, jobs: list[FileJob], verb: str) -> Iterator[FileOutcome]:
+        for n, outcome in enumerate(self.executor.run(jobs), 1):
+            self.progress(f"{verb} {n}/{len(jobs)}: {outcome.candidate.path}")
+            yield outcome
+
+
+def process_filter(selection: Selection, scans: list[FileScan]) -> Callable[[Identity], bool] | None:
+    """Which processes --roles, --ranks and --where keep (None: all)."""
+    if not selection.by_process:
+        return None
+    named = {i for s in scans if selection.keeps_file(s.facts) for i in (*s.counts, *s.threads, *s.counter_series)}
+    return lambda ident: selection.keeps(ident) and ident in named

@@ -1,0 +1,56 @@
+"""The library's ``summarize(inputs)``: where each RL step's time went, without writing a trace.
+
+It runs the stages a merge runs up to the phases (discover → read → align → derive phases) and
+returns the numbers a merge stores in its trace (:func:`~tracemerge.phase_summary.summary`): per
+step wall time and who held it up, per role and phase totals, the device breakdown and the
+critical path. Nothing is encoded and nothing is written outside a temporary folder for the files
+a large read spills. ``tracemerge summary RUN_DIR`` and ``tracemerge diff`` call it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from tracemerge.clock import AUTOMATIC, AlignOptions
+from tracemerge.executors import Executor, local_executor
+from tracemerge.layout import DEFAULT_BUDGET
+from tracemerge.metrics_map import NO_MAP, MetricsMap
+from tracemerge.phase_rules import AUTO_PHASES, PhaseOptions
+from tracemerge.phase_summary import summary
+from tracemerge.reading import Asked, Runner, discover_inputs, read_all
+from tracemerge.report import RunReport
+from tracemerge.select import EVERYTHING
+
+
+def summarize(
+    inputs: Sequence[str | os.PathLike[str]],
+    *,
+    jobs: int = 0,
+    executor: Executor | None = None,
+    clocks: AlignOptions = AUTOMATIC,
+    phase_rules: PhaseOptions = AUTO_PHASES,
+    metrics_map: MetricsMap = NO_MAP,
+    memory_budget: int = DEFAULT_BUDGET,
+    report: RunReport | None = None,
+) -> dict:
+    """The phase summary of the traces found under ``inputs``, as :func:`~tracemerge.pipeline.merge`
+    would store it in its output (``report.phases``), placed by ``clocks`` and derived by
+    ``phase_rules`` as a merge would.
+
+    ``jobs`` and ``executor`` say where files are read, as for a merge. ``report``, when given,
+    receives what was found, skipped and ignored. Raises
+    :class:`~tracemerge.errors.FatalError` when no trace file can be read.
+    """
+    report = report if report is not None else RunReport()
+    clocks = replace(clocks, presets=tuple(p.name for p in phase_rules.presets))
+    runner = executor if executor is not None else local_executor(jobs)
+    cores = 0 if executor is not None or jobs == 1 else jobs or os.cpu_count() or 1
+    asked = Asked(None, EVERYTHING, clocks, phase_rules, metrics_map, memory_budget, cores)
+    with runner, tempfile.TemporaryDirectory(prefix="tracemerge-summary-") as work:
+        candidates, _named = discover_inputs(runner, inputs, Path(work) / "summary", False, report)
+        first = read_all(Runner(runner, lambda _msg: None), candidates, asked, Path(work), report)
+    return summary(first.model, {p.identity: p.name for p in first.plan.processes})
