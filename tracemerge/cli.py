@@ -12,15 +12,10 @@ import orjson
 import typer
 from typer.core import TyperGroup
 
-from tracemerge import __version__, cli_diff, cli_tools
-from tracemerge.clock import AlignOptions, load_offsets, parse_offset
+from tracemerge import __version__, cli_diff, cli_tools, engine
 from tracemerge.errors import Stopped, TracemergeError, shown
-from tracemerge.executors import ray_executor, usable_cores
 from tracemerge.metrics_map import NO_MAP, load_metrics_map
-from tracemerge.output import write_whole
 from tracemerge.phase_rules import AUTO, PhaseOptions, resolve
-from tracemerge.phase_summary import format_summary
-from tracemerge.pipeline import merge as run_merge
 from tracemerge.progress import progress_bar
 from tracemerge.report import (
     EXIT_FATAL,
@@ -33,9 +28,6 @@ from tracemerge.report import (
     json_bytes,
 )
 from tracemerge.select import Selection, parse_duration, parse_ranks, parse_roles, parse_where, parse_window
-from tracemerge.split import check_kind
-from tracemerge.summarize import summarize
-from tracemerge.writers import WRITERS
 
 # The usage errors of the click typer runs on (typer 0.28 carries a copy of its own).
 _CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
@@ -92,6 +84,8 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Plain help text: rich's renderer costs more start-up than the rest of the command line.
+    rich_markup_mode=None,
     help="Merge the traces of a distributed training run into one Perfetto trace.",
 )
 
@@ -124,7 +118,7 @@ def _say(message: str) -> None:
     _err(f"tracemerge: {message}")
 
 
-@app.command()
+@app.command(short_help="Merge traces into one clock-aligned trace (the default command).")
 def merge(
     inputs: Annotated[list[Path], typer.Argument(help="Trace files or directories (searched recursively).")],
     output: Annotated[
@@ -197,9 +191,10 @@ def merge(
     try:
         if jobs < 0:
             raise ValueError(f"--jobs: {jobs} is not a number of processes (0: one per CPU when it pays)")
-        if jobs > usable_cores() and ray is None:
-            notes.append(f"--jobs {jobs}: this machine gives it {usable_cores()} CPUs; {usable_cores()} processes used")
-            jobs = usable_cores()
+        cores = engine.usable_cores()
+        if jobs > cores and ray is None:
+            notes.append(f"--jobs {jobs}: this machine gives it {cores} CPUs; {cores} processes used")
+            jobs = cores
         if min_dur is not None and parse_duration(min_dur) < 0:
             raise ValueError(f"--min-dur: {min_dur!r} is negative")
         selection = Selection(
@@ -210,14 +205,14 @@ def merge(
             min_dur=parse_duration(min_dur) if min_dur is not None else 0,
             keep_zero_counters=keep_zero_counters,
         )
-        if format is not None and format not in WRITERS:
-            raise ValueError(f"--format: unknown output format {format!r} (choose from {', '.join(WRITERS)})")
-        rules = load_offsets(offsets_file) if offsets_file is not None else ()
-        rules += tuple(parse_offset(text) for text in offset or ())
-        clocks = AlignOptions(enabled=not no_align, offsets=rules, sync=tuple(sync or ()))
+        if format is not None and format not in engine.WRITERS:
+            raise ValueError(f"--format: unknown output format {format!r} (choose from {', '.join(engine.WRITERS)})")
+        rules = engine.load_offsets(offsets_file) if offsets_file is not None else ()
+        rules += tuple(engine.parse_offset(text) for text in offset or ())
+        clocks = engine.AlignOptions(enabled=not no_align, offsets=rules, sync=tuple(sync or ()))
         phase_rules = PhaseOptions(resolve(phases), parse_ranks(steps, "--steps") if steps is not None else None)
         if split_by is not None:
-            check_kind(split_by)
+            engine.check_kind(split_by)
         metrics_map = load_metrics_map(metrics_map_file) if metrics_map_file is not None else NO_MAP
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
@@ -230,12 +225,12 @@ def merge(
                 _err(format_alignment(r))
 
         try:
-            result = run_merge(
+            result = engine.merge(
                 inputs,
                 output,
                 format=format,
                 jobs=jobs,
-                executor=ray_executor(ray) if ray is not None else None,
+                executor=engine.ray_executor(ray) if ray is not None else None,
                 split_by=split_by,
                 selection=selection,
                 clocks=clocks,
@@ -255,14 +250,14 @@ def merge(
     report_failed = False
     if report is not None:
         try:
-            write_whole(report, json_bytes(result.as_dict()))
+            engine.write_whole(report, json_bytes(result.as_dict()))
         except OSError as exc:
             # The trace is written whole: the run is incomplete, not failed; no part of a report is left.
             _say(f"error: cannot write report {shown(report)}: {exc.strerror or exc}")
             report_failed = True
     outcome = format_outcome(result)
     if summary:
-        typer.echo(format_summary(result.phases))
+        typer.echo(engine.format_summary(result.phases))
     if not quiet:
         _err(outcome)
     elif result.exit_code:
@@ -295,7 +290,7 @@ def main() -> None:
         sys.exit(EXIT_FATAL)
 
 
-@app.command()
+@app.command(short_help="Where each step's time went, and who held it up.")
 def summary(
     path: Annotated[Path, typer.Argument(help="A run directory (merged now) or a trace tracemerge wrote.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the numbers as one JSON document.")] = False,
@@ -316,9 +311,6 @@ def summary(
     A run directory is merged first, placed as a merge places it (--sync, --offset, --offsets,
     --no-align); a trace keeps the summary of its own merge.
     """
-    from tracemerge.phase_summary import per_step
-    from tracemerge.viewer.damage import NOT_A_SUMMARY, Unreadable, stored_summary
-
     threshold = cli_diff.threshold_of(fail_over)
     if threshold is not None and baseline is None:
         raise typer.BadParameter("--fail-over gates on a --baseline: name one")
@@ -327,25 +319,25 @@ def summary(
         raise typer.Exit(EXIT_FATAL)
     try:
         phase_rules = PhaseOptions(resolve(phases))
-        rules = load_offsets(offsets_file) if offsets_file is not None else ()
-        rules += tuple(parse_offset(text) for text in offset or ())
-        clocks = AlignOptions(enabled=not no_align, offsets=rules, sync=tuple(sync or ()))
+        rules = engine.load_offsets(offsets_file) if offsets_file is not None else ()
+        rules += tuple(engine.parse_offset(text) for text in offset or ())
+        clocks = engine.AlignOptions(enabled=not no_align, offsets=rules, sync=tuple(sync or ()))
         if not path.is_dir() and (rules or sync or no_align):
             raise ValueError("--sync, --offset, --offsets and --no-align place a run directory, not a merged trace")
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     try:
         if path.is_dir():
-            numbers = summarize([path], phase_rules=phase_rules, clocks=clocks)
+            numbers = engine.summarize([path], phase_rules=phase_rules, clocks=clocks)
         else:
-            numbers = stored_summary(path)
+            numbers = engine.stored_summary(path)
             if numbers is None:
                 _say(f"error: {path}: holds no phase summary (merge the run with tracemerge)")
                 raise typer.Exit(EXIT_FATAL)
-            if not as_json and not per_step(numbers):
+            if not as_json and not engine.per_step(numbers):
                 _say(f"error: {path}: an older tracemerge wrote its summary (--json prints it; merge the run again)")
                 raise typer.Exit(EXIT_FATAL)
-    except Unreadable as exc:
+    except engine.Unreadable as exc:
         _say(f"error: {exc}")
         raise typer.Exit(exc.status) from None
     except (TracemergeError, OSError, ValueError) as exc:
@@ -357,18 +349,18 @@ def summary(
             raise typer.Exit(EXIT_FATAL)
         base = cli_diff.load(baseline, phase_rules)
         if not as_json:
-            typer.echo(format_summary(numbers) + "\n")
+            typer.echo(engine.format_summary(numbers) + "\n")
         raise typer.Exit(cli_diff.report(base, numbers, threshold, as_json, extra={"summary": numbers}))
     try:
-        text = orjson.dumps(numbers, option=orjson.OPT_INDENT_2).decode() if as_json else format_summary(numbers)
-    except NOT_A_SUMMARY as exc:  # a summary of another shape than tracemerge writes
+        text = orjson.dumps(numbers, option=orjson.OPT_INDENT_2).decode() if as_json else engine.format_summary(numbers)
+    except engine.NOT_A_SUMMARY as exc:  # a summary of another shape than tracemerge writes
         _say(f"error: {shown(path)}: its phase summary cannot be read ({type(exc).__name__})")
         raise typer.Exit(EXIT_FATAL) from None
     typer.echo(text)
 
 
 # check, open and scrape: tracemerge.cli_tools, registered here after merge and summary.
-app.command()(cli_tools.check)
-app.command(name="open")(cli_tools.open_)
-app.command()(cli_tools.scrape)
-app.command()(cli_diff.diff)
+app.command(short_help="Load a trace into trace_processor: import stats and counts.")(cli_tools.check)
+app.command(name="open", short_help="Serve a trace to the Perfetto UI until Ctrl+C.")(cli_tools.open_)
+app.command(short_help="Record Prometheus /metrics pages during a run.")(cli_tools.scrape)
+app.command(short_help="Compare two runs; with --fail-over, a regression gate.")(cli_diff.diff)

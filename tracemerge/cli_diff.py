@@ -9,11 +9,11 @@ from typing import Annotated, Optional
 import orjson
 import typer
 
+from tracemerge import engine
 from tracemerge.diff import EXIT_REGRESSION, compare, format_diff, format_gate, parse_threshold, read_numbers
 from tracemerge.errors import TracemergeError, shown
 from tracemerge.phase_rules import AUTO, PhaseOptions, resolve
 from tracemerge.report import EXIT_FATAL
-from tracemerge.summarize import summarize
 
 
 def _say(message: str) -> None:
@@ -29,7 +29,7 @@ def load(path: Path, phase_rules: PhaseOptions) -> dict:
         _say(f"error: {shown(path)}: no such file or directory")
         raise typer.Exit(EXIT_FATAL)
     try:
-        numbers = summarize([path], phase_rules=phase_rules) if path.is_dir() else read_numbers(path)
+        numbers = engine.summarize([path], phase_rules=phase_rules) if path.is_dir() else read_numbers(path)
     except Unreadable as exc:
         _say(f"error: {exc}")
         raise typer.Exit(exc.status) from None

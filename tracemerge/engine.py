@@ -1,0 +1,42 @@
+"""The merge engine as the command line reaches it: loaded when a command runs, not before.
+
+``tracemerge --version``, ``--help`` and a usage error need only the command line's own options;
+importing the readers, numpy, protobuf and the writers would triple their start-up time. The
+command line therefore reaches the engine's entry points through this one table, and each module
+is imported the first time one of its names is used. Everything else imports modules directly.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# name -> the module that defines it
+_HOME = {
+    "AlignOptions": "tracemerge.clock",
+    "load_offsets": "tracemerge.clock",
+    "parse_offset": "tracemerge.clock",
+    "ray_executor": "tracemerge.executors",
+    "usable_cores": "tracemerge.executors",
+    "write_whole": "tracemerge.output",
+    "format_summary": "tracemerge.phase_summary",
+    "per_step": "tracemerge.phase_summary",
+    "merge": "tracemerge.pipeline",
+    "check_kind": "tracemerge.split",
+    "summarize": "tracemerge.summarize",
+    "NOT_A_SUMMARY": "tracemerge.viewer.damage",
+    "Unreadable": "tracemerge.viewer.damage",
+    "stored_summary": "tracemerge.viewer.damage",
+    "WRITERS": "tracemerge.writers",
+}
+
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # the next use is a plain attribute
+    return value
