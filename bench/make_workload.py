@@ -1,12 +1,16 @@
 """Write a synthetic multi-rank workload for the benchmark (not committed: it is large).
 
-    python bench/make_workload.py OUT_DIR --ranks 8 --mb 23 [--kind kineto|areal|ascend] [--gzip]
+    python bench/make_workload.py OUT_DIR --ranks 8 --mb 23 [--kind kineto|epoch|areal|ascend] [--gzip]
 
 Kineto: each rank's trace looks like torch.profiler output of a GPU job, formatted the way Kineto
 writes it (one event per line, ``baseTimeNanoseconds`` after the event array): per step a
 ProfilerStep with nested cpu_ops, cudaLaunchKernel runtime calls with ac2g flows to kernels on two
 GPU streams, and a backward op on a second thread; args on every event. Ranks r and r+8 reuse host
 pid and device index, as two nodes would. ``--mb`` sets the size of one rank's file.
+
+Epoch: the same events as older Kineto wrote them (and HolisticTraceAnalysis's test traces, and
+most hand-written Chrome traces): integer µs since the epoch in ``ts`` and ``dur``, no
+``baseTimeNanoseconds``, host pids shared by every other rank and device pid 0 in every file.
 
 AReaL: perf-tracer JSONL per rank (``perf_tracer/{role}/traces-r{rank}.jsonl``). Ascend: a
 torch_npu text export per rank (``{role}/host_{pid}_..._ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json``)
@@ -21,12 +25,12 @@ import json
 from pathlib import Path
 
 BASE_NS = 1_790_000_000_000_000_000
+EPOCH_US = 1_790_000_000_000_000  # the epoch-µs shape's time of its first step, less a second
 LAYERS = 25
 
 
-def kineto_step(rank: int, step: int, t: int, corr: int) -> tuple[list[dict], int, int]:
+def kineto_step(rank: int, step: int, t: int, corr: int, pid: int, dev: int) -> tuple[list[dict], int, int]:
     """One profiler step: (events, next start ns, next correlation id)."""
-    pid, dev = 10_000 + rank % 8, rank % 8
     main, bwd = pid, pid + 1
     ev = [_x(f"ProfilerStep#{step}", "user_annotation", pid, main, t, 4_000_000, {"External id": corr, "Ev Idx": 0})]
     for layer in range(LAYERS):
@@ -62,8 +66,11 @@ def kineto_step(rank: int, step: int, t: int, corr: int) -> tuple[list[dict], in
     return ev, t + 4_100_000, corr
 
 
-def write_kineto(path: Path, rank: int, mb: float, compress: bool) -> int:
-    pid, dev = 10_000 + rank % 8, rank % 8
+def write_kineto(path: Path, rank: int, mb: float, compress: bool, epoch: bool = False) -> int:
+    """Recent torch.profiler: float µs relative to ``baseTimeNanoseconds``; ``epoch``: older
+    Kineto (and HolisticTraceAnalysis's traces): integer µs since the epoch, no base, and the host
+    pid of every other rank alike (ranks on different nodes), device pid 0 in every file."""
+    pid, dev = (4242 + rank % 2, 0) if epoch else (10_000 + rank % 8, rank % 8)
     head = [
         {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "python3"}},
         {"ph": "M", "name": "process_labels", "pid": dev, "tid": 0, "args": {"labels": f"GPU {dev}"}},
@@ -81,8 +88,13 @@ def write_kineto(path: Path, rank: int, mb: float, compress: bool) -> int:
         written = sum(len(line) for line in lines)
         t, corr, step = 1_000_000_000 + rank * 37_000, 0, 0
         while written < target:
-            step_events, t, corr = kineto_step(rank, step, t, corr)
+            step_events, t, corr = kineto_step(rank, step, t, corr, pid, dev)
             step += 1
+            if epoch:  # every time here is a whole µs
+                for e in step_events:
+                    e["ts"] = EPOCH_US + round(e["ts"])
+                    if "dur" in e:
+                        e["dur"] = round(e["dur"])
             new = [_line(e) for e in step_events]
             written += sum(len(line) + 2 for line in new)
             lines.extend(new)
@@ -92,8 +104,8 @@ def write_kineto(path: Path, rank: int, mb: float, compress: bool) -> int:
                 lines = []
         f.write(",\n".join(lines))
         events += len(lines)
-        f.write(f'\n  ],\n  "traceName": "{path.name}",\n  "displayTimeUnit": "ms",\n')
-        f.write(f'  "baseTimeNanoseconds": {BASE_NS}\n}}\n')
+        f.write(f'\n  ],\n  "traceName": "{path.name}",\n  "displayTimeUnit": "ms"')
+        f.write("\n}\n" if epoch else f',\n  "baseTimeNanoseconds": {BASE_NS}\n}}\n')
     return events
 
 
@@ -175,15 +187,15 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--mb", type=float, default=23.0, help="size of one rank's file")
-    parser.add_argument("--kind", choices=("kineto", "areal", "ascend"), default="kineto")
+    parser.add_argument("--kind", choices=("kineto", "epoch", "areal", "ascend"), default="kineto")
     parser.add_argument("--gzip", action="store_true", help="write .json.gz (Kineto)")
     args = parser.parse_args()
     total = 0
     for rank in range(args.ranks):
-        if args.kind == "kineto":
+        if args.kind in ("kineto", "epoch"):
             path = args.out / "trainer" / f"rank{rank}.pt.trace.json{'.gz' if args.gzip else ''}"
             path.parent.mkdir(parents=True, exist_ok=True)
-            total += write_kineto(path, rank, args.mb, args.gzip)
+            total += write_kineto(path, rank, args.mb, args.gzip, epoch=args.kind == "epoch")
         elif args.kind == "areal":
             path = args.out / "perf_tracer" / "actor" / f"traces-r{rank}.jsonl"
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -49,7 +49,7 @@ FIXTURE_CASES: list[tuple[str, str, list[str]]] = [
     ("rl_run-roles", "rl_run", ["--roles", "actor"]),
     ("rl_run-no-align", "rl_run", ["--no-align"]),
 ]
-WORKLOADS = ("kineto", "areal", "ascend")
+WORKLOADS = ("kineto", "epoch", "areal", "ascend")
 FORMATS = ("perfetto", "json")
 
 
