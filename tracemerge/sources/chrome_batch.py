@@ -18,7 +18,7 @@ as the per-event path keeps them, whatever the batches.
 from __future__ import annotations
 
 import itertools
-from operator import eq, itemgetter
+from operator import eq, is_, itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,7 +27,7 @@ from tracemerge.anchors import DEVICE_COMM, DEVICE_COMPUTE
 from tracemerge.bounds import DEEP_FROM
 from tracemerge.entries import ENTRY_SCHEMA, POINT_SCHEMA, Block, equal_runs
 from tracemerge.model import OriginKey
-from tracemerge.units import FLOAT_EXACT_LIMIT_US
+from tracemerge.units import FLOAT_EXACT_LIMIT_US, NS_MAX, NS_MIN
 
 if TYPE_CHECKING:
     from tracemerge.sources.chrome_events import ChromeEvents
@@ -37,6 +37,8 @@ _INSTANTS = frozenset({"i", "I", "R"})
 _INTS = {int}  # the types of a column of ids that are all integers (bool is not)
 _LIMIT = FLOAT_EXACT_LIMIT_US
 _INEXACT = np.int64(-(1 << 63))
+# Integer µs the columns take: their ns fit a trace (units.checked_ns says why not, per event).
+_INT_LOW, _INT_HIGH = -(-NS_MIN // 1000), NS_MAX // 1000
 # A batch with more events left to the per-event path than one in this many goes that way whole.
 _SPARSE = 4
 
@@ -74,17 +76,45 @@ def add_columns(reader: ChromeEvents, batch: list, origin: OriginKey, plain_text
 
 
 def _micros(values: list, n: int) -> np.ndarray | None:
-    """Times in µs as int64 ns, when every one is a number whose 3-decimal value a float holds
-    (else None: the per-event path reads them); rows of more decimals are marked _INEXACT."""
+    """Times in µs as int64 ns, when every one is a number or number text (else None: the
+    per-event path reads them). Integers are exact whatever their size (older Kineto writes epoch
+    µs as integers); a float or text is taken when its 3-decimal value is what a float holds. Rows
+    the columns cannot take exactly (more decimals, a float too large to be exact, a time beyond
+    what a trace holds) are marked _INEXACT: the per-event path reads each, in its place."""
+    kinds = set(map(type, values))
+    if kinds == _INTS:
+        return _int_micros(values, n)
+    if int not in kinds:
+        return _float_micros(values, n)
+    is_int = np.fromiter(map(is_, map(type, values), itertools.repeat(int)), bool, n)
+    ints = _int_micros(list(itertools.compress(values, is_int)), int(is_int.sum()))
+    others = _float_micros(list(itertools.compress(values, ~is_int)), n - len(ints))
+    if others is None:
+        return None
+    found = np.empty(n, np.int64)
+    found[is_int], found[~is_int] = ints, others
+    return found
+
+
+def _int_micros(values: list, n: int) -> np.ndarray:
+    try:
+        us = np.fromiter(values, np.int64, n)
+    except OverflowError:  # beyond int64: those rows go one by one
+        us = np.fromiter((v if _INT_LOW < v < _INT_HIGH else _INT_HIGH for v in values), np.int64, n)
+    found = us * 1000
+    found[(us <= _INT_LOW) | (us >= _INT_HIGH)] = _INEXACT
+    return found
+
+
+def _float_micros(values: list, n: int) -> np.ndarray | None:
     try:
         us = np.fromiter(values, np.float64, n)
     except (TypeError, ValueError, OverflowError):  # OverflowError: an int beyond any float (10**400)
         return None
-    if not (np.abs(us) < _LIMIT).all():  # NaN included
-        return None
-    ns = np.rint(us * 1000)
+    exact = np.abs(us) < _LIMIT  # NaN is not
+    ns = np.rint(np.where(exact, us, 0) * 1000)
     found = ns.astype(np.int64)
-    found[ns / 1000 != us] = _INEXACT
+    found[(ns / 1000 != us) | ~exact] = _INEXACT
     return found
 
 

@@ -1,0 +1,87 @@
+"""Integer µs of any size a trace holds go through the columns exactly; only odd rows go one by one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from expected import chrome_events
+from readback import read_pftrace
+
+from tracemerge.pipeline import merge
+from tracemerge.sources import chrome_events as chrome_reader
+
+EPOCH_US = 1_790_000_000_000_000  # integer µs since the epoch, as older Kineto writes them
+
+
+def _epoch_trace(path: Path, odd: list[dict]) -> list[dict]:
+    """300 complete events on two threads with integer epoch-µs times, then ``odd`` rows."""
+    events = [
+        {
+            "ph": "X",
+            "name": f"op{n % 7}",
+            "cat": "cpu_op",
+            "pid": 7,
+            "tid": 1 + n % 2,
+            "ts": EPOCH_US + 10 * n,
+            "dur": 9,
+        }
+        for n in range(300)
+    ]
+    events[150:150] = odd
+    path.write_text(json.dumps({"traceEvents": events}))
+    return events
+
+
+def _per_event_rows(monkeypatch) -> list[int]:
+    """Counts the events each call of the per-event path takes."""
+    taken: list[int] = []
+    add_each = chrome_reader.ChromeEvents.add_each
+
+    def counting(self, batch, *args, **kwargs):
+        taken.append(len(batch))
+        return add_each(self, batch, *args, **kwargs)
+
+    monkeypatch.setattr(chrome_reader.ChromeEvents, "add_each", counting)
+    return taken
+
+
+def test_integer_epoch_micros_are_read_as_columns_to_the_nanosecond(tmp_path: Path, monkeypatch) -> None:
+    events = _epoch_trace(tmp_path / "rank0.json", [])
+    taken = _per_event_rows(monkeypatch)
+    merge([tmp_path / "rank0.json"], tmp_path / "out.pftrace", jobs=1)
+    assert taken == [], "every row taken by the columns"
+    back = read_pftrace(tmp_path / "out.pftrace")
+    want = chrome_events(events)
+    got = sorted((s.name, s.ts, s.dur) for s in back.slices if s.cat == "cpu_op")
+    assert got == sorted(want.slices.elements())
+    assert got[0] == ("op0", EPOCH_US * 1000, 9000)
+
+
+def test_odd_times_go_one_by_one_in_their_place(tmp_path: Path, monkeypatch) -> None:
+    """Beside integer times, a duration of four decimals and a time beyond what a trace holds
+    go to the per-event path one at a time, number text that a float holds exactly goes with the
+    columns; the trace holds what the per-event path gives for all (only the name of the event
+    that is lost may stay in the interning table: the columns intern a batch's names first)."""
+    odd = [
+        {"ph": "X", "name": "decimals", "cat": "cpu_op", "pid": 7, "tid": 1, "ts": EPOCH_US + 1500, "dur": 2.0005},
+        {"ph": "X", "name": "beyond", "cat": "cpu_op", "pid": 7, "tid": 1, "ts": 10**16, "dur": 1},
+        {"ph": "X", "name": "text", "cat": "cpu_op", "pid": 7, "tid": 2, "ts": EPOCH_US + 1501, "dur": "3.25"},
+    ]
+    _epoch_trace(tmp_path / "rank0.json", odd)
+    taken = _per_event_rows(monkeypatch)
+    columns = merge([tmp_path / "rank0.json"], tmp_path / "columns.pftrace", jobs=1)
+    assert taken == [1, 1]
+    monkeypatch.setattr(chrome_reader, "_COLUMNS_FROM", 1 << 40)
+    each = merge([tmp_path / "rank0.json"], tmp_path / "each.pftrace", jobs=1)
+    by_columns, one_by_one = read_pftrace(tmp_path / "columns.pftrace"), read_pftrace(tmp_path / "each.pftrace")
+    assert by_columns.threads == one_by_one.threads
+    assert [(s.track, s.name, s.ts, s.dur, s.depth) for s in by_columns.slices] == [
+        (s.track, s.name, s.ts, s.dur, s.depth) for s in one_by_one.slices
+    ]
+    assert columns.dropped == each.dropped
+    assert sum(columns.dropped.values()) == 1  # the time beyond 64 bits, with its reason
+    back = {s.name: (s.ts, s.dur) for s in by_columns.slices}
+    assert back["decimals"] == ((EPOCH_US + 1500) * 1000, 2001)  # 2.0005 µs, half up
+    assert back["text"] == ((EPOCH_US + 1501) * 1000, 3250)
+    assert "beyond" not in back
