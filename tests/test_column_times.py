@@ -6,10 +6,14 @@ import json
 from pathlib import Path
 
 from expected import chrome_events
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from readback import read_pftrace
 
 from tracemerge.pipeline import merge
 from tracemerge.sources import chrome_events as chrome_reader
+from tracemerge.sources.chrome_batch import _INEXACT, _text_micros
+from tracemerge.units import us_to_ns
 
 EPOCH_US = 1_790_000_000_000_000  # integer µs since the epoch, as older Kineto writes them
 
@@ -85,3 +89,33 @@ def test_odd_times_go_one_by_one_in_their_place(tmp_path: Path, monkeypatch) -> 
     assert back["decimals"] == ((EPOCH_US + 1500) * 1000, 2001)  # 2.0005 µs, half up
     assert back["text"] == ((EPOCH_US + 1501) * 1000, 3250)
     assert "beyond" not in back
+
+
+def test_decimal_text_times_are_read_as_columns_to_the_nanosecond(tmp_path: Path, monkeypatch) -> None:
+    """Ascend's text times ("1736400000123.456", durations of more decimals) go through the
+    columns, rounded half away from zero at the nanosecond as the per-event path rounds them."""
+    events = [
+        {"ph": "X", "name": "MatMul", "cat": "", "pid": 2, "tid": 1, "ts": f"{EPOCH_US + 5 * n}.{n % 1000:03d}"}
+        | {"dur": ["1.5", "0.0005", "2.12345", "40.020"][n % 4]}
+        for n in range(400)
+    ]
+    (tmp_path / "trace_view.json").write_text(json.dumps(events))
+    taken = _per_event_rows(monkeypatch)
+    merge([tmp_path / "trace_view.json"], tmp_path / "out.pftrace", jobs=1)
+    assert taken == []
+    got = sorted((s.ts, s.dur) for s in read_pftrace(tmp_path / "out.pftrace").slices if s.name == "MatMul")
+    want = sorted(((EPOCH_US + 5 * n) * 1000 + n % 1000, [1500, 1, 2123, 40020][n % 4]) for n in range(400))
+    assert got == want
+
+
+TEXT_CHARS = "0123456789.-+e _\x00"
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.text(TEXT_CHARS, max_size=24) | st.decimals(allow_nan=False).map(str), min_size=1, max_size=40))
+def test_text_the_columns_take_is_what_the_exact_parse_gives(texts: list[str]) -> None:
+    found = _text_micros(texts, len(texts))
+    for text, ns in zip(texts, found.tolist(), strict=True):
+        if ns == _INEXACT:
+            continue  # left to the per-event path
+        assert ns == us_to_ns(text), text
