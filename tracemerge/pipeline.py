@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
@@ -53,6 +52,8 @@ from tracemerge.report import RunReport
 from tracemerge.same_content import read_once
 from tracemerge.select import EVERYTHING, Selection
 from tracemerge.split import Part, groups, step_windows, write_parts
+from tracemerge.stats import Losses, Stat
+from tracemerge.thread_walk import FILTERED_TIME
 from tracemerge.writers import Writer, writer_for
 
 BEFORE_1970 = "the run starts before 1970 on the wall clock (a negative epoch time, or an --offset)"
@@ -188,7 +189,7 @@ class _FirstRead:
     jobs: dict[Path, FileJob]
     scans: list[FileScan]
     scalars: list[StepScalars]
-    scalars_dropped: Counter[str]
+    scalars_dropped: Losses
     plan: MergePlan
     model: PhaseModel
     derived: FileScan | None
@@ -277,7 +278,9 @@ def _read_and_plan(
     keep = _process_filter(selection, scans)
     model = derive(scans, plan.offsets, asked.phase_rules.presets, asked.phase_rules.steps, keep)
     note_run(model, scans, plan, keep)
-    scalars_dropped = Counter(d for f in scalars for d in f.dropped.elements())
+    scalars_dropped = Losses()
+    for f in scalars:
+        scalars_dropped.update(f.dropped)
     attach_scalars(model, scalars, scalars_dropped)
     derived = derived_scan(model, len(candidates) + 2, work / "phases.chunk", plan)
     if derived is not None:
@@ -340,7 +343,7 @@ def _encode(
 def _report_outcome(report: RunReport, first: _FirstRead, scans: list[FileScan], numbers: dict, writer: Writer) -> None:
     """What was merged, left out and lost, once every file is encoded."""
     fill_report(report, first.plan, scans)
-    report.dropped.update(first.scalars_dropped)
+    report.losses.update(first.scalars_dropped)
     for f in first.scalars:
         placed = sum(1 for step in f.values if step in first.model.scalars)
         report.notes.append(
@@ -435,12 +438,12 @@ def _leave_out_file(scan: FileScan, chunk: Path, why: str = "") -> None:
     merged): nothing of it is written."""
     for counts in scan.written.values():
         if why == FILE_CHANGED:
-            scan.dropped["events of a file that changed while being merged"] += counts.total
+            scan.dropped.add(Stat.FILE_CHANGED, counts.total, "events of a file that changed while being merged")
             continue
         if why == FILE_LOST:
-            scan.dropped["events of a file lost with its node or task"] += counts.total
+            scan.dropped.add(Stat.FILE_LOST_WITH_NODE, counts.total, "events of a file lost with its node or task")
             continue
-        scan.filtered["events outside --window"] += counts.slices + counts.instants + counts.counters
+        scan.filtered[FILTERED_TIME] += counts.slices + counts.instants + counts.counters
         scan.filtered["flows outside --window"] += counts.flows
     scan.written = {}
     scan.lanes = []
