@@ -90,9 +90,9 @@ def _what_was_there(dropped: Losses) -> str:
     """What a file without events held instead, as the messages it was counted under."""
     if not dropped:
         return ""
-    dropped = Counter(dropped.by_message())
-    shown_reasons = [f"{reason} ×{count}" for reason, count in dropped.most_common(3)]
-    more = f", {len(dropped) - 3} more reasons" if len(dropped) > 3 else ""
+    messages = Counter(dropped.by_message())
+    shown_reasons = [f"{reason} ×{count}" for reason, count in messages.most_common(3)]
+    more = f", {len(messages) - 3} more reasons" if len(messages) > 3 else ""
     return f" (only what is not drawn: {'; '.join(shown_reasons)}{more})"
 
 
