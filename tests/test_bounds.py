@@ -20,6 +20,7 @@ from tracemerge.errors import FatalError
 from tracemerge.nesting import lanes, parents
 from tracemerge.pipeline import merge
 from tracemerge.sources.prometheus_text import parse_snapshot
+from tracemerge.stats import Losses, Stat
 
 T0_US = 1_700_000_000_000_000
 
@@ -234,9 +235,10 @@ def test_negative_times_of_an_epoch_clock_never_break_the_clock_snapshot(tmp_pat
 
 def test_prometheus_times_out_of_range_are_counted(tmp_path: Path) -> None:
     page = '# TYPE x gauge\nx 1 100000000000000000\nx{a="b"} 2 -100000000000000000\n# TYPE y gauge\ny 3\n# EOF\n'
-    dropped: Counter[str] = Counter()
+    dropped = Losses()
     points = parse_snapshot(page, 1_700_000_000 * 10**9, None, dropped)
-    assert len(points) == 1 and dropped == {"metric sample with unreadable time": 2}
+    assert len(points) == 1 and dropped.by_message() == {"metric sample with unreadable time": 2}
+    assert dropped.counts == {Stat.METRIC_UNREADABLE: 2}
     header = "# tracemerge-scrape time_unix_ns=123456789012345678901234567890 url=http://h:1/metrics\n"
     report = _run(tmp_path, {"a.prom": (header + "# TYPE x gauge\nx 1\n").encode(), "rank0.json": _kineto()})
     assert [s.split(": ", 1)[1] for s in report.skipped] == [
@@ -330,13 +332,13 @@ def test_bad_prometheus_lines_cost_time_linear_in_the_page(openmetrics: bool) ->
         bad[k] = "garbage line {"
     end = "# EOF\n" if openmetrics else ""
 
-    def cost(page: list[str]) -> tuple[float, Counter[str], int]:
-        dropped: Counter[str] = Counter()
+    def cost(page: list[str]) -> tuple[float, Losses, int]:
+        dropped = Losses()
         started = time.process_time()
         points = parse_snapshot("\n".join(page) + "\n" + end, 10**18, None, dropped)
         return time.process_time() - started, dropped, len(points)
 
     clean, _, _ = cost(lines)
     spent, dropped, kept = cost(bad)
-    assert kept == 19_980 and sum(dropped.values()) == 20
+    assert kept == 19_980 and dropped.counts == {Stat.METRIC_UNREADABLE: 20}
     assert spent < 6 * clean + 0.5  # a parse of the page per bad line and more made it 60 times the clean one

@@ -61,11 +61,13 @@ def test_a_file_cut_while_written_is_salvaged_with_one_line_naming_it(tmp_path: 
     broken.write_text('{"traceEvents": [{"ph": "X", "name": "kept", "ts": 1, "dur": 2},\n  {"ph": "X", "ts": ')
     result = run(str(root), "-o", str(tmp_path / "m.pftrace"), "--report", str(tmp_path / "r.json"))
     assert result.exit_code == 3
-    lost = [line for line in result.output.splitlines() if str(broken) in line]
-    assert lost == [
-        f"dropped 1 input events: {broken}:2:21: invalid JSON (unexpected end of data); "
+    lines = result.output.splitlines()
+    lost = [n for n, line in enumerate(lines) if str(broken) in line]
+    assert [lines[n] for n in lost] == [
+        f"  dropped 1 input events: {broken}:2:21: invalid JSON (unexpected end of data); "
         "events after it are lost (the ones before are kept)"
     ]
+    assert lines[lost[0] - 1] == "file_damaged 1 (data_loss): files cut or damaged: the events after the damage"
     assert "Traceback" not in result.output
     report = json.loads((tmp_path / "r.json").read_text())
     assert [p["read"]["slices"] for p in report["processes"] if p["rank"] == 1] == [1]  # the complete event
@@ -193,5 +195,6 @@ def test_what_perfetto_ignores_too_is_counted_but_not_a_loss(tmp_path: Path) -> 
             "description": "flow steps/ends whose start is not in the input",
             "count": 1,
             "reasons": {"flow step/end without a start": 1},
+            "more": 0,
         }
     }

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from tracemerge.errors import FatalError
 from tracemerge.pipeline import merge
+from tracemerge.stats import Stat
 
 EXAMPLES = int(os.environ.get("TRACEMERGE_FUZZ_EXAMPLES", "40"))
 SAMPLES = {
@@ -173,6 +174,7 @@ def test_mutated_inputs_merge_or_are_reported_in_one_line(
     assert out.stat().st_size > 0
     for message in report.skipped:
         assert "\n" not in message
+    assert set(report.as_dict()["stats"]) <= {stat.value for stat in Stat}  # declared, never "other"
     read, written = report.read, report.written
     assert written.slices <= read.slices and written.instants <= read.instants
     assert written.counters <= read.counters and written.flows <= read.flows

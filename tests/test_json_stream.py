@@ -15,7 +15,7 @@ from tracemerge.pipeline import merge
 from tracemerge.sources import json_stream
 from tracemerge.sources.chrome_events import LenientEvent, TraceEvent
 from tracemerge.sources.json_stream import EventStream
-from tracemerge.stats import tally
+from tracemerge.stats import Losses, Stat
 
 
 class Ev(msgspec.Struct):
@@ -41,7 +41,7 @@ def where(text: str, offset: int) -> str:
 
 
 def statistics(report) -> dict[str, tuple[str, int]]:
-    return {name: (s["severity"], s["count"]) for name, s in tally(report.dropped, len(report.skipped)).items()}
+    return {name: (s["severity"], s["count"]) for name, s in report.stats.tally().items()}
 
 
 @pytest.mark.parametrize("block", [64, 1000, 1 << 22])
@@ -147,7 +147,8 @@ def test_bytes_after_the_json_lose_nothing_and_are_noted_where_they_start(
     assert stream.meta["baseTimeNanoseconds"] == 1700000000000000000
     what = "NUL padding" if junk[0] == "\0" else "12 bytes"
     place = where(text + junk, len(text))
-    assert stream.notes == {f"{path}:{place}: trailing data after the end of the JSON ({what}), ignored": 1}
+    note = f"{path}:{place}: trailing data after the end of the JSON ({what}), ignored"
+    assert stream.notes == Losses.one(Stat.FILE_TRAILING_DATA, note)
 
 
 def test_trailing_nul_padding_is_an_info_statistic_and_the_trace_is_whole(tmp_path: Path) -> None:
@@ -202,7 +203,8 @@ def test_trailing_bytes_longer_than_a_block_lose_nothing_and_are_noted_where_the
         if second_document
         else f"{place}: trailing data after the end of the JSON ({size} bytes), ignored"
     )
-    assert stream.notes == {note: 1}
+    stat = Stat.FILE_TRAILING_EVENTS if second_document else Stat.FILE_TRAILING_DATA
+    assert stream.notes == Losses.one(stat, note)
 
 
 def test_keys_after_the_array_holding_event_boundaries_are_read_and_the_bytes_after_them_placed(
@@ -229,7 +231,8 @@ def test_keys_after_the_array_holding_event_boundaries_are_read_and_the_bytes_af
         "baseTimeNanoseconds": 1700000000000000000,
     }
     place = where(body, body.index("garbage"))
-    assert stream.notes == {f"{path}:{place}: trailing data after the end of the JSON (7 bytes), ignored": 1}
+    note = f"{path}:{place}: trailing data after the end of the JSON (7 bytes), ignored"
+    assert stream.notes == Losses.one(Stat.FILE_TRAILING_DATA, note)
 
 
 @pytest.mark.parametrize("second_document", [False, True], ids=["junk", "document"])
@@ -257,7 +260,8 @@ def test_a_cut_in_the_keys_after_the_array_keeps_every_event_and_the_keys_before
     assert stream.meta == {"schemaVersion": 1, "traceName": "/tmp/t.json"}
     lost = "the keys from there on are lost (every event is kept)"
     place = where(text, cut)
-    assert stream.notes == {f"{path}:{place}: invalid JSON (unexpected end of data) after the event array: {lost}": 1}
+    note = f"{path}:{place}: invalid JSON (unexpected end of data) after the event array: {lost}"
+    assert stream.notes == Losses.one(Stat.FILE_TAIL_DAMAGED, note)
     report = merge([path], tmp_path / "out.pftrace")
     assert (report.exit_code, report.written.slices) == (3, 50)
     assert statistics(report) == {"file_tail_damaged": ("data_loss", 1)}
@@ -293,7 +297,7 @@ def test_a_bare_array_may_end_without_its_bracket_or_with_a_comma(tmp_path: Path
     path.write_text(text)
     got, stream = names(path)
     assert got == [e["name"] for e in EVENTS[:20]]
-    assert (stream.damage, stream.notes) == (None, {})
+    assert (stream.damage, stream.notes.by_message()) == (None, {})
 
 
 def test_a_bare_array_cut_inside_an_event_is_damage(tmp_path: Path) -> None:
@@ -316,7 +320,8 @@ def test_elements_that_are_not_objects_are_counted_and_the_events_kept(tmp_path:
     assert got == [f"a{n}" for n in range(10)]
     assert stream.damage is None
     kinds = {"null": 2, "number": 1, "string": 1, "array": 1}
-    assert stream.notes == {f"event array element that is not an object ({k})": n for k, n in kinds.items()}
+    notes = {f"event array element that is not an object ({k})": n for k, n in kinds.items()}
+    assert stream.notes.by_message() == notes and stream.notes.counts == {Stat.EVENT_NOT_OBJECT: 5}
     assert stream.meta == {"baseTimeNanoseconds": 1700000000000000000}
 
 

@@ -76,6 +76,7 @@ def test_a_copied_folder_is_merged_once(tmp_path: Path, ext: str) -> None:
                 f"file with the same bytes as another input, read once: {runs / 'copy' / RANK0}": 1,
                 f"file with the same bytes as another input, read once: {runs / 'copy' / RANK1}": 1,
             },
+            "more": 0,
         }
     }
     assert report.incomplete is None and report.exit_code == 0

@@ -39,6 +39,7 @@ from tracemerge.plan import (
     resolve_identity,
 )
 from tracemerge.select import EVERYTHING, Selection, TimeFilter
+from tracemerge.stats import Losses, Stat
 from tracemerge.writers import WRITERS
 
 # Without a clock of their own, µs timestamps at least this large are Unix-epoch time (1973 on).
@@ -85,12 +86,13 @@ class FileOutcome:
     scalars: StepScalars | None = None  # a file of step-keyed values (they have no time of their own)
 
 
-def _what_was_there(dropped: Counter[str]) -> str:
-    """What a file without events held instead, as the reasons it was counted under."""
+def _what_was_there(dropped: Losses) -> str:
+    """What a file without events held instead, as the messages it was counted under."""
     if not dropped:
         return ""
-    shown_reasons = [f"{reason} ×{count}" for reason, count in dropped.most_common(3)]
-    more = f", {len(dropped) - 3} more reasons" if len(dropped) > 3 else ""
+    messages = Counter(dropped.by_message())
+    shown_reasons = [f"{reason} ×{count}" for reason, count in messages.most_common(3)]
+    more = f", {len(messages) - 3} more reasons" if len(messages) > 3 else ""
     return f" (only what is not drawn: {'; '.join(shown_reasons)}{more})"
 
 
@@ -238,7 +240,8 @@ def _process_file(job: FileJob) -> FileOutcome:
     dropped = data.dropped
     dropped.update(result.dropped)
     for kind, count in layout.marks_over.items():  # the events are in the output; only not evidence
-        dropped[f"{kind} marks beyond the cap per thread (events kept, not used as {kind} evidence)"] += count
+        message = f"{kind} marks beyond the cap per thread (events kept, not used as {kind} evidence)"
+        dropped.add(Stat.EVIDENCE_CAPPED, count, message)
     scan = FileScan(
         path=cand.path,
         format=data.format,
@@ -286,7 +289,7 @@ def _encode_saved(job: FileJob, prior: FileScan) -> FileOutcome:
             _time_filter(job),
         )
         enc.close()
-    dropped = Counter(prior.dropped)
+    dropped = prior.dropped.copy()
     dropped.update(result.dropped)
     filtered = Counter(prior.filtered)
     filtered.update(result.filtered)

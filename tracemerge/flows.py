@@ -10,7 +10,7 @@ point's phase.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -23,6 +23,7 @@ from tracemerge.nesting import SLICE, overlapping, parents, walk_order
 from tracemerge.report import EventCounts
 from tracemerge.select import TimeFilter
 from tracemerge.spill import RunStore
+from tracemerge.stats import Losses, Stat
 
 if TYPE_CHECKING:
     from tracemerge.layout import FileLayout, LayoutResult
@@ -367,10 +368,10 @@ class _Numbering:
             read.flows += len(chain) - 1
             kept = [p[3] for p in chain if p[3][1] is not None]
             if len(kept) < len(chain):
-                dropped["flow point outside any slice on its thread"] += len(chain) - len(kept)
+                dropped.add(Stat.FLOW_UNBOUND, len(chain) - len(kept), "flow point outside any slice on its thread")
                 if len(kept) < 2:
                     if kept:
-                        dropped["flow left with one endpoint after binding"] += 1
+                        dropped.add(Stat.FLOW_UNBOUND, 1, "flow left with one endpoint after binding")
                     continue
             if times is not None and not all(times.keeps_slice(t[1][0], -t[1][1]) for t in kept):
                 self.result.filtered[FILTERED_FLOW] += 1
@@ -421,7 +422,7 @@ def _slice_start(target: tuple) -> int:
     return target[1][0]
 
 
-def _chains(points: list[tuple], dropped: Counter[str]) -> list[list[tuple]]:
+def _chains(points: list[tuple], dropped: Losses) -> list[list[tuple]]:
     """Group one id's flow points ``(ts, phase, ordinal, ...)``, in time order, into chains."""
     chains: list[list[tuple]] = []
     starts = [p for p in points if p[1] == START]
@@ -447,13 +448,13 @@ def _chains(points: list[tuple], dropped: Counter[str]) -> list[list[tuple]]:
             elif last_start is not None and p[1] == END:
                 chains.append([last_start, p])
             else:
-                dropped["flow step/end without a start"] += 1
+                dropped.add(Stat.FLOW_END_WITHOUT_START, 1, "flow step/end without a start")
         if current is not None:
             chains.append(current)
     kept = []
     for chain in chains:
         if len(chain) < 2:
-            dropped["flow start without an end"] += 1
+            dropped.add(Stat.FLOW_START_WITHOUT_END, 1, "flow start without an end")
         else:
             kept.append(chain)
     return kept

@@ -39,6 +39,7 @@ from tracemerge.plan import CounterTrack, ThreadTrack
 from tracemerge.report import EventCounts
 from tracemerge.select import TimeFilter
 from tracemerge.spill import RunStore, SortedBuffer
+from tracemerge.stats import Losses
 from tracemerge.thread_walk import FILTERED_TIME, Items, ThreadWalk
 
 # Events a file's layout may hold in memory before it spills to disk (about 100 bytes each once
@@ -95,7 +96,7 @@ class LayoutResult:
     threads: dict[Identity, set[ThreadKey]] = field(default_factory=lambda: defaultdict(set))
     counter_series: dict[Identity, set[tuple[ThreadKey, str]]] = field(default_factory=lambda: defaultdict(set))
     lanes: list[ThreadTrack] = field(default_factory=list)
-    dropped: Counter[str] = field(default_factory=Counter)
+    dropped: Losses = field(default_factory=Losses)
     filtered: Counter[str] = field(default_factory=Counter)  # left out on request: not a loss
     moved_to_lanes: int = 0
     reversed_flows: int = 0

@@ -8,11 +8,12 @@ that build events one by one use :class:`Event`. Nothing here knows about output
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
+
+from tracemerge.stats import Losses
 
 
 class Kind(IntEnum):
@@ -112,8 +113,8 @@ class SourceData:
     # What names the file's process when no rank is known (default: the file name); an Ascend run
     # directory's name, since every run's file is called trace_view.json.
     tag_hint: str | None = None
-    # Input events that could not be kept, by reason.
-    dropped: Counter[str] = field(default_factory=Counter)
+    # Input events that could not be kept, per statistic.
+    dropped: Losses = field(default_factory=Losses)
     # Input records consumed as metadata (names, sort indexes): they are not events.
     metadata_records: int = 0
     # A counter series whose title is short: title -> its full name (the track's description).

@@ -35,7 +35,7 @@ def fill_report(report: RunReport, plan: MergePlan, scans: list[FileScan]) -> No
         for p in plan.processes
     }
     for s in scans:
-        report.dropped.update(s.dropped)
+        report.losses.update(s.dropped)
         report.metadata_records += s.metadata_records
         report.moved_to_lanes += s.moved_to_lanes
         report.reversed_flows += s.reversed_flows

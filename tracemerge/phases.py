@@ -29,6 +29,7 @@ from tracemerge.critical import FOREVER, Holdup, Timeline, holdup
 from tracemerge.critical_path import Devices, Segment, step_path
 from tracemerge.model import Identity
 from tracemerge.phase_rules import MSTX, NAMED_STEPS, TORCH_STEPS, Preset
+from tracemerge.stats import Losses, Stat
 
 IDLE = "idle"
 
@@ -89,7 +90,7 @@ class StepScalars:
 
     path: Path
     values: dict[int, dict[str, float]]
-    dropped: Counter[str] = field(default_factory=Counter)
+    dropped: Losses = field(default_factory=Losses)
 
 
 @dataclass
@@ -120,18 +121,18 @@ UNPLACED_SCALARS = "tracker scalars of steps the merged trace has no step for"
 REPEATED_SCALARS = "tracker scalar given again for one step (the first kept)"
 
 
-def attach_scalars(model: PhaseModel, files: Iterable[StepScalars], dropped: Counter[str]) -> None:
+def attach_scalars(model: PhaseModel, files: Iterable[StepScalars], dropped: Losses) -> None:
     """Give each job step the tracker scalars logged for it; count the rest in ``dropped``."""
     steps = {n for n, _, _ in model.steps}
     for found in files:
         for step, values in sorted(found.values.items()):
             if step not in steps:
-                dropped[UNPLACED_SCALARS] += len(values)
+                dropped.add(Stat.TRACKER_SCALARS_UNPLACED, len(values), UNPLACED_SCALARS)
                 continue
             kept = model.scalars.setdefault(step, {})
             for name, value in values.items():
                 if name in kept:
-                    dropped[REPEATED_SCALARS] += 1
+                    dropped.add(Stat.TRACKER_VALUE_NOT_NUMBER, 1, REPEATED_SCALARS)
                 else:
                     kept[name] = value
 

@@ -46,6 +46,8 @@ from tracemerge.reading import Asked, FirstRead, Runner, discover_inputs, read_a
 from tracemerge.report import RunReport
 from tracemerge.select import EVERYTHING, Selection
 from tracemerge.split import Part, groups, step_windows, write_parts
+from tracemerge.stats import Stat
+from tracemerge.thread_walk import FILTERED_TIME
 from tracemerge.writers import Writer, writer_for
 
 BEFORE_1970 = "the run starts before 1970 on the wall clock (a negative epoch time, or an --offset)"
@@ -215,7 +217,7 @@ def _encode(
 def _report_outcome(report: RunReport, first: FirstRead, scans: list[FileScan], numbers: dict, writer: Writer) -> None:
     """What was merged, left out and lost, once every file is encoded."""
     fill_report(report, first.plan, scans)
-    report.dropped.update(first.scalars_dropped)
+    report.losses.update(first.scalars_dropped)
     for f in first.scalars:
         placed = sum(1 for step in f.values if step in first.model.scalars)
         report.notes.append(
@@ -289,12 +291,12 @@ def _leave_out_file(scan: FileScan, chunk: Path, why: str = "") -> None:
     merged): nothing of it is written."""
     for counts in scan.written.values():
         if why == FILE_CHANGED:
-            scan.dropped["events of a file that changed while being merged"] += counts.total
+            scan.dropped.add(Stat.FILE_CHANGED, counts.total, "events of a file that changed while being merged")
             continue
         if why == FILE_LOST:
-            scan.dropped["events of a file lost with its node or task"] += counts.total
+            scan.dropped.add(Stat.FILE_LOST_WITH_NODE, counts.total, "events of a file lost with its node or task")
             continue
-        scan.filtered["events outside --window"] += counts.slices + counts.instants + counts.counters
+        scan.filtered[FILTERED_TIME] += counts.slices + counts.instants + counts.counters
         scan.filtered["flows outside --window"] += counts.flows
     scan.written = {}
     scan.lanes = []

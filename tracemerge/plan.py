@@ -19,6 +19,7 @@ from tracemerge.clock import Alignment, AlignOptions, align
 from tracemerge.layouts import COORDINATE_ORDER, PathFacts, role_sort_key
 from tracemerge.model import ClockDomain, Identity, OriginKey, SourceData, ThreadInfo, ThreadKey
 from tracemerge.report import EventCounts
+from tracemerge.stats import Losses
 from tracemerge.thread_ids import listing_order, thread_ids
 from tracemerge.unaligned import title, unaligned
 
@@ -46,7 +47,7 @@ class FileScan:
     ts_min: int | None  # origin_ns included
     ts_max: int | None
     local_min: int | None = None  # the file's own timestamps, before origin_ns
-    dropped: Counter[str] = field(default_factory=Counter)
+    dropped: Losses = field(default_factory=Losses)
     metadata_records: int = 0
     # From encoding: what was written, the overlap lanes opened, and the salt the tracks used.
     written: dict[Identity, EventCounts] = field(default_factory=dict)

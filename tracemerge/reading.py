@@ -11,7 +11,6 @@ merge goes on to encode and write.
 from __future__ import annotations
 
 import os
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from tracemerge.plan import FileScan, IdCollision, MergePlan, make_plan
 from tracemerge.report import RunReport
 from tracemerge.same_content import read_once
 from tracemerge.select import Selection
+from tracemerge.stats import Losses
 from tracemerge.writers import Writer
 
 
@@ -55,7 +55,7 @@ class FirstRead:
     jobs: dict[Path, FileJob]
     scans: list[FileScan]
     scalars: list[StepScalars]
-    scalars_dropped: Counter[str]
+    scalars_dropped: Losses
     plan: MergePlan
     model: PhaseModel
     derived: FileScan | None
@@ -145,7 +145,9 @@ def _read_and_plan(
     keep = process_filter(selection, scans)
     model = derive(scans, plan.offsets, asked.phase_rules.presets, asked.phase_rules.steps, keep)
     note_run(model, scans, plan, keep)
-    scalars_dropped = Counter(d for f in scalars for d in f.dropped.elements())
+    scalars_dropped = Losses()
+    for f in scalars:
+        scalars_dropped.update(f.dropped)
     attach_scalars(model, scalars, scalars_dropped)
     derived = derived_scan(model, len(candidates) + 2, work / "phases.chunk", plan)
     if derived is not None:

@@ -1,4 +1,4 @@
-"""The run report: what was found, what was written, and every loss with its reason."""
+"""The run report: what was found, what was written, and every loss under its statistic, with its messages."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import orjson
 
 from tracemerge.errors import shown
 from tracemerge.layouts import COORDINATE_ORDER
-from tracemerge.stats import is_loss, stat_of, tally
+from tracemerge.stats import Losses, Stat
 
 EXIT_OK = 0
 EXIT_FATAL = 1
 EXIT_USAGE = 2
 EXIT_INCOMPLETE = 3
 # Statistics that count parts of events or files, not events: their lines do not say events were dropped.
-_NOT_EVENTS = frozenset({"value_too_deep", "clock_anchor_unreadable"})
+_NOT_EVENTS = frozenset({Stat.VALUE_TOO_DEEP, Stat.CLOCK_ANCHOR_UNREADABLE})
 IGNORED_SHOWN = 10  # files that are not traces named on stderr (the report lists them all)
 
 
@@ -69,7 +69,7 @@ class RunReport:
     skipped: list[str] = field(default_factory=list)  # one-line messages naming each file
     ignored: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # worth saying, not a problem
-    dropped: Counter[str] = field(default_factory=Counter)  # reason -> input events not written
+    losses: Losses = field(default_factory=Losses)  # input events not written, per statistic
     filtered: Counter[str] = field(default_factory=Counter)  # left out by --roles/--ranks/--window/--min-dur
     metadata_records: int = 0
     moved_to_lanes: int = 0
@@ -98,13 +98,26 @@ class RunReport:
         return total
 
     @property
+    def dropped(self) -> Counter[str]:
+        """Input events not written, per message (as far as :attr:`losses` keeps messages)."""
+        return Counter(self.losses.by_message())
+
+    @property
+    def stats(self) -> Losses:
+        """:attr:`losses` and the files skipped (``file_skipped``)."""
+        stats = self.losses.copy()
+        for message in self.skipped:
+            stats.add(Stat.FILE_SKIPPED, 1, message)
+        return stats
+
+    @property
     def incomplete(self) -> str | None:
         """What keeps the output from holding every input event: the first file skipped, else the
         first input event lost; None when there is none (what Perfetto would ignore too, such as a
         flow end without a start, is only counted: an info statistic)."""
         if self.skipped:
             return self.skipped[0]
-        lost = next(filter(is_loss, self.dropped), None)
+        lost = self.losses.first_loss()
         return f"dropped input events: {lost}" if lost is not None else None
 
     @property
@@ -134,8 +147,8 @@ class RunReport:
             ],
             "read": self.read.as_dict(),
             "written": self.written.as_dict(),
-            "dropped": dict(self.dropped),
-            "stats": tally(self.dropped, len(self.skipped)),
+            "dropped": self.losses.by_message(),
+            "stats": self.stats.tally(),
             "filtered": dict(self.filtered),
             "skipped_files": list(self.skipped),
             "ignored_files": [str(p) for p in self.ignored],
@@ -271,16 +284,10 @@ def format_outcome(report: RunReport) -> str:
         )
     for reason, count in sorted(report.filtered.items(), key=lambda kv: (-kv[1], kv[0])):
         lines.append(f"left out {count:,} {reason} (as asked)")
-    for reason, count in sorted(report.dropped.items(), key=lambda kv: (-kv[1], kv[0])):
-        if stat_of(reason).name in _NOT_EVENTS:
-            lines.append(f"data loss: {count:,} × {reason}")
-        elif is_loss(reason):
-            lines.append(f"dropped {count:,} input events: {reason}")
-        else:
-            lines.append(f"info: {count:,} {reason} (as in the input; Perfetto ignores these too)")
-    stats = tally(report.dropped, len(report.skipped))
+    lines.extend(format_losses(report.losses))
+    stats = report.stats
     if stats:
-        counts = ", ".join(f"{name} {entry['count']:,} ({entry['severity']})" for name, entry in stats.items())
+        counts = ", ".join(f"{stat.value} {stats.count(stat):,} ({stat.severity.value})" for stat in stats.stats())
         lines.append(f"statistics: {counts}")
     for message in report.skipped:
         lines.append(f"skipped {message}")
@@ -291,3 +298,26 @@ def format_outcome(report: RunReport) -> str:
         more = f" and {len(report.ignored) - IGNORED_SHOWN} more" if len(report.ignored) > IGNORED_SHOWN else ""
         lines.append(f"ignored {len(report.ignored)} files that are not traces: {names}{more} (all in --report)")
     return "\n".join(lines)
+
+
+def format_losses(losses: Losses) -> list[str]:
+    """Per statistic, by name: a line naming it, then its messages, most counted first."""
+    lines = []
+    for stat in losses.stats():
+        count = losses.count(stat)
+        lines.append(f"{stat.value} {count:,} ({stat.severity.value}): {stat.description}")
+        messages = losses.messages_of(stat)
+        for message, n in sorted(messages.items(), key=lambda kv: (-kv[1], kv[0])):
+            lines.append(f"  {_loss_line(stat, message, n)}")
+        unlisted = count - sum(messages.values())
+        if unlisted:
+            lines.append(f"  {_loss_line(stat, 'more, not listed one by one', unlisted)}")
+    return lines
+
+
+def _loss_line(stat: Stat, message: str, count: int) -> str:
+    if stat in _NOT_EVENTS:
+        return f"data loss: {count:,} × {message}"
+    if stat.is_loss:
+        return f"dropped {count:,} input events: {message}"
+    return f"info: {count:,} {message} (as in the input; Perfetto ignores these too)"

@@ -18,10 +18,11 @@ from pathlib import Path
 from tracemerge.discover import Candidate
 from tracemerge.errors import shown
 from tracemerge.report import RunReport
+from tracemerge.stats import Stat
 
 BLOCK = 1 << 20  # bytes hashed at a time
 
-# The reason a copy is counted under (stats.py files it under ``file_same_content``, info).
+# The message a copy is counted under (statistic ``file_same_content``, info).
 SAME_CONTENT = "file with the same bytes as another input, read once"
 
 
@@ -74,5 +75,5 @@ def read_once(candidates: list[Candidate], report: RunReport) -> list[Candidate]
     for n, first in sorted(copy_of.items()):
         copy, kept = shown(candidates[n].path), shown(candidates[first].path)
         report.notes.append(f"{copy}: the same bytes as {kept}, read once")
-        report.dropped[f"{SAME_CONTENT}: {copy}"] += 1
+        report.losses.add(Stat.FILE_SAME_CONTENT, 1, f"{SAME_CONTENT}: {copy}")
     return [c for n, c in enumerate(candidates) if n not in copy_of]

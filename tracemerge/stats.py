@@ -1,9 +1,10 @@
-"""Named statistics of what a merge could not keep, each with a severity, in one table.
+"""Named statistics of what a merge could not keep, each with a severity, declared in one table.
 
-Like Perfetto's ``stats`` table: readers count every event they cannot keep under a reason (which
-may name a file and place); here each reason is filed under one named statistic with a severity
-and a one-line description, so that counts add up across files and the exit status depends on
-what was lost, not on how it was worded:
+Like Perfetto's ``stats`` table (``F(name, 1, kInfo, kAnalysis, "description")``): every statistic
+is declared once in :class:`Stat` with its name, severity and a one-line description. Readers and
+stages record what they cannot keep in a :class:`Losses` as ``Stat.X`` with a count, and apart from
+it a message that says where (a file, a line, a table), so that counts add up across files and the
+exit status depends on what was lost, not on how it was worded:
 
 * ``info``: nothing of the trace is lost (Perfetto would ignore it too), e.g. a flow end whose
   start the profiler never wrote;
@@ -13,10 +14,9 @@ what was lost, not on how it was worded:
 
 from __future__ import annotations
 
-import re
-from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Iterator
 from enum import Enum
+from typing import Any
 
 
 class Severity(str, Enum):
@@ -25,354 +25,340 @@ class Severity(str, Enum):
     ERROR = "error"
 
 
-@dataclass(frozen=True)
-class Stat:
-    name: str
+class Stat(Enum):
+    """Every statistic: its name in reports (the member's value), severity and description."""
+
     severity: Severity
     description: str
-    pattern: re.Pattern[str]
 
+    def __new__(cls, name: str, severity: Severity, description: str) -> Stat:
+        member = object.__new__(cls)
+        member._value_ = name
+        member.severity = severity
+        member.description = description
+        return member
 
-def _stat(name: str, severity: Severity, description: str, pattern: str) -> Stat:
-    return Stat(name, severity, description, re.compile(pattern))
+    @property
+    def is_loss(self) -> bool:
+        """Whether input is missing from the output (data_loss or error), which makes the run incomplete."""
+        return self.severity is not Severity.INFO
 
-
-STATS: tuple[Stat, ...] = (
-    _stat(
+    FLOW_END_WITHOUT_START = (
         "flow_end_without_start",
         Severity.INFO,
         "flow steps/ends whose start is not in the input",
-        r"^flow step/end without a start",
-    ),
-    _stat(
-        "flow_start_without_end",
-        Severity.INFO,
-        "flow starts whose end is not in the input",
-        r"^flow start without an end",
-    ),
-    _stat(
+    )
+    FLOW_START_WITHOUT_END = ("flow_start_without_end", Severity.INFO, "flow starts whose end is not in the input")
+    EVIDENCE_CAPPED = (
         "evidence_capped",
         Severity.INFO,
         "events kept but not used as clock or phase evidence (beyond the cap per thread)",
-        r"marks beyond the cap",
-    ),
-    _stat(
-        "metadata_unsupported",
-        Severity.INFO,
-        "metadata records of a kind not shown",
-        r"^unsupported metadata record",
-    ),
-    _stat(
+    )
+    METADATA_UNSUPPORTED = ("metadata_unsupported", Severity.INFO, "metadata records of a kind not shown")
+    METRIC_SAMPLE_NAN = (
         "metric_sample_nan",
         Severity.INFO,
         "metric samples that are NaN: gaps and staleness markers (nothing to draw)",
-        r"^metric sample NaN",
-    ),
-    _stat(
-        "metric_series_empty",
-        Severity.INFO,
-        "metric series without samples",
-        r"^metric series without samples",
-    ),
-    _stat(
+    )
+    METRIC_SERIES_EMPTY = ("metric_series_empty", Severity.INFO, "metric series without samples")
+    METRIC_COUNTER_SINGLE_SAMPLE = (
         "metric_counter_single_sample",
         Severity.INFO,
         "cumulative counters sampled once (or at one time): no interval to draw a rate over",
-        r"^metric counter without two samples",
-    ),
-    _stat(
+    )
+    METRIC_COUNTER_INTERVAL_END = (
         "metric_counter_interval_end",
         Severity.INFO,
-        "cumulative counter samples that only end an interval (a series' last, or one at the time of"
-        " the next): each rate is drawn where its interval starts",
-        r"^metric counter sample (closing|at the time)",
-    ),
-    _stat(
-        "metric_type_unknown",
-        Severity.INFO,
-        "metric samples of an unknown type, drawn as gauges",
-        r"^metric of unknown type",
-    ),
-    _stat(
+        "cumulative counter samples that only end an interval (a series' last, or one at the time of the "
+        "next): each rate is drawn where its interval starts",
+    )
+    METRIC_TYPE_UNKNOWN = ("metric_type_unknown", Severity.INFO, "metric samples of an unknown type, drawn as gauges")
+    METRIC_CREATED_SAMPLE = (
         "metric_created_sample",
         Severity.INFO,
         "metric creation-time samples (_created), which are times, not values",
-        r"^metric creation-time sample",
-    ),
-    _stat(
+    )
+    TRACKER_SCALARS_UNPLACED = (
         "tracker_scalars_unplaced",
         Severity.INFO,
         "step-keyed tracker scalars of steps the merged trace has no step for (not profiled, or left out)",
-        r"^tracker scalars of steps",
-    ),
-    _stat(
+    )
+    TRACKER_VALUE_NOT_NUMBER = (
         "tracker_value_not_number",
         Severity.INFO,
         "tracker values that are not finite numbers (text, lists, NaN), or repeated for one step",
-        r"^tracker value that is not|^tracker scalar given again",
-    ),
-    _stat(
-        "flow_unbound",
-        Severity.DATA_LOSS,
-        "flow points on no slice of their thread",
-        r"^flow point outside any slice|^flow left with one endpoint",
-    ),
-    _stat(
-        "flow_without_id",
-        Severity.DATA_LOSS,
-        "flow events without an id",
-        r"flow event without id",
-    ),
-    _stat(
+    )
+    FLOW_UNBOUND = ("flow_unbound", Severity.DATA_LOSS, "flow points on no slice of their thread")
+    FLOW_WITHOUT_ID = ("flow_without_id", Severity.DATA_LOSS, "flow events without an id")
+    EVENT_TIME_UNREADABLE = (
         "event_time_unreadable",
         Severity.DATA_LOSS,
         "events whose time is missing, unreadable or out of range",
-        r"(without|with unreadable) (ts|dur|times|submit_ts|start_ts)"
-        r"|negative dur|ending before it starts|unreadable times",
-    ),
-    _stat(
+    )
+    VALUE_TOO_DEEP = (
         "value_too_deep",
         Severity.DATA_LOSS,
         "values (args, metadata keys) nested more than 200 levels deep: replaced by a note saying so, the event kept",
-        r"^value nested more than \d+ levels deep",
-    ),
-    _stat(
+    )
+    CLOCK_ANCHOR_UNREADABLE = (
         "clock_anchor_unreadable",
         Severity.DATA_LOSS,
         "files whose clock anchor (baseTimeNanoseconds) is not an integer of ns: placed without it",
-        r"^baseTimeNanoseconds that is not",
-    ),
-    _stat(
+    )
+    CONNECTION_SHARED = (
         "connection_shared",
         Severity.INFO,
-        "Ascend host calls whose connectionId an earlier one already links: their device tasks are "
-        "linked (one flow each) from the first",
-        r"^\w+ row sharing a connectionId",
-    ),
-    _stat(
-        "metric_value_infinite",
-        Severity.DATA_LOSS,
-        "metric samples that are +Inf or -Inf",
-        r"^metric sample infinite",
-    ),
-    _stat(
+        "Ascend host calls whose connectionId an earlier one already links: their device tasks are linked "
+        "(one flow each) from the first",
+    )
+    METRIC_VALUE_INFINITE = ("metric_value_infinite", Severity.DATA_LOSS, "metric samples that are +Inf or -Inf")
+    METRIC_SNAPSHOT_WITHOUT_TIME = (
         "metric_snapshot_without_time",
         Severity.DATA_LOSS,
         "metric samples of a snapshot that says not when it was taken",
-        r"^metric snapshot without a time",
-    ),
-    _stat(
+    )
+    METRIC_UNREADABLE = (
         "metric_unreadable",
         Severity.DATA_LOSS,
         "metric results, samples or exposition text that cannot be read",
-        r"^metric text unreadable|^query re|^metric sample with unreadable|native histogram",
-    ),
-    _stat(
-        "begin_end_unmatched",
-        Severity.DATA_LOSS,
-        "B or E events without their pair",
-        r"^[BE] event without matching [BE]",
-    ),
-    _stat(
-        "counter_without_value",
-        Severity.DATA_LOSS,
-        "counter events without a numeric value",
-        r"^C event without a numeric value|^counter row without a numeric value",
-    ),
-    _stat(
-        "phase_unsupported",
-        Severity.DATA_LOSS,
-        "events of a phase type not read",
-        r"^unsupported phase|^event without ph",
-    ),
-    _stat(
-        "line_unreadable",
-        Severity.DATA_LOSS,
-        "lines that are not JSON or not an event",
-        r"invalid JSON line|^line is ",
-    ),
-    _stat(
-        "file_damaged",
-        Severity.DATA_LOSS,
-        "files cut or damaged: the events after the damage",
-        r"events after it are lost",
-    ),
-    _stat(
-        "file_changed",
-        Severity.DATA_LOSS,
-        "events of files that changed while being merged",
-        r"changed while being merged",
-    ),
-    _stat(
+    )
+    BEGIN_END_UNMATCHED = ("begin_end_unmatched", Severity.DATA_LOSS, "B or E events without their pair")
+    COUNTER_WITHOUT_VALUE = ("counter_without_value", Severity.DATA_LOSS, "counter events without a numeric value")
+    PHASE_UNSUPPORTED = ("phase_unsupported", Severity.DATA_LOSS, "events of a phase type not read")
+    LINE_UNREADABLE = ("line_unreadable", Severity.DATA_LOSS, "lines that are not JSON or not an event")
+    FILE_DAMAGED = ("file_damaged", Severity.DATA_LOSS, "files cut or damaged: the events after the damage")
+    FILE_CHANGED = ("file_changed", Severity.DATA_LOSS, "events of files that changed while being merged")
+    EXPORT_READ_ELSEWHERE = (
         "export_read_elsewhere",
         Severity.INFO,
-        "export files of an Ascend run read through another one: a more complete export that holds "
-        "their events, or the first slice of a sliced msprof export",
-        r"^same-run export not read \(|^export slice read with ",
-    ),
-    _stat(
+        "export files of an Ascend run read through another one: a more complete export that holds their "
+        "events, or the first slice of a sliced msprof export",
+    )
+    FILE_SAME_CONTENT = (
         "file_same_content",
         Severity.INFO,
         "input files with the same bytes as another input (a copy): merged once, as the first one found",
-        r"^file with the same bytes as another input",
-    ),
-    _stat(
+    )
+    DB_ROWS_NOT_DRAWN = (
         "db_rows_not_drawn",
         Severity.INFO,
         "rows of Ascend DB tables the text export keeps out of its timeline too (memory records)",
-        r"^\w+ rows not drawn \(the text export keeps them",
-    ),
-    _stat(
+    )
+    COUNTER_ALL_ZERO = (
         "counter_all_zero",
         Severity.INFO,
-        "Ascend counter series (tracks) whose every value in a file is 0, such as idle accelerators' Acc PMU"
-        " levels and modules without memory: left out, one count per series (--keep-zero-counters keeps them)",
-        r"^counter series zero throughout the file",
-    ),
-    _stat(
+        "Ascend counter series (tracks) whose every value in a file is 0, such as idle accelerators' Acc PMU "
+        "levels and modules without memory: left out, one count per series (--keep-zero-counters keeps them)",
+    )
+    TASK_INFO_UNJOINED = (
         "task_info_unjoined",
         Severity.DATA_LOSS,
         "Ascend task detail rows without the globalTaskId that ties them to a task (drawn under its type)",
-        r"^\w+ row without a globalTaskId",
-    ),
-    _stat(
+    )
+    DB_COLUMN_MISSING = (
         "db_column_missing",
         Severity.DATA_LOSS,
         "Ascend DB rows not read because their table lacks a column they need",
-        r"^\w+ row not read: the table has no \w+ column",
-    ),
-    _stat(
+    )
+    FILE_TRAILING_EVENTS = (
         "file_trailing_events",
         Severity.DATA_LOSS,
         "files with events after the end of their JSON (another document, such as a second gzip member): not read",
-        r"events after the end of the JSON",
-    ),
-    _stat(
+    )
+    FILE_TRAILING_DATA = (
         "file_trailing_data",
         Severity.INFO,
         "files with bytes after the end of their JSON (NUL padding, garbage): ignored, every event kept",
-        r"trailing data after the end of the JSON",
-    ),
-    _stat(
+    )
+    FILE_TAIL_DAMAGED = (
         "file_tail_damaged",
         Severity.DATA_LOSS,
-        "files cut or damaged after their event array: every event kept, the keys after the damage lost "
-        "(such as baseTimeNanoseconds, the clock's anchor)",
-        r"after the event array: the keys from there on are lost",
-    ),
-    _stat(
+        "files cut or damaged after their event array: every event kept, the keys after the damage lost (such"
+        " as baseTimeNanoseconds, the clock's anchor)",
+    )
+    EVENT_NOT_OBJECT = (
         "event_not_object",
         Severity.DATA_LOSS,
         "elements of an event array that are not objects (null, numbers, text, arrays)",
-        r"^event array element that is not an object",
-    ),
-    _stat(
+    )
+    COUNTER_VALUE_NOT_NUMBER = (
         "counter_value_not_number",
         Severity.DATA_LOSS,
         "counter event values that are neither numbers nor numbers as text (null, true/false, other text)",
-        r"^C event value that is not a number",
-    ),
-    _stat(
+    )
+    FLOW_V2_UNBOUND = (
         "flow_v2_unbound",
         Severity.DATA_LOSS,
-        "flow v2 ends (bind_id) on slices they cannot be bound to here: one nested in a slice that "
-        "starts with it and holding others that do, or a B/E slice",
-        r"^bind_id flow on a (slice nested|B event)",
-    ),
-    _stat(
+        "flow v2 ends (bind_id) on slices they cannot be bound to here: one nested in a slice that starts "
+        "with it and holding others that do, or a B/E slice",
+    )
+    NSYS_LAUNCH_NOT_CAPTURED = (
         "nsys_launch_not_captured",
         Severity.INFO,
-        "Nsight Systems GPU work whose CUDA runtime call is not in the export (launched before the capture, or "
-        "an export without runtime calls): drawn without its flow",
-        r"^nsys GPU work whose CUDA runtime call is not in the export",
-    ),
-    _stat(
+        "Nsight Systems GPU work whose CUDA runtime call is not in the export (launched before the capture, "
+        "or an export without runtime calls): drawn without its flow",
+    )
+    NSYS_RANGE_WITHOUT_END = (
         "nsys_range_without_end",
         Severity.INFO,
         "NVTX ranges still open when the capture stopped (no end): drawn as instants at their start",
-        r"^nsys NVTX range without an end",
-    ),
-    _stat(
+    )
+    NSYS_TEXT_MISSING = (
         "nsys_text_missing",
         Severity.INFO,
         "NVTX rows without text (NULL text and textId): drawn with an empty name",
-        r"^nsys NVTX_EVENTS row without text",
-    ),
-    _stat(
+    )
+    NSYS_ID_UNRESOLVED = (
         "nsys_id_unresolved",
         Severity.DATA_LOSS,
         "Nsight Systems rows whose name id points nowhere (StringIds missing or without it): drawn named by the id",
-        r"^nsys \w+ row whose \w+ points nowhere",
-    ),
-    _stat(
+    )
+    NSYS_ROWS_NOT_DRAWN = (
         "nsys_rows_not_drawn",
         Severity.INFO,
-        "Nsight Systems rows that are no event of the job's timeline: NVTX domain and category names "
-        "(they name other rows), nsys's own messages, CPU samples, thread scheduling, CUDA events "
-        "without a device time",
-        r"^nsys \w+ rows not drawn \(",
-    ),
-    _stat(
+        "Nsight Systems rows that are no event of the job's timeline: NVTX domain and category names (they "
+        "name other rows), nsys's own messages, CPU samples, thread scheduling, CUDA events without a device "
+        "time",
+    )
+    NSYS_COLUMN_MISSING = (
         "nsys_column_missing",
         Severity.DATA_LOSS,
         "Nsight Systems rows not read because their table lacks a column they need",
-        r"^nsys \w+ rows not read: the table has no ",
-    ),
-    _stat(
+    )
+    NSYS_ROWS_NOT_READ = (
         "nsys_rows_not_read",
         Severity.DATA_LOSS,
-        "Nsight Systems rows of tables (or NVTX event types) tracemerge does not read; an unknown "
-        "table is named once, its rows not counted",
-        r"^nsys (\w+ rows not read \(|table .* not read \(|NVTX_EVENTS rows of event type .* not read$)",
-    ),
-    _stat(
+        "Nsight Systems rows of tables (or NVTX event types) tracemerge does not read; an unknown table is "
+        "named once, its rows not counted",
+    )
+    NSYS_SESSION_START_MISSING = (
         "nsys_session_start_missing",
         Severity.INFO,
         "Nsight Systems exports without a session start time: their clock is placed by the alignment "
         "(collectives, sync spans), not by the wall clock",
-        r"^nsys export without a session start time",
-    ),
-    _stat(
+    )
+    NSYS_REPORT_READ_AS_EXPORT = (
         "nsys_report_read_as_export",
         Severity.INFO,
         "Nsight Systems reports (.nsys-rep) read through their SQLite export beside them",
-        r"^nsys report read through this export",
-    ),
-    _stat(
+    )
+    FLOW_WITHOUT_DIRECTION = (
         "flow_without_direction",
         Severity.INFO,
         "bind_id on slices without flow_in or flow_out: no flow to draw (Perfetto draws none either)",
-        r"^bind_id flow on a slice without flow_in or flow_out",
-    ),
-)
-OTHER = Stat("other", Severity.DATA_LOSS, "events not kept for another reason", re.compile(""))
-FILES_SKIPPED = Stat("file_skipped", Severity.ERROR, "files that could not be used", re.compile(""))
+    )
+    FILE_LOST_WITH_NODE = (
+        "file_lost_with_node",
+        Severity.DATA_LOSS,
+        "events of files whose node or task was lost while they were being merged",
+    )
+    FILE_SKIPPED = ("file_skipped", Severity.ERROR, "files that could not be used")
 
 
-def stat_of(reason: str) -> Stat:
-    """The named statistic a reader's reason is counted under."""
-    return next((s for s in STATS if s.pattern.search(reason)), OTHER)
+# Messages kept per statistic: the first ones, each with its count; the rest only counted.
+MESSAGES_KEPT = 20
 
 
-def tally(dropped: Counter[str], skipped: int) -> dict[str, dict]:
-    """Per named statistic with a non-zero count: severity, description, count and the reasons."""
-    out: dict[str, dict] = {}
-    for reason, count in sorted(dropped.items()):
-        stat = stat_of(reason)
-        entry = out.setdefault(
-            stat.name, {"severity": stat.severity.value, "description": stat.description, "count": 0, "reasons": {}}
-        )
-        entry["count"] += count
-        entry["reasons"][reason] = count
-    if skipped:
-        out[FILES_SKIPPED.name] = {
-            "severity": FILES_SKIPPED.severity.value,
-            "description": FILES_SKIPPED.description,
-            "count": skipped,
-            "reasons": {},
-        }
-    return out
+class Losses:
+    """What a reader or stage could not keep: a count per statistic, and apart from it the first
+    :data:`MESSAGES_KEPT` distinct messages of each (with the file and place), in the order they
+    were first recorded. Picklable: it crosses process and Ray boundaries."""
 
+    __slots__ = ("counts", "listed", "messages")
 
-def is_loss(reason: str) -> bool:
-    return stat_of(reason).severity is not Severity.INFO
+    def __init__(self) -> None:
+        self.counts: dict[Stat, int] = {}
+        self.messages: dict[tuple[Stat, str], int] = {}
+        self.listed: dict[Stat, int] = {}  # how many messages each stat keeps
+
+    @classmethod
+    def one(cls, stat: Stat, message: str | None = None, count: int = 1) -> Losses:
+        losses = cls()
+        losses.add(stat, count, message)
+        return losses
+
+    def add(self, stat: Stat, count: int = 1, message: str | None = None) -> None:
+        """Counts ``count`` under ``stat``, and under ``message`` too while the stat keeps messages."""
+        if count <= 0:
+            return
+        self.counts[stat] = self.counts.get(stat, 0) + count
+        if message is not None:
+            self._add_message(stat, message, count)
+
+    def _add_message(self, stat: Stat, message: str, count: int) -> None:
+        key = (stat, message)
+        if key in self.messages:
+            self.messages[key] += count
+        elif self.listed.get(stat, 0) < MESSAGES_KEPT:
+            self.messages[key] = count
+            self.listed[stat] = self.listed.get(stat, 0) + 1
+
+    def update(self, other: Losses) -> None:
+        """Adds ``other``'s counts and its messages (as far as each stat keeps messages)."""
+        for stat, count in other.counts.items():
+            self.counts[stat] = self.counts.get(stat, 0) + count
+        for (stat, message), count in other.messages.items():
+            self._add_message(stat, message, count)
+
+    def copy(self) -> Losses:
+        losses = Losses()
+        losses.update(self)
+        return losses
+
+    def count(self, stat: Stat) -> int:
+        return self.counts.get(stat, 0)
+
+    def messages_of(self, stat: Stat) -> dict[str, int]:
+        """The messages kept for ``stat``, each with its count, in the order first recorded."""
+        return {message: n for (s, message), n in self.messages.items() if s is stat}
+
+    def by_message(self) -> dict[str, int]:
+        """Every message kept, with its count, in the order first recorded (the report's ``dropped``)."""
+        out: dict[str, int] = {}
+        for (_, message), count in self.messages.items():
+            out[message] = out.get(message, 0) + count
+        return out
+
+    def first_loss(self) -> str | None:
+        """What says first that input is missing from the output: the first message of a loss, else
+        (none recorded) the first loss statistic's name and description; None when nothing is lost."""
+        message = next((m for (stat, m) in self.messages if stat.is_loss), None)
+        if message is not None:
+            return message
+        stat = next((s for s in self.counts if s.is_loss), None)
+        return None if stat is None else f"{stat.value} ({stat.description})"
+
+    def stats(self) -> Iterator[Stat]:
+        """The statistics counted, by name."""
+        return iter(sorted(self.counts, key=lambda s: s.value))
+
+    def tally(self) -> dict[str, dict[str, Any]]:
+        """Per statistic counted, by name: severity, description, count, the messages kept
+        (``reasons``) and how many of the count no message kept lists (``more``)."""
+        out: dict[str, dict[str, Any]] = {}
+        for stat in self.stats():
+            reasons = dict(sorted(self.messages_of(stat).items()))
+            count = self.counts[stat]
+            out[stat.value] = {
+                "severity": stat.severity.value,
+                "description": stat.description,
+                "count": count,
+                "reasons": reasons,
+                "more": count - sum(reasons.values()),
+            }
+        return out
+
+    def __bool__(self) -> bool:
+        return bool(self.counts)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Losses) and (self.counts, self.messages) == (other.counts, other.messages)
+
+    def __repr__(self) -> str:
+        return f"Losses({ {s.value: n for s, n in self.counts.items()} })"
+
+    def __getstate__(self) -> tuple[dict[Stat, int], dict[tuple[Stat, str], int], dict[Stat, int]]:
+        return self.counts, self.messages, self.listed
+
+    def __setstate__(self, state: tuple[dict[Stat, int], dict[tuple[Stat, str], int], dict[Stat, int]]) -> None:
+        self.counts, self.messages, self.listed = state

@@ -12,7 +12,6 @@ are the same moments on the perf-tracer's clock (:mod:`tracemerge.anchors`).
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from tracemerge.layout import FileLayout
 from tracemerge.model import UNIX_EPOCH, ClockDomain, Event, Kind, SourceData, ThreadInfo, as_rank
 from tracemerge.sources.base import SourceFormat, read_bytes
 from tracemerge.sources.common import JsonLines, first_json_object
+from tracemerge.stats import Losses, Stat
 from tracemerge.units import seconds_to_ns
 
 NAME = "areal-sessions"
@@ -41,17 +41,17 @@ def claims(path: Path, head: bytes) -> bool:
 
 
 def read(path: Path, layout: FileLayout) -> SourceData:
-    dropped: Counter[str] = Counter()
+    dropped = Losses()
     epoch = None
     lines = JsonLines(read_bytes(path))
     for _, obj in lines:
         if not _is_record(obj):
-            dropped["line is not a session record"] += 1
+            dropped.add(Stat.LINE_UNREADABLE, 1, "line is not a session record")
             continue
         try:
             submit = seconds_to_ns(obj["submit_ts"])
         except (ValueError, TypeError):
-            dropped["session record with unreadable submit_ts"] += 1
+            dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, "session record with unreadable submit_ts")
             continue
         if epoch is None:
             epoch = submit >= _EPOCH_S_FLOOR * 1_000_000_000
@@ -66,7 +66,7 @@ def read(path: Path, layout: FileLayout) -> SourceData:
     )
 
 
-def _add_record(obj: dict, submit: int, layout: FileLayout, dropped: Counter[str]) -> None:
+def _add_record(obj: dict, submit: int, layout: FileLayout, dropped: Losses) -> None:
     role = obj.get("role") if type(obj.get("role")) is str else None
     origin = (role, as_rank(obj.get("rank")))
     sid = obj["session_id"]
@@ -81,18 +81,18 @@ def _add_record(obj: dict, submit: int, layout: FileLayout, dropped: Counter[str
         return
     for phase, span in spans:
         if type(span) is not dict or span.get("start_ts") is None:
-            dropped["session phase without start_ts"] += 1
+            dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, "session phase without start_ts")
             continue
         start = _seconds(span["start_ts"])
         if start is None:
-            dropped["session phase with unreadable start_ts"] += 1
+            dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, "session phase with unreadable start_ts")
             continue
         stop = _seconds(span.get("end_ts"))
         if stop is None and span.get("end_ts") is not None:
-            dropped["session phase with unreadable times (end_ts)"] += 1
+            dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, "session phase with unreadable times (end_ts)")
             continue
         if stop is not None and stop < start:
-            dropped["session phase ending before it starts"] += 1
+            dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, "session phase ending before it starts")
             continue
         kind = Kind.INSTANT if stop is None else Kind.SLICE
         dur = 0 if stop is None else stop - start

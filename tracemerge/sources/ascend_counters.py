@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from tracemerge.model import Event, Kind
 from tracemerge.sources.ascend_layout import COUNTER_ORDER, OTHER_COUNTER_ORDER
 from tracemerge.sources.ascend_titles import counter_title, retitled
+from tracemerge.stats import Stat
 from tracemerge.units import checked_ns
 
 KB = 1024
@@ -246,7 +247,7 @@ class CounterReading:
             thread = self._track(("counter", process, device), "", (order, process, device, ""))
             for name, value in samples(row):
                 if type(value) not in (int, float):
-                    self.dropped["counter row without a numeric value"] += 1
+                    self.dropped.add(Stat.COUNTER_WITHOUT_VALUE, 1, "counter row without a numeric value")
                     continue
                 self.emit(Event(Kind.COUNTER, ts, thread, name, "", value=value))
             if per_row is not None:
@@ -256,7 +257,7 @@ class CounterReading:
         try:
             return checked_ns(int(row["timestampNs"]))
         except (TypeError, ValueError):
-            self.dropped[f"{table} row with unreadable times"] += 1
+            self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, f"{table} row with unreadable times")
             return None
 
     def _series_part(self, key: str, value: Any, enums: dict[str, dict[int, str]]) -> str:

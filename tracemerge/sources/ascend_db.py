@@ -29,7 +29,7 @@ import shutil
 import sqlite3
 import tempfile
 import urllib.parse
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,6 +46,7 @@ from tracemerge.sources.ascend_layout import MSTX_THREAD, SQLITE_MAGIC
 from tracemerge.sources.ascend_titles import OVERLAP, leave_out_zero_series, slice_title
 from tracemerge.sources.base import SourceFormat
 from tracemerge.sources.sqlite_guard import guarded, quote, schema
+from tracemerge.stats import Losses, Stat
 from tracemerge.units import checked_ns
 
 NAME = "ascend-db"
@@ -166,7 +167,7 @@ class _DbReader(CounterReading):
         self.tables = tables
         self.layout = layout
         self.emitted = 0
-        self.dropped: Counter[str] = Counter()
+        self.dropped = Losses()
         self.names: dict[ThreadKey, tuple[str, tuple]] = {}
         self.strings: dict[int, str] = dict(self._rows("STRING_IDS", ("id", "value")))
         self.rank: int | None = None
@@ -215,10 +216,10 @@ class _DbReader(CounterReading):
         try:
             start, end = checked_ns(int(start)), checked_ns(int(end))
         except (TypeError, ValueError):
-            self.dropped[f"{what} row with unreadable times"] += 1
+            self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, f"{what} row with unreadable times")
             return None
         if end < start:
-            self.dropped[f"{what} row ending before it starts"] += 1
+            self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, f"{what} row ending before it starts")
             return None
         ev = Event(Kind.SLICE, start, key, name, cat, end - start, args)
         self.emit(ev)
@@ -228,7 +229,7 @@ class _DbReader(CounterReading):
         try:
             ts = checked_ns(int(ts))
         except (TypeError, ValueError):
-            self.dropped[f"{what} row with unreadable times"] += 1
+            self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, f"{what} row with unreadable times")
             return
         self.emit(Event(Kind.INSTANT, ts, key, name, cat, 0, args))
 
@@ -238,7 +239,9 @@ class _DbReader(CounterReading):
         if missing:
             rows = self.con.execute(f"select count(*) from {quote(table)}").fetchone()[0]
             if rows:
-                self.dropped[f"{table} row not read: the table has no {missing[0]} column"] += rows
+                self.dropped.add(
+                    Stat.DB_COLUMN_MISSING, rows, f"{table} row not read: the table has no {missing[0]} column"
+                )
         return not missing
 
     # -- tables --------------------------------------------------------------------------------
@@ -283,7 +286,9 @@ class _DbReader(CounterReading):
         for row in self._dicts(table):
             task = row.get("globalTaskId")
             if task is None:
-                self.dropped[f"{table} row without a globalTaskId (its task keeps its type as name)"] += 1
+                self.dropped.add(
+                    Stat.TASK_INFO_UNJOINED, 1, f"{table} row without a globalTaskId (its task keeps its type as name)"
+                )
             else:
                 found[task] = row
         return found
@@ -380,7 +385,11 @@ class _DbReader(CounterReading):
         if not tasks:
             return
         if connection in linked:
-            self.dropped[f"{table} row sharing a connectionId with an earlier one (its tasks linked from it)"] += 1
+            self.dropped.add(
+                Stat.CONNECTION_SHARED,
+                1,
+                f"{table} row sharing a connectionId with an earlier one (its tasks linked from it)",
+            )
             return
         linked.add(connection)
         for n, task in enumerate(tasks):
@@ -414,7 +423,11 @@ class _DbReader(CounterReading):
                 continue
             if row["connectionId"] in claimed:
                 if links.get(row["connectionId"]):
-                    self.dropped["PYTORCH_API row sharing a connectionId with an earlier one (not linked again)"] += 1
+                    self.dropped.add(
+                        Stat.CONNECTION_SHARED,
+                        1,
+                        "PYTORCH_API row sharing a connectionId with an earlier one (not linked again)",
+                    )
                 continue
             claimed.add(row["connectionId"])
             for connection in links.get(row["connectionId"], ()):
@@ -453,7 +466,9 @@ class _DbReader(CounterReading):
             if table in self.tables:
                 rows = self.con.execute(f"select count(*) from {quote(table)}").fetchone()[0]
                 if rows:
-                    self.dropped[f"{table} rows not drawn (the text export keeps them in CSVs too)"] += rows
+                    self.dropped.add(
+                        Stat.DB_ROWS_NOT_DRAWN, rows, f"{table} rows not drawn (the text export keeps them in CSVs too)"
+                    )
 
     def thread_infos(self) -> dict[ThreadKey, ThreadInfo]:
         several = len(self.devices) > 1

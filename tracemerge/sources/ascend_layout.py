@@ -8,7 +8,6 @@ Bare msprof runs are ``PROF_*`` directories. The text and DB readers share these
 from __future__ import annotations
 
 import re
-from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from tracemerge.layouts import PathFacts, ascend_run_facts, path_facts
 from tracemerge.model import UNIX_EPOCH, SourceData, ThreadInfo, ThreadKey, as_rank
 from tracemerge.sources.base import read_head
 from tracemerge.sources.common import host_of
+from tracemerge.stats import Losses, Stat
 
 RUN_SUFFIXES = ("_ascend_pt", "_ascend_ms")
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
@@ -82,7 +82,7 @@ def is_export_db(path: Path) -> bool:
     return bool(_PROF_DIR.match(prof.name))
 
 
-def _load_json(path: Path, dropped: Counter[str] | None = None) -> Any:
+def _load_json(path: Path, dropped: Losses | None = None) -> Any:
     """A small JSON file's value; None when it cannot be read. Values nested too deep for any
     decoder are replaced (counted in ``dropped``), the rest of the file read."""
     try:
@@ -96,14 +96,14 @@ def _load_json(path: Path, dropped: Counter[str] | None = None) -> Any:
         if not where:
             return None
     if dropped is not None:
-        dropped[TOO_DEEP] += len(where)
+        dropped.add(Stat.VALUE_TOO_DEEP, len(where), TOO_DEEP)
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
         return None
 
 
-def rank_of(run: Path, dropped: Counter[str] | None = None) -> int | None:
+def rank_of(run: Path, dropped: Losses | None = None) -> int | None:
     """From ``profiler_info_{rank}.json`` (name, else ``rank_id``, an int or a string), or msprof's
     ``device_*/info.json.N``; None when the run was not distributed. What cannot be read of those
     files is counted in ``dropped``."""
@@ -134,7 +134,7 @@ def source_data(
     path: Path,
     fmt: str,
     threads: dict[ThreadKey, ThreadInfo],
-    dropped: Counter[str],
+    dropped: Losses,
     metadata_records: int = 0,
     rank: int | None = None,
 ) -> SourceData:
@@ -156,7 +156,7 @@ def source_data(
     )
 
 
-def metadata_role(run: Path, dropped: Counter[str] | None = None) -> str | None:
+def metadata_role(run: Path, dropped: Losses | None = None) -> str | None:
     """The ``role`` key of ``profiler_metadata.json`` (verl writes it), if any."""
     content = _load_json(run / "profiler_metadata.json", dropped)
     if isinstance(content, dict) and isinstance(content.get("role"), str) and content["role"]:
@@ -255,7 +255,7 @@ def check_read_here(path: Path) -> None:
     raise NotATrace(path, f"not read: {shown(instead)} holds the same events and is read in its place")
 
 
-def note_not_read(kept: Path, dropped: Counter[str]) -> None:
+def note_not_read(kept: Path, dropped: Losses) -> None:
     """Counts (info) the other export files of ``kept``'s run that are read through ``kept`` or
     not at all: the run report says why each is not read on its own."""
     run = run_dir_of(kept)
@@ -269,9 +269,13 @@ def note_not_read(kept: Path, dropped: Counter[str]) -> None:
         if other == kept or not (is_text_export(other) or is_export_db(other)) or read_instead(other) != kept:
             continue
         if other in slices:
-            dropped[f"export slice read with {kept.name}: {shown(other)}"] += 1
+            dropped.add(Stat.EXPORT_READ_ELSEWHERE, 1, f"export slice read with {kept.name}: {shown(other)}")
         else:
-            dropped[f"same-run export not read ({kept.name} holds its events): {shown(other)}"] += 1
+            dropped.add(
+                Stat.EXPORT_READ_ELSEWHERE,
+                1,
+                f"same-run export not read ({kept.name} holds its events): {shown(other)}",
+            )
 
 
 def check_export(path: Path) -> None:

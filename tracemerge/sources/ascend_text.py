@@ -48,6 +48,7 @@ from tracemerge.sources.chrome_events import (
     us_to_ns,
 )
 from tracemerge.sources.common import read_events
+from tracemerge.stats import Stat
 
 NAME = "ascend-text"
 _MARKERS = frozenset({"marker", "marker_ex", 0, 3, "0", "3"})
@@ -121,7 +122,7 @@ class AscendEvents(ChromeEvents):
             try:
                 dur = us_to_ns(e.dur if e.dur is not None else 0)
             except ValueError:
-                self.dropped["MSTX range with unreadable dur"] += 1
+                self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, "MSTX range with unreadable dur")
                 return
         self.threads_seen.add(MSTX_THREAD)
         body = self.layout.describe(name, domain, args)
@@ -183,7 +184,7 @@ def _read_slices(slices: list[Path], reader: AscendEvents) -> None:
         first = damaged[0]
         raise InputError(first.path, f"{first.reason}; no slice of this export can be read", first.where)
     for exc in damaged:
-        reader.dropped[f"{exc}; events after it are lost (the other slices are read)"] += 1
+        reader.dropped.add(Stat.FILE_DAMAGED, 1, f"{exc}; events after it are lost (the other slices are read)")
 
 
 def _read_part(part: Path, reader: AscendEvents, struct: type, lenient: type) -> None:

@@ -24,7 +24,7 @@ says to keep them (``--keep-zero-counters``).
 from __future__ import annotations
 
 import re
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -34,6 +34,7 @@ from tracemerge.layout import FileLayout
 from tracemerge.model import ThreadKey
 from tracemerge.sources.chrome_events import counter_series
 from tracemerge.spill import SortedBuffer
+from tracemerge.stats import Losses, Stat
 
 # Arg keys under which the text export writes a fraction that its key calls a percentage.
 FRACTION_KEYS = frozenset({"Hit Rate(%)"})
@@ -134,7 +135,7 @@ def percent(value: Any) -> Any:
         return value
 
 
-def leave_out_zero_series(layout: FileLayout, dropped: Counter[str], group_of: Callable[[ThreadKey], str]) -> None:
+def leave_out_zero_series(layout: FileLayout, dropped: Losses, group_of: Callable[[ThreadKey], str]) -> None:
     """Removes from ``layout`` every counter series whose values are all 0, counting each under
     its group (the msprof process or DB table its thread holds), unless the layout keeps them."""
     if layout.keep_zero_counters:
@@ -142,7 +143,7 @@ def leave_out_zero_series(layout: FileLayout, dropped: Counter[str], group_of: C
     for key, samples in list(layout.samples.items()):
         if samples.total and all(value == 0 for _, _, value in samples.ordered(layout.store)):
             del layout.samples[key]
-            dropped[f"{ZERO_SERIES}: {group_of(key[1])}"] += 1
+            dropped.add(Stat.COUNTER_ALL_ZERO, 1, f"{ZERO_SERIES}: {group_of(key[1])}")
 
 
 def retitled(

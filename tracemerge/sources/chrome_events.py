@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import operator
 import re
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +24,7 @@ from tracemerge.bounds import DEEP_FROM, TOO_DEEP, bounded_args
 from tracemerge.layout import FileLayout
 from tracemerge.model import NO_ORIGIN, FlowPhase, Kind, OriginKey, ThreadInfo, ThreadKey
 from tracemerge.sources.chrome_batch import add_columns
+from tracemerge.stats import Losses, Stat
 from tracemerge.units import FLOAT_EXACT_LIMIT_US, checked_ns, decimal_text_to_int
 
 # Categories Kineto puts on device (GPU/XPU/MTIA) timelines.
@@ -162,7 +163,7 @@ class ChromeEvents:
     def __init__(self, layout: FileLayout, to_ns: Callable[[Any], int] = us_to_ns) -> None:
         self.layout = layout
         self.to_ns = to_ns
-        self.dropped: Counter[str] = Counter()
+        self.dropped = Losses()
         self.metadata_records = 0
         self.process_names: dict[Any, str] = {}
         self.process_labels: dict[Any, str] = {}
@@ -342,7 +343,7 @@ class ChromeEvents:
                     self._bad_complete(e)
                     continue
                 if length < 0:
-                    self.dropped["X event with negative dur"] += 1
+                    self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, "X event with negative dur")
                     continue
             name, cat = e.name, e.cat
             if cat in DEVICE_CATEGORIES:
@@ -375,7 +376,7 @@ class ChromeEvents:
             return args
         text, cut = bounded_args(args)
         if cut:
-            self.dropped[TOO_DEEP] += cut
+            self.dropped.add(Stat.VALUE_TOO_DEEP, cut, TOO_DEEP)
         return text
 
     def _new_points(self, origin: OriginKey, pid: Any, tid: Any) -> list:
@@ -394,24 +395,28 @@ class ChromeEvents:
         phase = _BOUND_PHASES.get((_flag(e.flow_in), _flag(e.flow_out)))
         fid = _bind_id(e.bind_id)
         if phase is None:
-            self.dropped["bind_id flow on a slice without flow_in or flow_out"] += 1
+            self.dropped.add(Stat.FLOW_WITHOUT_DIRECTION, 1, "bind_id flow on a slice without flow_in or flow_out")
         elif fid is None:
-            self.dropped["bind_id flow event without id (bind_id neither an integer nor hexadecimal text)"] += 1
+            self.dropped.add(
+                Stat.FLOW_WITHOUT_ID,
+                1,
+                "bind_id flow event without id (bind_id neither an integer nor hexadecimal text)",
+            )
         else:
             self._bound.append((origin, thread, start, ordinal, phase, fid))
 
     def _bad_complete(self, e: Any) -> None:
         if e.ts is None:
-            self.dropped["X event without ts"] += 1
+            self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, "X event without ts")
         elif e.dur is None:
-            self.dropped["X event without dur"] += 1
+            self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, "X event without dur")
         else:
             try:
                 self.to_ns(e.ts)
             except (ValueError, TypeError):
-                self.dropped["X event with unreadable ts"] += 1
+                self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, "X event with unreadable ts")
                 return
-            self.dropped["X event with unreadable dur"] += 1
+            self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, "X event with unreadable dur")
 
     def add(self, e: Any, origin: OriginKey = NO_ORIGIN) -> None:
         ph = e.ph
@@ -430,23 +435,23 @@ class ChromeEvents:
         elif ph == "E":
             self._add_end(e)
         elif ph is None:
-            self.dropped["event without ph"] += 1
+            self.dropped.add(Stat.PHASE_UNSUPPORTED, 1, "event without ph")
         else:
-            self.dropped[f"unsupported phase {ph!r}"] += 1
+            self.dropped.add(Stat.PHASE_UNSUPPORTED, 1, f"unsupported phase {ph!r}")
 
     # -- event kinds -------------------------------------------------------------------------
 
     def _ts(self, e: Any) -> int | None:
         ts = e.ts
         if ts is None:
-            self.dropped[f"{e.ph} event without ts"] += 1
+            self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, f"{e.ph} event without ts")
             return None
         try:
             return self.to_ns(ts)
         except NeedsExactTimes:
             raise
         except (ValueError, TypeError):
-            self.dropped[f"{e.ph} event with unreadable ts"] += 1
+            self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, f"{e.ph} event with unreadable ts")
             return None
 
     @staticmethod
@@ -467,7 +472,7 @@ class ChromeEvents:
         if ts is None:
             return
         if e.bind_id is not None:
-            self.dropped["bind_id flow on a B event (only X slices bind flows here)"] += 1
+            self.dropped.add(Stat.FLOW_V2_UNBOUND, 1, "bind_id flow on a B event (only X slices bind flows here)")
         thread = self._thread(e)
         pending = self._pending.setdefault(thread, [])
         pending.append((ts, len(pending), (origin, _text(e.name), _text(e.cat), plain_args(self.bounded(e.args)))))
@@ -489,7 +494,7 @@ class ChromeEvents:
                 if type(item) is tuple:
                     stack.append((ts, item))
                 elif not stack:
-                    self.dropped["E event without matching B"] += 1
+                    self.dropped.add(Stat.BEGIN_END_UNMATCHED, 1, "E event without matching B")
                 else:
                     start, (origin, name, cat, args) = stack.pop()
                     if item:
@@ -499,7 +504,7 @@ class ChromeEvents:
                     self.layout.buffer(origin, thread).append((start, start - ts, SLICE, self.layout.ordinal(), body))
                     self.layout.note(name, origin, thread, start, ts - start)
             if stack:
-                self.dropped["B event without matching E"] += len(stack)
+                self.dropped.add(Stat.BEGIN_END_UNMATCHED, len(stack), "B event without matching E")
         self._pending.clear()
 
     def _add_flow(self, e: Any, origin: OriginKey, ph: str) -> None:
@@ -510,7 +515,7 @@ class ChromeEvents:
         if fid is None:
             fid = e.id2
         if fid is None or type(fid) is list:
-            self.dropped[f"{ph} flow event without id"] += 1
+            self.dropped.add(Stat.FLOW_WITHOUT_ID, 1, f"{ph} flow event without id")
             return
         if type(fid) is dict:
             fid = tuple(sorted((str(k), str(v)) for k, v in fid.items()))
@@ -534,7 +539,7 @@ class ChromeEvents:
             return
         name, args = self._counter_args(e)
         if not args:
-            self.dropped["C event without a numeric value"] += 1
+            self.dropped.add(Stat.COUNTER_WITHOUT_VALUE, 1, "C event without a numeric value")
             return
         thread = (_hashable(e.pid), None)
         for key, value in args.items():
@@ -542,7 +547,7 @@ class ChromeEvents:
             if number is None:
                 number_text = type(value) is str and _NUMBER_TEXT.fullmatch(value)
                 kind = "beyond a double" if type(value) is int or number_text else _json_kind(value)
-                self.dropped[f"C event value that is not a number ({kind})"] += 1
+                self.dropped.add(Stat.COUNTER_VALUE_NOT_NUMBER, 1, f"C event value that is not a number ({kind})")
                 continue
             self.layout.counter_sample(origin, thread, counter_series(name, key), ts, number)
             self.counter_threads.add(thread)
@@ -559,7 +564,7 @@ class ChromeEvents:
         elif name == "thread_name":
             self.thread_names[(pid, _hashable(e.tid))] = _text(args.get("name"))
         elif name not in _METADATA_NAMES:
-            self.dropped[f"unsupported metadata record {name!r}"] += 1
+            self.dropped.add(Stat.METADATA_UNSUPPORTED, 1, f"unsupported metadata record {name!r}")
             self.metadata_records -= 1
 
     # -- a file read in parts (tracemerge.sources.json_segments) -----------------------------
@@ -634,7 +639,11 @@ class ChromeEvents:
             for start, phase, fid in inner:
                 self.layout.flow_point(origin, thread, start, phase, (None, None, fid), False)
             if unbound:
-                self.dropped["bind_id flow on a slice nested in one that starts with it (not bound)"] += unbound
+                self.dropped.add(
+                    Stat.FLOW_V2_UNBOUND,
+                    unbound,
+                    "bind_id flow on a slice nested in one that starts with it (not bound)",
+                )
 
     def _slices_starting(self, origin: OriginKey, thread: ThreadKey, starts: set[int]) -> tuple[dict, dict]:
         """Per start in ``starts``: the ordinal of the first slice (in order, the outermost) and of

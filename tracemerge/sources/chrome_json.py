@@ -18,6 +18,7 @@ from tracemerge.model import ClockDomain, SourceData, as_rank
 from tracemerge.sources.base import SourceFormat
 from tracemerge.sources.chrome_events import ChromeEvents, LenientEvent, TraceEvent
 from tracemerge.sources.common import host_of, read_events
+from tracemerge.stats import Stat
 from tracemerge.units import checked_ns
 
 NAME = "chrome-json"
@@ -54,7 +55,11 @@ def read(path: Path, layout: FileLayout) -> SourceData:
             raise InputError(path, f"baseTimeNanoseconds: {exc}") from None
     elif "baseTimeNanoseconds" in meta:  # "12abc", 1.7e18 (no ns in a float), a list: said, not used
         kind = {str: "text", float: "a float", list: "an array", dict: "an object"}.get(type(base), "null or a bool")
-        reader.dropped[f"baseTimeNanoseconds that is not an integer of ns ({kind}): the file is placed without it"] += 1
+        reader.dropped.add(
+            Stat.CLOCK_ANCHOR_UNREADABLE,
+            1,
+            f"baseTimeNanoseconds that is not an integer of ns ({kind}): the file is placed without it",
+        )
     return SourceData(
         path=path,
         format=NAME,

@@ -6,7 +6,6 @@ import functools
 import json
 import math
 import re
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from tracemerge.sources.base import HEAD_BYTES, read_head
 from tracemerge.sources.chrome_events import ChromeEvents, ExactEvent, NeedsExactTimes
 from tracemerge.sources.json_segments import read_in_parts
 from tracemerge.sources.json_stream import Damage, EventStream, replaced_surrogates
+from tracemerge.stats import Losses, Stat
 
 
 def first_json_object(head: bytes, path: Path | None = None) -> dict | None:
@@ -121,14 +121,14 @@ class JsonLines:
                 line, obj = read
             yield line, obj
 
-    def account(self, path: Path, dropped: Counter[str]) -> None:
+    def account(self, path: Path, dropped: Losses) -> None:
         """Once read: NotATrace when no line was JSON, else the lines that were not counted."""
         if self.count and self.bad == self.count:
             raise NotATrace(path, "no line is valid JSON", where=str(self.first_bad))
         if self.bad:
-            dropped[f"invalid JSON line (first at line {self.first_bad})"] += self.bad
+            dropped.add(Stat.LINE_UNREADABLE, self.bad, f"invalid JSON line (first at line {self.first_bad})")
         if self.deep:
-            dropped[TOO_DEEP] += self.deep
+            dropped.add(Stat.VALUE_TOO_DEEP, self.deep, TOO_DEEP)
 
 
 def _as_python_reads(line: bytes) -> tuple[bytes, Any] | None:
@@ -202,7 +202,7 @@ def _stream(path: Path, reader: ChromeEvents, struct: type, lenient: type) -> di
     return stream.meta
 
 
-def _account(path: Path, reader: ChromeEvents, notes: Counter[str], damage: Damage | None) -> None:
+def _account(path: Path, reader: ChromeEvents, notes: Losses, damage: Damage | None) -> None:
     """What the stream counted instead of yielding, and the damage it stopped at, if any."""
     reader.dropped.update(notes)
     if damage is not None:
@@ -212,4 +212,4 @@ def _account(path: Path, reader: ChromeEvents, notes: Counter[str], damage: Dama
             raise InputError(path, damage.reason, damage.where or None)
         where = f":{damage.where}" if damage.where else ""
         lost = f"{damage.reason}; events after it are lost (the ones before are kept)"
-        reader.dropped[f"{shown(path)}{where}: {lost}"] += 1
+        reader.dropped.add(Stat.FILE_DAMAGED, 1, f"{shown(path)}{where}: {lost}")

@@ -18,7 +18,6 @@ read whole instead, as it would have been.
 from __future__ import annotations
 
 import multiprocessing
-from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from tracemerge.layout import FileLayout, PlaceholderEncoder
 from tracemerge.sources.base import GZIP_MAGIC, UTF8_BOM
 from tracemerge.sources.chrome_events import ChromeEvents, NeedsExactTimes
 from tracemerge.sources.json_stream import EVENT_BOUNDARY, Damage, EventStream, SegmentCut
+from tracemerge.stats import Losses
 from tracemerge.worker_signals import worker_signals
 
 # A part holds at least this many bytes.
@@ -43,7 +43,7 @@ class Part:
     layout: dict[str, Any] = field(default_factory=dict)
     reader: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
-    notes: Counter[str] = field(default_factory=Counter)
+    notes: Losses = field(default_factory=Losses)
     damage: Damage | None = None
     whole: str = ""  # why the file must be read whole instead
 
@@ -80,7 +80,7 @@ def spans(path: Path, count: int) -> list[tuple[int, int | None]] | None:
 
 def read_in_parts(
     path: Path, reader: ChromeEvents, struct: type, lenient: type, helpers: int
-) -> tuple[dict[str, Any], Damage | None, Counter[str]] | None:
+) -> tuple[dict[str, Any], Damage | None, Losses] | None:
     """Reads the file in parts into ``reader`` (and its layout); returns the keys around the
     event array, the damage that stopped the read if any, and what the stream counted; None,
     having read nothing, when the file is to be read whole."""
@@ -101,7 +101,7 @@ def read_in_parts(
         layout.discard_parts(recipe, len(parts))
         return None
     meta: dict[str, Any] = {}
-    notes: Counter[str] = Counter()
+    notes = Losses()
     damage = None
     for part in parts:
         layout.absorb_part(part.index, part.layout)

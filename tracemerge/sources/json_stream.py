@@ -36,6 +36,7 @@ import msgspec
 from tracemerge.bounds import TOO_DEEP, cut_deep_or_fail
 from tracemerge.errors import InputError, NotATrace, shown
 from tracemerge.sources.base import GZIP_MAGIC, UTF8_BOM
+from tracemerge.stats import Losses, Stat
 from tracemerge.units import plain_json
 
 BLOCK = 512 << 10
@@ -170,7 +171,7 @@ class EventStream:
         ) - {"args"}
         self.meta: dict[str, Any] = {}
         self.damage: Damage | None = None
-        self.notes: Counter[str] = Counter()
+        self.notes = Losses()
         self.bare = False
         # Whether the last batch's text is plain_json (see ChromeEvents), and whether it may hold
         # a bind_id (flow v2), which most traces never use.
@@ -189,7 +190,7 @@ class EventStream:
         except Damage as exc:
             self.damage = exc
         if self._cuts:
-            self.notes[TOO_DEEP] += len(self._cuts)
+            self.notes.add(Stat.VALUE_TOO_DEEP, len(self._cuts), TOO_DEEP)
 
     def _cut(self, doc: bytes, level: int, at: int = -1) -> bytes:
         """``doc`` (its byte 0 at ``buf[at]``; -1: the ``[`` added before the buffer) with its values
@@ -439,9 +440,8 @@ class EventStream:
         return self._noted(events, others)
 
     def _noted(self, events: list, others: Counter[str]) -> list:
-        if not others:
-            return events
-        self.notes.update({f"event array element that is not an object ({kind})": n for kind, n in others.items()})
+        for kind, n in others.items():
+            self.notes.add(Stat.EVENT_NOT_OBJECT, n, f"event array element that is not an object ({kind})")
         return events
 
     def _from_python(self, value: dict) -> Any:
@@ -461,7 +461,7 @@ class EventStream:
 
     # -- the keys after the array ------------------------------------------------------------------
 
-    def _tail(self, buf: bytes, at: int, rest: Iterator[bytes]) -> dict[str, int]:
+    def _tail(self, buf: bytes, at: int, rest: Iterator[bytes]) -> Losses:
         """Reads the keys after the array (``buf[at:]`` follows its ``]``, then ``rest``) into
         :attr:`meta`; returns what is wrong there, as notes."""
         while (notes := self._keys_after(buf, at, rest)) is None:
@@ -471,7 +471,7 @@ class EventStream:
             buf = longer
         return notes
 
-    def _keys_after(self, buf: bytes, at: int, rest: Iterator[bytes]) -> dict[str, int] | None:
+    def _keys_after(self, buf: bytes, at: int, rest: Iterator[bytes]) -> Losses | None:
         """What :meth:`_tail` returns, or None when ``buf`` ends before the object does."""
         text = buf[at:].lstrip(_WS)
         at = len(buf) - len(text)
@@ -500,7 +500,7 @@ class EventStream:
 
     def _partial_tail(
         self, buf: bytes, at: int, doc: bytes, exc: msgspec.DecodeError, rest: Iterator[bytes]
-    ) -> dict[str, int] | None:
+    ) -> Losses | None:
         if "trailing characters" in str(exc):
             end = _pos(exc, doc) - 1
             self.meta.update(msgspec.json.decode(doc[:end]))
@@ -513,27 +513,32 @@ class EventStream:
             return None
         return self._tail_damage(buf, at + stop, _reason(exc))
 
-    def _trailing(self, buf: bytes, at: int, rest: Iterator[bytes]) -> dict[str, int]:
+    def _trailing(self, buf: bytes, at: int, rest: Iterator[bytes]) -> Losses:
         """Notes the bytes after the end of the JSON (``buf[at:]``, then ``rest``), read through
         without being kept: another document after it may be as large as the file."""
         text = buf[at:].lstrip(_WS)
         while not text:  # white space so far: the bytes, if any, start in a later block
             more = next(rest, None)
             if more is None:
-                return {}
+                return Losses()
             buf = self._advance(buf, len(buf)) + more
             text = buf.lstrip(_WS)
         at = len(buf) - len(text)
         size, events, nul_only = _junk(text, rest)
         where = f"{shown(self.path)}:{self._where(buf, at)}"
         if events:  # another document (gzip members of two traces, concatenated)
-            return {f"{where}: events after the end of the JSON ({size} bytes), not read": 1}
+            return Losses.one(
+                Stat.FILE_TRAILING_EVENTS, f"{where}: events after the end of the JSON ({size} bytes), not read"
+            )
         what = "NUL padding" if nul_only else f"{size} bytes"
-        return {f"{where}: trailing data after the end of the JSON ({what}), ignored": 1}
+        return Losses.one(
+            Stat.FILE_TRAILING_DATA, f"{where}: trailing data after the end of the JSON ({what}), ignored"
+        )
 
-    def _tail_damage(self, buf: bytes, at: int, reason: str) -> dict[str, int]:
+    def _tail_damage(self, buf: bytes, at: int, reason: str) -> Losses:
         lost = "the keys from there on are lost (every event is kept)"
-        return {f"{shown(self.path)}:{self._where(buf, at)}: invalid JSON ({reason}) after the event array: {lost}": 1}
+        where = f"{shown(self.path)}:{self._where(buf, at)}"
+        return Losses.one(Stat.FILE_TAIL_DAMAGED, f"{where}: invalid JSON ({reason}) after the event array: {lost}")
 
 
 class _NumberText(float):

@@ -18,7 +18,6 @@ Two line shapes are read, and may be mixed in one file:
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from tracemerge.model import ClockDomain, Event, Kind, SourceData, ThreadInfo, a
 from tracemerge.sources.base import SourceFormat, read_bytes
 from tracemerge.sources.chrome_events import ChromeEvents, ExactEvent, LenientEvent, NeedsExactTimes, TraceEvent
 from tracemerge.sources.common import JsonLines, first_json_object, opens_chrome_trace
+from tracemerge.stats import Losses, Stat
 from tracemerge.units import checked_ns, seconds_to_ns, us_to_ns
 
 _EVENT = msgspec.json.Decoder(TraceEvent)
@@ -58,7 +58,7 @@ def claims(path: Path, head: bytes) -> bool:
 def read(path: Path, layout: FileLayout) -> SourceData:
     chrome = ChromeEvents(layout)
     span_threads: dict[Any, ThreadInfo] = {}
-    dropped: Counter[str] = Counter()
+    dropped = Losses()
     pid_origin: dict[Any, tuple[str | None, int | None]] = {}
     to_event = _EVENT.decode
     lines = JsonLines(read_bytes(path))
@@ -66,7 +66,7 @@ def read(path: Path, layout: FileLayout) -> SourceData:
         if lines.count % 65536 == 0:
             layout.check_memory()
         if type(obj) is not dict:
-            dropped["line is not a JSON object"] += 1
+            dropped.add(Stat.LINE_UNREADABLE, 1, "line is not a JSON object")
             continue
         if "ph" in obj:
             origin = _chrome_origin(obj, pid_origin)
@@ -85,7 +85,7 @@ def read(path: Path, layout: FileLayout) -> SourceData:
         elif _is_span_line(obj):
             _add_span(obj, line, layout, span_threads, dropped)
         else:
-            dropped["line is neither a trace event nor a span"] += 1
+            dropped.add(Stat.LINE_UNREADABLE, 1, "line is neither a trace event nor a span")
 
     lines.account(path, dropped)
     chrome.finish()
@@ -151,14 +151,14 @@ def _process_name_origin(name: Any) -> tuple[str | None, int | None]:
     return (role, rank)
 
 
-def _add_span(obj: dict, line: bytes, layout: FileLayout, threads: dict, dropped: Counter) -> None:
+def _add_span(obj: dict, line: bytes, layout: FileLayout, threads: dict, dropped: Losses) -> None:
     try:
         start, end = _span_times(line)
     except (ValueError, TypeError):
-        dropped["span with unreadable times"] += 1
+        dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, "span with unreadable times")
         return
     if end is not None and end < start:
-        dropped["span ending before it starts"] += 1
+        dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, "span ending before it starts")
         return
     role = obj.get("role") if type(obj.get("role")) is str else None
     origin = (role, as_rank(obj.get("rank")))

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from tracemerge.layout import FileLayout
 from tracemerge.model import UNIX_EPOCH, Event, Kind, SourceData, ThreadInfo, as_rank
+from tracemerge.stats import Losses, Stat
 
 METRICS_PROCESS = "Metrics"
 VALUES_THREAD = ("metrics",)
@@ -103,7 +103,7 @@ class Series:
 class MetricWriter:
     """Hands series to a file's layout; counts what cannot be drawn in ``dropped``."""
 
-    def __init__(self, layout: FileLayout, dropped: Counter[str]) -> None:
+    def __init__(self, layout: FileLayout, dropped: Losses) -> None:
         self.layout = layout
         self.dropped = dropped
         self.descriptions: dict[str, str] = {}  # short title -> the series's full name
@@ -170,7 +170,7 @@ class MetricWriter:
         counter is another file's (read for the rate over the last interval), counted there."""
         points = self._finite(samples)
         if not points:
-            self.dropped["metric series without samples"] += 1
+            self.dropped.add(Stat.METRIC_SERIES_EMPTY, 1, "metric series without samples")
             return
         labels = dict(series.labels)
         origin, placing = self.place(series.metric, labels)
@@ -192,14 +192,26 @@ class MetricWriter:
                 drawn += 1
         if not drawn:
             own = len(points) if closing else len(points) - 1
-            self.dropped["metric counter without two samples in time (no interval for a rate)"] += own
+            self.dropped.add(
+                Stat.METRIC_COUNTER_SINGLE_SAMPLE,
+                own,
+                "metric counter without two samples in time (no interval for a rate)",
+            )
             return
         # A rate is drawn where its interval starts: the series' last sample starts none, nor
         # does one at the time of the sample after it.
         if closing:
-            self.dropped["metric counter sample closing its series (the last rate is drawn up to it)"] += 1
+            self.dropped.add(
+                Stat.METRIC_COUNTER_INTERVAL_END,
+                1,
+                "metric counter sample closing its series (the last rate is drawn up to it)",
+            )
         if len(points) - 1 > drawn:
-            self.dropped["metric counter sample at the time of the next one (no interval)"] += len(points) - 1 - drawn
+            self.dropped.add(
+                Stat.METRIC_COUNTER_INTERVAL_END,
+                len(points) - 1 - drawn,
+                "metric counter sample at the time of the next one (no interval)",
+            )
 
     def _finite(self, samples: Iterable[tuple[int, float]]) -> list[tuple[int, float]]:
         points = []
@@ -207,9 +219,9 @@ class MetricWriter:
             if math.isfinite(value):
                 points.append((ts, value))
             elif math.isnan(value):  # a gap: a staleness marker, or a value never set
-                self.dropped["metric sample NaN (a gap or staleness marker)"] += 1
+                self.dropped.add(Stat.METRIC_SAMPLE_NAN, 1, "metric sample NaN (a gap or staleness marker)")
             else:
-                self.dropped["metric sample infinite"] += 1
+                self.dropped.add(Stat.METRIC_VALUE_INFINITE, 1, "metric sample infinite")
         points.sort(key=lambda p: p[0])
         return points
 

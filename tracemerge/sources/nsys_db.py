@@ -61,6 +61,7 @@ from tracemerge.sources.nsys_tables import (
     shown_id,
     tid_of,
 )
+from tracemerge.stats import Losses, Stat
 
 NAME = "nsys-db"
 REPORT_SUFFIX, EXPORT_SUFFIX = ".nsys-rep", ".sqlite"
@@ -169,15 +170,21 @@ def _read_export(path: Path, db: Path, layout: FileLayout) -> SourceData:
     dropped = reader.dropped
     if reader.not_captured:
         why = "launched before the capture" if reader.launches else "the export has no CUDA runtime calls"
-        dropped[f"nsys GPU work whose CUDA runtime call is not in the export ({why}): no flow"] += reader.not_captured
+        dropped.add(
+            Stat.NSYS_LAUNCH_NOT_CAPTURED,
+            reader.not_captured,
+            f"nsys GPU work whose CUDA runtime call is not in the export ({why}): no flow",
+        )
     if place.session_start is None:
-        dropped[
+        dropped.add(
+            Stat.NSYS_SESSION_START_MISSING,
+            1,
             "nsys export without a session start time (TARGET_INFO_SESSION_START_TIME): its times count from "
-            "the capture's start, placed by the clock alignment"
-        ] += 1
+            "the capture's start, placed by the clock alignment",
+        )
     report = path.with_suffix(REPORT_SUFFIX)
     if path.suffix == EXPORT_SUFFIX and report.is_file():
-        dropped[f"nsys report read through this export: {shown(report.name)}"] += 1
+        dropped.add(Stat.NSYS_REPORT_READ_AS_EXPORT, 1, f"nsys report read through this export: {shown(report.name)}")
     return SourceData(
         path=path,
         format=NAME,
@@ -190,17 +197,23 @@ def _read_export(path: Path, db: Path, layout: FileLayout) -> SourceData:
     )
 
 
-def _count_not_read(schema: Schema, dropped: Counter[str]) -> None:
+def _count_not_read(schema: Schema, dropped: Losses) -> None:
     for table, why in NOT_DRAWN.items():
         if rows := schema.count(table):
-            dropped[f"nsys {table} rows not drawn ({why})"] += rows
+            dropped.add(Stat.NSYS_ROWS_NOT_DRAWN, rows, f"nsys {table} rows not drawn ({why})")
     for table in NOT_READ:
         if rows := schema.count(table):
-            dropped[f"nsys {table} rows not read (tracemerge does not draw this table)"] += rows
+            dropped.add(
+                Stat.NSYS_ROWS_NOT_READ, rows, f"nsys {table} rows not read (tracemerge does not draw this table)"
+            )
     known = READ | set(NOT_DRAWN) | set(NOT_READ)
     for table, columns in sorted(schema.tables.items()):
         if table not in known and ("start" in columns or "timestamp" in columns):
-            dropped[f"nsys table {shown(table)} not read (unknown to tracemerge; its rows are not counted)"] += 1
+            dropped.add(
+                Stat.NSYS_ROWS_NOT_READ,
+                1,
+                f"nsys table {shown(table)} not read (unknown to tracemerge; its rows are not counted)",
+            )
 
 
 # -- who wrote what --------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from tracemerge.sources.nsys_tables import (
     Source,
     present,
 )
+from tracemerge.stats import Stat
 
 MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD"}
 MEMCPY_KINDS |= {9: "HtoH", 10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}  # 11-13: unified memory
@@ -171,7 +172,11 @@ def _cuda_events(r: NsysReader) -> Source | None:
     def handle(row: tuple) -> None:
         ts, gpid, device, ctx, stream, corr, event = row
         if ts == 0:  # "0 if not collected"
-            r.dropped["nsys CUPTI_ACTIVITY_KIND_CUDA_EVENT rows not drawn (no device timestamp collected)"] += 1
+            r.dropped.add(
+                Stat.NSYS_ROWS_NOT_DRAWN,
+                1,
+                "nsys CUPTI_ACTIVITY_KIND_CUDA_EVENT rows not drawn (no device timestamp collected)",
+            )
             return
         if type(ts) is not int:
             r.bad_time(CUDA_EVENT, ts, ts)
@@ -200,7 +205,7 @@ def _gpu_metrics(r: NsysReader) -> Source | None:
             r.bad_time(GPU_METRICS, ts, ts)
             return
         if type(value) is not int and type(value) is not float:
-            r.dropped["counter row without a numeric value (nsys GPU_METRICS)"] += 1
+            r.dropped.add(Stat.COUNTER_WITHOUT_VALUE, 1, "counter row without a numeric value (nsys GPU_METRICS)")
             return
         found = series.get((type_id, metric))
         if found is None:

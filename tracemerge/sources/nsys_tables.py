@@ -35,6 +35,7 @@ import orjson
 from tracemerge.errors import shown
 from tracemerge.layout import FileLayout
 from tracemerge.model import FlowPhase, OriginKey, ThreadKey
+from tracemerge.stats import Losses, Stat
 
 
 class Placement(Protocol):
@@ -164,7 +165,7 @@ class NsysReader:
 
     def __init__(self, schema: Schema, layout: FileLayout, place: Placement) -> None:
         self.schema, self.con, self.layout, self.place = schema, schema.con, layout, place
-        self.dropped: Counter[str] = Counter()
+        self.dropped = Losses()
         self.metadata_records = 0
         self._strings: dict[int, str | None] = {}
         self._named: dict[tuple[Any, str], tuple[bytes, str, bool, bool]] = {}
@@ -199,13 +200,15 @@ class NsysReader:
         return found
 
     def unresolved(self, table: str, column: str, to: str = "StringIds") -> None:
-        self.dropped[f"nsys {table} row whose {column} points nowhere in {to} (named by the id)"] += 1
+        self.dropped.add(
+            Stat.NSYS_ID_UNRESOLVED, 1, f"nsys {table} row whose {column} points nowhere in {to} (named by the id)"
+        )
 
     def bad_time(self, table: str, start: Any, end: Any) -> None:
         if type(start) is int and type(end) is int:
-            self.dropped[f"nsys {table} row ending before it starts"] += 1
+            self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, f"nsys {table} row ending before it starts")
         else:
-            self.dropped[f"nsys {table} row with unreadable times"] += 1
+            self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, f"nsys {table} row with unreadable times")
 
     def cpu(self, gtid: Any) -> tuple:
         """The :meth:`track` of a CPU thread."""
@@ -273,7 +276,9 @@ class NsysReader:
         if missing:
             rows = self.schema.count(table)
             if rows:
-                self.dropped[f"nsys {table} rows not read: the table has no {missing[0]} column"] += rows
+                self.dropped.add(
+                    Stat.NSYS_COLUMN_MISSING, rows, f"nsys {table} rows not read: the table has no {missing[0]} column"
+                )
         return not missing
 
     # -- tables --------------------------------------------------------------------------------
@@ -381,9 +386,11 @@ class NsysReader:
                 args["start thread"], args["end thread"] = tid_of(gtid), tid_of(end_gtid)
             if end is None or etype in MARKS:
                 if etype not in MARKS:
-                    self.dropped[
-                        "nsys NVTX range without an end (open when the capture stopped): drawn as an instant"
-                    ] += 1
+                    self.dropped.add(
+                        Stat.NSYS_RANGE_WITHOUT_END,
+                        1,
+                        "nsys NVTX range without an end (open when the capture stopped): drawn as an instant",
+                    )
                 kind, negdur = 1, 0
             else:
                 kind, negdur = 0, start - end
@@ -400,10 +407,14 @@ class NsysReader:
         labels = self.schema.labels("ENUM_NSYS_EVENT_TYPE", {})
         for etype, n in sorted(self.nvtx_not_drawn.items(), key=lambda kv: str(kv[0])):
             if etype in NAMING:
-                self.dropped[f"nsys NVTX_EVENTS rows not drawn ({NAMING[etype]}, which name other rows)"] += n
+                self.dropped.add(
+                    Stat.NSYS_ROWS_NOT_DRAWN,
+                    n,
+                    f"nsys NVTX_EVENTS rows not drawn ({NAMING[etype]}, which name other rows)",
+                )
             else:
                 label = shown(labels.get(etype, etype))
-                self.dropped[f"nsys NVTX_EVENTS rows of event type {label} not read"] += n
+                self.dropped.add(Stat.NSYS_ROWS_NOT_READ, n, f"nsys NVTX_EVENTS rows of event type {label} not read")
 
     def _nvtx_text(self, text_id: Any) -> str:
         """A range's registered string (``textId``), when it has no text of its own."""
@@ -411,7 +422,9 @@ class NsysReader:
         if text is not None:
             return text
         if text_id is None:
-            self.dropped["nsys NVTX_EVENTS row without text (NULL text and textId): drawn unnamed"] += 1
+            self.dropped.add(
+                Stat.NSYS_TEXT_MISSING, 1, "nsys NVTX_EVENTS row without text (NULL text and textId): drawn unnamed"
+            )
             return ""
         self.unresolved(NVTX, "textId")
         return f"string {text_id}"

@@ -10,7 +10,6 @@ metric name (the result of an expression) are named after their query when the f
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from tracemerge.model import SourceData
 from tracemerge.sources.base import SourceFormat, read_bytes
 from tracemerge.sources.common import JsonLines
 from tracemerge.sources.metric_series import MetricWriter, Series, untyped_kind
+from tracemerge.stats import Losses, Stat
 from tracemerge.units import seconds_to_ns
 
 NAME = "prometheus-query"
@@ -42,7 +42,7 @@ def _is_error_response(head: bytes) -> bool:
     return type(doc) is dict and doc.get("status") == "error" and "errorType" in doc
 
 
-def _responses(data: bytes, path: Path, dropped: Counter[str]) -> list[tuple[str | None, Any]]:
+def _responses(data: bytes, path: Path, dropped: Losses) -> list[tuple[str | None, Any]]:
     """(query or None, response) for every response in the file; in a file of one response per
     line, a line that is not JSON is counted in ``dropped`` and the others are read."""
     try:
@@ -65,7 +65,7 @@ def _responses(data: bytes, path: Path, dropped: Counter[str]) -> list[tuple[str
 
 
 def read(path: Path, layout: FileLayout) -> SourceData:
-    dropped: Counter[str] = Counter()
+    dropped = Losses()
     metrics = MetricWriter(layout, dropped)
     responses = _responses(read_bytes(path), path, dropped)
     results = 0
@@ -74,13 +74,13 @@ def read(path: Path, layout: FileLayout) -> SourceData:
         data = response.get("data") if type(response) is dict else None
         if type(data) is not dict or type(data.get("result")) is not list:
             status = response.get("status") if type(response) is dict else None
-            dropped[f"query response without a result (status {status})"] += 1
+            dropped.add(Stat.METRIC_UNREADABLE, 1, f"query response without a result (status {status})")
             if failure is None and status == "error":
                 failure = f"{response.get('errorType', 'error')}: {response.get('error', '')}".strip(": ")
             continue
         kind = data.get("resultType")
         if kind not in ("matrix", "vector"):
-            dropped[f"query result of type {kind} (not a series)"] += 1
+            dropped.add(Stat.METRIC_UNREADABLE, 1, f"query result of type {kind} (not a series)")
             continue
         for series in data["result"]:
             results += 1
@@ -92,15 +92,15 @@ def read(path: Path, layout: FileLayout) -> SourceData:
     return metrics.source_data(path, NAME)
 
 
-def _add_series(series: Any, query: str | None, metrics: MetricWriter, dropped: Counter[str]) -> None:
+def _add_series(series: Any, query: str | None, metrics: MetricWriter, dropped: Losses) -> None:
     if type(series) is not dict or type(series.get("metric", {})) is not dict:
-        dropped["query result entry that is not a series"] += 1
+        dropped.add(Stat.METRIC_UNREADABLE, 1, "query result entry that is not a series")
         return
     labels = {str(k): str(v) for k, v in series.get("metric", {}).items()}
     name = labels.pop("__name__", None) or query or "query result"
     if "histograms" in series or "histogram" in series:
         found = series.get("histograms") or [series.get("histogram")]
-        dropped["metric samples of a native histogram (not drawn)"] += len(found)
+        dropped.add(Stat.METRIC_UNREADABLE, len(found), "metric samples of a native histogram (not drawn)")
     raw = series.get("values") if "values" in series else [series["value"]] if "value" in series else []
     if not raw and ("histograms" in series or "histogram" in series):
         return
@@ -110,7 +110,7 @@ def _add_series(series: Any, query: str | None, metrics: MetricWriter, dropped: 
             ts, value = point
             samples.append((seconds_to_ns(ts), float(value)))
         except (TypeError, ValueError):
-            dropped["metric sample with unreadable time or value"] += 1
+            dropped.add(Stat.METRIC_UNREADABLE, 1, "metric sample with unreadable time or value")
     metrics.add(Series(name, tuple(sorted(labels.items())), untyped_kind(name)), samples)
 
 

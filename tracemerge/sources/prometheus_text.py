@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 import functools
 import re
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -32,6 +32,7 @@ from tracemerge.model import SourceData
 from tracemerge.sources.base import SourceFormat, read_bytes
 from tracemerge.sources.common import JsonLines, first_json_object
 from tracemerge.sources.metric_series import COUNTER, GAUGE, MetricWriter, Series, untyped_kind
+from tracemerge.stats import Losses, Stat
 from tracemerge.units import NS_MAX, NS_MIN, checked_ns, decimal_text_to_int, seconds_to_ns
 
 NAME = "prometheus-text"
@@ -54,27 +55,30 @@ def instance_of(url: str) -> str:
     return url.split("://", 1)[-1].split("/", 1)[0]
 
 
-# Reasons parse_snapshot counts that make a lone scrape unreadable (read says so as an error).
+# Messages parse_snapshot counts that make a lone scrape unreadable (read says so as an error).
 UNREADABLE, REST_LOST = "metric text unreadable", ", the rest of the snapshot is lost"
 NO_TIME = "metric snapshot without a time"
 
 
 def parse_snapshot(
-    text: str, ts_ns: int | None, instance: str | None, dropped: Counter[str], first_line: int = 1
+    text: str, ts_ns: int | None, instance: str | None, dropped: Losses, first_line: int = 1
 ) -> list[Point]:
     """Every sample of one exposition, at its own time or ``ts_ns``; what cannot be drawn is counted
     (a bad line by its number in the file, where the text starts at ``first_line``)."""
     points: list[Point] = []
     for family in _families(text, dropped, first_line):
         if family.type == "unknown" and untyped_kind(family.name) == GAUGE:
-            dropped["metric of unknown type (drawn as a gauge)"] += len(family.samples)
+            dropped.add(Stat.METRIC_TYPE_UNKNOWN, len(family.samples), "metric of unknown type (drawn as a gauge)")
         for sample in family.samples:
             if sample.name.endswith("_created"):
-                dropped["metric creation-time sample (not drawn)"] += 1
+                dropped.add(Stat.METRIC_CREATED_SAMPLE, 1, "metric creation-time sample (not drawn)")
                 continue
             when = ts_ns if sample.timestamp is None else _sample_time(sample.timestamp)
             if when is None:
-                dropped[NO_TIME if sample.timestamp is None else "metric sample with unreadable time"] += 1
+                if sample.timestamp is None:
+                    dropped.add(Stat.METRIC_SNAPSHOT_WITHOUT_TIME, 1, NO_TIME)
+                else:
+                    dropped.add(Stat.METRIC_UNREADABLE, 1, "metric sample with unreadable time")
                 continue
             labels = dict(sample.labels)
             if instance and "instance" not in labels:
@@ -88,7 +92,7 @@ def parse_snapshot(
 _MAX_BAD_LINES = 20
 
 
-def _families(text: str, dropped: Counter[str], first_line: int) -> list:
+def _families(text: str, dropped: Losses, first_line: int) -> list:
     """The exposition's metric families. The parser gives up at a bad line, losing the family it
     was in: the line is found, counted and left out, and its block of the page parsed again."""
     page = _Page(text, first_line)
@@ -101,7 +105,7 @@ def _families(text: str, dropped: Counter[str], first_line: int) -> list:
         except ValueError as exc:  # what came before the bad line's family is in ``families``
             why = _why(exc)
             if bad == _MAX_BAD_LINES:
-                dropped[f"{UNREADABLE}{REST_LOST} ({why})"] += 1
+                dropped.add(Stat.METRIC_UNREADABLE, 1, f"{UNREADABLE}{REST_LOST} ({why})")
                 read.append(families)
                 break
             # Every line the parser gives up on alone goes at once (a block parsed again per bad line,
@@ -122,7 +126,7 @@ def _families(text: str, dropped: Counter[str], first_line: int) -> list:
         else:
             read.append(families)
     if bad:
-        dropped[f"{UNREADABLE} ({first_bad})"] += bad
+        dropped.add(Stat.METRIC_UNREADABLE, bad, f"{UNREADABLE} ({first_bad})")
     return [family for block in read for family in block]
 
 
@@ -312,7 +316,7 @@ def claims(path: Path, head: bytes) -> bool:
 
 class _Parsed(NamedTuple):
     points: tuple[Point, ...]
-    dropped: tuple[tuple[str, int], ...]  # what the parse counted, in its order
+    dropped: Losses  # what the parse counted (copied by each read: the parse is cached)
 
 
 def _parsed(path: Path) -> _Parsed:
@@ -324,10 +328,10 @@ def _parsed(path: Path) -> _Parsed:
 # The file's content is in the key: a file that changed is parsed again.
 @functools.lru_cache(maxsize=1)
 def _parse_scrape(path: Path, data: bytes) -> _Parsed:
-    dropped: Counter[str] = Counter()
+    dropped = Losses()
     text, when, instance, first_line = _scrape(path, data)
     points = parse_snapshot(text, when, instance, dropped, first_line)
-    return _Parsed(tuple(points), tuple(dropped.items()))
+    return _Parsed(tuple(points), dropped)
 
 
 def _scrape(path: Path, data: bytes) -> tuple[str, int | None, str | None, int]:
@@ -390,12 +394,13 @@ def _scrape_names(directory: Path, suffix: str, mtime_ns: int) -> list[tuple[boo
 
 def read(path: Path, layout: FileLayout) -> SourceData:
     parsed = _parsed(path)
-    points, dropped = list(parsed.points), Counter(dict(parsed.dropped))
+    points, dropped = list(parsed.points), parsed.dropped.copy()
     if not points:
-        unreadable = next((reason for reason in dropped if reason.startswith(UNREADABLE)), None)
+        messages = dropped.messages_of(Stat.METRIC_UNREADABLE)
+        unreadable = next((message for message in messages if message.startswith(UNREADABLE)), None)
         if unreadable:
             raise InputError(path, unreadable.replace(REST_LOST, ""))
-        if NO_TIME in dropped:
+        if dropped.count(Stat.METRIC_SNAPSHOT_WITHOUT_TIME):
             raise InputError(path, f"{NO_TIME} (no scrape header, no Unix time in its name)")
         if not dropped:
             raise NotATrace(path, "no metric samples")
@@ -438,12 +443,12 @@ def _snapshot_time(obj: dict) -> int | None:
 
 
 def read_snapshots(path: Path, layout: FileLayout) -> SourceData:
-    dropped: Counter[str] = Counter()
+    dropped = Losses()
     points: list[Point] = []
     lines = JsonLines(read_bytes(path))
     for _, obj in lines:
         if not _is_snapshot(obj):
-            dropped["line is not a metrics snapshot"] += 1
+            dropped.add(Stat.LINE_UNREADABLE, 1, "line is not a metrics snapshot")
             continue
         url = obj.get("url") or obj.get("target")
         instance = instance_of(url) if type(url) is str else None

@@ -10,7 +10,6 @@ of each Pipeline step slice and as counter samples at its start.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from tracemerge.layout import FileLayout
 from tracemerge.model import SourceData
 from tracemerge.sources.base import SourceFormat, read_bytes
 from tracemerge.sources.common import JsonLines, first_json_object
+from tracemerge.stats import Losses, Stat
 
 NAME = "tracker-scalars"
 STEP_KEYS = ("step", "global_step", "_step")
@@ -51,20 +51,20 @@ def _scalars(obj: dict) -> dict[str, Any]:
 
 
 def read(path: Path, layout: FileLayout) -> SourceData:
-    dropped: Counter[str] = Counter()
+    dropped = Losses()
     values: dict[int, dict[str, float]] = {}
     lines = JsonLines(read_bytes(path))
     for _, obj in lines:
         step = _step_of(obj) if type(obj) is dict else None
         if step is None:
-            dropped["line is not a step record"] += 1
+            dropped.add(Stat.LINE_UNREADABLE, 1, "line is not a step record")
             continue
         found = values.setdefault(step, {})
         for key, value in _scalars(obj).items():
             if type(value) in (int, float) and _finite(value):
                 found[str(key)] = value
             else:
-                dropped["tracker value that is not a finite number (not drawn)"] += 1
+                dropped.add(Stat.TRACKER_VALUE_NOT_NUMBER, 1, "tracker value that is not a finite number (not drawn)")
     lines.account(path, dropped)
     return SourceData(path=path, format=NAME, clock=None, threads={}, dropped=dropped, step_values=values)
 
