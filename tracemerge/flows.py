@@ -12,20 +12,17 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tracemerge.entries import PointKeys, ThreadEntries, equal_runs
+from tracemerge.entries import PointKeys, ThreadEntries, ThreadPoints, equal_runs
 from tracemerge.flow_targets import targets
+from tracemerge.layout_types import LayoutResult
 from tracemerge.model import FlowPhase, Identity, OriginKey, ThreadKey
 from tracemerge.nesting import SLICE, overlapping, parents, walk_order
 from tracemerge.report import EventCounts
 from tracemerge.select import TimeFilter
 from tracemerge.spill import RunStore
-
-if TYPE_CHECKING:
-    from tracemerge.layout import FileLayout, LayoutResult
 
 START, STEP, END = int(FlowPhase.START), int(FlowPhase.STEP), int(FlowPhase.END)
 FILTERED_FLOW = "flows with an end left out by --window/--min-dur"
@@ -46,26 +43,31 @@ class Attachments:
 
 
 Attached = dict[tuple[OriginKey, ThreadKey], Attachments]
+# Each thread's flow points, in the order the threads were first met in the file.
+PointsInOrder = list[tuple[tuple[OriginKey, ThreadKey], ThreadPoints]]
 # A slice a point binds to, as the numbering compares them: (start, -dur, kind, ordinal).
 Target = tuple[int, int, int, int]
 
 
 def bind_flows(
-    layout: FileLayout,
+    threads: PointsInOrder,
+    entries: dict[tuple[OriginKey, ThreadKey], ThreadEntries],
+    point_keys: PointKeys,
+    runs: RunStore,
     ident: Callable[[OriginKey], Identity],
     result: LayoutResult,
     flow_id_base: int,
     times: TimeFilter | None,
 ) -> Attached:
-    """Bind ``layout``'s flow points to its slices and number the flows from ``flow_id_base``;
-    returns, per thread, the attachments of its slices. ``times`` drops flows with an end it
-    leaves out.
+    """Bind each thread's flow points to its slices (``entries``, their spilled parts in ``runs``)
+    and number the flows from ``flow_id_base``; returns, per thread, the attachments of its
+    slices. ``times`` drops flows with an end it leaves out.
 
     An id with a single start is one flow whatever the timestamps say (a device task can be
     stamped before the host call that launched it), and every end beyond the first fans out from
     that start (one launch, two kernels). Ids reused for several flows are paired in time order.
     """
-    points = _bound_points(layout, times is not None)
+    points = _bound_points(threads, entries, point_keys, runs, times is not None)
     if points is None:
         return {}
     numbering = _Numbering(ident, result, flow_id_base, times, points.origins, points.threads)
@@ -93,21 +95,26 @@ class _Points:
         return parts[0]
 
 
-def _bound_points(layout: FileLayout, with_durations: bool) -> _Points | None:
+def _bound_points(
+    threads: PointsInOrder,
+    entries_of: dict[tuple[OriginKey, ThreadKey], ThreadEntries],
+    point_keys: PointKeys,
+    store: RunStore,
+    with_durations: bool,
+) -> _Points | None:
     """Each thread's points in (time, phase, ordinal) order with the slice each binds to (its
     start, its ordinal or -1 for none, and with ``with_durations`` its negated duration) and its
     namespace, numbered in the order of first appearance."""
-    store = layout.store
     found = _Points()
     namespaces: dict[tuple, int] = {}
-    for (origin, thread), pts in layout.threads_in_order(layout.points):
+    for (origin, thread), pts in threads:
         if not pts.total:
             continue
         cols = pts.columns(store)
         order = np.lexsort((cols["ordinals"], cols["phases"], cols["ts"]))
         ts = cols["ts"][order]
         bound = _Bound(len(ts), with_durations)
-        entries = layout.entries.get((origin, thread))
+        entries = entries_of.get((origin, thread))
         bind_next = cols["bind_next"][order]
         for rows, lo, hi in _point_ranges(entries, store, ts):
             starts, negdurs, ordinals = _slices(entries, store, rows)
@@ -117,7 +124,7 @@ def _bound_points(layout: FileLayout, with_durations: bool) -> _Points | None:
             phase=cols["phases"][order],
             fid=cols["fids"][order],
             fid_kind=cols["fid_kinds"][order],
-            ns=_namespaces(namespaces, found.origins, origin, cols["pairs"][order], layout.point_keys),
+            ns=_namespaces(namespaces, found.origins, origin, cols["pairs"][order], point_keys),
             thread=np.full(len(ts), len(found.threads), np.int32),
             **bound.columns(),
         )
@@ -125,7 +132,7 @@ def _bound_points(layout: FileLayout, with_durations: bool) -> _Points | None:
         found.threads.append((origin, thread))
     if not found.threads:
         return None
-    _rank_other_ids(found, layout.point_keys)
+    _rank_other_ids(found, point_keys)
     return found
 
 

@@ -20,9 +20,8 @@ import json
 import pickle
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -32,75 +31,17 @@ from tracemerge.anchors import DEVICE, MAX_MARKS, MAX_PHASE_MARKS, PHASE, STEP
 from tracemerge.breakdown import add_span
 from tracemerge.entries import Block, PointKeys, ThreadEntries, ThreadPoints, byte_table
 from tracemerge.flows import bind_flows
+from tracemerge.layout_types import Encoder, Items, LayoutResult, Tracks
 from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.model import Event, FlowPhase, Identity, Kind, OriginKey, ThreadKey
 from tracemerge.nesting import walk_order
-from tracemerge.plan import CounterTrack, ThreadTrack
-from tracemerge.report import EventCounts
 from tracemerge.select import TimeFilter
 from tracemerge.spill import RunStore, SortedBuffer
-from tracemerge.thread_walk import FILTERED_TIME, Items, ThreadWalk
+from tracemerge.thread_walk import FILTERED_TIME, ThreadWalk
 
 # Events a file's layout may hold in memory before it spills to disk (about 100 bytes each once
 # sealed into columns).
 DEFAULT_BUDGET = 500_000
-
-
-class Encoder(Protocol):
-    """What a writer implements to receive one file's laid-out events.
-
-    What a slice or instant says is encoded once, when the event is read: ``prefix`` encodes a
-    name and category (the layout caches it per pair), ``args`` an args object given as JSON
-    text; an event's body is the two concatenated.
-    """
-
-    def prefix(self, name: str, cat: str) -> bytes: ...
-
-    def args(self, text: bytes) -> bytes: ...
-
-    # ``args_heads[len(text)] + text`` encodes args text that ``args`` would not need to change.
-    args_heads: tuple[bytes, ...]
-    # Whether the order of a tie matters once one of its slices carries a flow (Chrome JSON binds
-    # a flow event to the slice on top of the stack when it is read).
-    flows_bind_by_order: bool
-    # Whether ENDs are written apart (:meth:`ends`), or a slice carries its duration.
-    ends_apart: bool
-
-    def default_track(self, uuid: int) -> None:
-        """The track most events will be on (an encoder may leave it out of them)."""
-
-    def ends(self, tracks: list[ThreadTrack], lanes: np.ndarray, stamps: np.ndarray) -> None:
-        """The ENDs of a thread's slices that last (a zero-length one's END follows its BEGIN)."""
-
-    def items(self, tracks: list[ThreadTrack], items: Items, in_walk_order: bool) -> None:
-        """A thread's BEGINs and instants; ``in_walk_order`` for ties in the walk's order."""
-
-    def counter(self, track: CounterTrack, ts: int, value: float | int) -> None: ...
-
-
-class Tracks(Protocol):
-    """Where a file's (identity, thread) keys land in the merged trace."""
-
-    def thread(self, ident: Identity, key: ThreadKey) -> ThreadTrack: ...
-
-    def counter(self, ident: Identity, key: ThreadKey, name: str) -> CounterTrack: ...
-
-
-@dataclass
-class LayoutResult:
-    """What laying out one file produced: counts read and written, lanes opened, losses."""
-
-    read: dict[Identity, EventCounts] = field(default_factory=lambda: defaultdict(EventCounts))
-    written: dict[Identity, EventCounts] = field(default_factory=lambda: defaultdict(EventCounts))
-    threads: dict[Identity, set[ThreadKey]] = field(default_factory=lambda: defaultdict(set))
-    counter_series: dict[Identity, set[tuple[ThreadKey, str]]] = field(default_factory=lambda: defaultdict(set))
-    lanes: list[ThreadTrack] = field(default_factory=list)
-    dropped: Counter[str] = field(default_factory=Counter)
-    filtered: Counter[str] = field(default_factory=Counter)  # left out on request: not a loss
-    moved_to_lanes: int = 0
-    reversed_flows: int = 0
-    ts_min: int | None = None  # in the file's own clock
-    ts_max: int | None = None
 
 
 class PlaceholderEncoder:
@@ -508,7 +449,16 @@ class FileLayout:
             return self._summary(ident, result)
         if self.store.size or self._parts:  # too large to hold: what is still held goes too, to make room
             self.check_memory(0)
-        attached = bind_flows(self, ident, result, flow_id_base, times)
+        attached = bind_flows(
+            self.threads_in_order(self.points),
+            self.entries,
+            self.point_keys,
+            self.store,
+            ident,
+            result,
+            flow_id_base,
+            times,
+        )
         busiest = max(self.threads_in_order(self.entries), key=lambda item: item[1].total, default=None)
         if busiest is not None and busiest[1].total:
             (origin, thread), _ = busiest
@@ -520,7 +470,17 @@ class FileLayout:
             who = ident(origin)
             result.threads[who].add(thread)
             track = tracks.thread(who, thread)
-            walk = ThreadWalk(self, entries, track, attached.get((origin, thread)), shift, result, who)
+            walk = ThreadWalk(
+                self.enc,
+                self.store,
+                self.part_prefixes,
+                entries,
+                track,
+                attached.get((origin, thread)),
+                shift,
+                result,
+                who,
+            )
             hi = max(hi, walk.run(times))
         counter = self.enc.counter
         store = self.store
