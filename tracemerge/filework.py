@@ -24,7 +24,8 @@ from tracemerge.anchors import DEVICE, Watch, phase_tag, step_tag
 from tracemerge.breakdown import merged
 from tracemerge.discover import Candidate
 from tracemerge.errors import InputError, NotATrace, shown
-from tracemerge.layout import DEFAULT_BUDGET, FileLayout
+from tracemerge.event_store import DEFAULT_BUDGET, threads_in_order
+from tracemerge.layout import FileLayout
 from tracemerge.layouts import PathFacts
 from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.model import UNIX_EPOCH, ClockDomain, Identity, ThreadInfo
@@ -38,6 +39,7 @@ from tracemerge.plan import (
     flow_id_base,
     resolve_identity,
 )
+from tracemerge.read_options import ReadOptions
 from tracemerge.select import EVERYTHING, Selection, TimeFilter
 from tracemerge.writers import WRITERS
 
@@ -173,10 +175,8 @@ def _process_file(job: FileJob) -> FileOutcome:
             job.chunk.parent if job.chunk else None,
             Watch(job.sync, PhaseRules(job.phases)),
             store,
-            job.metrics_map,
+            ReadOptions(job.metrics_map, job.helpers, job.selection.keep_zero_counters),
         )
-        layout.helpers = job.helpers
-        layout.keep_zero_counters = job.selection.keep_zero_counters
         try:
             data = cand.format.read(cand.path, layout)
         except NotATrace as exc:
@@ -202,7 +202,7 @@ def _process_file(job: FileJob) -> FileOutcome:
         if sel.by_process:
             keep = sel.keeps if sel.keeps_file(cand.facts) else _keeps_nothing
         if keep_layout:  # the second pass names the processes of everything kept
-            keys = [k for k, _ in [*layout.threads_in_order(layout.entries), *layout.threads_in_order(layout.points)]]
+            keys = [k for k, _ in [*threads_in_order(layout.entries), *threads_in_order(layout.points)]]
             for key in [*keys, *layout.samples]:
                 identity_of(key[0])
         result = layout.finish(
@@ -231,7 +231,7 @@ def _process_file(job: FileJob) -> FileOutcome:
             series[ident][(key, name)] = info.name if info else ""
     dropped = data.dropped
     dropped.update(result.dropped)
-    for kind, count in layout.marks_over.items():  # the events are in the output; only not evidence
+    for kind, count in layout.notes.marks_over.items():  # the events are in the output; only not evidence
         dropped[f"{kind} marks beyond the cap per thread (events kept, not used as {kind} evidence)"] += count
     scan = FileScan(
         path=cand.path,
@@ -255,7 +255,9 @@ def _process_file(job: FileJob) -> FileOutcome:
         reversed_flows=result.reversed_flows,
         salts=dict(job.salts),
         filtered=result.filtered,
-        marks=_with_named_marks(_marks(layout.marks, identity_of, data.origin_ns), cand.facts, result, data.origin_ns),
+        marks=_with_named_marks(
+            _marks(layout.notes.marks, identity_of, data.origin_ns), cand.facts, result, data.origin_ns
+        ),
         facts=cand.facts,
         host=data.host,
         mtime_ns=_mtime_ns(cand.path),
