@@ -201,4 +201,5 @@ class FileLayout(EventStore):
             self.store.close()
 
 
-__all__ = ["DEFAULT_BUDGET", "Encoder", "FileLayout", "Items", "LayoutResult", "PlaceholderEncoder", "Tracks"]
+# DEFAULT_BUDGET and Items are named here too for modules that import them from the layout.
+__all__ = ["DEFAULT_BUDGET", "FileLayout", "Items", "PlaceholderEncoder"]
