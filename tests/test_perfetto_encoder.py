@@ -8,7 +8,7 @@ import json
 import numpy as np
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
 
-from tracemerge.layout import Items
+from tracemerge.layout_types import Items
 from tracemerge.model import FlowPhase
 from tracemerge.plan import CounterTrack, ThreadTrack
 from tracemerge.writers.perfetto import SEQUENCE_CLOCK, UnitEncoder

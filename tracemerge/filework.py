@@ -24,10 +24,13 @@ from tracemerge.anchors import DEVICE, Watch, phase_tag, step_tag
 from tracemerge.breakdown import merged
 from tracemerge.discover import Candidate
 from tracemerge.errors import InputError, NotATrace, shown
-from tracemerge.layout import DEFAULT_BUDGET, FileLayout
+from tracemerge.event_store import DEFAULT_BUDGET, threads_in_order
+from tracemerge.evidence import EvidenceNotes
+from tracemerge.layout import FileLayout
+from tracemerge.layout_types import Encoder, LayoutResult
 from tracemerge.layouts import PathFacts
 from tracemerge.metrics_map import NO_MAP, MetricsMap
-from tracemerge.model import UNIX_EPOCH, ClockDomain, Identity, ThreadInfo
+from tracemerge.model import UNIX_EPOCH, ClockDomain, Identity, SourceData, ThreadInfo
 from tracemerge.phase_rules import NAMED_STEPS, VERL, PhaseRules, Preset
 from tracemerge.phases import StepScalars
 from tracemerge.plan import (
@@ -38,6 +41,7 @@ from tracemerge.plan import (
     flow_id_base,
     resolve_identity,
 )
+from tracemerge.read_options import ReadOptions
 from tracemerge.select import EVERYTHING, Selection, TimeFilter
 from tracemerge.stats import Losses, Stat
 from tracemerge.writers import WRITERS
@@ -174,17 +178,7 @@ def _process_file(job: FileJob) -> FileOutcome:
             enc = WRITERS[job.keep_layout].unit_encoder(job.sequence_id, io.BytesIO())
         else:
             enc = _NoOutput()
-        store = _layout_files(job.chunk)[1] if keep_layout and job.chunk is not None else None
-        layout = FileLayout(
-            enc,
-            job.budget,
-            job.chunk.parent if job.chunk else None,
-            Watch(job.sync, PhaseRules(job.phases)),
-            store,
-            job.metrics_map,
-        )
-        layout.helpers = job.helpers
-        layout.keep_zero_counters = job.selection.keep_zero_counters
+        layout = _new_layout(job, enc, keep_layout)
         try:
             data = cand.format.read(cand.path, layout)
         except NotATrace as exc:
@@ -199,30 +193,67 @@ def _process_file(job: FileJob) -> FileOutcome:
                 found = identities[origin] = resolve_identity(origin, data, cand.facts)
             return found
 
-        if job.unit is not None:
-            tracks: Any = PlannedTracks(job.unit)
-            shift = job.unit.shift_ns
-        else:
-            tracks, shift = LocalTracks(job.salts, job.wide_ids), None
-        sel = job.selection
-        times = _time_filter(job)
-        keep = None
-        if sel.by_process:
-            keep = sel.keeps if sel.keeps_file(cand.facts) else _keeps_nothing
-        if keep_layout:  # the second pass names the processes of everything kept
-            keys = [k for k, _ in [*layout.threads_in_order(layout.entries), *layout.threads_in_order(layout.points)]]
-            for key in [*keys, *layout.samples]:
-                identity_of(key[0])
-        result = layout.finish(
-            identity_of, tracks, shift, flow_id_base(job.sequence_id), keep, times, summary_only=not job.writer
-        )
-        if keep_layout and job.chunk is not None:
-            layout.save(_layout_files(job.chunk)[0])
+        result = _lay_out_read(job, layout, identity_of, keep_layout)
         enc.close()
     if result.ts_min is None:
         if data.step_values:
             return FileOutcome(cand, scalars=StepScalars(cand.path, data.step_values, data.dropped))
         return FileOutcome(cand, skipped=f"{shown(cand.path)}: no events{_what_was_there(data.dropped)}")
+    return FileOutcome(cand, scan=_scan(job, data, layout.notes, result, identities, identity_of))
+
+
+def _new_layout(job: FileJob, enc: Encoder, keep_layout: bool) -> FileLayout:
+    """The layout a file is read into: spilled beside the chunk (to a named run file when the
+    layout is kept for a second pass), watching the job's evidence, with its read options."""
+    store = _layout_files(job.chunk)[1] if keep_layout and job.chunk is not None else None
+    return FileLayout(
+        enc,
+        job.budget,
+        job.chunk.parent if job.chunk else None,
+        Watch(job.sync, PhaseRules(job.phases)),
+        store,
+        ReadOptions(job.metrics_map, job.helpers, job.selection.keep_zero_counters),
+    )
+
+
+def _lay_out_read(
+    job: FileJob, layout: FileLayout, identity_of: Callable[[Any], Identity], keep_layout: bool
+) -> LayoutResult:
+    """Lay out what was read on the planned tracks (Chrome JSON's second read) or on the file's
+    own, kept for a second pass when ``keep_layout``."""
+    if job.unit is not None:
+        tracks: Any = PlannedTracks(job.unit)
+        shift = job.unit.shift_ns
+    else:
+        tracks, shift = LocalTracks(job.salts, job.wide_ids), None
+    sel = job.selection
+    times = _time_filter(job)
+    keep = None
+    if sel.by_process:
+        keep = sel.keeps if sel.keeps_file(job.candidate.facts) else _keeps_nothing
+    if keep_layout:  # the second pass names the processes of everything kept
+        keys = [k for k, _ in [*threads_in_order(layout.entries), *threads_in_order(layout.points)]]
+        for key in [*keys, *layout.samples]:
+            identity_of(key[0])
+    result = layout.finish(
+        identity_of, tracks, shift, flow_id_base(job.sequence_id), keep, times, summary_only=not job.writer
+    )
+    if keep_layout and job.chunk is not None:
+        layout.save(_layout_files(job.chunk)[0])
+    return result
+
+
+def _scan(
+    job: FileJob,
+    data: SourceData,
+    notes: EvidenceNotes,
+    result: LayoutResult,
+    identities: dict,
+    identity_of: Callable[[Any], Identity],
+) -> FileScan:
+    """The summary of a file read and laid out, for the plan."""
+    cand = job.candidate
+    assert result.ts_min is not None
     clock = data.clock
     if clock is None:
         # The latest event decides: an epoch trace whose first event says 0 is still an epoch trace.
@@ -239,10 +270,10 @@ def _process_file(job: FileJob) -> FileOutcome:
             series[ident][(key, name)] = info.name if info else ""
     dropped = data.dropped
     dropped.update(result.dropped)
-    for kind, count in layout.marks_over.items():  # the events are in the output; only not evidence
+    for kind, count in notes.marks_over.items():  # the events are in the output; only not evidence
         message = f"{kind} marks beyond the cap per thread (events kept, not used as {kind} evidence)"
         dropped.add(Stat.EVIDENCE_CAPPED, count, message)
-    scan = FileScan(
+    return FileScan(
         path=cand.path,
         format=data.format,
         clock=clock,
@@ -264,12 +295,11 @@ def _process_file(job: FileJob) -> FileOutcome:
         reversed_flows=result.reversed_flows,
         salts=dict(job.salts),
         filtered=result.filtered,
-        marks=_with_named_marks(_marks(layout.marks, identity_of, data.origin_ns), cand.facts, result, data.origin_ns),
+        marks=_with_named_marks(_marks(notes.marks, identity_of, data.origin_ns), cand.facts, result, data.origin_ns),
         facts=cand.facts,
         host=data.host,
         mtime_ns=_mtime_ns(cand.path),
     )
-    return FileOutcome(cand, scan=scan)
 
 
 def _encode_saved(job: FileJob, prior: FileScan) -> FileOutcome:

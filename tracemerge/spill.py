@@ -23,7 +23,7 @@ BLOCK_ITEMS = 4096
 class RunStore:
     """The file that holds the runs of one file's buffers (created when first needed): a
     temporary one, or, with ``path``, a named one that outlives the store (a layout kept for a
-    second pass, see FileLayout.save)."""
+    second pass, see EventStore.save)."""
 
     def __init__(self, directory: Path | None = None, path: Path | None = None, size: int = 0) -> None:
         self.directory = directory

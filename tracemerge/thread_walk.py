@@ -12,20 +12,16 @@ come in the walk's order: the nesting the walk says.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from tracemerge.entries import ThreadEntries, gathered, ranks, with_prefixes
 from tracemerge.flows import Attachments
+from tracemerge.layout_types import Encoder, Items, LayoutResult
 from tracemerge.model import Identity, Kind
 from tracemerge.nesting import lanes, parents, tied_out_of_order, walk_order
 from tracemerge.plan import ThreadTrack, lane_track
 from tracemerge.select import TimeFilter
-
-if TYPE_CHECKING:
-    from tracemerge.layout import FileLayout, LayoutResult
+from tracemerge.spill import RunStore
 
 SLICE, INSTANT = int(Kind.SLICE), int(Kind.INSTANT)
 # Events handed to the encoder at once.
@@ -34,31 +30,17 @@ FILTERED_TIME = "events outside --window"
 FILTERED_SHORT = "slices shorter than --min-dur"
 
 
-@dataclass
-class Items:
-    """Slices and instants of one thread for the encoder, in the order they are to be written:
-    per item its lane (an index into the tracks handed over with it), its timestamp and
-    duration, whether it is an instant, its body (``bodies`` holds them joined, ``lengths``
-    long), and its flows (``flow_counts`` per item; their ids and phases in item order)."""
-
-    lanes: np.ndarray
-    stamps: np.ndarray
-    durs: np.ndarray
-    instants: np.ndarray
-    lengths: np.ndarray
-    bodies: bytes
-    flow_counts: np.ndarray
-    flow_ids: np.ndarray
-    flow_phases: np.ndarray
-
-
 class ThreadWalk:
     """One thread laid out: its order, lanes and ties worked out on columns, then its events
-    handed to the encoder in the three parts the module describes (``layout``: the file's)."""
+    handed to the encoder in the three parts the module describes. ``runs`` holds what the
+    entries spilled; ``part_prefixes`` (a file read in parts) the encoded names that take the
+    place of the bodies' placeholders."""
 
     def __init__(
         self,
-        layout: FileLayout,
+        enc: Encoder,
+        runs: RunStore,
+        part_prefixes: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
         entries: ThreadEntries,
         track: ThreadTrack,
         attached: Attachments | None,
@@ -66,7 +48,8 @@ class ThreadWalk:
         result: LayoutResult,
         who: Identity,
     ) -> None:
-        self.layout, self.entries, self.track = layout, entries, track
+        self.enc, self.runs, self.part_prefixes = enc, runs, part_prefixes
+        self.entries, self.track = entries, track
         self.attached, self.shift, self.result, self.who = attached, shift, result, who
         self.tracks = [track]
         self.flow_ids = self.flow_phases = np.empty(0, np.int64)
@@ -75,13 +58,13 @@ class ThreadWalk:
         """Emits the thread, one run of blocks apart in time after another (each works out on
         its own: every lane is empty between two); returns its latest time."""
         latest = -(1 << 63)
-        for lo, hi, _ in self.entries.chunks(self.layout.store):
+        for lo, hi, _ in self.entries.chunks(self.runs):
             latest = max(latest, self._run(lo, hi, times))
         return latest
 
     def _run(self, lo: int, hi: int, times: TimeFilter | None) -> int:
-        enc, result = self.layout.enc, self.result
-        keys = self.entries.keys(self.layout.store, (lo, hi))
+        enc, result = self.enc, self.result
+        keys = self.entries.keys(self.runs, (lo, hi))
         starts, negdurs, kinds, ordinals = keys["starts"], keys["negdurs"], keys["kinds"], keys["ordinals"]
         del keys
         n = len(starts)
@@ -203,11 +186,11 @@ class ThreadWalk:
         (sorted), by position."""
         held: dict[int, bytes] = {}
         first = 0  # the position of the piece's first row
-        for (cols, bodies, block), start, stop in self.entries.pieces(self.layout.store, lo, hi, bodies=True):
+        for (cols, bodies, block), start, stop in self.entries.pieces(self.runs, lo, hi, bodies=True):
             lengths = cols["lengths"]
             if block.prefixes is not None:  # read in parts: the names in place of their placeholders
-                assert self.layout.part_prefixes is not None
-                bodies, lengths = with_prefixes(bodies, lengths, block.prefixes, self.layout.part_prefixes)
+                assert self.part_prefixes is not None
+                bodies, lengths = with_prefixes(bodies, lengths, block.prefixes, self.part_prefixes)
             ends_at = np.cumsum(lengths)
             begins_at = ends_at - lengths
             for a in range(start, stop, BATCH):
@@ -248,4 +231,4 @@ class ThreadWalk:
             flow_ids=ids,
             flow_phases=phases,
         )
-        self.layout.enc.items(self.tracks, items, in_walk_order)
+        self.enc.items(self.tracks, items, in_walk_order)

@@ -138,7 +138,7 @@ def percent(value: Any) -> Any:
 def leave_out_zero_series(layout: FileLayout, dropped: Losses, group_of: Callable[[ThreadKey], str]) -> None:
     """Removes from ``layout`` every counter series whose values are all 0, counting each under
     its group (the msprof process or DB table its thread holds), unless the layout keeps them."""
-    if layout.keep_zero_counters:
+    if layout.options.keep_zero_counters:
         return
     for key, samples in list(layout.samples.items()):
         if samples.total and all(value == 0 for _, _, value in samples.ordered(layout.store)):

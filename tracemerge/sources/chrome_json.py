@@ -38,7 +38,7 @@ def claims(path: Path, head: bytes) -> bool:
 
 def read(path: Path, layout: FileLayout) -> SourceData:
     reader = ChromeEvents(layout)
-    meta = read_events(path, reader, TraceEvent, LenientEvent, layout.helpers)
+    meta = read_events(path, reader, TraceEvent, LenientEvent, layout.options.helpers)
     produced = meta.get("metadata")
     if type(produced) is dict and produced.get("producer") == "tracemerge":
         raise NotATrace(path, "already a tracemerge output")

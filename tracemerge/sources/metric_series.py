@@ -122,7 +122,7 @@ class MetricWriter:
 
     def place(self, metric: str, labels: Mapping[str, str]) -> tuple[tuple, frozenset[str]]:
         """The series's origin (role, rank, tag) and the labels that said it (not repeated in its title)."""
-        placed = self.layout.metrics_map.place(labels)
+        placed = self.layout.options.metrics_map.place(labels)
         if placed is not None:
             used = frozenset(k for k, _ in placed.labels)
             return (placed.role, placed.rank, "" if placed.rank is not None else METRIC_CAT), used

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
 
-from tracemerge.layout import Encoder
+from tracemerge.layout_types import Encoder
 from tracemerge.plan import MergePlan, ThreadTrack, UnitPlan
 from tracemerge.writers import chrome_json, perfetto
 

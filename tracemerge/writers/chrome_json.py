@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from tracemerge.layout import Items
+from tracemerge.layout_types import Items
 from tracemerge.model import FlowPhase
 from tracemerge.plan import CLOCK_NOTE, SUMMARY_NOTE, CounterTrack, MergePlan, ThreadTrack
 from tracemerge.report import json_bytes

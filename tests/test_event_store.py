@@ -1,0 +1,95 @@
+"""The parts a file's layout is made of, each on its own: the event store, the evidence notes,
+and the layout that puts them together with the read options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from tracemerge.anchors import DEVICE_COMPUTE, MAX_MARKS, collective_tag
+from tracemerge.event_store import EventStore, threads_in_order
+from tracemerge.evidence import EvidenceNotes
+from tracemerge.layout import FileLayout
+from tracemerge.metrics_map import MetricsMap
+from tracemerge.model import Event, Kind
+from tracemerge.read_options import ReadOptions
+
+ALLREDUCE = "ncclDevKernel_AllReduce_Sum_f32"
+
+
+class _Names:
+    """An encoder that only encodes names, counting how often it is asked."""
+
+    args_heads = (b"",) * 16
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def prefix(self, name: str, cat: str) -> bytes:
+        self.asked += 1
+        return f"{cat}/{name}".encode()
+
+    def args(self, text: bytes) -> bytes:
+        return text
+
+
+def test_names_are_encoded_once_unless_uncached() -> None:
+    enc = _Names()
+    store = EventStore(enc, uncached=lambda name: ("watched",) if name == "w" else ())  # type: ignore[arg-type]
+    assert [store.prefix(n, "c") for n in ("a", "a", "w", "w")] == [b"c/a", b"c/a", b"c/w", b"c/w"]
+    assert enc.asked == 3
+    assert store.prefixes == {("a", "c"): b"c/a"}
+
+
+def test_a_saved_store_loads_with_every_event(tmp_path: Path) -> None:
+    store = EventStore(_Names(), budget=2, spill_dir=tmp_path, store_path=tmp_path / "x.runs")  # type: ignore[arg-type]
+    for n in range(5):
+        store.buffer("p", 1).append((n * 10, -3, int(Kind.SLICE), store.ordinal(), store.describe("s", "c", None)))
+        store.counter_sample("p", 2, "mem", n, n * 1.5)
+    store.check_memory()
+    store.save(tmp_path / "x.layout")
+    loaded = EventStore.load(tmp_path / "x.layout", _Names())  # type: ignore[arg-type]
+    starts, kinds, ordinals = loaded.sorted_starts("p", 1)
+    assert set(kinds.tolist()) == {int(Kind.SLICE)}
+    assert starts.tolist() == [0, 10, 20, 30, 40]
+    assert ordinals.tolist() == [0, 2, 4, 6, 8]
+    assert list(loaded.samples[("p", 2, "mem")].ordered(loaded.store)) == [(n, 2 * n + 1, n * 1.5) for n in range(5)]
+    assert [key for key, _ in threads_in_order(loaded.entries)] == [("p", 1)]
+    loaded.store.close()
+
+
+def test_notes_cap_marks_and_merge_device_activity() -> None:
+    notes = EvidenceNotes(lambda name: (t,) if (t := collective_tag(name)) else ())
+    tag = collective_tag(ALLREDUCE)
+    assert tag is not None and notes.tag(ALLREDUCE) == (tag,)
+    for n in range(MAX_MARKS + 3):
+        notes.note(ALLREDUCE, "p", 1, n * 10, 5)
+    assert len(notes.marks[(tag, "p", 1)]) == MAX_MARKS
+    assert notes.marks_over == {"collective": 3}
+    notes.mark_device(DEVICE_COMPUTE, "p", 7, np.array([5, 0, 20]), np.array([8, 6, 30]))
+    assert notes.marks[(DEVICE_COMPUTE, "p", 7)] == [(0, 8), (20, 30)]
+    notes.regroup(lambda origin, thread: f"{origin}{thread}")
+    assert set(notes.marks) == {(tag, "p1", 1), (DEVICE_COMPUTE, "p7", 7)}
+    notes.clear()
+    assert notes.marks == {}
+
+
+def test_a_layout_notes_watched_events_and_forgets_them_on_reset() -> None:
+    layout = FileLayout(_Names(), watch=lambda name: ("sync x",) if name == "x" else ())  # type: ignore[arg-type]
+    layout.add_event(Event(kind=Kind.SLICE, name="x", cat="c", ts=5, dur=2, origin="p", thread=1))
+    layout.add_event(Event(kind=Kind.SLICE, name="y", cat="c", ts=9, dur=2, origin="p", thread=1))
+    assert layout.notes.marks == {("sync x", "p", 1): [(5, 7)]}
+    assert layout.entries[("p", 1)].total == 2
+    layout.reset()
+    assert layout.notes.marks == {} and layout.entries[("p", 1)].total == 0
+
+
+def test_read_options_travel_with_the_parts_of_a_file(tmp_path: Path) -> None:
+    options = ReadOptions(metrics_map=MetricsMap(), helpers=3, keep_zero_counters=True)
+    layout = FileLayout(_Names(), spill_dir=tmp_path, options=options)  # type: ignore[arg-type]
+    recipe = layout.part_recipe(tmp_path / "trace.json")
+    assert recipe is not None
+    part = FileLayout.for_part(recipe, 2)
+    assert part.options is options
+    assert part.ordinal() == 2 << 44
