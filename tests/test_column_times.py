@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from expected import chrome_events
@@ -12,6 +13,7 @@ from readback import read_pftrace
 
 from tracemerge.pipeline import merge
 from tracemerge.sources import chrome_events as chrome_reader
+from tracemerge.sources import jsonl
 from tracemerge.sources.chrome_batch import _INEXACT, _text_micros
 from tracemerge.units import us_to_ns
 
@@ -119,3 +121,50 @@ def test_text_the_columns_take_is_what_the_exact_parse_gives(texts: list[str]) -
         if ns == _INEXACT:
             continue  # left to the per-event path
         assert ns == us_to_ns(text), text
+
+
+def _areal_lines(n: int) -> list[dict]:
+    """AReaL perf-tracer lines: integer µs from perf_counter, role and rank in args, sessions."""
+    lines = [{"ph": "M", "name": "process_name", "pid": 9, "tid": 0, "args": {"name": "[actor] Rank 1, Process"}}]
+    for k in range(n):
+        args = {"rank": 1, "role": "actor", "step": k} | ({"session_id": f"s{k}"} if k % 50 == 0 else {})
+        lines.append(
+            {"name": ["rollout", "compute_logp"][k % 2], "ph": "X", "ts": 1000 + 10 * k, "dur": 7}
+            | {"pid": 9, "tid": 1, "args": args}
+        )
+    return lines
+
+
+def test_areal_lines_are_read_as_columns(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "perf_tracer" / "actor" / "traces-r1.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(json.dumps(line) + "\n" for line in _areal_lines(5000)))
+    taken = _per_event_rows(monkeypatch)
+    merge([tmp_path], tmp_path / "blocks.pftrace", jobs=1)
+    assert all(n == 1 for n in taken) and len(taken) <= 2, "only the metadata lines go one by one"
+    monkeypatch.setattr(jsonl, "_add_block", lambda *args: False)
+    merge([tmp_path], tmp_path / "lines.pftrace", jobs=1)
+    assert (tmp_path / "blocks.pftrace").read_bytes() == (tmp_path / "lines.pftrace").read_bytes()
+    got = sorted(
+        (s.name, s.ts, s.dur) for s in read_pftrace(tmp_path / "blocks.pftrace").slices if s.cat != "tracemerge"
+    )
+    assert len([g for g in got if g[0] in ("rollout", "compute_logp")]) == 5000
+
+
+def test_a_block_with_other_lines_is_read_line_by_line_as_before(tmp_path: Path, monkeypatch) -> None:
+    """Spans, a line that is not JSON, a NaN time, a float too large to be exact, args that are
+    not an object: their block goes line by line; every block's events end up as one path gives."""
+    lines = [json.dumps(line) for line in _areal_lines(9000)]
+    lines[4100] = '{"name": "span", "start": 1.5, "end": 2.5, "role": "actor", "rank": 1}'
+    lines[4200] = "not json"
+    lines[4300] = re.sub(r'"ts": \d+', '"ts": NaN', lines[4300])
+    lines[8500] = re.sub(r'"ts": \d+', '"ts": 1790000000001500.5', lines[8500])
+    lines[8600] = lines[8600].replace('"args": {', '"args": [{').replace("}}", "}]}")
+    path = tmp_path / "traces-r1.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    blocks = merge([path], tmp_path / "blocks.pftrace", jobs=1)
+    monkeypatch.setattr(jsonl, "_add_block", lambda *args: False)
+    each = merge([path], tmp_path / "lines.pftrace", jobs=1)
+    assert (tmp_path / "blocks.pftrace").read_bytes() == (tmp_path / "lines.pftrace").read_bytes()
+    assert blocks.dropped == each.dropped
+    assert sum(blocks.dropped.values()) == 2  # the line that is not JSON, the NaN time

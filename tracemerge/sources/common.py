@@ -103,6 +103,13 @@ class JsonLines:
         self.deep = 0  # values nested too deep, replaced (tracemerge.bounds)
 
     def __iter__(self) -> Iterator[tuple[bytes, Any]]:
+        for block in self.blocks(1 << 16):
+            yield from self.parsed(block)
+
+    def blocks(self, size: int) -> Iterator[list[tuple[int, bytes]]]:
+        """The non-blank lines, ``size`` at a time, each with its number, not yet parsed (a line
+        long enough to nest too deep already cut, see :mod:`tracemerge.bounds`)."""
+        block: list[tuple[int, bytes]] = []
         for lineno, line in enumerate(self.data.split(b"\n"), 1):
             if not line.strip():
                 continue
@@ -110,6 +117,16 @@ class JsonLines:
             if len(line) >= DEEP_FROM:  # a line this long may nest too deep for any decoder
                 line, where = cut_deep(line, _LINE_ARGS)
                 self.deep += len(where)
+            block.append((lineno, line))
+            if len(block) == size:
+                yield block
+                block = []
+        if block:
+            yield block
+
+    def parsed(self, block: list[tuple[int, bytes]]) -> Iterator[tuple[bytes, Any]]:
+        """Each line of a block that is JSON, with its value; the others are noted."""
+        for lineno, line in block:
             try:
                 obj = orjson.loads(line)
             except orjson.JSONDecodeError:

@@ -18,6 +18,7 @@ Two line shapes are read, and may be mixed in one file:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from tracemerge.sources.base import SourceFormat, read_bytes
 from tracemerge.sources.chrome_events import ChromeEvents, ExactEvent, LenientEvent, NeedsExactTimes, TraceEvent
 from tracemerge.sources.common import JsonLines, first_json_object, opens_chrome_trace
 from tracemerge.stats import Losses, Stat
-from tracemerge.units import checked_ns, seconds_to_ns, us_to_ns
+from tracemerge.units import FLOAT_EXACT_LIMIT_US, checked_ns, plain_json, seconds_to_ns, us_to_ns
 
 _EVENT = msgspec.json.Decoder(TraceEvent)
 _LENIENT = msgspec.json.Decoder(LenientEvent)
@@ -60,32 +61,13 @@ def read(path: Path, layout: FileLayout) -> SourceData:
     span_threads: dict[Any, ThreadInfo] = {}
     dropped = Losses()
     pid_origin: dict[Any, tuple[str | None, int | None]] = {}
-    to_event = _EVENT.decode
     lines = JsonLines(read_bytes(path))
-    for line, obj in lines:
-        if lines.count % 65536 == 0:
-            layout.check_memory()
-        if type(obj) is not dict:
-            dropped.add(Stat.LINE_UNREADABLE, 1, "line is not a JSON object")
+    for block in lines.blocks(_BLOCK):
+        layout.check_memory()
+        if _add_block(block, chrome, layout, pid_origin):
             continue
-        if "ph" in obj:
-            origin = _chrome_origin(obj, pid_origin)
-            try:
-                ev = to_event(line)
-            except msgspec.ValidationError:
-                ev = _LENIENT.decode(line)
-            try:
-                chrome.add(ev, origin)
-            except NeedsExactTimes:  # a float too large to hold its ns: its time from the text
-                ev = _EXACT.decode(line)
-                chrome.add(ev, origin)
-            args = obj.get("args")
-            if type(args) is dict and "session_id" in args and ev.ph == "X":
-                _note_session(args["session_id"], ev, origin, layout)
-        elif _is_span_line(obj):
-            _add_span(obj, line, layout, span_threads, dropped)
-        else:
-            dropped.add(Stat.LINE_UNREADABLE, 1, "line is neither a trace event nor a span")
+        for line, obj in lines.parsed(block):
+            _add_line(line, obj, chrome, layout, pid_origin, span_threads, dropped)
 
     lines.account(path, dropped)
     chrome.finish()
@@ -110,6 +92,109 @@ def read(path: Path, layout: FileLayout) -> SourceData:
         dropped=dropped,
         metadata_records=chrome.metadata_records,
     )
+
+
+def _add_line(
+    line: bytes,
+    obj: Any,
+    chrome: ChromeEvents,
+    layout: FileLayout,
+    pid_origin: dict,
+    span_threads: dict[Any, ThreadInfo],
+    dropped: Losses,
+) -> None:
+    """One line, as its own value says: a Chrome event, a span, or neither (counted)."""
+    if type(obj) is not dict:
+        dropped.add(Stat.LINE_UNREADABLE, 1, "line is not a JSON object")
+    elif "ph" in obj:
+        origin = _chrome_origin(obj, pid_origin)
+        try:
+            ev = _EVENT.decode(line)
+        except msgspec.ValidationError:
+            ev = _LENIENT.decode(line)
+        try:
+            chrome.add(ev, origin)
+        except NeedsExactTimes:  # a float too large to hold its ns: its time from the text
+            ev = _EXACT.decode(line)
+            chrome.add(ev, origin)
+        args = obj.get("args")
+        if type(args) is dict and "session_id" in args and ev.ph == "X":
+            _note_session(args["session_id"], ev, origin, layout)
+    elif _is_span_line(obj):
+        _add_span(obj, line, layout, span_threads, dropped)
+    else:
+        dropped.add(Stat.LINE_UNREADABLE, 1, "line is neither a trace event nor a span")
+
+
+class _OriginArgs(msgspec.Struct, gc=False):
+    """The args an AReaL event's origin and session are told by (the others are skipped)."""
+
+    role: Any = None
+    rank: Any = None
+    name: Any = None
+    session_id: Any = msgspec.UNSET
+
+
+class _LineView(msgspec.Struct, gc=False):
+    """What a block of Chrome-event lines is read by beside the events: each one's origin and
+    whether its times need their text. A line without ``ph`` or with args that are not an
+    object fails the block, which is then read line by line."""
+
+    ph: str
+    name: Any = None
+    pid: Any = None
+    ts: Any = None
+    dur: Any = None
+    args: _OriginArgs | None = None
+
+
+_BLOCK = 4096  # lines decoded together when every one is a Chrome event
+_EVENTS = msgspec.json.Decoder(list[TraceEvent])
+_VIEWS = msgspec.json.Decoder(list[_LineView])
+
+
+def _add_block(block: list[tuple[int, bytes]], chrome: ChromeEvents, layout: FileLayout, pid_origin: dict) -> bool:
+    """A block of lines that are all Chrome events, decoded at once and handed over as batches
+    of one origin each (the column path); False, reading nothing, for any other block."""
+    joined = b"[" + b",".join([line for _, line in block]) + b"]"
+    try:
+        views = _VIEWS.decode(joined)
+        events = _EVENTS.decode(joined)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return False
+    if any(_inexact_float(v.ts) or _inexact_float(v.dur) for v in views):
+        return False  # a time that needs its text: each line decodes it (see _add_line)
+    origins = [_view_origin(v, pid_origin) for v in views]
+    plain, binds = plain_json(joined), b'"bind_id"' in joined
+    at = 0
+    for origin, run in itertools.groupby(origins):
+        n = sum(1 for _ in run)
+        chrome.add_batch(events[at : at + n], origin, plain_text=plain, bind_ids=binds)
+        for view, ev in zip(views[at : at + n], events[at : at + n], strict=True):
+            if view.args is not None and view.args.session_id is not msgspec.UNSET and ev.ph == "X":
+                _note_session(view.args.session_id, ev, origin, layout)
+        at += n
+    return True
+
+
+def _inexact_float(value: Any) -> bool:
+    return type(value) is float and abs(value) >= FLOAT_EXACT_LIMIT_US
+
+
+def _view_origin(view: _LineView, pid_origin: dict) -> tuple[str | None, int | None]:
+    """:func:`_chrome_origin` of a decoded line."""
+    args = view.args
+    role = rank = None
+    if args is not None:
+        role = args.role if type(args.role) is str else None
+        rank = as_rank(args.rank)
+        if view.ph == "M" and view.name == "process_name":
+            role, rank = _process_name_origin(args.name)
+    pid = view.pid
+    if (role is not None or rank is not None) and type(pid) is not list and type(pid) is not dict:
+        known_role, known_rank = pid_origin.get(pid, (None, None))
+        pid_origin[pid] = (known_role or role, known_rank if known_rank is not None else rank)
+    return (role, rank)
 
 
 def _note_session(session_id: Any, ev: Any, origin: tuple, layout: FileLayout) -> None:
