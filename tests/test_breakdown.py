@@ -13,11 +13,12 @@ import sys
 from decimal import Decimal
 from pathlib import Path
 
+import pytest
 from builders import kineto_device
 from conftest import FIXTURES
 from typer.testing import CliRunner
 
-from tracemerge import cli
+from tracemerge import cli, phase_summary
 from tracemerge.breakdown import COMPACT_AFTER, add_span, covered, intersection, merged
 
 runner = CliRunner()
@@ -286,3 +287,53 @@ def test_worst_rank_device_time_on_the_pipeline(tmp_path: Path) -> None:
         tuple(v * US for v in EXPECTED[(0, step)]) for step in (1, 2)
     ]
     assert [(e["args"]["step"], e["args"]["rank"]) for e in found] == [(1, 0), (2, 0)]
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+def test_stored_summary_keeps_whole_steps_up_to_its_limit(tmp_path: Path, monkeypatch, limit: int) -> None:
+    """With room for ``limit`` rows, the trace's own summary keeps the breakdown rows (two ranks a
+    step) and the critical-path segments (one a step) of the first steps that fit whole, and says
+    how many rows and steps it left out; the summary of the run itself keeps all."""
+    run = _run(tmp_path)
+    full = _numbers(str(run))
+    monkeypatch.setattr(phase_summary, "STORED_ROWS", limit)
+    out = tmp_path / "merged.pftrace"
+    result = runner.invoke(cli.app, ["merge", str(run), "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    stored = _numbers(str(out))
+    # limit 1: no step's two breakdown rows fit, step 1's segment does; limit 3: step 1's rows, all segments
+    kept_rows, kept_segments = {1: ([], [1]), 3: ([1], [1, 2])}[limit]
+    assert stored["breakdown"] == [r for r in full["breakdown"] if r["step"] in kept_rows]
+    assert stored["critical_path"] == [seg for seg in full["critical_path"] if seg["step"] in kept_segments]
+    assert [seg["step"] for seg in full["critical_path"]] == [1, 2]
+    left = {"breakdown": {"rows": 4 - 2 * len(kept_rows), "steps": 2 - len(kept_rows), "limit": limit}}
+    if limit == 1:
+        left["critical_path"] = {"rows": 1, "steps": 1, "limit": 1}
+    assert stored["left_out"] == left
+    assert "left_out" not in full
+    table = runner.invoke(cli.app, ["summary", str(out)])
+    n = left["breakdown"]
+    said = f"breakdown: {n['rows']} rows of {n['steps']} step(s) left out (at most {limit} kept, whole steps in"
+    assert said + " step order)" in table.output
+
+
+def test_stored_summary_is_bounded_at_scale() -> None:
+    """64 ranks × 1500 steps of breakdown rows and 80 segments per step: the stored numbers keep
+    64 × 1000 of each, whole steps in step order, and count the rest."""
+    steps = 1500
+    numbers = {
+        "steps": [{"step": s, "start_ns": s, "end_ns": s + 1, "wall_ns": 1} for s in range(steps)],
+        "roles": {},
+        "breakdown": [{"role": "actor", "rank": r, "step": s, "wall_ns": 1} for r in range(64) for s in range(steps)],
+        "critical_path": [{"step": s, "start_ns": s, "end_ns": s + 1} for s in range(steps) for _ in range(80)],
+    }
+    kept = json.loads(phase_summary.stored(numbers)["numbers"])
+    assert len(kept["breakdown"]) == 64_000 == phase_summary.STORED_ROWS
+    assert {r["step"] for r in kept["breakdown"]} == set(range(1000))
+    assert len(kept["critical_path"]) == 800 * 80
+    assert {seg["step"] for seg in kept["critical_path"]} == set(range(800))
+    assert kept["left_out"] == {
+        "breakdown": {"rows": 500 * 64, "steps": 500, "limit": 64_000},
+        "critical_path": {"rows": 700 * 80, "steps": 700, "limit": 64_000},
+    }
+    assert len(numbers["breakdown"]) == 64 * steps  # the summary given is left as it was
