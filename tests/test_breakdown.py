@@ -158,8 +158,9 @@ ASCEND_DB = FIXTURES / "ascend" / "db"
 
 
 def test_breakdown_of_ascend_db_fixture() -> None:
-    """Tasks of COMMUNICATION_TASK_INFO are communication, every other task compute; the step is
-    the ProfilerStep#1 row of PYTORCH_API, all read here from the database itself."""
+    """Tasks of COMMUNICATION_TASK_INFO are communication, every other task compute (the fixture
+    has no synchronisation task, nor a communication op's own task); the step is the
+    ProfilerStep#1 row of PYTORCH_API, all read here from the database itself."""
     (db,) = ASCEND_DB.rglob("*.db")
     with sqlite3.connect(db) as con:
         comm_ids = {n for (n,) in con.execute("select globalTaskId from COMMUNICATION_TASK_INFO")}
@@ -175,6 +176,54 @@ def test_breakdown_of_ascend_db_fixture() -> None:
     parts = ("wall_ns", "compute_ns", "communication_ns", "overlapped_ns", "free_ns")
     assert tuple(row[p] for p in parts) == _parts(int(window[0]), int(window[1]), compute, comm)
     assert (row["role"], row["rank"], row["step"], row["wait_ns"]) == ("actor", 0, 1, 0)
+
+
+# An Ascend text export's device tasks (Ascend Hardware streams), as msprof types them: HCCL's
+# communication, synchronisation no device work, every other task compute.
+ASCEND_HCCL = {"Notify Wait", "Notify Record", "Write Value", "SDMA", "RDMA", "Reduce Inline"}
+ASCEND_SYNC = ("EVENT_RECORD", "EVENT_WAIT", "EVENT_RESET", "PLACE_HOLDER", "PROFILING_")
+
+
+def ascend_text_truth(path: Path, window: tuple[int, int]) -> tuple:
+    """Wall, compute, communication, overlapped, free of ``window`` (ns), from the tasks of an
+    Ascend trace_view.json or msprof_*.json read here on its own."""
+    events = json.loads(path.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+    compute, comm = [], []
+    for e in events:
+        if e.get("ph") != "X" or names.get(e["pid"]) != "Ascend Hardware":
+            continue
+        kind = e["args"]["Task Type"]
+        a = int(Decimal(str(e["ts"])) * 1000)
+        span = (a, a + int(Decimal(str(e["dur"])) * 1000))
+        if kind in ASCEND_HCCL:
+            comm.append(span)
+        elif not kind.startswith(ASCEND_SYNC):
+            compute.append(span)
+    assert compute and comm
+    return _parts(*window, compute, comm)
+
+
+def test_breakdown_of_ascend_text_exports() -> None:
+    """trace_view.json (a torch_npu export, its Level0 prune) and msprof_*.json: HCCL tasks are
+    communication, AI Core, AI Vector Core and copy tasks compute; the text export of the DB
+    fixture's run gives the DB's numbers."""
+    parts = ("wall_ns", "compute_ns", "communication_ns", "overlapped_ns", "free_ns")
+    (db_row,) = _numbers(str(ASCEND_DB))["breakdown"]
+    for folder, window_name in (("text", "ProfilerStep#1"), ("level0", "ProfilerStep#1"), ("prof", "rollout_generate")):
+        (path,) = [
+            p for p in (FIXTURES / "ascend" / folder).rglob("*.json") if p.name.startswith(("trace_view", "msprof"))
+        ]
+        events = json.loads(path.read_text())
+        (step,) = [e for e in events if e.get("name") == window_name and e.get("ph") == "X"]
+        lo = int(Decimal(str(step["ts"])) * 1000)
+        (row,) = _numbers(str(FIXTURES / "ascend" / folder))["breakdown"]
+        truth = ascend_text_truth(path, (lo, lo + int(Decimal(str(step["dur"])) * 1000)))
+        assert tuple(row[p] for p in parts) == truth
+        assert (row["compute_ns"], row["communication_ns"]) == (db_row["compute_ns"], db_row["communication_ns"])
+    text_row = _numbers(str(FIXTURES / "ascend" / "text"))["breakdown"][0]
+    assert text_row == db_row  # one run, exported as text and as a database
 
 
 def test_breakdown_of_many_kernels(tmp_path: Path) -> None:
