@@ -299,7 +299,7 @@ def test_summary_prints_a_row_per_step_then_the_roles(tmp_path: Path) -> None:
         ),
         (
             "----  ----------  -----------------------------  ------------  --------------  ----------  ----------"
-            "  ---------------------------------------------------"
+            "  -----------------------------------------------------"
         ),
         (
             "   0  109.315 ms  actor · rank 0 · old_log_prob      5.605 ms  actor · rank 0   23.732 ms   99.315 ms"
@@ -307,7 +307,7 @@ def test_summary_prints_a_row_per_step_then_the_roles(tmp_path: Path) -> None:
         ),
         (
             "   1  123.505 ms  actor · rank 0 · update_actor      8.727 ms  actor · rank 1   99.315 ms  115.505 ms"
-            "  actor · rank 0 · idle, 84.5 ms (waiting on rollout)"
+            "  actor · rank 0 · old_log_prob, 31.6 ms (earlier step)"
         ),
     ]
     assert lines[6] == (

@@ -145,7 +145,7 @@ def test_the_fixtures_segments_tile_each_step(fixture: str) -> None:
     assert numbers["steps"]
     _assert_tiles(numbers)
     bounds = {seg["bound_by"] for seg in numbers["critical_path"]}
-    known = {"compute", "communication", "host", "idle", "not profiled"}
+    known = {"compute", "communication", "host", "idle", "not profiled", "earlier step"}
     assert bounds <= known | {f"waiting on {r}" for r in numbers["roles"]}
 
 
@@ -189,3 +189,19 @@ def test_phases_fixture_time_before_the_actor_profiler_started() -> None:
     assert rank1[1][2] - rank1[1][1] == int((step0 - first) * 1000)
     trainer = [s for s in segments if s["role"] == "trainer"]
     assert trainer[-1]["end_ns"] == rank1[0][1]  # the trainer's last phase ends where the gap begins
+
+
+def test_a_process_still_in_its_earlier_step() -> None:
+    """Before its window of step 1 the actor still ran step 0's update_actor (until 50): that time
+    is the actor's, bound by ``earlier step``, not a hand-off from rollout's generate (ended 45)."""
+    rollout, actor = Identity("rollout", 0, ""), Identity("actor", 0, "")
+    timelines = {
+        rollout: Timeline(pieces=[(40, 45, "generate")]),
+        actor: Timeline(pieces=[(0, 50, "update_actor"), (60, 100, "update_actor")]),
+    }
+    path = step_path(1, {rollout: (40, 45), actor: (60, 100)}, timelines, {}, "idle", {rollout: 40, actor: 0})
+    assert [(s.ident.role, s.phase, s.start, s.end, s.bound_by) for s in path] == [
+        ("actor", "update_actor", 40, 50, "earlier step"),
+        ("actor", "idle", 50, 60, "idle"),
+        ("actor", "update_actor", 60, 100, "host"),
+    ]

@@ -13,6 +13,9 @@ that ends last (the first in role and rank order on a tie):
   inside a collective, else, for a process with device activity, by ``compute`` where device
   compute covers at least half of it, by ``communication`` where collective device work does,
   and ``host`` otherwise (``host`` too for a process without device activity);
+* before the process's window of the step, in a phase of an earlier step of its own (it was still
+  finishing that step): that phase, back to its start or the step's start, bound by
+  ``earlier step``;
 * idle (in the step, or before the process's window of the step began) while a phase of another
   role ran and ended at or before the time: a hand-off. The walk moves to the process of that other
   role whose phase ended last, at that end; the idle gap is a segment of the waiting process,
@@ -40,6 +43,7 @@ from tracemerge.model import Identity
 COMPUTE, COMMUNICATION, HOST, IDLE_BOUND = "compute", "communication", "host", "idle"
 WAITING_ON = "waiting on "
 NOT_PROFILED = "not profiled"
+EARLIER_STEP = "earlier step"
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,12 @@ def step_path(
                 cur, t = who, at
                 continue
         if t <= w_lo:
-            name, a = idle_name, lo
+            name, a = _piece_at(timelines[ident].pieces, t, idle_name, lo)
+            if name != idle_name:  # still in an earlier step of its own
+                a = max(a, lo)
+                add(cur, name, a, t, EARLIER_STEP)
+                t = a
+                continue
         else:
             name, a = _piece_at(pieces[cur], t, idle_name, w_lo)
         if name == idle_name:
