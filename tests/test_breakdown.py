@@ -13,11 +13,12 @@ import sys
 from decimal import Decimal
 from pathlib import Path
 
+import pytest
 from builders import kineto_device
 from conftest import FIXTURES
 from typer.testing import CliRunner
 
-from tracemerge import cli
+from tracemerge import cli, phase_summary
 from tracemerge.breakdown import COMPACT_AFTER, add_span, covered, intersection, merged
 
 runner = CliRunner()
@@ -157,8 +158,9 @@ ASCEND_DB = FIXTURES / "ascend" / "db"
 
 
 def test_breakdown_of_ascend_db_fixture() -> None:
-    """Tasks of COMMUNICATION_TASK_INFO are communication, every other task compute; the step is
-    the ProfilerStep#1 row of PYTORCH_API, all read here from the database itself."""
+    """Tasks of COMMUNICATION_TASK_INFO are communication, every other task compute (the fixture
+    has no synchronisation task, nor a communication op's own task); the step is the
+    ProfilerStep#1 row of PYTORCH_API, all read here from the database itself."""
     (db,) = ASCEND_DB.rglob("*.db")
     with sqlite3.connect(db) as con:
         comm_ids = {n for (n,) in con.execute("select globalTaskId from COMMUNICATION_TASK_INFO")}
@@ -174,6 +176,54 @@ def test_breakdown_of_ascend_db_fixture() -> None:
     parts = ("wall_ns", "compute_ns", "communication_ns", "overlapped_ns", "free_ns")
     assert tuple(row[p] for p in parts) == _parts(int(window[0]), int(window[1]), compute, comm)
     assert (row["role"], row["rank"], row["step"], row["wait_ns"]) == ("actor", 0, 1, 0)
+
+
+# An Ascend text export's device tasks (Ascend Hardware streams), as msprof types them: HCCL's
+# communication, synchronisation no device work, every other task compute.
+ASCEND_HCCL = {"Notify Wait", "Notify Record", "Write Value", "SDMA", "RDMA", "Reduce Inline"}
+ASCEND_SYNC = ("EVENT_RECORD", "EVENT_WAIT", "EVENT_RESET", "PLACE_HOLDER", "PROFILING_")
+
+
+def ascend_text_truth(path: Path, window: tuple[int, int]) -> tuple:
+    """Wall, compute, communication, overlapped, free of ``window`` (ns), from the tasks of an
+    Ascend trace_view.json or msprof_*.json read here on its own."""
+    events = json.loads(path.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+    compute, comm = [], []
+    for e in events:
+        if e.get("ph") != "X" or names.get(e["pid"]) != "Ascend Hardware":
+            continue
+        kind = e["args"]["Task Type"]
+        a = int(Decimal(str(e["ts"])) * 1000)
+        span = (a, a + int(Decimal(str(e["dur"])) * 1000))
+        if kind in ASCEND_HCCL:
+            comm.append(span)
+        elif not kind.startswith(ASCEND_SYNC):
+            compute.append(span)
+    assert compute and comm
+    return _parts(*window, compute, comm)
+
+
+def test_breakdown_of_ascend_text_exports() -> None:
+    """trace_view.json (a torch_npu export, its Level0 prune) and msprof_*.json: HCCL tasks are
+    communication, AI Core, AI Vector Core and copy tasks compute; the text export of the DB
+    fixture's run gives the DB's numbers."""
+    parts = ("wall_ns", "compute_ns", "communication_ns", "overlapped_ns", "free_ns")
+    (db_row,) = _numbers(str(ASCEND_DB))["breakdown"]
+    for folder, window_name in (("text", "ProfilerStep#1"), ("level0", "ProfilerStep#1"), ("prof", "rollout_generate")):
+        (path,) = [
+            p for p in (FIXTURES / "ascend" / folder).rglob("*.json") if p.name.startswith(("trace_view", "msprof"))
+        ]
+        events = json.loads(path.read_text())
+        (step,) = [e for e in events if e.get("name") == window_name and e.get("ph") == "X"]
+        lo = int(Decimal(str(step["ts"])) * 1000)
+        (row,) = _numbers(str(FIXTURES / "ascend" / folder))["breakdown"]
+        truth = ascend_text_truth(path, (lo, lo + int(Decimal(str(step["dur"])) * 1000)))
+        assert tuple(row[p] for p in parts) == truth
+        assert (row["compute_ns"], row["communication_ns"]) == (db_row["compute_ns"], db_row["communication_ns"])
+    text_row = _numbers(str(FIXTURES / "ascend" / "text"))["breakdown"][0]
+    assert text_row == db_row  # one run, exported as text and as a database
 
 
 def test_breakdown_of_many_kernels(tmp_path: Path) -> None:
@@ -286,3 +336,53 @@ def test_worst_rank_device_time_on_the_pipeline(tmp_path: Path) -> None:
         tuple(v * US for v in EXPECTED[(0, step)]) for step in (1, 2)
     ]
     assert [(e["args"]["step"], e["args"]["rank"]) for e in found] == [(1, 0), (2, 0)]
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+def test_stored_summary_keeps_whole_steps_up_to_its_limit(tmp_path: Path, monkeypatch, limit: int) -> None:
+    """With room for ``limit`` rows, the trace's own summary keeps the breakdown rows (two ranks a
+    step) and the critical-path segments (one a step) of the first steps that fit whole, and says
+    how many rows and steps it left out; the summary of the run itself keeps all."""
+    run = _run(tmp_path)
+    full = _numbers(str(run))
+    monkeypatch.setattr(phase_summary, "STORED_ROWS", limit)
+    out = tmp_path / "merged.pftrace"
+    result = runner.invoke(cli.app, ["merge", str(run), "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    stored = _numbers(str(out))
+    # limit 1: no step's two breakdown rows fit, step 1's segment does; limit 3: step 1's rows, all segments
+    kept_rows, kept_segments = {1: ([], [1]), 3: ([1], [1, 2])}[limit]
+    assert stored["breakdown"] == [r for r in full["breakdown"] if r["step"] in kept_rows]
+    assert stored["critical_path"] == [seg for seg in full["critical_path"] if seg["step"] in kept_segments]
+    assert [seg["step"] for seg in full["critical_path"]] == [1, 2]
+    left = {"breakdown": {"rows": 4 - 2 * len(kept_rows), "steps": 2 - len(kept_rows), "limit": limit}}
+    if limit == 1:
+        left["critical_path"] = {"rows": 1, "steps": 1, "limit": 1}
+    assert stored["left_out"] == left
+    assert "left_out" not in full
+    table = runner.invoke(cli.app, ["summary", str(out)])
+    n = left["breakdown"]
+    said = f"breakdown: {n['rows']} rows of {n['steps']} step(s) left out (at most {limit} kept, whole steps in"
+    assert said + " step order)" in table.output
+
+
+def test_stored_summary_is_bounded_at_scale() -> None:
+    """64 ranks × 1500 steps of breakdown rows and 80 segments per step: the stored numbers keep
+    64 × 1000 of each, whole steps in step order, and count the rest."""
+    steps = 1500
+    numbers = {
+        "steps": [{"step": s, "start_ns": s, "end_ns": s + 1, "wall_ns": 1} for s in range(steps)],
+        "roles": {},
+        "breakdown": [{"role": "actor", "rank": r, "step": s, "wall_ns": 1} for r in range(64) for s in range(steps)],
+        "critical_path": [{"step": s, "start_ns": s, "end_ns": s + 1} for s in range(steps) for _ in range(80)],
+    }
+    kept = json.loads(phase_summary.stored(numbers)["numbers"])
+    assert len(kept["breakdown"]) == 64_000 == phase_summary.STORED_ROWS
+    assert {r["step"] for r in kept["breakdown"]} == set(range(1000))
+    assert len(kept["critical_path"]) == 800 * 80
+    assert {seg["step"] for seg in kept["critical_path"]} == set(range(800))
+    assert kept["left_out"] == {
+        "breakdown": {"rows": 500 * 64, "steps": 500, "limit": 64_000},
+        "critical_path": {"rows": 700 * 80, "steps": 700, "limit": 64_000},
+    }
+    assert len(numbers["breakdown"]) == 64 * steps  # the summary given is left as it was

@@ -56,10 +56,11 @@ ALL_REDUCES = [(0, 50, 80), (1, 60, 80), (2, 75, 80), (0, 120, 140), (1, 135, 14
 
 # The critical path of the held-up run (tracemerge.critical_path): (step, rank, phase, start ms,
 # end ms, bound by). Step 0 ends on rank 2 (99), which entered the all_reduce last and began the
-# step 30 ms after the others; step 1 ends on rank 0 (150, the first of those ending last), which
+# step 30 ms after the others (nothing of it before 30: not profiled); step 1 ends on rank 0 (150,
+# the first of those ending last), which
 # waited from 135 in the all_reduce for rank 1: the walk goes on on rank 1 from its entry.
 CRITICAL_PATH = [
-    (0, 2, "idle", 0, 30, "idle"),
+    (0, 2, "idle", 0, 30, "not profiled"),
     (0, 2, "generate", 30, 70, "host"),
     (0, 2, "update_actor", 70, 75, "host"),
     (0, 2, "update_actor", 75, 80, "communication"),
@@ -298,7 +299,7 @@ def test_summary_prints_a_row_per_step_then_the_roles(tmp_path: Path) -> None:
         ),
         (
             "----  ----------  -----------------------------  ------------  --------------  ----------  ----------"
-            "  ---------------------------------------------------"
+            "  -----------------------------------------------------"
         ),
         (
             "   0  109.315 ms  actor · rank 0 · old_log_prob      5.605 ms  actor · rank 0   23.732 ms   99.315 ms"
@@ -306,7 +307,7 @@ def test_summary_prints_a_row_per_step_then_the_roles(tmp_path: Path) -> None:
         ),
         (
             "   1  123.505 ms  actor · rank 0 · update_actor      8.727 ms  actor · rank 1   99.315 ms  115.505 ms"
-            "  actor · rank 0 · idle, 84.5 ms (waiting on rollout)"
+            "  actor · rank 0 · old_log_prob, 31.6 ms (earlier step)"
         ),
     ]
     assert lines[6] == (

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections import defaultdict
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -144,4 +145,63 @@ def test_the_fixtures_segments_tile_each_step(fixture: str) -> None:
     assert numbers["steps"]
     _assert_tiles(numbers)
     bounds = {seg["bound_by"] for seg in numbers["critical_path"]}
-    assert bounds <= {"compute", "communication", "host", "idle"} | {f"waiting on {r}" for r in numbers["roles"]}
+    known = {"compute", "communication", "host", "idle", "not profiled", "earlier step"}
+    assert bounds <= known | {f"waiting on {r}" for r in numbers["roles"]}
+
+
+def test_time_before_a_process_first_event_is_not_profiled() -> None:
+    """A hand-off gap (rollout's generate ends at 40, the actor's step begins at 100) whose first
+    part is before the actor's first event (at 70): not profiled there, waiting on rollout after."""
+    rollout, actor = Identity("rollout", 0, ""), Identity("actor", 0, "")
+    timelines = {rollout: Timeline(pieces=[(0, 40, "generate")]), actor: Timeline(pieces=[(100, 150, "update_actor")])}
+    windows = {rollout: (0, 40), actor: (100, 150)}
+    path = step_path(0, windows, timelines, {}, "idle", {rollout: 0, actor: 70})
+    assert [(s.ident.role, s.phase, s.start, s.end, s.bound_by) for s in path] == [
+        ("rollout", "generate", 0, 40, "host"),
+        ("actor", "idle", 40, 70, "not profiled"),
+        ("actor", "idle", 70, 100, "waiting on rollout"),
+        ("actor", "update_actor", 100, 150, "host"),
+    ]
+    # Without a hand-off: idle after the first event, not profiled before it.
+    alone = step_path(0, {actor: (100, 150)}, {actor: timelines[actor]}, {}, "idle", {actor: 70})
+    assert [(s.start, s.end, s.bound_by) for s in alone] == [(100, 150, "host")]
+    late = step_path(0, {rollout: (0, 40), actor: (100, 150)}, timelines, {}, "idle", {rollout: 0, actor: 120})
+    assert [(s.ident.role, s.start, s.end, s.bound_by) for s in late][:3] == [
+        ("rollout", 0, 40, "host"),
+        ("actor", 40, 100, "not profiled"),
+        ("actor", 100, 150, "host"),
+    ]
+
+
+def test_phases_fixture_time_before_the_actor_profiler_started() -> None:
+    """fixtures/phases: in step 0 the walk hands off from actor rank 1 to the trainer. Of that gap,
+    the time before rank 1's first event (its profiler's Trace span) is not profiled; it waited on
+    the trainer only from then to its ProfilerStep#0, as its own file says."""
+    result = runner.invoke(cli.app, ["summary", str(FIXTURES / "phases"), "--json"])
+    assert result.exit_code == 0, result.output
+    segments = [s for s in json.loads(result.output)["critical_path"] if s["step"] == 0]
+    rank1 = [(s["bound_by"], s["start_ns"], s["end_ns"]) for s in segments if (s["role"], s["rank"]) == ("actor", 1)]
+    assert [b for b, _, _ in rank1[:2]] == ["not profiled", "waiting on trainer"]
+    assert rank1[0][2] == rank1[1][1]
+    events = json.loads((FIXTURES / "phases" / "actor" / "rank1.pt.trace.json").read_text())["traceEvents"]
+    first = min(Decimal(str(e["ts"])) for e in events if "ts" in e and e.get("ph") != "M")
+    step0 = next(Decimal(str(e["ts"])) for e in events if e.get("name") == "ProfilerStep#0")
+    assert rank1[1][2] - rank1[1][1] == int((step0 - first) * 1000)
+    trainer = [s for s in segments if s["role"] == "trainer"]
+    assert trainer[-1]["end_ns"] == rank1[0][1]  # the trainer's last phase ends where the gap begins
+
+
+def test_a_process_still_in_its_earlier_step() -> None:
+    """Before its window of step 1 the actor still ran step 0's update_actor (until 50): that time
+    is the actor's, bound by ``earlier step``, not a hand-off from rollout's generate (ended 45)."""
+    rollout, actor = Identity("rollout", 0, ""), Identity("actor", 0, "")
+    timelines = {
+        rollout: Timeline(pieces=[(40, 45, "generate")]),
+        actor: Timeline(pieces=[(0, 50, "update_actor"), (60, 100, "update_actor")]),
+    }
+    path = step_path(1, {rollout: (40, 45), actor: (60, 100)}, timelines, {}, "idle", {rollout: 40, actor: 0})
+    assert [(s.ident.role, s.phase, s.start, s.end, s.bound_by) for s in path] == [
+        ("actor", "update_actor", 40, 50, "earlier step"),
+        ("actor", "idle", 50, 60, "idle"),
+        ("actor", "update_actor", 60, 100, "host"),
+    ]

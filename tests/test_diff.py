@@ -205,3 +205,20 @@ def test_breakdown_columns_are_compared_when_both_carry_them(runs) -> None:
     assert result["breakdown"] == "only in base"
     assert not any(r["kind"] == "breakdown" for r in result["rows"])
     assert "breakdown only in base: not compared" in format_diff(result)
+
+
+def test_breakdown_of_a_capped_stored_summary_compares_the_steps_both_kept(runs) -> None:
+    """A stored summary that kept step 0's breakdown rows only (``left_out``): the columns are
+    compared on step 0 alone, not on step 0 against steps 0 to 2."""
+    base = numbers(runs["base.json"])
+    new = copy.deepcopy(base)
+    for side, steps in ((base, (0,)), (new, (0, 1, 2))):
+        side["breakdown"] = [{"role": "actor", "rank": 0, "step": s, "compute_ns": 1000 * (s + 1)} for s in steps]
+    base["left_out"] = {"breakdown": {"rows": 2, "steps": 2, "limit": 1}}
+    result = compare(base, new)
+    assert result["breakdown_steps"] == [0]
+    row = rows_by_label(result)[("actor", "compute")]
+    assert (row["base_ns"], row["new_ns"], row["delta_ns"]) == (1000, 1000, 0)
+    assert "breakdown compared on the steps both summaries kept rows of: 0" in format_diff(result)
+    del base["left_out"]
+    assert rows_by_label(compare(base, new))[("actor", "compute")]["new_ns"] == 2000  # uncapped: every matched step

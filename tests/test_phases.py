@@ -365,19 +365,20 @@ def test_summary_command_and_json(tmp_path: Path) -> None:
         ),
         (
             "----  ---------  -----------------------------  ------------  --------------  ----------  ---------"
-            "  ---------------------------------------------------"
+            "  ---------------------------------------------"
         ),
+        # the longest: rank 1's time before its profiler's first event, not a wait on the trainer
         (
             "   0  76.686 ms  actor · rank 1 · update_actor     54.793 ms  actor · rank 1   55.667 ms  63.686 ms"
-            "  actor · rank 1 · idle, 43.7 ms (waiting on trainer)"
+            "  actor · rank 1 · idle, 42.9 ms (not profiled)"
         ),
         (
             "   1  75.854 ms  actor · rank 1 · update_actor        9.5 µs  actor · rank 1   63.776 ms  61.854 ms"
-            "  actor · rank 1 · idle, 51.8 ms (waiting on trainer)"
+            "  actor · rank 1 · idle, 29.9 ms (not profiled)"
         ),
         (
             "   2  75.495 ms  actor · rank 1 · update_actor      736.3 µs  actor · rank 1   61.944 ms  60.495 ms"
-            "  actor · rank 1 · idle, 49.9 ms (waiting on trainer)"
+            "  actor · rank 1 · idle, 15.9 ms (not profiled)"
         ),
     ]
     # Then per role, in pipeline order, no percentiles for fewer than 5 ranks.

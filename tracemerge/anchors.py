@@ -60,6 +60,24 @@ def device_tag(name: str) -> str:
     return DEVICE_COMM if name.startswith(("ncclDevKernel", "ncclKernel", "hcom_")) else DEVICE_COMPUTE
 
 
+# Ascend tasks (the device work msprof draws on "Ascend Hardware" streams, TASK rows of a DB) by
+# task type: HCCL's own (notifies, writes, copies between devices) are a collective's device work;
+# stream synchronisation and profiler markers are no device work (as Kineto's cuda_sync is none).
+ASCEND_HCCL_TASKS = frozenset({"Notify Wait", "Notify Record", "Write Value", "SDMA", "RDMA", "Reduce Inline"})
+_ASCEND_SYNC_TASK = re.compile(r"^(EVENT_RECORD|EVENT_WAIT|EVENT_RESET|PLACE_HOLDER|PROFILING_(ENABLE|DISABLE))")
+
+
+def ascend_task_tag(task_type: object, hccl: bool) -> str | None:
+    """The device-activity tag of an Ascend task: communication for one of HCCL's, None for a
+    synchronisation or profiler-marker task, compute for every other (AI Core, AI Vector Core, AI
+    CPU, mixed, memory copies)."""
+    if hccl:
+        return DEVICE_COMM
+    if _ASCEND_SYNC_TASK.match(str(task_type)):
+        return None
+    return DEVICE_COMPUTE
+
+
 def session_tag(session_id: object, name: str) -> str:
     return f"{SESSION} {session_id} {name}"
 

@@ -13,10 +13,16 @@ that ends last (the first in role and rank order on a tie):
   inside a collective, else, for a process with device activity, by ``compute`` where device
   compute covers at least half of it, by ``communication`` where collective device work does,
   and ``host`` otherwise (``host`` too for a process without device activity);
+* before the process's window of the step, in a phase of an earlier step of its own (it was still
+  finishing that step): that phase, back to its start or the step's start, bound by
+  ``earlier step``;
 * idle (in the step, or before the process's window of the step began) while a phase of another
   role ran and ended at or before the time: a hand-off. The walk moves to the process of that other
   role whose phase ended last, at that end; the idle gap is a segment of the waiting process,
-  bound by ``waiting on <role>``. Idle time without a hand-off is a segment bound by ``idle``.
+  bound by ``waiting on <role>``. Idle time without a hand-off is a segment bound by ``idle``;
+* of such idle time (waiting on a role, or idle), the part before the process's first event
+  (nothing of it recorded yet: its profiler, or the process itself, had not started) is a segment
+  bound by ``not profiled``: whether it waited, and on what, is unknown.
 
 Adjacent segments of one process, phase and bound are joined. The segments are contiguous and
 cover exactly [step start, step end]. One pass per step over the pieces the walk visits, with
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from tracemerge.breakdown import covered
@@ -35,6 +42,8 @@ from tracemerge.model import Identity
 
 COMPUTE, COMMUNICATION, HOST, IDLE_BOUND = "compute", "communication", "host", "idle"
 WAITING_ON = "waiting on "
+NOT_PROFILED = "not profiled"
+EARLIER_STEP = "earlier step"
 
 
 @dataclass(frozen=True)
@@ -62,9 +71,11 @@ def step_path(
     timelines: dict[Identity, Timeline],
     devices: Devices,
     idle_name: str,
+    first_events: dict[Identity, int] | None = None,
 ) -> list[Segment]:
     """The critical path of one step: each process's window of it and its timeline; ``devices``:
-    the merged device compute and communication spans of the processes that have them."""
+    the merged device compute and communication spans of the processes that have them;
+    ``first_events``: each process's first event (:func:`first_events`; none known: its window)."""
     ids = sorted(windows, key=order_key)
     if not ids:
         return []
@@ -99,24 +110,58 @@ def step_path(
                 cur, t = who, at
                 continue
         if t <= w_lo:
-            name, a = idle_name, lo
+            name, a = _piece_at(timelines[ident].pieces, t, idle_name, lo)
+            if name != idle_name:  # still in an earlier step of its own
+                a = max(a, lo)
+                add(cur, name, a, t, EARLIER_STEP)
+                t = a
+                continue
         else:
             name, a = _piece_at(pieces[cur], t, idle_name, w_lo)
         if name == idle_name:
             handed = _hand_off(ids, ends, cur, a, t)
+            first = (first_events or {}).get(ident, lo)
             if handed is not None:
                 n, end = handed
-                add(cur, idle_name, end, t, WAITING_ON + ids[n].role)
+                add(cur, idle_name, max(end, first), t, WAITING_ON + ids[n].role)
+                add(cur, idle_name, end, min(first, t), NOT_PROFILED)
                 cur, t = n, end
                 continue
             a = max(a, lo)
-            add(cur, idle_name, a, t, IDLE_BOUND)
+            add(cur, idle_name, max(a, first), t, IDLE_BOUND)
+            add(cur, idle_name, a, min(first, t), NOT_PROFILED)
             t = a
             continue
         a = max(a, spans[cur].last_boundary(t), lo)
         add(cur, name, a, t, _bound(ident, a, t, inside, devices))
         t = a
     out.reverse()
+    return out
+
+
+def first_events(
+    scans: Iterable[object], offsets: dict, keep: Callable[[Identity], bool] | None = None
+) -> dict[Identity, int]:
+    """Per process, its first event on the aligned timeline (file time + the file's offset): its
+    file's first event where the file holds no other process, else its first mark (step, phase,
+    collective or device activity)."""
+    out: dict[Identity, int] = {}
+    for s in scans:
+        marks: dict = getattr(s, "marks", {})
+        shift = offsets.get(getattr(s, "path", None), 0)
+        held = set(getattr(s, "counts", None) or marks)
+        ts_min = getattr(s, "ts_min", None)
+        for ident in held:
+            if keep is not None and not keep(ident):
+                continue
+            if len(held) == 1 and ts_min is not None:
+                first = ts_min
+            else:
+                starts = [a for found in marks.get(ident, {}).values() for a, _ in found]
+                if not starts:
+                    continue
+                first = min(starts)
+            out[ident] = min(out.get(ident, first + shift), first + shift)
     return out
 
 

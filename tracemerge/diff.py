@@ -10,7 +10,9 @@ step number; only the steps both sides have are compared. Per quantity, the mean
   different rank counts compare;
 * a role without phases: its active time per rank;
 * the ``breakdown`` columns (per role, the mean of each ``*_ns`` column over its entries of the
-  matched steps), when both summaries carry a ``breakdown`` list; shown, not gated.
+  matched steps), when both summaries carry a ``breakdown`` list; shown, not gated. A trace's
+  stored summary keeps the rows of its first steps only when there are very many
+  (:data:`tracemerge.phase_summary.STORED_ROWS`, ``left_out``): then the matched steps both kept.
 
 The noise of a quantity is the spread of the base's samples: the population standard deviation of
 the base's step walls, or of the role's per-rank, per-step phase times. A change is beyond the
@@ -169,7 +171,13 @@ def compare(base: dict, new: dict) -> dict:
     }
     carried = [isinstance(side.get("breakdown"), list) for side in (base, new)]
     if all(carried):
-        columns = [_breakdown(side, common) for side in (base, new)]
+        shared = common
+        if any("breakdown" in (side.get("left_out") or {}) for side in (base, new)):
+            # a stored summary kept the rows of its first steps only: those both kept are compared
+            kept = [{r.get("step") for r in side["breakdown"] if isinstance(r, dict)} for side in (base, new)]
+            shared = common & kept[0] & kept[1]
+            out["breakdown_steps"] = sorted(shared)
+        columns = [_breakdown(side, shared) for side in (base, new)]
         for key in [*columns[0], *(k for k in columns[1] if k not in columns[0])]:
             rows.append(_row("breakdown", key[0], key[1], columns[0].get(key), columns[1].get(key)))
     out["breakdown"] = (
@@ -227,6 +235,10 @@ def format_diff(result: dict) -> str:
             lines.append(f"{key}: {', '.join(result[key])}")
     if result["breakdown"] and result["breakdown"] != "compared":
         lines.append(f"breakdown {result['breakdown']}: not compared")
+    if "breakdown_steps" in result:
+        lines.append(
+            f"breakdown compared on the steps both summaries kept rows of: {_steps(result['breakdown_steps'])}"
+        )
     return "\n".join(lines)
 
 

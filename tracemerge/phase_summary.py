@@ -20,6 +20,10 @@ from tracemerge.phases import IDLE, PhaseModel, PipelineSlice, ProcessPhases
 PERCENTILES_FROM = 5  # ranks a role needs for its p50 and p90 to mean something
 SHARE_OF = "the role's step time (each rank's steps, summed over its ranks)"
 STORED_STEPS = 20  # steps the trace's own summary lists (the longest, in step order)
+# Rows of the breakdown and segments of the critical path the trace's own summary keeps: 64 ranks
+# × 1000 steps worth of each, whole steps in step order; how many were left out is said beside.
+STORED_ROWS = 64 * 1000
+CAPPED = ("breakdown", "critical_path")
 
 
 def summary(model: PhaseModel, labels: dict[Identity, str] | None = None) -> dict:
@@ -181,7 +185,8 @@ def format_summary(numbers: dict) -> str:
     head = [f"phases ({preset}), {len(steps)} step(s)", *_warning(numbers)]
     device = [_breakdown_table(numbers["breakdown"])] if numbers.get("breakdown") else []
     longest = _longest_segments(numbers.get("critical_path") or [])
-    return "\n".join([*head, _step_table(steps, longest), "", _role_table(numbers), *device])
+    left = _left_out_lines(numbers.get("left_out") or {})
+    return "\n".join([*head, _step_table(steps, longest), "", _role_table(numbers), *device, *left])
 
 
 def _longest_segments(segments: list[dict]) -> dict[int, dict]:
@@ -311,8 +316,41 @@ def stored(numbers: dict) -> dict:
     out: dict = {"steps": lines, "roles": [_role_line(role, r) for role, r in numbers["roles"].items()]}
     if numbers.get("unaligned"):
         out["unaligned"] = _warning(numbers)[0]
+    numbers = capped(numbers, STORED_ROWS)
+    if numbers.get("left_out"):
+        out["left_out"] = _left_out_lines(numbers["left_out"])
     out["numbers"] = json.dumps(numbers, separators=(",", ":"))
     return out
+
+
+def capped(numbers: dict, limit: int) -> dict:
+    """``numbers`` with at most ``limit`` rows of each list of :data:`CAPPED`: the rows of whole
+    steps, in step order; per list cut, ``left_out`` says how many rows and steps were left out."""
+    out = dict(numbers)
+    for key in CAPPED:
+        rows = numbers.get(key) or []
+        if len(rows) <= limit:
+            continue
+        per_step: Counter[int] = Counter(r["step"] for r in rows)
+        kept, total = set(), 0
+        for step in sorted(per_step):
+            if total + per_step[step] > limit:
+                break
+            kept.add(step)
+            total += per_step[step]
+        out[key] = [r for r in rows if r["step"] in kept]
+        left = {"rows": len(rows) - total, "steps": len(per_step) - len(kept), "limit": limit}
+        out["left_out"] = {**out.get("left_out", {}), key: left}
+    return out
+
+
+def _left_out_lines(left_out: dict) -> list[str]:
+    """``breakdown: 1,200 rows of 10 steps left out (at most 64,000 kept, whole steps in order)``."""
+    return [
+        f"{key}: {n['rows']:,} rows of {n['steps']:,} step(s) left out (at most {n['limit']:,} kept, whole steps"
+        " in step order); `tracemerge summary RUN_DIR` lists them all"
+        for key, n in left_out.items()
+    ]
 
 
 def _step_line(s: dict) -> str:

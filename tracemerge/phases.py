@@ -26,7 +26,7 @@ from typing import Protocol
 from tracemerge.anchors import COLLECTIVE, DEVICE_COMM, DEVICE_COMPUTE, PHASE, STEP, preferred_preset
 from tracemerge.breakdown import Breakdown, intersection, merged, step_breakdown, waits
 from tracemerge.critical import FOREVER, Holdup, Timeline, holdup
-from tracemerge.critical_path import Devices, Segment, step_path
+from tracemerge.critical_path import Devices, Segment, first_events, step_path
 from tracemerge.model import Identity
 from tracemerge.phase_rules import MSTX, NAMED_STEPS, TORCH_STEPS, Preset
 from tracemerge.stats import Losses, Stat
@@ -150,6 +150,7 @@ def derive(
     """Phases and steps of every process ``keep`` keeps, on the aligned timeline (file time +
     its offset)."""
     devices: dict[Identity, dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
+    scans = list(scans)
     phase_marks, step_marks, collectives = _gather(scans, offsets, keep, devices)
     model = PhaseModel("", {}, [], {})
     for ident, by_preset in phase_marks.items():
@@ -188,7 +189,7 @@ def derive(
     model.found_steps = sorted(found)
     units = {i: (merged(d[DEVICE_COMPUTE]), merged(d[DEVICE_COMM])) for i, d in devices.items()}
     model.breakdown = _breakdown(model.processes, units, collectives)
-    model.critical_path = _critical_paths(model.processes, units)
+    model.critical_path = _critical_paths(model.processes, units, first_events(scans, offsets, keep))
     if steps_kept is not None and not model.steps:
         model.processes.clear()  # nothing of the run is kept
     return model
@@ -397,7 +398,9 @@ def _step_holdups(processes: dict[Identity, ProcessPhases]) -> dict[int, Holdup]
     return {n: holdup(found, timelines, IDLE) for n, found in sorted(windows.items())}
 
 
-def _critical_paths(processes: dict[Identity, ProcessPhases], devices: Devices) -> list[Segment]:
+def _critical_paths(
+    processes: dict[Identity, ProcessPhases], devices: Devices, first: dict[Identity, int]
+) -> list[Segment]:
     """Per job step, the critical path across every process that has the step (the first window
     of a step a process has twice)."""
     windows: dict[int, dict[Identity, tuple[int, int]]] = defaultdict(dict)
@@ -405,4 +408,4 @@ def _critical_paths(processes: dict[Identity, ProcessPhases], devices: Devices) 
         for st in proc.steps:
             windows[st.step].setdefault(ident, (st.start, st.end))
     timelines = {i: p.timeline for i, p in processes.items()}
-    return [seg for n, found in sorted(windows.items()) for seg in step_path(n, found, timelines, devices, IDLE)]
+    return [seg for n, found in sorted(windows.items()) for seg in step_path(n, found, timelines, devices, IDLE, first)]

@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tracemerge.anchors import DEVICE_COMM, device_tag, phase_tag
+from tracemerge.anchors import DEVICE_COMM, ascend_task_tag, device_tag, phase_tag
 from tracemerge.errors import InputError, NotATrace
 from tracemerge.layout import FileLayout
 from tracemerge.model import Event, FlowPhase, Kind, SourceData, ThreadInfo, ThreadKey
@@ -296,6 +296,8 @@ class _DbReader(CounterReading):
     def _tasks(self) -> None:
         compute = self._task_info("COMPUTE_TASK_INFO")
         comm = self._task_info("COMMUNICATION_TASK_INFO")
+        # A communication op's own task on its stream (typed AI_CORE, the op's whole time) is HCCL's too.
+        op_connections = {c for (c,) in self._rows("COMMUNICATION_OP", ("connectionId",)) if c not in NO_CONNECTION}
         if not self._has_columns("TASK", "startNs", "endNs"):
             return
         for row in self._dicts("TASK"):
@@ -327,8 +329,10 @@ class _DbReader(CounterReading):
             ev = self._slice(key, row.get("startNs"), row.get("endNs"), name, "", args, "TASK")
             if ev is None:
                 continue
-            tag = DEVICE_COMM if row.get("globalTaskId") in comm else device_tag(name)
-            self.layout.mark(tag, ev.origin, key, ev.ts, ev.ts + ev.dur)
+            hccl = row.get("globalTaskId") in comm or connection in op_connections or device_tag(name) == DEVICE_COMM
+            tag = ascend_task_tag(task_type, hccl)
+            if tag is not None:
+                self.layout.mark(tag, ev.origin, key, ev.ts, ev.ts + ev.dur)
             if connection is not None:
                 self.tasks_by_connection[connection].append((ev.ts, ev.thread))
             plane_info = comm.get(row.get("globalTaskId"))

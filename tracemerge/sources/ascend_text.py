@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tracemerge.anchors import phase_tag
+from tracemerge.anchors import ASCEND_HCCL_TASKS, ascend_task_tag, phase_tag
 from tracemerge.errors import InputError, NotATrace
 from tracemerge.layout import FileLayout
 from tracemerge.model import NO_ORIGIN, OriginKey, SourceData, ThreadInfo, ThreadKey
@@ -43,6 +43,7 @@ from tracemerge.sources.chrome_events import (
     ExactEvent,
     LenientEvent,
     TraceEvent,
+    _hashable,
     counter_series,
     plain_args,
     us_to_ns,
@@ -51,6 +52,7 @@ from tracemerge.sources.common import read_events
 from tracemerge.stats import Stat
 
 NAME = "ascend-text"
+HARDWARE = "Ascend Hardware"  # the process of the device's tasks, one thread per stream
 _MARKERS = frozenset({"marker", "marker_ex", 0, 3, "0", "3"})
 ACC_ID = "acc_id"
 # In-process order of the Ascend layers; others follow.
@@ -72,6 +74,9 @@ class AscendEvents(ChromeEvents):
     def __init__(self, layout: FileLayout) -> None:
         super().__init__(layout)
         self.series_parts: dict[str, tuple[str, str]] = {}  # series -> msprof's event name and arg key
+        # Events with a "Task Type": (origin, pid, tid, start, end, task type), device activity
+        # once the file names its processes (their names may come last).
+        self.tasks: list[tuple[OriginKey, Any, Any, int, int, object]] = []
 
     def add_batch(
         self, batch: list, origin: OriginKey = NO_ORIGIN, plain_text: bool = False, bind_ids: bool = True
@@ -79,7 +84,10 @@ class AscendEvents(ChromeEvents):
         plain: list = []
         for e in batch:
             args = e.args
-            if e.ph == "X" and args and b'"event_type"' in bytes(args):
+            raw = bytes(args) if e.ph == "X" and args else b""
+            if b'"Task Type"' in raw:
+                self._note_task(e, origin)
+            if b'"event_type"' in raw:
                 decoded = plain_args(self.bounded(args)) or {}
                 if "event_type" in decoded and "domain" in decoded:
                     # In file order, so that names are interned the same whatever the batches.
@@ -89,6 +97,28 @@ class AscendEvents(ChromeEvents):
                     continue
             plain.append(e)
         super().add_batch(plain, origin, plain_text, bind_ids)
+
+    def _note_task(self, e: Any, origin: OriginKey) -> None:
+        """Keeps a task's span and type (an event the slice path reads too: not counted here)."""
+        try:
+            start = self.to_ns(e.ts)
+            end = start + us_to_ns(e.dur)
+            task_type = (plain_args(self.bounded(e.args)) or {}).get("Task Type")
+        except (ValueError, TypeError):
+            return
+        if end > start:
+            self.tasks.append((origin, _hashable(e.pid), _hashable(e.tid), start, end, task_type))
+
+    def finish(self) -> None:
+        """Device activity (:mod:`tracemerge.breakdown`): the tasks on the Ascend Hardware
+        streams, HCCL's communication, the others compute but synchronisation (``ascend_task_tag``)."""
+        super().finish()
+        for origin, pid, tid, start, end, task_type in self.tasks:
+            if self.process_of(pid) == HARDWARE:
+                tag = ascend_task_tag(task_type, task_type in ASCEND_HCCL_TASKS)
+                if tag is not None:
+                    self.layout.mark(tag, origin, (pid, tid), start, end)
+        self.tasks.clear()
 
     def _counter_args(self, e: Any) -> tuple[str, dict | None]:
         name, args = super()._counter_args(e)
