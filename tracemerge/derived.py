@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tracemerge.clock.unaligned import unaligned
 from tracemerge.derived_tracks import events as phase_events
 from tracemerge.derived_tracks import scalar_series, track_infos
 from tracemerge.errors import FatalError
@@ -24,7 +25,6 @@ from tracemerge.plan import (
     flow_id_base,
 )
 from tracemerge.select import Selection, format_numbers
-from tracemerge.unaligned import unaligned
 from tracemerge.writers import WRITERS, Writer
 
 # The FileScan format of the derived unit (what a split's index leaves out of its inputs).

@@ -27,7 +27,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from tracemerge.clock import AUTOMATIC, AlignOptions
+from tracemerge.clock import AUTOMATIC, AlignOptions, unmatched
 from tracemerge.derived import derived_scan, encode_derived, note_run, steps_window
 from tracemerge.discover import Candidate
 from tracemerge.errors import FatalError, shown
@@ -36,7 +36,6 @@ from tracemerge.filework import FileJob, FileOutcome
 from tracemerge.layout import DEFAULT_BUDGET
 from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.model import Identity
-from tracemerge.offsets import unmatched
 from tracemerge.outcomes import collect, fill_report, note_json_precision
 from tracemerge.output import assemble, check_output, check_report, work_dir
 from tracemerge.phase_rules import AUTO_PHASES, PhaseOptions

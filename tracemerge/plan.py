@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracemerge.clock import Alignment, AlignOptions, align
+from tracemerge.clock.unaligned import title, unaligned
 from tracemerge.layouts import COORDINATE_ORDER, PathFacts, role_sort_key
 from tracemerge.model import ClockDomain, Identity, OriginKey, SourceData, ThreadInfo, ThreadKey
 from tracemerge.report import EventCounts
 from tracemerge.thread_ids import listing_order, thread_ids
-from tracemerge.unaligned import title, unaligned
 
 
 def stable_id(*parts: object) -> int:

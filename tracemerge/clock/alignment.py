@@ -31,22 +31,10 @@ from pathlib import Path
 from typing import Protocol
 
 from tracemerge.anchors import COLLECTIVE, SESSION, SYNC, sync_presets
-from tracemerge.matching import Anchor, Evidence, estimate, sync_text
+from tracemerge.clock.matching import Anchor, Evidence, estimate, sync_text
+from tracemerge.clock.offsets import ManualOffset, rule_for
 from tracemerge.model import ClockDomain, Identity
-from tracemerge.offsets import ManualOffset, load_offsets, parse_offset, rule_for
 from tracemerge.phase_rules import PRESETS
-
-# --offset rules (tracemerge.offsets) are clock options: importable from here too.
-__all__ = [
-    "AUTOMATIC",
-    "AlignOptions",
-    "Alignment",
-    "ManualOffset",
-    "SourceClock",
-    "align",
-    "load_offsets",
-    "parse_offset",
-]
 
 # Fewest matched collectives that place a clock (sync and session anchors: one is evidence).
 MIN_COLLECTIVES = 3
