@@ -18,8 +18,8 @@ from tracemerge.errors import Stopped, TracemergeError, shown
 from tracemerge.executors import ray_executor, usable_cores
 from tracemerge.metrics_map import NO_MAP, load_metrics_map
 from tracemerge.output import write_whole
-from tracemerge.phase_rules import AUTO, PhaseOptions, resolve
-from tracemerge.phase_summary import format_summary
+from tracemerge.phases.rules import AUTO, PhaseOptions, resolve
+from tracemerge.phases.step_summary import format_summary
 from tracemerge.pipeline import merge as run_merge
 from tracemerge.progress import progress_bar
 from tracemerge.report import (
@@ -317,7 +317,7 @@ def summary(
     """
     import tempfile
 
-    from tracemerge.phase_summary import per_step
+    from tracemerge.phases.step_summary import per_step
     from tracemerge.viewer.damage import NOT_A_SUMMARY, Unreadable, stored_summary
 
     threshold = cli_diff.threshold_of(fail_over)

@@ -28,7 +28,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tracemerge.clock import AUTOMATIC, AlignOptions, unmatched
-from tracemerge.derived import derived_scan, encode_derived, note_run, steps_window
 from tracemerge.discover import Candidate
 from tracemerge.errors import FatalError, shown
 from tracemerge.executors import Executor, SerialExecutor, local_executor
@@ -38,9 +37,10 @@ from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.model import Identity
 from tracemerge.outcomes import collect, fill_report, note_json_precision
 from tracemerge.output import assemble, check_output, check_report, work_dir
-from tracemerge.phase_rules import AUTO_PHASES, PhaseOptions
-from tracemerge.phase_summary import stored, summary
 from tracemerge.phases import PhaseModel, StepScalars, attach_scalars, derive
+from tracemerge.phases.derived_unit import derived_scan, encode_derived, note_run, steps_window
+from tracemerge.phases.rules import AUTO_PHASES, PhaseOptions
+from tracemerge.phases.step_summary import stored, summary
 from tracemerge.plan import (
     FileScan,
     IdCollision,

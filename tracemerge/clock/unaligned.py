@@ -1,7 +1,7 @@
 """Processes placed without clock evidence: nothing relates their clock to the rest of the run
 (:mod:`tracemerge.clock`'s ``unrelated`` placement), so their times say nothing against the
 others'. Their process title says so (``reward · rank 0 (unaligned)``), and the Pipeline group
-has a warning row naming them (:mod:`tracemerge.derived_tracks`)."""
+has a warning row naming them (:mod:`tracemerge.phases.tracks`)."""
 
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ def check_whole(path: Path) -> None:
 def stored_summary(path: Path) -> dict | None:
     """The phase summary a whole trace tracemerge wrote keeps (None when it keeps none); raises
     :class:`Unreadable` for a damaged or foreign file, or a summary of no shape tracemerge writes."""
-    from tracemerge.phase_summary import per_step
+    from tracemerge.phases.step_summary import per_step
     from tracemerge.viewer.summary import read_summary
 
     check_whole(path)

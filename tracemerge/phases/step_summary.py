@@ -12,10 +12,10 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 
 from tracemerge.critical import order_key
-from tracemerge.derived_tracks import brief
 from tracemerge.layouts import role_sort_key
 from tracemerge.model import Identity
-from tracemerge.phases import IDLE, PhaseModel, PipelineSlice, ProcessPhases
+from tracemerge.phases.derivation import IDLE, PhaseModel, PipelineSlice, ProcessPhases
+from tracemerge.phases.tracks import brief
 
 PERCENTILES_FROM = 5  # ranks a role needs for its p50 and p90 to mean something
 SHARE_OF = "the role's step time (each rank's steps, summed over its ranks)"

@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from tracemerge.clock.unaligned import unaligned
-from tracemerge.derived_tracks import events as phase_events
-from tracemerge.derived_tracks import scalar_series, track_infos
 from tracemerge.errors import FatalError
 from tracemerge.filework import RELATIVE_NO_ANCHOR
 from tracemerge.layout import FileLayout
 from tracemerge.layouts import role_sort_key
 from tracemerge.model import UNIX_EPOCH, Identity
-from tracemerge.phases import PhaseModel
+from tracemerge.phases.derivation import PhaseModel
+from tracemerge.phases.tracks import events as phase_events
+from tracemerge.phases.tracks import scalar_series, track_infos
 from tracemerge.plan import (
     FileScan,
     LocalTracks,
