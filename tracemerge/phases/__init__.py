@@ -14,30 +14,45 @@ Phases and Pipeline tracks drawn from it.
 * :func:`summary`, :func:`format_summary`, :func:`stored` and :func:`per_step` are its numbers as
   printed and as a merged trace keeps them (:mod:`tracemerge.phases.step_summary`);
 * :mod:`tracemerge.phases.tracks` draws the tracks, and :mod:`tracemerge.phases.derived_unit`
-  writes them as one more unit of the output (it takes the plan, so it is imported by itself).
+  writes them as one more unit of the output (planning and encoding's business: not re-exported).
 """
 
-from tracemerge.phases.derivation import PhaseModel, PipelineSlice, ProcessPhases, StepScalars, attach_scalars, derive
-from tracemerge.phases.rules import AUTO, AUTO_PHASES, PRESETS, PhaseOptions, PhaseRules, Preset, load_rules, resolve
-from tracemerge.phases.step_summary import format_summary, per_step, stored, summary
+from __future__ import annotations
 
-__all__ = [
-    "AUTO",
-    "AUTO_PHASES",
-    "PRESETS",
-    "PhaseModel",
-    "PhaseOptions",
-    "PhaseRules",
-    "PipelineSlice",
-    "Preset",
-    "ProcessPhases",
-    "StepScalars",
-    "attach_scalars",
-    "derive",
-    "format_summary",
-    "load_rules",
-    "per_step",
-    "resolve",
-    "stored",
-    "summary",
-]
+import importlib
+from typing import Any
+
+# Public name -> the module defining it, imported the first time the name is used: the command
+# line and the readers import the phase rules alone, and importing deriving and summarising with
+# them would cost every start some 20 ms.
+_HOME = {
+    "PhaseModel": "tracemerge.phases.derivation",
+    "PipelineSlice": "tracemerge.phases.derivation",
+    "ProcessPhases": "tracemerge.phases.derivation",
+    "StepScalars": "tracemerge.phases.derivation",
+    "attach_scalars": "tracemerge.phases.derivation",
+    "derive": "tracemerge.phases.derivation",
+    "AUTO": "tracemerge.phases.rules",
+    "AUTO_PHASES": "tracemerge.phases.rules",
+    "PRESETS": "tracemerge.phases.rules",
+    "PhaseOptions": "tracemerge.phases.rules",
+    "PhaseRules": "tracemerge.phases.rules",
+    "Preset": "tracemerge.phases.rules",
+    "load_rules": "tracemerge.phases.rules",
+    "resolve": "tracemerge.phases.rules",
+    "format_summary": "tracemerge.phases.step_summary",
+    "per_step": "tracemerge.phases.step_summary",
+    "stored": "tracemerge.phases.step_summary",
+    "summary": "tracemerge.phases.step_summary",
+}
+
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # the next use is a plain attribute
+    return value
