@@ -25,6 +25,8 @@ import json
 import statistics
 from pathlib import Path
 
+from tracemerge.report import format_duration, format_table
+
 EXIT_REGRESSION = 4  # a --fail-over gate found a regression (0, 1, 2, 3: tracemerge.report)
 STEP_WALL = "step wall"
 GATED = frozenset({"wall", "phase"})
@@ -204,7 +206,6 @@ def label(row: dict) -> str:
 
 def format_diff(result: dict) -> str:
     """The table of :func:`compare`, then the steps, roles and phases on one side only."""
-    from tracemerge.report import format_duration, format_table
 
     def ns(value: int | None, signed: bool = False) -> str:
         return "-" if value is None else format_duration(value, signed=signed)
@@ -236,8 +237,6 @@ def _steps(steps: list[int]) -> str:
 
 def format_gate(failed: list[dict], threshold: float) -> str:
     """One line per regression, then the verdict."""
-    from tracemerge.report import format_duration
-
     over = f"{100 * threshold:g}%"
     lines = [
         f"regression: {label(r)}: {format_duration(r['base_ns'])} -> {format_duration(r['new_ns'])} "
