@@ -18,9 +18,9 @@ from pathlib import Path
 from tracemerge.anchors import DEVICE_COMM, DEVICE_COMPUTE, step_tag
 from tracemerge.breakdown import add_span, merged
 from tracemerge.model import Identity
-from tracemerge.phase_rules import TORCH_STEPS
-from tracemerge.phase_summary import summary
 from tracemerge.phases import derive
+from tracemerge.phases.rules import TORCH_STEPS
+from tracemerge.phases.step_summary import summary
 
 STEP_NS = 10_000_000
 KERNELS, COLLECTIVES = 40, 4

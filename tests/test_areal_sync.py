@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from tracemerge import cli
 from tracemerge.anchors import Watch
 from tracemerge.clock import AlignOptions
-from tracemerge.phase_rules import AREAL, PRESETS, PhaseOptions, PhaseRules, resolve
+from tracemerge.phases.rules import AREAL, PRESETS, PhaseOptions, PhaseRules, resolve
 from tracemerge.pipeline import merge
 
 RUN = FIXTURES / "frameworks" / "areal"

@@ -105,9 +105,9 @@ def test_option_files_nested_too_deep_are_refused_in_one_line(tmp_path: Path, op
     from typer.testing import CliRunner
 
     from tracemerge import cli
+    from tracemerge.clock import load_offsets
     from tracemerge.metrics_map import load_metrics_map
-    from tracemerge.offsets import load_offsets
-    from tracemerge.phase_rules import load_rules
+    from tracemerge.phases.rules import load_rules
 
     toml = tmp_path / "options.toml"
     toml.write_text('# [[[[ a comment\n[offsets]\nx = "[[[["\ny = ' + _deep(100_000) + "\n")

@@ -317,7 +317,7 @@ _OPTION_TEXT = st.one_of(_NUMBER, _RANGES, st.text(max_size=40), st.builds(lambd
 @settings(max_examples=EXAMPLES * 5, deadline=None)
 @given(text=_OPTION_TEXT)
 def test_option_values_parse_or_say_why_in_bounded_time_and_memory(text: str) -> None:
-    from tracemerge.offsets import parse_offset
+    from tracemerge.clock import parse_offset
     from tracemerge.select import MAX_DURATION_NS, parse_duration, parse_ranks, parse_where, parse_window
 
     parsers = {

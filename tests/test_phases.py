@@ -14,7 +14,7 @@ from readback import read_chrome_json, read_pftrace
 from typer.testing import CliRunner
 
 from tracemerge import cli
-from tracemerge.phase_rules import PRESETS, PhaseOptions, load_rules, resolve
+from tracemerge.phases.rules import PRESETS, PhaseOptions, load_rules, resolve
 from tracemerge.pipeline import merge
 from tracemerge.sources import chrome_events
 

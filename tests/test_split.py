@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from tracemerge.cli import app
 from tracemerge.errors import FatalError
-from tracemerge.phase_rules import PhaseOptions, resolve
+from tracemerge.phases.rules import PhaseOptions, resolve
 from tracemerge.pipeline import merge
 from tracemerge.select import Selection
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import FIXTURES
 
 from tracemerge.clock import AlignOptions, parse_offset
-from tracemerge.phase_rules import PhaseOptions, resolve
+from tracemerge.phases.rules import PhaseOptions, resolve
 from tracemerge.pipeline import merge
 from tracemerge.report import RunReport
 from tracemerge.summarize import summarize

@@ -16,7 +16,7 @@ Device activity is noted too, as a union of spans per device thread rather than 
 collective's device work under ``"device comm"`` (:mod:`tracemerge.breakdown`).
 
 :mod:`tracemerge.clock` relates the files' clocks from these marks. Phase rules
-(:mod:`tracemerge.phase_rules`) add ``"phase <preset>\t<phase>"`` and ``"step <preset>\t<step>"``
+(:mod:`tracemerge.phases.rules`) add ``"phase <preset>\t<phase>"`` and ``"step <preset>\t<step>"``
 marks for :mod:`tracemerge.phases` to derive each RL step's phases from.
 """
 

@@ -15,7 +15,7 @@ from typer.core import TyperGroup
 from tracemerge import __version__, cli_diff, cli_tools, engine
 from tracemerge.errors import Stopped, TracemergeError, shown
 from tracemerge.metrics_map import NO_MAP, load_metrics_map
-from tracemerge.phase_rules import AUTO, PhaseOptions, resolve
+from tracemerge.phases.rules import AUTO, PhaseOptions, resolve
 from tracemerge.progress import progress_bar
 from tracemerge.report import (
     EXIT_FATAL,

@@ -12,7 +12,7 @@ import typer
 from tracemerge import engine
 from tracemerge.diff import EXIT_REGRESSION, compare, format_diff, format_gate, parse_threshold, read_numbers
 from tracemerge.errors import TracemergeError, shown
-from tracemerge.phase_rules import AUTO, PhaseOptions, resolve
+from tracemerge.phases.rules import AUTO, PhaseOptions, resolve
 from tracemerge.report import EXIT_FATAL
 
 

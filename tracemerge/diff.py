@@ -1,6 +1,6 @@
 """Two runs' phase summaries side by side, and a regression gate on them.
 
-Each side is the numbers of :func:`tracemerge.phase_summary.summary` (a run directory merged now, a
+Each side is the numbers of :func:`tracemerge.phases.step_summary.summary` (a run directory merged now, a
 trace tracemerge wrote, or the JSON ``tracemerge summary --json`` printed). Steps are matched by
 step number; only the steps both sides have are compared. Per quantity, the mean per step:
 
@@ -12,7 +12,7 @@ step number; only the steps both sides have are compared. Per quantity, the mean
 * the ``breakdown`` columns (per role, the mean of each ``*_ns`` column over its entries of the
   matched steps), when both summaries carry a ``breakdown`` list; shown, not gated. A trace's
   stored summary keeps the rows of its first steps only when there are very many
-  (:data:`tracemerge.phase_summary.STORED_ROWS`, ``left_out``): then the matched steps both kept.
+  (:data:`tracemerge.phases.step_summary.STORED_ROWS`, ``left_out``): then the matched steps both kept.
 
 The noise of a quantity is the spread of the base's samples: the population standard deviation of
 the base's step walls, or of the role's per-rank, per-step phase times. A change is beyond the
@@ -26,6 +26,8 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
+
+from tracemerge.report import format_duration, format_table
 
 EXIT_REGRESSION = 4  # a --fail-over gate found a regression (0, 1, 2, 3: tracemerge.report)
 STEP_WALL = "step wall"
@@ -212,7 +214,6 @@ def label(row: dict) -> str:
 
 def format_diff(result: dict) -> str:
     """The table of :func:`compare`, then the steps, roles and phases on one side only."""
-    from tracemerge.report import format_duration, format_table
 
     def ns(value: int | None, signed: bool = False) -> str:
         return "-" if value is None else format_duration(value, signed=signed)
@@ -248,8 +249,6 @@ def _steps(steps: list[int]) -> str:
 
 def format_gate(failed: list[dict], threshold: float) -> str:
     """One line per regression, then the verdict."""
-    from tracemerge.report import format_duration
-
     over = f"{100 * threshold:g}%"
     lines = [
         f"regression: {label(r)}: {format_duration(r['base_ns'])} -> {format_duration(r['new_ns'])} "

@@ -31,8 +31,8 @@ from tracemerge.layout_types import Encoder, LayoutResult
 from tracemerge.layouts import PathFacts
 from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.model import UNIX_EPOCH, ClockDomain, Identity, SourceData, ThreadInfo
-from tracemerge.phase_rules import NAMED_STEPS, VERL, PhaseRules, Preset
 from tracemerge.phases import StepScalars
+from tracemerge.phases.rules import NAMED_STEPS, VERL, PhaseRules, Preset
 from tracemerge.plan import (
     FileScan,
     LocalTracks,

@@ -3,7 +3,7 @@
 Each file's heavy work is :func:`~tracemerge.filework.process_file`, a plain function of the file
 and a small :class:`~tracemerge.filework.FileJob`: it reads the file once, lays its events out and
 encodes them into a chunk of its own, and returns a :class:`~tracemerge.plan.FileScan` summary;
-the derived phase tracks are one more such unit (:mod:`tracemerge.derived`). The plan is then made from the
+the derived phase tracks are one more such unit (:mod:`tracemerge.phases.derived_unit`). The plan is then made from the
 summaries alone, and the output assembled from the chunks in a temporary file next to it, renamed
 into place only when whole. Where files are found and processed is the executor's business
 (:mod:`tracemerge.executors`: in-process, local worker processes, or the nodes of a Ray cluster
@@ -27,17 +27,17 @@ from dataclasses import replace
 from pathlib import Path
 
 from tracemerge.clock import AUTOMATIC, AlignOptions
-from tracemerge.derived import encode_derived, steps_window
+from tracemerge.clock.offsets import unmatched
 from tracemerge.errors import FatalError, shown
 from tracemerge.executors import Executor, local_executor
 from tracemerge.filework import FileOutcome
 from tracemerge.layout import DEFAULT_BUDGET
 from tracemerge.metrics_map import NO_MAP, MetricsMap
-from tracemerge.offsets import unmatched
 from tracemerge.outcomes import fill_report, note_json_precision
 from tracemerge.output import assemble, check_output, check_report, work_dir
-from tracemerge.phase_rules import AUTO_PHASES, PhaseOptions
-from tracemerge.phase_summary import stored, summary
+from tracemerge.phases.derived_unit import encode_derived, steps_window
+from tracemerge.phases.rules import AUTO_PHASES, PhaseOptions
+from tracemerge.phases.step_summary import stored, summary
 from tracemerge.plan import (
     FileScan,
     UnitPlan,

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracemerge.clock import Alignment, AlignOptions, align
+from tracemerge.clock.unaligned import title, unaligned
 from tracemerge.layouts import COORDINATE_ORDER, PathFacts, role_sort_key
 from tracemerge.model import ClockDomain, Identity, OriginKey, SourceData, ThreadInfo, ThreadKey
 from tracemerge.report import EventCounts
 from tracemerge.stats import Losses
 from tracemerge.thread_ids import listing_order, thread_ids
-from tracemerge.unaligned import title, unaligned
 
 
 def stable_id(*parts: object) -> int:
@@ -158,7 +158,7 @@ class MergePlan:
     offsets: dict[Path, int]
     alignment: Alignment
     clock_notes: list[ClockNote] = field(default_factory=list)
-    phase_summary: dict = field(default_factory=dict)  # tracemerge.phase_summary.summary(), kept in the trace
+    phase_summary: dict = field(default_factory=dict)  # tracemerge.phases.step_summary.summary(), kept in the trace
 
 
 def resolve_identity(origin: OriginKey, data: SourceData, facts: PathFacts) -> Identity:

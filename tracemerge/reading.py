@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracemerge.clock import AlignOptions
-from tracemerge.derived import derived_scan, note_run
 from tracemerge.discover import Candidate
 from tracemerge.errors import FatalError
 from tracemerge.executors import Executor, SerialExecutor
@@ -25,8 +24,9 @@ from tracemerge.metrics_map import MetricsMap
 from tracemerge.model import Identity
 from tracemerge.outcomes import collect
 from tracemerge.output import check_output
-from tracemerge.phase_rules import PhaseOptions
 from tracemerge.phases import PhaseModel, StepScalars, attach_scalars, derive
+from tracemerge.phases.derived_unit import derived_scan, note_run
+from tracemerge.phases.rules import PhaseOptions
 from tracemerge.plan import FileScan, IdCollision, MergePlan, make_plan
 from tracemerge.report import RunReport
 from tracemerge.same_content import read_once

@@ -81,7 +81,7 @@ class RunReport:
     # "processes" and "first_event_ns", its first event after the trace start).
     alignment: list[dict[str, Any]] = field(default_factory=list)
     time_base_unix_ns: int | None = None  # wall-clock time of the trace's zero, when known
-    phases: dict[str, Any] = field(default_factory=dict)  # tracemerge.phase_summary.summary()
+    phases: dict[str, Any] = field(default_factory=dict)  # tracemerge.phases.step_summary.summary()
 
     @property
     def read(self) -> EventCounts:

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from tracemerge.derived import DERIVED_FORMAT
 from tracemerge.errors import FatalError, shown
+from tracemerge.phases.derived_unit import DERIVED_FORMAT
 from tracemerge.plan import FileScan, MergePlan, UnitPlan
 from tracemerge.report import json_bytes
 from tracemerge.select import WHERE_KEYS

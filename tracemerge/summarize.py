@@ -1,7 +1,7 @@
 """The library's ``summarize(inputs)``: where each RL step's time went, without writing a trace.
 
 It runs the stages a merge runs up to the phases (discover → read → align → derive phases) and
-returns the numbers a merge stores in its trace (:func:`~tracemerge.phase_summary.summary`): per
+returns the numbers a merge stores in its trace (:func:`~tracemerge.phases.step_summary.summary`): per
 step wall time and who held it up, per role and phase totals, the device breakdown and the
 critical path. Nothing is encoded and nothing is written outside a temporary folder for the files
 a large read spills. ``tracemerge summary RUN_DIR`` and ``tracemerge diff`` call it.
@@ -19,8 +19,8 @@ from tracemerge.clock import AUTOMATIC, AlignOptions
 from tracemerge.executors import Executor, local_executor
 from tracemerge.layout import DEFAULT_BUDGET
 from tracemerge.metrics_map import NO_MAP, MetricsMap
-from tracemerge.phase_rules import AUTO_PHASES, PhaseOptions
-from tracemerge.phase_summary import summary
+from tracemerge.phases.rules import AUTO_PHASES, PhaseOptions
+from tracemerge.phases.step_summary import summary
 from tracemerge.reading import Asked, Runner, discover_inputs, read_all
 from tracemerge.report import RunReport
 from tracemerge.select import EVERYTHING

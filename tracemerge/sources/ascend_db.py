@@ -39,7 +39,7 @@ from tracemerge.anchors import DEVICE_COMM, ascend_task_tag, device_tag, phase_t
 from tracemerge.errors import InputError, NotATrace
 from tracemerge.layout import FileLayout
 from tracemerge.model import Event, FlowPhase, Kind, SourceData, ThreadInfo, ThreadKey
-from tracemerge.phase_rules import MSTX
+from tracemerge.phases.rules import MSTX
 from tracemerge.sources import ascend_layout as layout_dirs
 from tracemerge.sources.ascend_counters import CounterReading, counter_group
 from tracemerge.sources.ascend_layout import MSTX_THREAD, SQLITE_MAGIC

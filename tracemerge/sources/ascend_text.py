@@ -24,7 +24,7 @@ from tracemerge.anchors import ASCEND_HCCL_TASKS, ascend_task_tag, phase_tag
 from tracemerge.errors import InputError, NotATrace
 from tracemerge.layout import FileLayout
 from tracemerge.model import NO_ORIGIN, OriginKey, SourceData, ThreadInfo, ThreadKey
-from tracemerge.phase_rules import MSTX
+from tracemerge.phases.rules import MSTX
 from tracemerge.sources import ascend_layout as layout_dirs
 from tracemerge.sources.ascend_layout import COUNTER_ORDER, MSTX_THREAD
 from tracemerge.sources.ascend_titles import (

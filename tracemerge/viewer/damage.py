@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 from tracemerge.errors import TracemergeError, shown
+from tracemerge.phases.step_summary import per_step
 from tracemerge.report import EXIT_FATAL, EXIT_INCOMPLETE
 from tracemerge.sources.base import GZIP_MAGIC
+from tracemerge.viewer.summary import read_summary
 
 PACKET_TAG = 0x0A  # Trace.packet: field 1, length-delimited
 _CHUNK = 1 << 20
@@ -49,9 +51,6 @@ def check_whole(path: Path) -> None:
 def stored_summary(path: Path) -> dict | None:
     """The phase summary a whole trace tracemerge wrote keeps (None when it keeps none); raises
     :class:`Unreadable` for a damaged or foreign file, or a summary of no shape tracemerge writes."""
-    from tracemerge.phase_summary import per_step
-    from tracemerge.viewer.summary import read_summary
-
     check_whole(path)
     try:
         found = read_summary(path)

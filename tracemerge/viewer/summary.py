@@ -1,5 +1,5 @@
 """The phase summary a merged trace carries (the ``phase summary`` instant tracemerge writes: lines
-as a person reads them, and the numbers as one JSON text, :func:`tracemerge.phase_summary.stored`)."""
+as a person reads them, and the numbers as one JSON text, :func:`tracemerge.phases.stored`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from tracemerge.writers.perfetto import DESCRIPTOR_SEQUENCE
 
 
 def read_summary(path: Path) -> dict | None:
-    """The numbers of :func:`tracemerge.phase_summary.summary` stored in a tracemerge output; None when
+    """The numbers of :func:`tracemerge.phases.summary` stored in a tracemerge output; None when
     the trace has none (no phases were found, or another tool wrote it)."""
     with path.open("rb") as raw:
         gz = raw.read(2) == GZIP_MAGIC

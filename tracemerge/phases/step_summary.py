@@ -12,10 +12,11 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 
 from tracemerge.critical import order_key
-from tracemerge.derived_tracks import brief
 from tracemerge.layouts import role_sort_key
 from tracemerge.model import Identity
-from tracemerge.phases import IDLE, PhaseModel, PipelineSlice, ProcessPhases
+from tracemerge.phases.derivation import IDLE, PhaseModel, PipelineSlice, ProcessPhases
+from tracemerge.phases.tracks import brief
+from tracemerge.report import format_duration, format_table
 
 PERCENTILES_FROM = 5  # ranks a role needs for its p50 and p90 to mean something
 SHARE_OF = "the role's step time (each rank's steps, summed over its ranks)"
@@ -216,8 +217,6 @@ def _warning(numbers: dict) -> list[str]:
 
 
 def _step_table(steps: list[dict], longest: dict[int, dict] | None = None) -> str:
-    from tracemerge.report import format_duration, format_table
-
     head = ("step", "wall", "critical: process · phase", "waited on it", "started last", "start skew", "end skew")
     rows = [(*head, "longest on the critical path")]
     for s in steps:
@@ -238,8 +237,6 @@ def _step_table(steps: list[dict], longest: dict[int, dict] | None = None) -> st
 
 
 def _role_table(numbers: dict) -> str:
-    from tracemerge.report import format_duration, format_table
-
     many = any(r["ranks"] >= PERCENTILES_FROM for r in numbers["roles"].values())
     head = ["role", "ranks", "phase", "total", "share", "mean/rank", "max/rank"]
     head += ["p50", "p90"] if many else []
@@ -276,8 +273,6 @@ BREAKDOWN_PARTS = ("wall", "compute", "communication", "overlapped", "free", "wa
 def _breakdown_table(rows: list[dict]) -> str:
     """Per role: each part of the device time per rank and step, the mean over its ranks' steps
     and the worst rank (the most exposed communication and free time over its steps)."""
-    from tracemerge.report import format_duration, format_table
-
     by_role: dict[str, dict] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         by_role[r["role"]][r["rank"]].append(r)

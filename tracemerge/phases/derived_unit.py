@@ -8,14 +8,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tracemerge.derived_tracks import events as phase_events
-from tracemerge.derived_tracks import scalar_series, track_infos
+from tracemerge.clock.unaligned import unaligned
 from tracemerge.errors import FatalError
 from tracemerge.filework import RELATIVE_NO_ANCHOR
 from tracemerge.layout import FileLayout
 from tracemerge.layouts import role_sort_key
 from tracemerge.model import UNIX_EPOCH, Identity
-from tracemerge.phases import PhaseModel
+from tracemerge.phases.derivation import PhaseModel
+from tracemerge.phases.tracks import events as phase_events
+from tracemerge.phases.tracks import scalar_series, track_infos
 from tracemerge.plan import (
     FileScan,
     LocalTracks,
@@ -24,7 +25,6 @@ from tracemerge.plan import (
     flow_id_base,
 )
 from tracemerge.select import Selection, format_numbers
-from tracemerge.unaligned import unaligned
 from tracemerge.writers import WRITERS, Writer
 
 # The FileScan format of the derived unit (what a split's index leaves out of its inputs).

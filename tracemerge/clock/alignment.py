@@ -11,7 +11,7 @@ files were read (:mod:`tracemerge.anchors`), best method first:
   end before the other started); the offset is the median of the pairs left after outliers are
   rejected, clamped into the bounds all of them allow;
 * ``sync``: the k-th ``--sync NAME`` span starts at one instant in every process that has it;
-  so does a preset's own (AReaL's weight updates, :data:`tracemerge.phase_rules.AREAL`) in a run
+  so does a preset's own (AReaL's weight updates, :data:`tracemerge.phases.rules.AREAL`) in a run
   whose phases are that preset's;
 * ``session``: AReaL session records (wall clock) and the perf-tracer spans of the same sessions.
 
@@ -31,22 +31,10 @@ from pathlib import Path
 from typing import Protocol
 
 from tracemerge.anchors import COLLECTIVE, SESSION, SYNC, sync_presets
-from tracemerge.matching import Anchor, Evidence, estimate, sync_text
+from tracemerge.clock.matching import Anchor, Evidence, estimate, sync_text
+from tracemerge.clock.offsets import ManualOffset, rule_for
 from tracemerge.model import ClockDomain, Identity
-from tracemerge.offsets import ManualOffset, load_offsets, parse_offset, rule_for
-from tracemerge.phase_rules import PRESETS
-
-# --offset rules (tracemerge.offsets) are clock options: importable from here too.
-__all__ = [
-    "AUTOMATIC",
-    "AlignOptions",
-    "Alignment",
-    "ManualOffset",
-    "SourceClock",
-    "align",
-    "load_offsets",
-    "parse_offset",
-]
+from tracemerge.phases.rules import PRESETS
 
 # Fewest matched collectives that place a clock (sync and session anchors: one is evidence).
 MIN_COLLECTIVES = 3

@@ -1,7 +1,7 @@
 """Processes placed without clock evidence: nothing relates their clock to the rest of the run
 (:mod:`tracemerge.clock`'s ``unrelated`` placement), so their times say nothing against the
 others'. Their process title says so (``reward · rank 0 (unaligned)``), and the Pipeline group
-has a warning row naming them (:mod:`tracemerge.derived_tracks`)."""
+has a warning row naming them (:mod:`tracemerge.phases.tracks`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Protocol
 
-from tracemerge.clock import Alignment
+from tracemerge.clock.alignment import Alignment
 from tracemerge.model import Identity
 
 # SourceClock methods that place a file on no evidence of its clock: nothing relates it, or only its

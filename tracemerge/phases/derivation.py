@@ -1,5 +1,5 @@
 """RL phases: where each step's time went, derived from the phase and step marks the files'
-reads noted (:mod:`tracemerge.phase_rules` says which names are which).
+reads noted (:mod:`tracemerge.phases.rules` says which names are which).
 
 Steps per process come from its step markers (``ProfilerStep#N`` in any torch trace, or the
 preset's); a process without any takes the job's steps (the union of the others' step N); a run
@@ -8,8 +8,8 @@ Within a step, time belongs to the innermost phase running (a phase nested in an
 its time from it) and the rest is ``idle``: per process and step, phase times plus idle time
 equal the step's time, to the nanosecond. Per step, and per role, step and phase, who started
 last and who held the others up is :mod:`tracemerge.critical`'s (from the collectives each process
-took part in). The summary of the numbers is :mod:`tracemerge.phase_summary`; the tracks drawn
-from them :mod:`tracemerge.derived_tracks`.
+took part in). The summary of the numbers is :mod:`tracemerge.phases.step_summary`; the tracks drawn
+from them :mod:`tracemerge.phases.tracks`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from tracemerge.breakdown import Breakdown, intersection, merged, step_breakdown
 from tracemerge.critical import FOREVER, Holdup, Timeline, holdup
 from tracemerge.critical_path import Devices, Segment, first_events, step_path
 from tracemerge.model import Identity
-from tracemerge.phase_rules import MSTX, NAMED_STEPS, TORCH_STEPS, Preset
+from tracemerge.phases.rules import MSTX, NAMED_STEPS, TORCH_STEPS, Preset
 from tracemerge.stats import Losses, Stat
 
 IDLE = "idle"
@@ -103,7 +103,7 @@ class PhaseModel:
     found_steps: list[int] = field(default_factory=list)  # every step, kept by --steps or not
     scalars: dict[int, dict[str, float]] = field(default_factory=dict)  # of the job steps, by step
     holdups: dict[int, Holdup] = field(default_factory=dict)  # of the job steps, by step
-    # Processes placed without clock evidence: per process, a line per such file (tracemerge.unaligned).
+    # Processes placed without clock evidence: per process, a line per such file (tracemerge.clock.unaligned).
     unaligned: dict[Identity, list[str]] = field(default_factory=dict)
     span: tuple[int, int] | None = None  # the run's first and last event (aligned)
     active: dict[Identity, int] = field(default_factory=dict)  # per process: first to last event

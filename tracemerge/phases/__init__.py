@@ -1,0 +1,58 @@
+"""Phase derivation, the stage after clock alignment: where each RL step's time went.
+
+Input: the phase, step, collective and device marks each file's read noted (by the phase rules of
+:mod:`tracemerge.phases.rules`: which span names are which phase, which delimit steps), and each
+file's placement (its offset from :mod:`tracemerge.clock`). Output: a :class:`PhaseModel` (per
+process its steps, phases and idle time; per role the phase spans of each step; who held each
+step up, device time and the critical path), the numbers and tables of its summary, and the
+Phases and Pipeline tracks drawn from it.
+
+* :func:`derive` makes the model and :func:`attach_scalars` gives its steps the tracker scalars
+  (:mod:`tracemerge.phases.derivation`);
+* :func:`resolve`, :func:`load_rules` and :class:`PhaseOptions` choose the rules
+  (:mod:`tracemerge.phases.rules`);
+* :func:`summary`, :func:`format_summary`, :func:`stored` and :func:`per_step` are its numbers as
+  printed and as a merged trace keeps them (:mod:`tracemerge.phases.step_summary`);
+* :mod:`tracemerge.phases.tracks` draws the tracks, and :mod:`tracemerge.phases.derived_unit`
+  writes them as one more unit of the output (planning and encoding's business: not re-exported).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# Public name -> the module defining it, imported the first time the name is used: the command
+# line and the readers import the phase rules alone, and importing deriving and summarising with
+# them would cost every start some 20 ms.
+_HOME = {
+    "PhaseModel": "tracemerge.phases.derivation",
+    "PipelineSlice": "tracemerge.phases.derivation",
+    "ProcessPhases": "tracemerge.phases.derivation",
+    "StepScalars": "tracemerge.phases.derivation",
+    "attach_scalars": "tracemerge.phases.derivation",
+    "derive": "tracemerge.phases.derivation",
+    "AUTO": "tracemerge.phases.rules",
+    "AUTO_PHASES": "tracemerge.phases.rules",
+    "PRESETS": "tracemerge.phases.rules",
+    "PhaseOptions": "tracemerge.phases.rules",
+    "PhaseRules": "tracemerge.phases.rules",
+    "Preset": "tracemerge.phases.rules",
+    "load_rules": "tracemerge.phases.rules",
+    "resolve": "tracemerge.phases.rules",
+    "format_summary": "tracemerge.phases.step_summary",
+    "per_step": "tracemerge.phases.step_summary",
+    "stored": "tracemerge.phases.step_summary",
+    "summary": "tracemerge.phases.step_summary",
+}
+
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # the next use is a plain attribute
+    return value
