@@ -10,10 +10,13 @@ where viztracer is installed). The machine may be shared: compare ratios from on
 seconds across runs.
 
 Suites:
-  main     8 ranks × 23 MB Kineto (GPU streams, ac2g flows, args on every event, pids shared by
-           ranks r and r+8): tracemerge to .pftrace and to .json, viztracer --combine,
-           HolisticTraceAnalysis's loader (where installed), a msgspec decode floor and a naive
-           json.load/json.dump concatenation; plus 8 ranks of AReaL JSONL and of Ascend text.
+  main     8 ranks × 23 MB of each workload shape (make_workload.py --kind): Kineto (GPU streams,
+           ac2g flows, args on every event, pids shared by ranks r and r+8): tracemerge to
+           .pftrace and to .json, viztracer --combine, HolisticTraceAnalysis's loader (where
+           installed), a msgspec decode floor and a naive json.load/json.dump concatenation;
+           epoch-µs Kineto: tracemerge and viztracer; Ascend text and AReaL JSONL (which
+           viztracer does not read): tracemerge. Where viztracer reads the shape, one rank too.
+           Last, tracemerge's CPU per event on each shape against Kineto's.
   scaling  1, 8, 32 and 64 ranks of the same per-rank size: tracemerge and viztracer.
   big      one Kineto file of 0.2, 0.5 and 1 GB: tracemerge and viztracer.
 """
@@ -60,19 +63,29 @@ def measure(cmd: list[str], output: Path | None) -> tuple[float, float, float]:
 
 
 def make(out: Path, *args: str) -> tuple[list[str], float]:
-    subprocess.run([PY, str(HERE / "make_workload.py"), str(out), *args], check=True, stdout=subprocess.DEVNULL)
+    files, size, _ = make_counted(out, *args)
+    return files, size
+
+
+def make_counted(out: Path, *args: str) -> tuple[list[str], float, int]:
+    """The workload's files, their MB, and how many events the generator wrote."""
+    done = subprocess.run(
+        [PY, str(HERE / "make_workload.py"), str(out), *args], check=True, capture_output=True, text=True
+    )
     files = sorted(str(p) for p in out.rglob("*") if p.is_file() and not p.name.startswith("profiler_info"))
-    return files, sum(Path(f).stat().st_size for f in files) / 1e6
+    return files, sum(Path(f).stat().st_size for f in files) / 1e6, int(done.stdout.split()[0])
 
 
-def commands(work: Path, run: Path, files: list[str], *, full: bool) -> dict[str, tuple[list[str], Path | None]]:
+def commands(
+    work: Path, run: Path, files: list[str], *, full: bool, viz: bool = True
+) -> dict[str, tuple[list[str], Path | None]]:
     tm = [PY, "-m", "tracemerge", str(run), "-q"]
     cmds: dict[str, tuple[list[str], Path | None]] = {
         "tracemerge -o .pftrace": ([*tm, "-o", str(work / "out.pftrace")], work / "out.pftrace"),
     }
     if full:
         cmds["tracemerge -o .json"] = ([*tm, "-o", str(work / "out.json")], work / "out.json")
-    if shutil.which("viztracer"):
+    if viz and shutil.which("viztracer"):
         viz = work / "viz.json"
         cmds["viztracer --combine"] = (["viztracer", "--combine", *files, "-o", str(viz)], viz)
     if full:
@@ -95,8 +108,10 @@ ONCE = frozenset({"HolisticTraceAnalysis loader"})
 SKIP: set[str] = set()
 
 
-def bench(title: str, work: Path, run: Path, files: list[str], size: float, repeat: int, full: bool) -> None:
-    cmds = {name: cmd for name, cmd in commands(work, run, files, full=full).items() if name not in SKIP}
+def bench(
+    title: str, work: Path, run: Path, files: list[str], size: float, repeat: int, full: bool, viz: bool = True
+) -> dict[str, Runs]:
+    cmds = {name: cmd for name, cmd in commands(work, run, files, full=full, viz=viz).items() if name not in SKIP}
     results = {name: Runs() for name in cmds}
     for n in range(repeat):
         for name, (cmd, output) in cmds.items():
@@ -126,6 +141,7 @@ def bench(title: str, work: Path, run: Path, files: list[str], size: float, repe
         out = f"{r.out_mb:,.1f}" if r.out_mb else "-"
         print(f"| {name} | {wall:.2f} | {cpu:.2f} | {rss:.0f} | {out} | {ratios[0]} | {ratios[1]} |")
     sys.stdout.flush()
+    return results
 
 
 def compile_package() -> None:
@@ -135,6 +151,34 @@ def compile_package() -> None:
     import tracemerge
 
     compileall.compile_dir(Path(tracemerge.__file__).parent, quiet=1)
+
+
+# The workloads of the main suite, and whether viztracer --combine reads them.
+KINDS = {"kineto": True, "epoch": True, "ascend": False, "areal": False}
+
+
+def main_suite(work: Path, args: argparse.Namespace) -> None:
+    """Every workload shape at 8 ranks (and, where viztracer reads it, one rank): the tables, then
+    tracemerge's CPU per event on each against the Kineto workload's."""
+    per_event: dict[str, tuple[int, float]] = {}
+    for kind, viz in KINDS.items():
+        run = work / kind
+        files, size, events = make_counted(run, "--ranks", str(args.ranks), "--mb", str(args.mb), "--kind", kind)
+        title = f"{kind}, {args.ranks} ranks × {args.mb:g} MB, {events:,} events"
+        results = bench(title, work, run, files, size, args.repeat, kind == "kineto", viz)
+        per_event[kind] = (events, statistics.median(results["tracemerge -o .pftrace"].cpu))
+        shutil.rmtree(run)
+        if viz:
+            one = work / f"{kind}-one"
+            files, size = make(one, "--ranks", "1", "--mb", str(args.mb), "--kind", kind)
+            bench(f"{kind}, one rank of {args.mb:g} MB", work, one, files, size, args.repeat, False, viz)
+            shutil.rmtree(one)
+    kineto_events, kineto_cpu = per_event["kineto"]
+    print("\n### CPU per event: tracemerge -o .pftrace\n")
+    print("| workload | events | CPU s | CPU per event | vs Kineto |\n|---|---:|---:|---:|---:|")
+    for kind, (events, cpu) in per_event.items():
+        ratio = (cpu / events) / (kineto_cpu / kineto_events)
+        print(f"| {kind} | {events:,} | {cpu:.2f} | {cpu / events * 1e6:.2f} µs | {ratio:.2f}x |")
 
 
 def main() -> None:
@@ -152,30 +196,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="tracemerge-bench-"))
     try:
         if args.suite in ("main", "all"):
-            run = work / "kineto"
-            files, size = make(run, "--ranks", str(args.ranks), "--mb", str(args.mb))
-            bench(f"Kineto, {args.ranks} ranks × {args.mb:g} MB", work, run, files, size, args.repeat, True)
-            for kind in ("areal", "ascend"):
-                run = work / kind
-                files, size = make(run, "--ranks", str(args.ranks), "--mb", str(args.mb), "--kind", kind)
-                tm_only = {"tracemerge -o .pftrace"}
-                cmds = commands(work, run, files, full=False)
-                results = {name: Runs() for name in cmds if name in tm_only}
-                for _ in range(args.repeat):
-                    for name in results:
-                        cmd, output = cmds[name]
-                        wall, cpu, rss = measure(cmd, output)
-                        results[name].wall.append(wall)
-                        results[name].cpu.append(cpu)
-                        results[name].rss.append(rss)
-                        results[name].out_mb = output.stat().st_size / 1e6 if output else 0
-                for name, r in results.items():
-                    wall, cpu, rss = (statistics.median(x) for x in (r.wall, r.cpu, r.rss))
-                    print(
-                        f"\n{kind}: {len(files)} files, {size:,.1f} MB: {name}: wall {wall:.2f} s, "
-                        f"CPU {cpu:.2f} s, peak RSS {rss:.0f} MB, output {r.out_mb:,.1f} MB"
-                    )
-                shutil.rmtree(run)
+            main_suite(work, args)
         if args.suite in ("scaling", "all"):
             for ranks in (1, 8, 32, 64):
                 run = work / f"scale{ranks}"
