@@ -18,8 +18,9 @@ from builders import kineto_device
 from conftest import FIXTURES
 from typer.testing import CliRunner
 
-from tracemerge import cli, phase_summary
+from tracemerge import cli
 from tracemerge.breakdown import COMPACT_AFTER, add_span, covered, intersection, merged
+from tracemerge.phases import step_summary
 
 runner = CliRunner()
 US = 1_000
@@ -345,7 +346,7 @@ def test_stored_summary_keeps_whole_steps_up_to_its_limit(tmp_path: Path, monkey
     how many rows and steps it left out; the summary of the run itself keeps all."""
     run = _run(tmp_path)
     full = _numbers(str(run))
-    monkeypatch.setattr(phase_summary, "STORED_ROWS", limit)
+    monkeypatch.setattr(step_summary, "STORED_ROWS", limit)
     out = tmp_path / "merged.pftrace"
     result = runner.invoke(cli.app, ["merge", str(run), "-o", str(out), "-q"])
     assert result.exit_code == 0, result.output
@@ -376,8 +377,8 @@ def test_stored_summary_is_bounded_at_scale() -> None:
         "breakdown": [{"role": "actor", "rank": r, "step": s, "wall_ns": 1} for r in range(64) for s in range(steps)],
         "critical_path": [{"step": s, "start_ns": s, "end_ns": s + 1} for s in range(steps) for _ in range(80)],
     }
-    kept = json.loads(phase_summary.stored(numbers)["numbers"])
-    assert len(kept["breakdown"]) == 64_000 == phase_summary.STORED_ROWS
+    kept = json.loads(step_summary.stored(numbers)["numbers"])
+    assert len(kept["breakdown"]) == 64_000 == step_summary.STORED_ROWS
     assert {r["step"] for r in kept["breakdown"]} == set(range(1000))
     assert len(kept["critical_path"]) == 800 * 80
     assert {seg["step"] for seg in kept["critical_path"]} == set(range(800))

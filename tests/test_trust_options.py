@@ -14,7 +14,7 @@ import pytest
 from conftest import FIXTURES
 from typer.testing import CliRunner
 
-from tracemerge import cli, executors
+from tracemerge import cli, engine, executors
 
 runner = CliRunner()
 EPOCH_US = 1_790_000_000_000_000
@@ -124,7 +124,7 @@ def test_jobs_are_capped_at_the_cpus_and_said(tmp_path: Path, monkeypatch) -> No
 
     monkeypatch.setattr(executors, "ProcessPoolExecutor", pool)
     monkeypatch.setattr(executors, "usable_cores", lambda: 2)
-    monkeypatch.setattr(cli, "usable_cores", lambda: 2)
+    monkeypatch.setattr(engine, "usable_cores", lambda: 2)
     report = tmp_path / "r.json"
     run_dir = tmp_path / "run"
     run_dir.mkdir()
