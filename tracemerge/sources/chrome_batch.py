@@ -19,18 +19,16 @@ from __future__ import annotations
 
 import itertools
 from operator import eq, itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from tracemerge.anchors import DEVICE_COMM, DEVICE_COMPUTE
 from tracemerge.bounds import DEEP_FROM
 from tracemerge.entries import ENTRY_SCHEMA, POINT_SCHEMA, Block, equal_runs
-from tracemerge.model import OriginKey
+from tracemerge.layout import FileLayout
+from tracemerge.model import OriginKey, ThreadKey
 from tracemerge.units import FLOAT_EXACT_LIMIT_US
-
-if TYPE_CHECKING:
-    from tracemerge.sources.chrome_events import ChromeEvents
 
 _FLOW_CODES = {"s": 0, "t": 1, "f": 2}
 _INSTANTS = frozenset({"i", "I", "R"})
@@ -41,7 +39,32 @@ _INEXACT = np.int64(-(1 << 63))
 _SPARSE = 4
 
 
-def add_columns(reader: ChromeEvents, batch: list, origin: OriginKey, plain_text: bool, bind_ids: bool) -> None:
+class BatchReader(Protocol):
+    """What the columnar path needs of the reader it serves
+    (:class:`~tracemerge.sources.chrome_events.ChromeEvents`): its layout, its threads as
+    columns number them, the device notes, and its per-event path for what columns do not take."""
+
+    layout: FileLayout
+    thread_keys: list[ThreadKey]
+
+    def add_each(self, batch: list, origin: OriginKey, plain_text: bool) -> None: ...
+
+    def bounded(self, args: Any) -> Any: ...
+
+    def thread_indexes(self, keys: list[tuple]) -> np.ndarray: ...
+
+    def head_sizes(self, heads: tuple[bytes, ...]) -> np.ndarray: ...
+
+    def note_devices(self, threads: np.ndarray, prefixes: list[bytes]) -> None: ...
+
+    def activity_rows(
+        self, prefixes: list[bytes], watched: np.ndarray | None, xs: list
+    ) -> tuple[np.ndarray | None, np.ndarray | None]: ...
+
+    def note_device_rows(self, threads: np.ndarray, cats: list[str]) -> None: ...
+
+
+def add_columns(reader: BatchReader, batch: list, origin: OriginKey, plain_text: bool, bind_ids: bool) -> None:
     """Hands a typed batch to the layout: its complete events and flow points as columns, the
     rest one by one, each thread's in the order of the file."""
     n = len(batch)
@@ -104,7 +127,7 @@ class _Rows:
     """One kind of event of a batch, as columns: ``at`` the batch positions of the rows the
     columns take (the others are left to the per-event path), ``threads`` each row's thread."""
 
-    reader: ChromeEvents
+    reader: BatchReader
     at: np.ndarray
     threads: np.ndarray
     _groups: dict[int, list] | None = None  # per thread: its rows, and how many are handed over
@@ -149,7 +172,7 @@ class _Slices(_Rows):
     comm: np.ndarray | None = None  # per row, whether it is a collective's device work
     xs: list
 
-    def __init__(self, reader: ChromeEvents, batch: list, phs: list, plain_text: bool, bind_ids: bool) -> None:
+    def __init__(self, reader: BatchReader, batch: list, phs: list, plain_text: bool, bind_ids: bool) -> None:
         self.reader = reader
         is_x = list(map(eq, phs, itertools.repeat("X")))
         xs = list(itertools.compress(batch, is_x))
@@ -249,7 +272,7 @@ class _Slices(_Rows):
                 layout.note(self.xs[row].name, origin, thread, int(self.starts[row]), length)
 
 
-def _intern_in_order(reader: ChromeEvents, batch: list, phs: list, missing: np.ndarray) -> None:
+def _intern_in_order(reader: BatchReader, batch: list, phs: list, missing: np.ndarray) -> None:
     """Interns the names of the batch's slices not seen before (at ``missing``) and of its
     instants, in file order: the order the per-event path interns them in, whatever the batches."""
     cache, prefix = reader.layout.prefixes, reader.layout.prefix
@@ -265,7 +288,7 @@ def _intern_in_order(reader: ChromeEvents, batch: list, phs: list, missing: np.n
 class _Points(_Rows):
     """The batch's flow points with integer ids."""
 
-    def __init__(self, reader: ChromeEvents, batch: list, phs: list) -> None:
+    def __init__(self, reader: BatchReader, batch: list, phs: list) -> None:
         self.reader = reader
         flowing = list(map(_FLOW_CODES.__contains__, phs))
         fs = list(itertools.compress(batch, flowing))
