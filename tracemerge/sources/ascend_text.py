@@ -36,17 +36,10 @@ from tracemerge.sources.ascend_titles import (
     slice_title,
 )
 from tracemerge.sources.base import SourceFormat
-from tracemerge.sources.chrome_events import (
-    INSTANT,
-    SLICE,
-    ChromeEvents,
-    ExactEvent,
-    LenientEvent,
-    TraceEvent,
-    counter_series,
-    plain_args,
-    us_to_ns,
-)
+from tracemerge.sources.chrome_events import ChromeEvents
+from tracemerge.sources.chrome_kinds import INSTANT, SLICE
+from tracemerge.sources.chrome_schema import ExactEvent, LenientEvent, TraceEvent, us_to_ns
+from tracemerge.sources.chrome_values import counter_series, plain_args
 from tracemerge.sources.common import read_events
 
 NAME = "ascend-text"

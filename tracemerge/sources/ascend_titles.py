@@ -32,7 +32,7 @@ from typing import Any
 
 from tracemerge.layout import FileLayout
 from tracemerge.model import ThreadKey
-from tracemerge.sources.chrome_events import counter_series
+from tracemerge.sources.chrome_values import counter_series
 from tracemerge.spill import SortedBuffer
 
 # Arg keys under which the text export writes a fraction that its key calls a percentage.
