@@ -21,7 +21,8 @@ from tracemerge.sources.base import HEAD_BYTES, read_head
 from tracemerge.sources.chrome_events import ChromeEvents
 from tracemerge.sources.chrome_schema import ExactEvent, NeedsExactTimes
 from tracemerge.sources.json_segments import read_in_parts
-from tracemerge.sources.json_stream import Damage, EventStream, replaced_surrogates
+from tracemerge.sources.json_stream import Damage, EventStream
+from tracemerge.sources.json_text import replaced_surrogates
 
 
 def first_json_object(head: bytes, path: Path | None = None) -> dict | None:
