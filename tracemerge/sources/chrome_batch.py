@@ -25,7 +25,8 @@ import numpy as np
 
 from tracemerge.anchors import DEVICE_COMM, DEVICE_COMPUTE
 from tracemerge.bounds import DEEP_FROM
-from tracemerge.entries import ENTRY_SCHEMA, POINT_SCHEMA, Block, equal_runs
+from tracemerge.column_blocks import Block
+from tracemerge.entries import ENTRY_SCHEMA, POINT_SCHEMA, equal_runs
 from tracemerge.layout import FileLayout
 from tracemerge.model import OriginKey, ThreadKey
 from tracemerge.units import FLOAT_EXACT_LIMIT_US
