@@ -40,7 +40,6 @@ from tracemerge.errors import InputError, NotATrace, shown
 from tracemerge.layout import FileLayout
 from tracemerge.layouts import needs_export
 from tracemerge.model import ClockDomain, OriginKey, SourceData, ThreadInfo, ThreadKey, as_rank
-from tracemerge.sources.ascend_db import _opened
 from tracemerge.sources.ascend_layout import SQLITE_MAGIC
 from tracemerge.sources.base import SourceFormat
 from tracemerge.sources.nsys_gpu import read_device
@@ -61,6 +60,7 @@ from tracemerge.sources.nsys_tables import (
     shown_id,
     tid_of,
 )
+from tracemerge.sources.sqlite_open import _opened
 
 NAME = "nsys-db"
 REPORT_SUFFIX, EXPORT_SUFFIX = ".nsys-rep", ".sqlite"
