@@ -43,7 +43,7 @@ from tracemerge.model import ClockDomain, OriginKey, SourceData, ThreadInfo, Thr
 from tracemerge.sources.ascend_layout import SQLITE_MAGIC
 from tracemerge.sources.base import SourceFormat
 from tracemerge.sources.nsys_gpu import read_device
-from tracemerge.sources.nsys_tables import (
+from tracemerge.sources.nsys_schema import (
     API_TABLES,
     CUDA_EVENT,
     GPU_METRICS,
@@ -54,12 +54,12 @@ from tracemerge.sources.nsys_tables import (
     NVTX,
     OVERHEAD_TABLES,
     SYNC,
-    NsysReader,
     Schema,
     pid_of,
     shown_id,
     tid_of,
 )
+from tracemerge.sources.nsys_tables import NsysReader
 from tracemerge.sources.sqlite_open import _opened
 
 NAME = "nsys-db"
