@@ -42,6 +42,15 @@ def _unsigned_pair(a: int, b: int) -> tuple[int, int]:
 
 def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> None:
     """The clock snapshot and every track descriptor, before any event that uses them."""
+    _write_clock_and_root(out, plan)
+    _write_processes(out, plan)
+    _write_threads(out, plan, lanes)
+    _write_counters(out, plan)
+    _write_notes(out, plan)
+
+
+def _write_clock_and_root(out: BinaryIO, plan: MergePlan) -> None:
+    """The wall-clock snapshot (when the trace has a wall clock) and the root descriptor."""
     seq = DESCRIPTOR_SEQUENCE
     if plan.wall_clock:
         # A time base before 1970 (an epoch clock that wrote a negative time) is placed by the
@@ -58,12 +67,14 @@ def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> No
     root.track_descriptor.process_ordering = pb.TrackDescriptor.PROCESS_ORDERING_EXPLICIT
     root.track_descriptor.thread_ordering = pb.TrackDescriptor.THREAD_ORDERING_EXPLICIT
     write_packet(out, root)
-    groups = set()
+
+
+def _write_processes(out: BinaryIO, plan: MergePlan) -> None:
+    """A descriptor per process, or per group (a top-level track of its own)."""
     for proc in plan.processes:
         pkt = _descriptor(proc.uuid)
         if proc.is_group:  # a top-level track of its own (the UI lists these above the processes)
             pkt.track_descriptor.name = proc.name
-            groups.add(proc.uuid)
         else:
             pkt.track_descriptor.process.pid = proc.pid
             pkt.track_descriptor.process.process_name = proc.name
@@ -71,6 +82,10 @@ def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> No
         pkt.track_descriptor.sibling_order_rank = proc.order
         pkt.track_descriptor.child_ordering = pb.TrackDescriptor.EXPLICIT
         write_packet(out, pkt)
+
+
+def _write_threads(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> None:
+    """A descriptor per thread track, then per overlap lane (placed by whether its track is a thread)."""
     as_thread = {thread.uuid for thread in plan.threads if thread.as_thread}
     for thread in plan.threads:
         pkt = _descriptor(thread.uuid, thread.process_uuid)
@@ -95,6 +110,10 @@ def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> No
         pkt.track_descriptor.sibling_order_rank = lane.lane
         pkt.track_descriptor.sibling_merge_behavior = pb.TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE
         write_packet(out, pkt)
+
+
+def _write_counters(out: BinaryIO, plan: MergePlan) -> None:
+    """A counter track descriptor per counter, after every slice track of its process."""
     for counter in plan.counters:
         pkt = _descriptor(counter.uuid, counter.process_uuid)
         pkt.track_descriptor.name = counter.name
@@ -103,6 +122,11 @@ def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> No
         pkt.track_descriptor.sibling_order_rank = 1 << 29  # after every slice track (v57+; v52 sorts by name)
         pkt.track_descriptor.counter.SetInParent()
         write_packet(out, pkt)
+
+
+def _write_notes(out: BinaryIO, plan: MergePlan) -> None:
+    """The phase summary on the first group's track, and the clock notes, each process's on a track
+    of its own."""
     group = next((proc for proc in plan.processes if proc.is_group), None)
     if plan.phase_summary and group is not None:
         write_packet(out, _note(0, group.uuid, SUMMARY_NOTE, {"summary": plan.phase_summary}))
