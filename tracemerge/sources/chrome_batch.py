@@ -184,29 +184,10 @@ class _Slices(_Rows):
             return
         starts = _micros([e.ts for e in xs], n)
         lengths = _micros([e.dur for e in xs], n)
-        pairs = [(e.name, e.cat) for e in xs]
-        layout = reader.layout
-        prefixes = list(map(layout.prefixes.get, pairs))
-        watched: np.ndarray | None = None  # rows named as clock or phase evidence: noted when emitted
-        if None in prefixes:
-            missing = _none_at(prefixes, n)
-            _intern_in_order(reader, batch, phs, at[missing])
-            cached, prefix = layout.prefixes.get, layout.prefix
-            watched = np.zeros(n, bool)
-            for row in np.flatnonzero(missing).tolist():
-                found = cached(pairs[row])
-                if found is None:  # a watched name's encoding is not cached
-                    found = prefix(*pairs[row])
-                    watched[row] = True
-                prefixes[row] = found
-        del pairs
+        prefixes, watched = _prefixes(reader, batch, phs, xs, at)
         if starts is None or lengths is None:
             return
-        odd = (starts == _INEXACT) | (lengths == _INEXACT) | (lengths < 0)
-        if bind_ids:
-            binds = [e.bind_id for e in xs]
-            if binds.count(None) != n:
-                odd |= ~_none_at(binds, n)
+        odd = _odd_rows(xs, starts, lengths, bind_ids)
         if odd.any():
             keep = np.flatnonzero(~odd)
             if not len(keep):
@@ -216,7 +197,6 @@ class _Slices(_Rows):
             prefixes = list(pick(prefixes))
             if watched is not None:
                 watched = watched[keep]
-            n = len(xs)
         self.at, self.starts, self.negdurs = at, starts, -lengths
         self.threads = reader.thread_indexes([(e.pid, e.tid) for e in xs])
         reader.note_devices(self.threads, prefixes)
@@ -225,13 +205,20 @@ class _Slices(_Rows):
             self.watched, self.xs = watched, xs
             rows = np.flatnonzero(watched)
             reader.note_device_rows(self.threads[rows], [xs[row].cat for row in rows.tolist()])
+        self._encode_args(xs, prefixes, plain_text)
+
+    def _encode_args(self, xs: list, prefixes: list[bytes], plain_text: bool) -> None:
+        """Each row's body after its ``prefixes``: ``fields`` (the args annotation's head, or the
+        whole annotation) and ``args`` (raw args text written after its head, or empty), and
+        ``body_sizes``, the length of each body."""
+        reader, n = self.reader, len(xs)
         args = [e.args for e in xs]
         sizes = np.fromiter(map(len, args), np.int64, n)
         if int(sizes.max()) >= DEEP_FROM:  # long args may nest too deep (their length stays)
             for row in np.flatnonzero(sizes >= DEEP_FROM).tolist():
                 args[row] = reader.bounded(args[row])
                 sizes[row] = len(args[row])
-        heads = layout.enc.args_heads
+        heads = reader.layout.enc.args_heads
         if plain_text and int(sizes.max()) < len(heads):
             fields = list(map(heads.__getitem__, sizes.tolist()))
             empty = sizes <= 2
@@ -240,7 +227,7 @@ class _Slices(_Rows):
                     fields[i] = args[i] = b""
             field_sizes = np.where(empty, 0, reader.head_sizes(heads)[sizes] + sizes)
         else:
-            encode = layout.enc.args
+            encode = reader.layout.enc.args
             fields = [encode(bytes(a)) if len(a) > 2 else b"" for a in args]
             args = [b""] * n
             field_sizes = np.fromiter(map(len, fields), np.int64, n)
@@ -271,6 +258,40 @@ class _Slices(_Rows):
             for row in rows[self.watched[rows]].tolist():
                 length = -int(self.negdurs[row])
                 layout.note(self.xs[row].name, origin, thread, int(self.starts[row]), length)
+
+
+def _prefixes(reader: BatchReader, batch: list, phs: list, xs: list, at: np.ndarray) -> tuple[list, np.ndarray | None]:
+    """Each complete event's encoded name and category (``xs``, at batch positions ``at``), one
+    object per pair as the layout caches them, and per row whether its name is watched as clock or
+    phase evidence (None: no row is); names not seen before are interned in file order."""
+    n = len(xs)
+    pairs = [(e.name, e.cat) for e in xs]
+    layout = reader.layout
+    prefixes = list(map(layout.prefixes.get, pairs))
+    watched: np.ndarray | None = None  # rows named as clock or phase evidence: noted when emitted
+    if None in prefixes:
+        missing = _none_at(prefixes, n)
+        _intern_in_order(reader, batch, phs, at[missing])
+        cached, prefix = layout.prefixes.get, layout.prefix
+        watched = np.zeros(n, bool)
+        for row in np.flatnonzero(missing).tolist():
+            found = cached(pairs[row])
+            if found is None:  # a watched name's encoding is not cached
+                found = prefix(*pairs[row])
+                watched[row] = True
+            prefixes[row] = found
+    return prefixes, watched
+
+
+def _odd_rows(xs: list, starts: np.ndarray, lengths: np.ndarray, bind_ids: bool) -> np.ndarray:
+    """The complete events left to the per-event path: times with more decimals than ns, a negative
+    duration, or a flow (v2) bound to the slice."""
+    odd = (starts == _INEXACT) | (lengths == _INEXACT) | (lengths < 0)
+    if bind_ids:
+        binds = [e.bind_id for e in xs]
+        if binds.count(None) != len(xs):
+            odd |= ~_none_at(binds, len(xs))
+    return odd
 
 
 def _intern_in_order(reader: BatchReader, batch: list, phs: list, missing: np.ndarray) -> None:
