@@ -176,10 +176,8 @@ class ChromeEvents(EventKinds, BoundFlows, ThreadNames):
         buffers = self._buffers.get(origin)
         if buffers is None:
             buffers = self._buffers[origin] = {}
-        add = self.add
+        add_point = self._add_point
         device_pids = self.device_pids
-        points = self._points
-        flow_phases = _FLOW_PHASE_NUMBERS
         # The last (pid, tid) as decoded, its thread key and buffer: events come in runs on one
         # thread. Only typed batches use it: their pid and tid are int, str or None, which are
         # equal only where their thread keys are.
@@ -190,22 +188,7 @@ class ChromeEvents(EventKinds, BoundFlows, ThreadNames):
         for e in batch:
             ph = e.ph
             if ph != "X":
-                phase = flow_phases.get(ph)
-                ts, fid = e.ts, e.id
-                if phase is None or type(ts) is not float or type(fid) is not int or not -_LIMIT < ts < _LIMIT:
-                    add(e, origin)
-                    continue
-                start = round(ts * 1000)
-                if start / 1000 != ts:
-                    add(e, origin)
-                    continue
-                pid, tid = e.pid, e.tid
-                if type(tid) is str or type(pid) is str:
-                    pid, tid = _hashable(pid), _hashable(tid)
-                pts = points.get((origin, pid, tid))
-                if pts is None:
-                    pts = self._new_points(origin, pid, tid)
-                pts.append((start, phase, ordinal(), (e.cat, e.name, fid), ph == "f" and e.bp != "e"))
+                add_point(e, origin)
                 continue
             pid, tid = e.pid, e.tid
             if tid == last_tid and pid == last_pid:
@@ -226,17 +209,10 @@ class ChromeEvents(EventKinds, BoundFlows, ThreadNames):
                 if start / 1000 != ts or length / 1000 != dur:
                     start, length = self.to_ns(ts), self.to_ns(dur)
             else:
-                try:
-                    start, length = self.to_ns(ts), self.to_ns(dur)
-                    checked_ns(start + length)  # an end no trace can hold: the duration is out of range
-                except NeedsExactTimes:
-                    raise
-                except (ValueError, TypeError):
-                    self._bad_complete(e)
+                times = self._complete_times(e)
+                if times is None:
                     continue
-                if length < 0:
-                    self.dropped["X event with negative dur"] += 1
-                    continue
+                start, length = times
             name, cat = e.name, e.cat
             if cat in DEVICE_CATEGORIES:
                 device_pids.add(pid)
@@ -255,12 +231,48 @@ class ChromeEvents(EventKinds, BoundFlows, ThreadNames):
                 args = self.bounded(args)
                 n = len(args)
                 body += b"".join((heads[n], args)) if n < n_heads else args_field(bytes(args))
+            slice_ordinal = ordinal()
+            buf.append((start, -length, SLICE, slice_ordinal, body))
             if e.bind_id is not None:
-                slice_ordinal = ordinal()
-                buf.append((start, -length, SLICE, slice_ordinal, body))
                 self._bind(e, origin, (pid, tid), start, slice_ordinal)
-                continue
-            buf.append((start, -length, SLICE, ordinal(), body))
+
+    def _add_point(self, e: Any, origin: OriginKey) -> None:
+        """A flow point (v1) whose time is a float and id an integer, kept inline; any other event
+        but a complete one through :meth:`add`."""
+        ph = e.ph
+        phase = _FLOW_PHASE_NUMBERS.get(ph)
+        ts, fid = e.ts, e.id
+        if phase is None or type(ts) is not float or type(fid) is not int or not -_LIMIT < ts < _LIMIT:
+            self.add(e, origin)
+            return
+        start = round(ts * 1000)
+        if start / 1000 != ts:
+            self.add(e, origin)
+            return
+        pid, tid = e.pid, e.tid
+        if type(tid) is str or type(pid) is str:
+            pid, tid = _hashable(pid), _hashable(tid)
+        pts = self._points.get((origin, pid, tid))
+        if pts is None:
+            pts = self._new_points(origin, pid, tid)
+        pts.append((start, phase, self.layout.ordinal(), (e.cat, e.name, fid), ph == "f" and e.bp != "e"))
+
+    def _complete_times(self, e: Any) -> tuple[int, int] | None:
+        """A complete event's start and duration in ns read by ``to_ns`` (times other than floats
+        whose 3-decimal value is exact); None, counted, when they cannot be read or the duration
+        is negative."""
+        try:
+            start, length = self.to_ns(e.ts), self.to_ns(e.dur)
+            checked_ns(start + length)  # an end no trace can hold: the duration is out of range
+        except NeedsExactTimes:
+            raise
+        except (ValueError, TypeError):
+            self._bad_complete(e)
+            return None
+        if length < 0:
+            self.dropped["X event with negative dur"] += 1
+            return None
+        return start, length
 
     def bounded(self, args: Any) -> Any:
         """Long args text with its values nested too deep replaced (as long), each counted."""
