@@ -5,6 +5,11 @@ the same event objects. They are decoded by msgspec into :class:`TraceEvent` str
 raw JSON per key), and :class:`ChromeEvents` hands them to the file's
 :class:`~tracemerge.layout.FileLayout`, keeping every event or counting it under a reason.
 Timestamps become integer nanoseconds of the file's own clock.
+
+This module holds the reader's state, its dispatch of a batch and its hot per-event path for
+complete events; the other phases are :mod:`~tracemerge.sources.chrome_kinds`', flow v2 binding
+:mod:`~tracemerge.sources.chrome_bound`'s, thread naming :mod:`~tracemerge.sources.chrome_threads`'
+(each mixed into :class:`ChromeEvents`) and the column-wise path :mod:`~tracemerge.sources.chrome_batch`'s.
 """
 
 from __future__ import annotations
