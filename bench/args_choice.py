@@ -17,7 +17,8 @@ from pathlib import Path
 import msgspec
 
 from tracemerge.units import plain_json
-from tracemerge.writers.perfetto import UnitEncoder, _field, _varint
+from tracemerge.writers.perfetto import UnitEncoder
+from tracemerge.writers.perfetto_wire import _field, _varint
 
 
 class Event(msgspec.Struct, gc=False):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 
-from tracemerge.sources.chrome_events import TraceEvent
+from tracemerge.sources.chrome_schema import TraceEvent
 
 
 class Trace(msgspec.Struct):

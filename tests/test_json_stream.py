@@ -13,7 +13,7 @@ from readback import read_pftrace
 
 from tracemerge.pipeline import merge
 from tracemerge.sources import json_stream
-from tracemerge.sources.chrome_events import LenientEvent, TraceEvent
+from tracemerge.sources.chrome_schema import LenientEvent, TraceEvent
 from tracemerge.sources.json_stream import EventStream
 from tracemerge.stats import Losses, Stat
 

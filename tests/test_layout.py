@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from readback import read_pftrace
 
-from tracemerge import entries, nesting, thread_walk
+from tracemerge import column_blocks, entries, nesting, thread_walk
 from tracemerge.pipeline import merge
 
 T0 = 1_700_000_000_000_000  # µs, so that the output has a wall clock
@@ -142,9 +142,9 @@ def test_every_slice_lands_where_a_plain_walk_puts_it(tmp_path: Path, monkeypatc
     trace, flows = _trace(seed)
     events = trace["traceEvents"]
     (run / "rank0.pt.trace.json").write_text(json.dumps(trace))
-    monkeypatch.setattr(entries, "SEAL_AT", 3)
-    monkeypatch.setattr(entries, "JOIN_TO", 4)
-    monkeypatch.setattr(entries, "JOIN_FROM", 3)
+    monkeypatch.setattr(column_blocks, "SEAL_AT", 3)
+    monkeypatch.setattr(column_blocks, "JOIN_TO", 4)
+    monkeypatch.setattr(column_blocks, "JOIN_FROM", 3)
     monkeypatch.setattr(thread_walk, "BATCH", 5)
     # Worked out whole, and in runs of a couple of entries where the thread cuts apart in time;
     # each read back as trace_processor reads it, then spilled at budgets that hold a few events,

@@ -19,19 +19,14 @@ columns it has. Timeline tables and where their rows go:
   ``CONNECTION_IDS`` (torch_to_npu), and forward → backward ops sharing a connection id (fwdbwd).
 
 A DB is never changed, and nothing is created beside it: one with a ``-wal`` or ``-journal`` file
-is read from a private copy (see :func:`_opened`). A row that cannot be read is counted under its
-table, the rest of the DB is read.
+is read from a private copy (see :func:`~tracemerge.sources.sqlite_open._opened`). A row that
+cannot be read is counted under its table, the rest of the DB is read.
 """
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
-import tempfile
-import urllib.parse
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,16 +37,15 @@ from tracemerge.model import Event, FlowPhase, Kind, SourceData, ThreadInfo, Thr
 from tracemerge.phases.rules import MSTX
 from tracemerge.sources import ascend_layout as layout_dirs
 from tracemerge.sources.ascend_counters import CounterReading, counter_group
+from tracemerge.sources.ascend_db_rows import DbRows
 from tracemerge.sources.ascend_layout import MSTX_THREAD, SQLITE_MAGIC
 from tracemerge.sources.ascend_titles import OVERLAP, leave_out_zero_series, slice_title
 from tracemerge.sources.base import SourceFormat
-from tracemerge.sources.sqlite_guard import guarded, quote, schema
+from tracemerge.sources.sqlite_guard import quote, schema
+from tracemerge.sources.sqlite_open import _opened
 from tracemerge.stats import Losses, Stat
-from tracemerge.units import checked_ns
 
 NAME = "ascend-db"
-# Files a writer leaves beside a DB that hold rows not yet in it.
-SIDE_FILES = ("-wal", "-journal")
 OVERLAP_TYPES = {0: "Computing", 1: "Communication", 2: "Communication(Not Overlapped)", 3: "Free"}
 MSTX_POINT_TYPES = frozenset({0, 3})  # marker, marker_ex
 FWD_BWD_CONNECTION = 5 << 28  # connection ids at or above this link forward and backward ops
@@ -118,50 +112,7 @@ def read(path: Path, layout: FileLayout) -> SourceData:
     return data
 
 
-@contextmanager
-def _opened(path: Path, work: Path | None) -> Iterator[sqlite3.Connection]:
-    """The DB, read so that nothing beside it is created or changed. ``immutable=1`` never
-    touches a side file, but never reads one either: a DB whose writer stopped before a
-    checkpoint keeps rows in its -wal (or a -journal to roll back), so then the DB and that file
-    are copied into a private temporary directory (under ``work``) and the copy is opened.
-    Every query run on it is bounded and stoppable (:func:`~tracemerge.sources.sqlite_guard.guarded`)."""
-    side = [s for s in SIDE_FILES if _size(path.with_name(path.name + s))]
-    size = sum(_size(path.with_name(path.name + s)) for s in ("", *side))
-    if not side:
-        con = sqlite3.connect(_uri(path) + "?mode=ro&immutable=1", uri=True)
-        try:
-            with guarded(con, path, size):
-                yield con
-        finally:
-            con.close()
-        return
-    with tempfile.TemporaryDirectory(prefix=".tracemerge-db-", dir=work) as tmp:
-        copy = Path(tmp) / path.name
-        try:
-            for suffix in ("", *side):
-                shutil.copyfile(path.with_name(path.name + suffix), copy.with_name(copy.name + suffix))
-        except OSError as exc:
-            raise InputError(path, f"cannot copy it with its {'/'.join(side)} file to read both: {exc}") from None
-        con = sqlite3.connect(_uri(copy), uri=True)  # writable: SQLite replays the -wal or journal there
-        try:
-            with guarded(con, path, size):
-                yield con
-        finally:
-            con.close()
-
-
-def _uri(path: Path) -> str:
-    return "file:" + urllib.parse.quote(str(path.resolve()))
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-class _DbReader(CounterReading):
+class _DbReader(DbRows, CounterReading):
     def __init__(self, con: sqlite3.Connection, tables: dict[str, list[str]], layout: FileLayout) -> None:
         self.con = con
         self.tables = tables
@@ -177,72 +128,6 @@ class _DbReader(CounterReading):
         # (start, track) of the slices a connection id links, for flows
         self.tasks_by_connection: dict[int, list[tuple[int, ThreadKey]]] = defaultdict(list)
         self.mstx_by_connection: dict[int, str] = {}
-
-    # -- table access ------------------------------------------------------------------------
-
-    def _rows(self, table: str, wanted: tuple[str, ...] | None = None) -> Iterator[tuple]:
-        """The table's rows, fetched as they are consumed (a cursor, not a list)."""
-        if table not in self.tables:
-            return iter(())
-        cols = wanted or tuple(self.tables[table])
-        present = [c for c in cols if c in self.tables[table]]
-        select = ", ".join(quote(c) if c in present else "NULL" for c in cols)
-        return self.con.execute(f"select {select} from {quote(table)}")  # names of its schema: sqlite_guard
-
-    def _dicts(self, table: str) -> Iterator[dict[str, Any]]:
-        cols = self.tables.get(table, [])
-        return (dict(zip(cols, row, strict=True)) for row in self._rows(table))
-
-    def emit(self, ev: Event) -> None:
-        self.layout.add_event(ev)
-        self.emitted += 1
-        if self.emitted % 65536 == 0:
-            self.layout.check_memory()
-
-    def _text(self, value: Any) -> Any:
-        return self.strings.get(value, value) if type(value) is int else value
-
-    def _enum(self, table: str) -> dict[int, str]:
-        return dict(self._rows(table, ("id", "name")))
-
-    def _track(self, key: ThreadKey, name: str, order: tuple) -> ThreadKey:
-        if key not in self.names:
-            self.names[key] = (name, order)
-        return key
-
-    def _slice(
-        self, key: ThreadKey, start: Any, end: Any, name: str, cat: str, args: dict | None, what: str
-    ) -> Event | None:
-        try:
-            start, end = checked_ns(int(start)), checked_ns(int(end))
-        except (TypeError, ValueError):
-            self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, f"{what} row with unreadable times")
-            return None
-        if end < start:
-            self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, f"{what} row ending before it starts")
-            return None
-        ev = Event(Kind.SLICE, start, key, name, cat, end - start, args)
-        self.emit(ev)
-        return ev
-
-    def _instant(self, key: ThreadKey, ts: Any, name: str, cat: str, args: dict | None, what: str) -> None:
-        try:
-            ts = checked_ns(int(ts))
-        except (TypeError, ValueError):
-            self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, f"{what} row with unreadable times")
-            return
-        self.emit(Event(Kind.INSTANT, ts, key, name, cat, 0, args))
-
-    def _has_columns(self, table: str, *cols: str) -> bool:
-        """Whether ``table`` has ``cols``; if not, its rows are counted as not read, with the column."""
-        missing = [c for c in cols if c not in self.tables.get(table, cols)]
-        if missing:
-            rows = self.con.execute(f"select count(*) from {quote(table)}").fetchone()[0]
-            if rows:
-                self.dropped.add(
-                    Stat.DB_COLUMN_MISSING, rows, f"{table} row not read: the table has no {missing[0]} column"
-                )
-        return not missing
 
     # -- tables --------------------------------------------------------------------------------
 

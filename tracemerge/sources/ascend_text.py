@@ -36,18 +36,10 @@ from tracemerge.sources.ascend_titles import (
     slice_title,
 )
 from tracemerge.sources.base import SourceFormat
-from tracemerge.sources.chrome_events import (
-    INSTANT,
-    SLICE,
-    ChromeEvents,
-    ExactEvent,
-    LenientEvent,
-    TraceEvent,
-    _hashable,
-    counter_series,
-    plain_args,
-    us_to_ns,
-)
+from tracemerge.sources.chrome_events import ChromeEvents
+from tracemerge.sources.chrome_kinds import INSTANT, SLICE
+from tracemerge.sources.chrome_schema import ExactEvent, LenientEvent, TraceEvent, us_to_ns
+from tracemerge.sources.chrome_values import counter_series, hashable_id, plain_args
 from tracemerge.sources.common import read_events
 from tracemerge.stats import Stat
 
@@ -107,7 +99,7 @@ class AscendEvents(ChromeEvents):
         except (ValueError, TypeError):
             return
         if end > start:
-            self.tasks.append((origin, _hashable(e.pid), _hashable(e.tid), start, end, task_type))
+            self.tasks.append((origin, hashable_id(e.pid), hashable_id(e.tid), start, end, task_type))
 
     def finish(self) -> None:
         """Device activity (:mod:`tracemerge.breakdown`): the tasks on the Ascend Hardware

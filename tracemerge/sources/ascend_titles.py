@@ -32,7 +32,7 @@ from typing import Any
 
 from tracemerge.layout import FileLayout
 from tracemerge.model import ThreadKey
-from tracemerge.sources.chrome_events import counter_series
+from tracemerge.sources.chrome_values import counter_series
 from tracemerge.spill import SortedBuffer
 from tracemerge.stats import Losses, Stat
 

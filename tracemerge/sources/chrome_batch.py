@@ -19,18 +19,17 @@ from __future__ import annotations
 
 import itertools
 from operator import eq, is_, itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from tracemerge.anchors import DEVICE_COMM, DEVICE_COMPUTE
 from tracemerge.bounds import DEEP_FROM
-from tracemerge.entries import ENTRY_SCHEMA, POINT_SCHEMA, Block, equal_runs
-from tracemerge.model import OriginKey
+from tracemerge.column_blocks import Block
+from tracemerge.entries import ENTRY_SCHEMA, POINT_SCHEMA, equal_runs
+from tracemerge.layout import FileLayout
+from tracemerge.model import OriginKey, ThreadKey
 from tracemerge.units import FLOAT_EXACT_LIMIT_US, NS_MAX, NS_MIN
-
-if TYPE_CHECKING:
-    from tracemerge.sources.chrome_events import ChromeEvents
 
 _FLOW_CODES = {"s": 0, "t": 1, "f": 2}
 _INSTANTS = frozenset({"i", "I", "R"})
@@ -47,7 +46,32 @@ _INT_LOW, _INT_HIGH = -(-NS_MIN // 1000), NS_MAX // 1000
 _SPARSE = 4
 
 
-def add_columns(reader: ChromeEvents, batch: list, origin: OriginKey, plain_text: bool, bind_ids: bool) -> None:
+class BatchReader(Protocol):
+    """What the columnar path needs of the reader it serves
+    (:class:`~tracemerge.sources.chrome_events.ChromeEvents`): its layout, its threads as
+    columns number them, the device notes, and its per-event path for what columns do not take."""
+
+    layout: FileLayout
+    thread_keys: list[ThreadKey]
+
+    def add_each(self, batch: list, origin: OriginKey, plain_text: bool) -> None: ...
+
+    def bounded(self, args: Any) -> Any: ...
+
+    def thread_indexes(self, keys: list[tuple]) -> np.ndarray: ...
+
+    def head_sizes(self, heads: tuple[bytes, ...]) -> np.ndarray: ...
+
+    def note_devices(self, threads: np.ndarray, prefixes: list[bytes]) -> None: ...
+
+    def activity_rows(
+        self, prefixes: list[bytes], watched: np.ndarray | None, xs: list
+    ) -> tuple[np.ndarray | None, np.ndarray | None]: ...
+
+    def note_device_rows(self, threads: np.ndarray, cats: list[str]) -> None: ...
+
+
+def add_columns(reader: BatchReader, batch: list, origin: OriginKey, plain_text: bool, bind_ids: bool) -> None:
     """Hands a typed batch to the layout: its complete events and flow points as columns, the
     rest one by one, each thread's in the order of the file."""
     n = len(batch)
@@ -195,7 +219,7 @@ class _Rows:
     """One kind of event of a batch, as columns: ``at`` the batch positions of the rows the
     columns take (the others are left to the per-event path), ``threads`` each row's thread."""
 
-    reader: ChromeEvents
+    reader: BatchReader
     at: np.ndarray
     threads: np.ndarray
     _groups: dict[int, list] | None = None  # per thread: its rows, and how many are handed over
@@ -240,7 +264,7 @@ class _Slices(_Rows):
     comm: np.ndarray | None = None  # per row, whether it is a collective's device work
     xs: list
 
-    def __init__(self, reader: ChromeEvents, batch: list, phs: list, plain_text: bool, bind_ids: bool) -> None:
+    def __init__(self, reader: BatchReader, batch: list, phs: list, plain_text: bool, bind_ids: bool) -> None:
         self.reader = reader
         is_x = list(map(eq, phs, itertools.repeat("X")))
         xs = list(itertools.compress(batch, is_x))
@@ -251,29 +275,10 @@ class _Slices(_Rows):
             return
         starts = _micros([e.ts for e in xs], n)
         lengths = _micros([e.dur for e in xs], n)
-        pairs = [(e.name, e.cat) for e in xs]
-        layout = reader.layout
-        prefixes = list(map(layout.prefixes.get, pairs))
-        watched: np.ndarray | None = None  # rows named as clock or phase evidence: noted when emitted
-        if None in prefixes:
-            missing = _none_at(prefixes, n)
-            _intern_in_order(reader, batch, phs, at[missing])
-            cached, prefix = layout.prefixes.get, layout.prefix
-            watched = np.zeros(n, bool)
-            for row in np.flatnonzero(missing).tolist():
-                found = cached(pairs[row])
-                if found is None:  # a watched name's encoding is not cached
-                    found = prefix(*pairs[row])
-                    watched[row] = True
-                prefixes[row] = found
-        del pairs
+        prefixes, watched = _prefixes(reader, batch, phs, xs, at)
         if starts is None or lengths is None:
             return
-        odd = (starts == _INEXACT) | (lengths == _INEXACT) | (lengths < 0)
-        if bind_ids:
-            binds = [e.bind_id for e in xs]
-            if binds.count(None) != n:
-                odd |= ~_none_at(binds, n)
+        odd = _odd_rows(xs, starts, lengths, bind_ids)
         if odd.any():
             keep = np.flatnonzero(~odd)
             if not len(keep):
@@ -283,7 +288,6 @@ class _Slices(_Rows):
             prefixes = list(pick(prefixes))
             if watched is not None:
                 watched = watched[keep]
-            n = len(xs)
         self.at, self.starts, self.negdurs = at, starts, -lengths
         self.threads = reader.thread_indexes([(e.pid, e.tid) for e in xs])
         reader.note_devices(self.threads, prefixes)
@@ -292,13 +296,20 @@ class _Slices(_Rows):
             self.watched, self.xs = watched, xs
             rows = np.flatnonzero(watched)
             reader.note_device_rows(self.threads[rows], [xs[row].cat for row in rows.tolist()])
+        self._encode_args(xs, prefixes, plain_text)
+
+    def _encode_args(self, xs: list, prefixes: list[bytes], plain_text: bool) -> None:
+        """Each row's body after its ``prefixes``: ``fields`` (the args annotation's head, or the
+        whole annotation) and ``args`` (raw args text written after its head, or empty), and
+        ``body_sizes``, the length of each body."""
+        reader, n = self.reader, len(xs)
         args = [e.args for e in xs]
         sizes = np.fromiter(map(len, args), np.int64, n)
         if int(sizes.max()) >= DEEP_FROM:  # long args may nest too deep (their length stays)
             for row in np.flatnonzero(sizes >= DEEP_FROM).tolist():
                 args[row] = reader.bounded(args[row])
                 sizes[row] = len(args[row])
-        heads = layout.enc.args_heads
+        heads = reader.layout.enc.args_heads
         if plain_text and int(sizes.max()) < len(heads):
             fields = list(map(heads.__getitem__, sizes.tolist()))
             empty = sizes <= 2
@@ -307,7 +318,7 @@ class _Slices(_Rows):
                     fields[i] = args[i] = b""
             field_sizes = np.where(empty, 0, reader.head_sizes(heads)[sizes] + sizes)
         else:
-            encode = layout.enc.args
+            encode = reader.layout.enc.args
             fields = [encode(bytes(a)) if len(a) > 2 else b"" for a in args]
             args = [b""] * n
             field_sizes = np.fromiter(map(len, fields), np.int64, n)
@@ -340,7 +351,41 @@ class _Slices(_Rows):
                 layout.note(self.xs[row].name, origin, thread, int(self.starts[row]), length)
 
 
-def _intern_in_order(reader: ChromeEvents, batch: list, phs: list, missing: np.ndarray) -> None:
+def _prefixes(reader: BatchReader, batch: list, phs: list, xs: list, at: np.ndarray) -> tuple[list, np.ndarray | None]:
+    """Each complete event's encoded name and category (``xs``, at batch positions ``at``), one
+    object per pair as the layout caches them, and per row whether its name is watched as clock or
+    phase evidence (None: no row is); names not seen before are interned in file order."""
+    n = len(xs)
+    pairs = [(e.name, e.cat) for e in xs]
+    layout = reader.layout
+    prefixes = list(map(layout.prefixes.get, pairs))
+    watched: np.ndarray | None = None  # rows named as clock or phase evidence: noted when emitted
+    if None in prefixes:
+        missing = _none_at(prefixes, n)
+        _intern_in_order(reader, batch, phs, at[missing])
+        cached, prefix = layout.prefixes.get, layout.prefix
+        watched = np.zeros(n, bool)
+        for row in np.flatnonzero(missing).tolist():
+            found = cached(pairs[row])
+            if found is None:  # a watched name's encoding is not cached
+                found = prefix(*pairs[row])
+                watched[row] = True
+            prefixes[row] = found
+    return prefixes, watched
+
+
+def _odd_rows(xs: list, starts: np.ndarray, lengths: np.ndarray, bind_ids: bool) -> np.ndarray:
+    """The complete events left to the per-event path: times with more decimals than ns, a negative
+    duration, or a flow (v2) bound to the slice."""
+    odd = (starts == _INEXACT) | (lengths == _INEXACT) | (lengths < 0)
+    if bind_ids:
+        binds = [e.bind_id for e in xs]
+        if binds.count(None) != len(xs):
+            odd |= ~_none_at(binds, len(xs))
+    return odd
+
+
+def _intern_in_order(reader: BatchReader, batch: list, phs: list, missing: np.ndarray) -> None:
     """Interns the names of the batch's slices not seen before (at ``missing``) and of its
     instants, in file order: the order the per-event path interns them in, whatever the batches."""
     cache, prefix = reader.layout.prefixes, reader.layout.prefix
@@ -356,7 +401,7 @@ def _intern_in_order(reader: ChromeEvents, batch: list, phs: list, missing: np.n
 class _Points(_Rows):
     """The batch's flow points with integer ids."""
 
-    def __init__(self, reader: ChromeEvents, batch: list, phs: list) -> None:
+    def __init__(self, reader: BatchReader, batch: list, phs: list) -> None:
         self.reader = reader
         flowing = list(map(_FLOW_CODES.__contains__, phs))
         fs = list(itertools.compress(batch, flowing))

@@ -16,7 +16,8 @@ from tracemerge.errors import InputError, NotATrace
 from tracemerge.layout import FileLayout
 from tracemerge.model import ClockDomain, SourceData, as_rank
 from tracemerge.sources.base import SourceFormat
-from tracemerge.sources.chrome_events import ChromeEvents, LenientEvent, TraceEvent
+from tracemerge.sources.chrome_events import ChromeEvents
+from tracemerge.sources.chrome_schema import LenientEvent, TraceEvent
 from tracemerge.sources.common import host_of, read_events
 from tracemerge.stats import Stat
 from tracemerge.units import checked_ns

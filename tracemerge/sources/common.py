@@ -17,9 +17,11 @@ from tracemerge.bounds import DEEP_FROM, TOO_DEEP, cut_deep
 from tracemerge.errors import InputError, NotATrace, shown
 from tracemerge.layouts import host_from_name
 from tracemerge.sources.base import HEAD_BYTES, read_head
-from tracemerge.sources.chrome_events import ChromeEvents, ExactEvent, NeedsExactTimes
+from tracemerge.sources.chrome_events import ChromeEvents
+from tracemerge.sources.chrome_schema import ExactEvent, NeedsExactTimes
 from tracemerge.sources.json_segments import read_in_parts
-from tracemerge.sources.json_stream import Damage, EventStream, replaced_surrogates
+from tracemerge.sources.json_stream import Damage, EventStream
+from tracemerge.sources.json_text import replaced_surrogates
 from tracemerge.stats import Losses, Stat
 
 

@@ -25,8 +25,10 @@ from typing import Any
 
 from tracemerge.layout import FileLayout, PlaceholderEncoder
 from tracemerge.sources.base import GZIP_MAGIC, UTF8_BOM
-from tracemerge.sources.chrome_events import ChromeEvents, NeedsExactTimes
-from tracemerge.sources.json_stream import EVENT_BOUNDARY, Damage, EventStream, SegmentCut
+from tracemerge.sources.chrome_events import ChromeEvents
+from tracemerge.sources.chrome_schema import NeedsExactTimes
+from tracemerge.sources.json_stream import Damage, EventStream, SegmentCut
+from tracemerge.sources.json_text import EVENT_BOUNDARY
 from tracemerge.stats import Losses
 from tracemerge.worker_signals import worker_signals
 

@@ -29,7 +29,8 @@ from tracemerge.anchors import session_tag
 from tracemerge.layout import FileLayout
 from tracemerge.model import ClockDomain, Event, Kind, SourceData, ThreadInfo, as_rank
 from tracemerge.sources.base import SourceFormat, read_bytes
-from tracemerge.sources.chrome_events import ChromeEvents, ExactEvent, LenientEvent, NeedsExactTimes, TraceEvent
+from tracemerge.sources.chrome_events import ChromeEvents
+from tracemerge.sources.chrome_schema import ExactEvent, LenientEvent, NeedsExactTimes, TraceEvent
 from tracemerge.sources.common import JsonLines, first_json_object, opens_chrome_trace
 from tracemerge.stats import Losses, Stat
 from tracemerge.units import FLOAT_EXACT_LIMIT_US, checked_ns, plain_json, seconds_to_ns, us_to_ns

@@ -40,11 +40,10 @@ from tracemerge.errors import InputError, NotATrace, shown
 from tracemerge.layout import FileLayout
 from tracemerge.layouts import needs_export
 from tracemerge.model import ClockDomain, OriginKey, SourceData, ThreadInfo, ThreadKey, as_rank
-from tracemerge.sources.ascend_db import _opened
 from tracemerge.sources.ascend_layout import SQLITE_MAGIC
 from tracemerge.sources.base import SourceFormat
 from tracemerge.sources.nsys_gpu import read_device
-from tracemerge.sources.nsys_tables import (
+from tracemerge.sources.nsys_schema import (
     API_TABLES,
     CUDA_EVENT,
     GPU_METRICS,
@@ -55,12 +54,13 @@ from tracemerge.sources.nsys_tables import (
     NVTX,
     OVERHEAD_TABLES,
     SYNC,
-    NsysReader,
     Schema,
     pid_of,
     shown_id,
     tid_of,
 )
+from tracemerge.sources.nsys_tables import NsysReader
+from tracemerge.sources.sqlite_open import _opened
 from tracemerge.stats import Losses, Stat
 
 NAME = "nsys-db"
@@ -96,7 +96,6 @@ NOT_READ = (
     "UCP_EVENTS",
     "OPENMP_EVENTS",
 )
-
 
 # -- the format ------------------------------------------------------------------------------------
 

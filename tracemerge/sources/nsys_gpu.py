@@ -23,19 +23,8 @@ from typing import Any
 
 from tracemerge.anchors import DEVICE_COMPUTE, device_tag
 from tracemerge.model import FlowPhase, OriginKey, ThreadKey
-from tracemerge.sources.nsys_tables import (
-    CUDA_EVENT,
-    GPU_METRICS,
-    KERNEL,
-    MEMCPY,
-    MEMSET,
-    NO_EVENT,
-    NO_STREAM,
-    SYNC,
-    NsysReader,
-    Source,
-    present,
-)
+from tracemerge.sources.nsys_schema import CUDA_EVENT, GPU_METRICS, KERNEL, MEMCPY, MEMSET, SYNC, Source, present
+from tracemerge.sources.nsys_tables import NO_EVENT, NO_STREAM, NsysReader
 from tracemerge.stats import Stat
 
 MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD"}

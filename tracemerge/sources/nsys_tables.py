@@ -1,5 +1,7 @@
 """The host side of an Nsight Systems export, read through cursors by the columns each table has,
-and what every reader of the export shares: the schema, global ids, the name of an id, the tracks.
+and what every reader of the export shares: the name of an id, the tracks, rows merged by start
+time (the schema and global ids are :mod:`~tracemerge.sources.nsys_schema`'s, NVTX rows are read
+by :mod:`~tracemerge.sources.nsys_nvtx`).
 
 - ``NVTX_EVENTS``: push/pop ranges (event type 59) and start/end ranges (60) as slices on the thread
   that opened them, marks (34) as instants; a start/end range that ends on another thread goes to
@@ -24,17 +26,26 @@ not grow with the export.
 from __future__ import annotations
 
 import heapq
-import re
-import sqlite3
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
 import orjson
 
-from tracemerge.errors import shown
 from tracemerge.layout import FileLayout
 from tracemerge.model import FlowPhase, OriginKey, ThreadKey
+from tracemerge.sources.nsys_nvtx import NvtxRanges
+from tracemerge.sources.nsys_schema import (
+    API_TABLES,
+    FLOW_TABLES,
+    OVERHEAD_TABLES,
+    RUNTIME,
+    Schema,
+    Source,
+    pid_of,
+    present,
+    tid_of,
+)
 from tracemerge.stats import Losses, Stat
 
 
@@ -48,36 +59,9 @@ class Placement(Protocol):
     def device_origin(self, device: Any) -> OriginKey: ...
 
 
-NVTX, RUNTIME = "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME"
-KERNEL, MEMCPY, MEMSET = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
-SYNC, CUDA_EVENT = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "CUPTI_ACTIVITY_KIND_CUDA_EVENT"
-GPU_METRICS = "GPU_METRICS"
-# The GPU work tables: where each process's GPU comes from.
-GPU_TABLES = (KERNEL, MEMCPY, MEMSET)
-# Host API tables drawn as slices on their thread: (table, category).
-API_TABLES = ((RUNTIME, "cuda_runtime"), ("OSRT_API", "osrt"), ("CUBLAS_EVENTS", "cublas"), ("CUDNN_EVENTS", "cudnn"))
-OVERHEAD_TABLES = ("PROFILER_OVERHEAD", "CUPTI_ACTIVITY_KIND_OVERHEAD")
-# GPU work a runtime call's flow may go to.
-FLOW_TABLES = (KERNEL, MEMCPY, MEMSET, SYNC)
-# ENUM_NSYS_EVENT_TYPE: NVTX (and nvtxt) ranges and marks, and the rows that name domains and categories.
-PUSH_POP, START_END, MARKS = frozenset({59, 70}), frozenset({60, 71}), frozenset({34, 65})
-DRAWN = PUSH_POP | START_END | MARKS
-NAMING = {33: "category names", 64: "category names", 75: "domain creations", 76: "domain destructions"}
-DOMAIN_CREATE, CATEGORY_NAME = 75, 33
 NO_STREAM = NO_EVENT = 0xFFFFFFFF  # a context-wide sync; a sync on no event
-PAYLOAD = ("uint64Value", "int64Value", "doubleValue", "uint32Value", "int32Value", "floatValue")
-# torch.autograd.profiler.emit_nvtx: "<name>[, seq = N], op_id = N[, sizes = [...]][, input_op_ids = [...]]"
-TORCH_OP = re.compile(
-    r"(?P<name>.*?)(?:, seq = (?P<seq>\d+))?, op_id = (?P<op_id>\d+)"
-    r"(?:, sizes = (?P<sizes>\[.*?\]))?(?:, input_op_ids = (?P<input_op_ids>.*))?",
-    re.S,
-)
 FLOW = "ac2g"  # Kineto's name for a launch's flow
 _START, _END = int(FlowPhase.START), int(FlowPhase.END)
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# A table's rows, and what to do with each: read with others, merged by start time.
-Source = tuple[Iterable[tuple], Callable[[tuple], None]]
-_PID_BITS = 0xFFFFFF
 _LAUNCHES = (
     "create temp table nsys_launches (p integer, c integer, primary key (p, c)) without rowid",
     'insert or ignore into nsys_launches select "globalTid" >> 24, "correlationId" from "{table}"'
@@ -90,75 +74,12 @@ _GPU_WORK = (
 )
 
 
-def pid_of(global_id: int) -> int:
-    """The OS pid in an nsys global thread or process id."""
-    return (global_id >> 24) & _PID_BITS
-
-
-def tid_of(global_tid: int) -> int:
-    return global_tid & _PID_BITS
-
-
 def flow_key(gid: int, correlation: int) -> tuple:
     """A launch's flow id: its process and correlation id in one int64."""
     return (FLOW, FLOW, (pid_of(gid) << 32) | correlation if 0 <= correlation < 1 << 32 else (pid_of(gid), correlation))
 
 
-class Schema:
-    """The export's tables and columns, read through SQLite's catalogue (table names are bound
-    values there, never SQL). Queries name only this module's constants, checked against it."""
-
-    def __init__(self, con: sqlite3.Connection) -> None:
-        self.con = con
-        self.tables: dict[str, set[str]] = {}
-        # virtual tables left out: their module's code would run (an export has none)
-        rows = con.execute(
-            "select m.name, p.name from sqlite_master as m join pragma_table_info(m.name) as p"
-            " where m.type = 'table' and coalesce(m.sql, '') not like 'create virtual%'"
-        )
-        for table, column in rows:
-            self.tables.setdefault(table, set()).add(column)
-
-    def has(self, table: str, *columns: str) -> bool:
-        found = self.tables.get(table)
-        return found is not None and all(c in found for c in columns)
-
-    def column(self, table: str, name: str, alias: str = "") -> str:
-        """``name`` of ``table`` as a query expression: NULL when the table lacks it."""
-        _check(table, name)
-        return f'{alias}"{name}"' if name in self.tables.get(table, ()) else "NULL"
-
-    def select(
-        self, table: str, columns: Sequence[str], alias: str = "", extra: Sequence[str] = (), tail: str = ""
-    ) -> str:
-        _check(table)
-        cols = [self.column(table, c, f"{alias}." if alias else "") for c in columns]
-        return f'select {", ".join([*cols, *extra])} from "{table}"' + (f" as {alias}" if alias else "") + tail
-
-    def rows(self, table: str, columns: Sequence[str], tail: str = "") -> Iterator[tuple]:
-        """The table's rows as they are fetched (a cursor); none when the export lacks the table."""
-        return self.con.execute(self.select(table, columns, tail=tail)) if table in self.tables else iter(())
-
-    def count(self, table: str) -> int:
-        _check(table)
-        return self.con.execute(f'select count(*) from "{table}"').fetchone()[0] if table in self.tables else 0
-
-    def labels(self, table: str, known: dict[int, str]) -> dict[int, str]:
-        """An ENUM_* table's labels, over ``known`` ones."""
-        found = dict(known)
-        for key, label in self.rows(table, ("id", "label")):
-            if type(key) is int and type(label) is str:
-                found[key] = label
-        return found
-
-
-def _check(*names: str) -> None:
-    for name in names:
-        if not _IDENT.fullmatch(name):
-            raise ValueError(f"not an identifier: {name!r}")
-
-
-class NsysReader:
+class NsysReader(NvtxRanges):
     """Reads an export's rows into a file's layout: the host tables here, the device tables with
     :func:`tracemerge.sources.nsys_gpu.read_device`. Each track is a tuple (origin, key, entry
     buffer, flow points, the pid part of its flow ids), made once and looked up per row."""
@@ -343,109 +264,6 @@ class NsysReader:
 
         return self.con.execute(sql), handle
 
-    def _nvtx(self) -> Source | None:
-        if not self.has_columns(NVTX, "start", "eventType"):
-            return None
-        domains, categories = self._nvtx_names()
-        payload = [self.schema.column(NVTX, c) for c in PAYLOAD if self.schema.has(NVTX, c)]
-        extra = (f"coalesce({', '.join(payload)}, NULL)" if payload else "NULL",)
-        cols = ("start", "end", "eventType", "text", "textId", "globalTid", "endGlobalTid", "domainId", "category")
-        layout, heads, ordinal = self.layout, self.layout.enc.args_heads, self.layout.ordinal
-        cpu, cats, not_drawn = self._cpu, {}, self.nvtx_not_drawn
-
-        def handle(row: tuple) -> None:
-            start, end, etype, text, text_id, gtid, end_gtid, domain, category, json_text, value = row
-            if etype not in DRAWN:
-                not_drawn[etype] += 1
-                return
-            if type(start) is not int or (end is not None and (type(end) is not int or end < start)):
-                self.bad_time(NVTX, start, end)
-                return
-            if type(text) is not str:
-                text = self._nvtx_text(text_id)
-            args: dict | None = None
-            data = b""
-            if ", op_id = " in text and (op := TORCH_OP.fullmatch(text)) is not None:
-                text, seq, op_id, sizes, inputs = op.groups()
-                if sizes is None and inputs is None:  # plain digits: the args text is written as is
-                    data = (f'{{"seq":{seq},"op_id":{op_id}}}' if seq else f'{{"op_id":{op_id}}}').encode()
-                else:
-                    args = {"seq": seq and int(seq), "op_id": int(op_id), "sizes": sizes, "input_op_ids": inputs}
-                    args = present(args)
-            cat = cats.get(domain)
-            if cat is None:
-                cat = cats[domain] = domains.get(domain) or ("nvtx" if not domain else f"nvtx domain {domain}")
-            if category is not None or value is not None or json_text is not None:
-                args = args or (orjson.loads(data) if data else {})
-                named = categories.get((domain, category), category)
-                args.update(present({"category": named, "payload": value, "json": json_text}))
-            track = cpu.get(gtid) or self.cpu(gtid)
-            if type(end_gtid) is int and end_gtid != gtid and etype in START_END:
-                track = self.track(("nvtx", track[1][1], None), track[1][1])
-                args = args or (orjson.loads(data) if data else {})
-                args["start thread"], args["end thread"] = tid_of(gtid), tid_of(end_gtid)
-            if end is None or etype in MARKS:
-                if etype not in MARKS:
-                    self.dropped.add(
-                        Stat.NSYS_RANGE_WITHOUT_END,
-                        1,
-                        "nsys NVTX range without an end (open when the capture stopped): drawn as an instant",
-                    )
-                kind, negdur = 1, 0
-            else:
-                kind, negdur = 0, start - end
-            prefix = layout.prefix(text, cat)
-            body = self.body(prefix, args) if args is not None else prefix + heads[len(data)] + data if data else prefix
-            track[2].append((start, negdur, kind, ordinal(), body))
-            if kind == 0 and layout.tags.get(text):
-                layout.note(text, track[0], track[1], start, -negdur)
-
-        return self.con.execute(self.schema.select(NVTX, (*cols, "jsonText"), extra=extra)), handle
-
-    def nvtx_counted(self) -> None:
-        """The NVTX rows not drawn, by event type."""
-        labels = self.schema.labels("ENUM_NSYS_EVENT_TYPE", {})
-        for etype, n in sorted(self.nvtx_not_drawn.items(), key=lambda kv: str(kv[0])):
-            if etype in NAMING:
-                self.dropped.add(
-                    Stat.NSYS_ROWS_NOT_DRAWN,
-                    n,
-                    f"nsys NVTX_EVENTS rows not drawn ({NAMING[etype]}, which name other rows)",
-                )
-            else:
-                label = shown(labels.get(etype, etype))
-                self.dropped.add(Stat.NSYS_ROWS_NOT_READ, n, f"nsys NVTX_EVENTS rows of event type {label} not read")
-
-    def _nvtx_text(self, text_id: Any) -> str:
-        """A range's registered string (``textId``), when it has no text of its own."""
-        text = self.string(text_id) if text_id is not None else None
-        if text is not None:
-            return text
-        if text_id is None:
-            self.dropped.add(
-                Stat.NSYS_TEXT_MISSING, 1, "nsys NVTX_EVENTS row without text (NULL text and textId): drawn unnamed"
-            )
-            return ""
-        self.unresolved(NVTX, "textId")
-        return f"string {text_id}"
-
-    def _nvtx_names(self) -> tuple[dict[Any, str], dict[tuple[Any, Any], str]]:
-        """Domain names (from their creation rows) and category names, by id."""
-        domains: dict[Any, str] = {}
-        categories: dict[tuple[Any, Any], str] = {}
-        tail = f' where "eventType" in ({DOMAIN_CREATE}, {CATEGORY_NAME})'
-        for etype, domain, category, text, text_id in self.schema.rows(
-            NVTX, ("eventType", "domainId", "category", "text", "textId"), tail
-        ):
-            name = text if type(text) is str else self.string(text_id) if text_id is not None else None
-            if name is None:
-                continue
-            if etype == DOMAIN_CREATE:
-                domains[domain] = name
-            else:
-                categories[(domain, category)] = name
-        return domains, categories
-
     def _overhead(self, table: str) -> Source | None:
         if not self.has_columns(table, "start", "end"):
             return None
@@ -469,15 +287,3 @@ def _by_start(rows: Iterable[tuple], source: int) -> Iterator[tuple[int, int, tu
     for row in rows:
         start = row[0]
         yield (start if type(start) is int else -1, source, row)
-
-
-def pid_or_none(gid: Any) -> int | None:
-    return pid_of(gid) if type(gid) is int else None
-
-
-def present(args: dict) -> dict:
-    return {k: v for k, v in args.items() if v is not None}
-
-
-def shown_id(value: Any) -> str:
-    return "?" if value is None else str(value)

@@ -12,7 +12,7 @@ from typing import BinaryIO
 from tracemerge.plan import SUMMARY_NOTE
 from tracemerge.sources.base import GZIP_MAGIC
 from tracemerge.writers import perfetto_trace_pb2 as pb
-from tracemerge.writers.perfetto import DESCRIPTOR_SEQUENCE
+from tracemerge.writers.perfetto_tracks import DESCRIPTOR_SEQUENCE
 
 
 def read_summary(path: Path) -> dict | None:

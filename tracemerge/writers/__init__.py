@@ -9,7 +9,7 @@ from typing import BinaryIO
 
 from tracemerge.layout_types import Encoder
 from tracemerge.plan import MergePlan, ThreadTrack, UnitPlan
-from tracemerge.writers import chrome_json, perfetto
+from tracemerge.writers import chrome_json, perfetto, perfetto_tracks
 
 
 @dataclass(frozen=True)
@@ -39,9 +39,9 @@ PERFETTO = Writer(
     "perfetto",
     (".pftrace", ".perfetto-trace", ".pb"),
     perfetto.UnitEncoder,
-    perfetto.write_header,
-    perfetto.write_footer,
-    perfetto.prologue,
+    perfetto_tracks.write_header,
+    perfetto_tracks.write_footer,
+    perfetto_tracks.prologue,
     one_pass=True,
 )
 PERFETTO_GZ = replace(

@@ -1,8 +1,9 @@
 """Perfetto protobuf output (``.pftrace``): TrackEvent packets, as trace_processor imports them.
 
 Layout of the file: sequence 1 holds a clock snapshot (so the UI can show wall-clock time) and
-every track descriptor; then each input file's events follow on a sequence of their own, with
-names, categories and argument names interned per sequence.
+every track descriptor (:mod:`tracemerge.writers.perfetto_tracks`); then each input file's events
+follow on a sequence of their own, with names, categories and argument names interned per
+sequence: this module's :class:`UnitEncoder` encodes one file's chunk.
 """
 
 from __future__ import annotations
@@ -17,12 +18,11 @@ import orjson
 from tracemerge.entries import byte_table, gathered, interleaved
 from tracemerge.layout import Items
 from tracemerge.model import FlowPhase
-from tracemerge.plan import CLOCK_NOTE, SUMMARY_NOTE, CounterTrack, MergePlan, ThreadTrack, UnitPlan, stable_id
-from tracemerge.report import json_bytes
+from tracemerge.plan import CounterTrack, ThreadTrack
 from tracemerge.units import plain_json
 from tracemerge.writers import perfetto_trace_pb2 as pb
+from tracemerge.writers.perfetto_wire import _field, _packet, _put_varints, _varint, _varint_sizes
 
-DESCRIPTOR_SEQUENCE = 1
 _CLEARED = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 _NEEDS = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
 _BEGIN = pb.TrackEvent.TYPE_SLICE_BEGIN
@@ -30,47 +30,6 @@ _END = pb.TrackEvent.TYPE_SLICE_END
 _INSTANT = pb.TrackEvent.TYPE_INSTANT
 _COUNTER = pb.TrackEvent.TYPE_COUNTER
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
-
-
-def write_packet(out: BinaryIO, packet: pb.TracePacket) -> None:
-    """Append one ``Trace.packet`` record (field 1, length-delimited)."""
-    body = packet.SerializeToString()
-    out.write(b"\x0a" + _varint(len(body)) + body)
-
-
-def _encode_varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-# Lengths, iids and small values are the most frequent varints: look them up.
-_SMALL_VARINTS = [bytes((n,)) for n in range(1 << 7)] + [
-    bytes((n & 0x7F | 0x80, n >> 7)) for n in range(1 << 7, 1 << 14)
-]
-
-
-def _varint(n: int) -> bytes:
-    """Protobuf varint; negative int64 values take their 64-bit two's complement (10 bytes)."""
-    if 0 <= n < 16384:
-        return _SMALL_VARINTS[n]
-    if 0 < n < 1 << 35:  # timestamps within a file: unrolled, the loop costs 4x more
-        if n < 1 << 21:
-            return bytes((n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14))
-        if n < 1 << 28:
-            return bytes((n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14 & 0x7F | 0x80, n >> 21))
-        return bytes((n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14 & 0x7F | 0x80, n >> 21 & 0x7F | 0x80, n >> 28))
-    return _encode_varint(n & 0xFFFFFFFFFFFFFFFF)
-
-
-_PACKET_KEYS = [b"\x0a" + v for v in _SMALL_VARINTS]  # Trace.packet key + length
-
-
-def _field(tag: bytes, payload: bytes) -> bytes:
-    return tag + _varint(len(payload)) + payload
 
 
 # Pre-encoded keys (field number << 3 | wire type) of the fields written on the hot path.
@@ -122,7 +81,8 @@ class UnitEncoder:
     of events at a time in numpy: on this path that is many times faster than building messages,
     and tests check the bytes against the official schema. Timestamps are on the sequence's own
     clock (:data:`SEQUENCE_CLOCK`), which the assembled trace relates to the trace clock with a
-    clock snapshot written just before the chunk (:func:`prologue`): a chunk is encoded before
+    clock snapshot written just before the chunk
+    (:func:`~tracemerge.writers.perfetto_tracks.prologue`): a chunk is encoded before
     the time base of the whole trace is known.
 
     An event's args are written as one annotation named ``args`` holding the JSON object as it
@@ -307,25 +267,6 @@ class UnitEncoder:
             self.interned.clear()
 
 
-# A varint of k + 1 bytes holds values from _VARINT_FLOORS[k - 1] on.
-_VARINT_FLOORS = np.array([1 << (7 * k) for k in range(1, 10)], np.uint64)
-
-
-def _varint_sizes(values: np.ndarray) -> np.ndarray:
-    return np.searchsorted(_VARINT_FLOORS, values, "right") + 1
-
-
-def _put_varints(out: np.ndarray, at: np.ndarray, values: np.ndarray, sizes: np.ndarray) -> None:
-    values = values.astype(np.uint64)
-    for k in range(int(sizes.max())):
-        todo = sizes > k
-        if not todo.all():
-            at, values, sizes = at[todo], values[todo], sizes[todo]
-        byte = (values >> np.uint64(7 * k)) & np.uint64(0x7F)
-        byte |= np.where(sizes > k + 1, np.uint64(0x80), np.uint64(0))
-        out[at + k] = byte
-
-
 def pack_events(stamped_head: bytes, stamps: np.ndarray, parts: list[tuple[np.ndarray, bytes]]) -> bytes:
     """``Trace.packet`` records of TrackEvents: per packet ``stamped_head`` (sequence id, flags and
     the timestamp key), the timestamp, and the TrackEvent, whose bytes are the packet's share of
@@ -381,137 +322,3 @@ def _as_displayed(value: Any) -> Any:
     if type(value) is list:
         return [_as_displayed(v) for v in value]
     return value
-
-
-def _packet(body: bytes) -> bytes:
-    return b"\x0a" + _varint(len(body)) + body
-
-
-def prologue(unit: UnitPlan, local_min: int) -> bytes:
-    """The clock snapshot that places a file's chunk on the trace's timeline.
-
-    The chunk's timestamps count from the file's earliest one (``local_min``, in the file's own
-    clock), whose trace time is ``local_min + unit.shift_ns``.
-    """
-    snap = pb.TracePacket(trusted_packet_sequence_id=unit.sequence_id)
-    own, trace = _unsigned_pair(0, local_min + unit.shift_ns)
-    snap.clock_snapshot.clocks.add(clock_id=SEQUENCE_CLOCK, timestamp=own)
-    snap.clock_snapshot.clocks.add(clock_id=pb.BUILTIN_CLOCK_BOOTTIME, timestamp=trace)
-    return _packet(snap.SerializeToString())
-
-
-def _unsigned_pair(a: int, b: int) -> tuple[int, int]:
-    """Two clocks' readings at one moment, ``a`` and ``b``, moved together to where neither is
-    negative (the same pair of clocks: a snapshot may hold any moment)."""
-    low = min(a, b, 0)
-    return a - low, b - low
-
-
-def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> None:
-    """The clock snapshot and every track descriptor, before any event that uses them."""
-    seq = DESCRIPTOR_SEQUENCE
-    if plan.wall_clock:
-        # A time base before 1970 (an epoch clock that wrote a negative time) is placed by the
-        # trace time at which the wall clock reads 0: a snapshot's times are unsigned.
-        trace, wall = _unsigned_pair(0, plan.base_ns)
-        snap = pb.TracePacket(timestamp=0, trusted_packet_sequence_id=seq)
-        snap.clock_snapshot.clocks.add(clock_id=pb.BUILTIN_CLOCK_BOOTTIME, timestamp=trace)
-        snap.clock_snapshot.clocks.add(clock_id=pb.BUILTIN_CLOCK_REALTIME, timestamp=wall)
-        write_packet(out, snap)
-    # The root descriptor (uuid 0) asks v57+ UIs to order processes and threads by their
-    # sibling_order_rank (role, then rank) instead of by slice count; older ones ignore it.
-    root = pb.TracePacket(timestamp=0, trusted_packet_sequence_id=seq)
-    root.track_descriptor.uuid = 0
-    root.track_descriptor.process_ordering = pb.TrackDescriptor.PROCESS_ORDERING_EXPLICIT
-    root.track_descriptor.thread_ordering = pb.TrackDescriptor.THREAD_ORDERING_EXPLICIT
-    write_packet(out, root)
-    groups = set()
-    for proc in plan.processes:
-        pkt = _descriptor(proc.uuid)
-        if proc.is_group:  # a top-level track of its own (the UI lists these above the processes)
-            pkt.track_descriptor.name = proc.name
-            groups.add(proc.uuid)
-        else:
-            pkt.track_descriptor.process.pid = proc.pid
-            pkt.track_descriptor.process.process_name = proc.name
-            pkt.track_descriptor.process.process_labels.extend(proc.labels)
-        pkt.track_descriptor.sibling_order_rank = proc.order
-        pkt.track_descriptor.child_ordering = pb.TrackDescriptor.EXPLICIT
-        write_packet(out, pkt)
-    as_thread = {thread.uuid for thread in plan.threads if thread.as_thread}
-    for thread in plan.threads:
-        pkt = _descriptor(thread.uuid, thread.process_uuid)
-        td = pkt.track_descriptor
-        td.sibling_order_rank = thread.order  # the thread's place in its process (v57+)
-        if thread.as_thread:
-            # A thread of its process: what the UI draws a collapsed process and the overview bar
-            # with, listed main thread (tid == pid) first, titled "<name> <tid>" (thread_ids.py).
-            td.thread.pid, td.thread.tid, td.thread.thread_name = thread.pid, thread.tid, thread.name
-        else:
-            # A track of its process, titled by its name alone. Same-named siblings (two files'
-            # copies of a thread) stay apart.
-            td.name = thread.name
-            td.sibling_merge_behavior = pb.TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE
-        write_packet(out, pkt)
-    for lane in lanes:
-        # Beside a thread, a lane is a track of the thread's process (a track under a thread would
-        # be listed above or below the thread's own, by the lane's name); beside another track it
-        # is that track's child.
-        pkt = _descriptor(lane.uuid, lane.process_uuid if lane.parent_uuid in as_thread else lane.parent_uuid)
-        pkt.track_descriptor.name = lane.name
-        pkt.track_descriptor.sibling_order_rank = lane.lane
-        pkt.track_descriptor.sibling_merge_behavior = pb.TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE
-        write_packet(out, pkt)
-    for counter in plan.counters:
-        pkt = _descriptor(counter.uuid, counter.process_uuid)
-        pkt.track_descriptor.name = counter.name
-        if counter.description:  # the full name of a short title (the UI's help popup, v53+)
-            pkt.track_descriptor.description = counter.description
-        pkt.track_descriptor.sibling_order_rank = 1 << 29  # after every slice track (v57+; v52 sorts by name)
-        pkt.track_descriptor.counter.SetInParent()
-        write_packet(out, pkt)
-    group = next((proc for proc in plan.processes if proc.is_group), None)
-    if plan.phase_summary and group is not None:
-        write_packet(out, _note(0, group.uuid, SUMMARY_NOTE, {"summary": plan.phase_summary}))
-    clock_tracks: dict[int, int] = {}
-    for note in plan.clock_notes:
-        # On a track of its own, titled by its name (the process's own track shows its pid).
-        track = clock_tracks.get(note.process_uuid)
-        if track is None:
-            track = clock_tracks[note.process_uuid] = stable_id("clock", note.process_uuid)
-            pkt = _descriptor(track, note.process_uuid)
-            pkt.track_descriptor.name = CLOCK_NOTE
-            pkt.track_descriptor.sibling_order_rank = 1 << 30  # after the threads
-            write_packet(out, pkt)
-        write_packet(out, _note(note.ts, track, CLOCK_NOTE, note.args))
-
-
-def _note(ts: int, track: int, name: str, args: dict) -> pb.TracePacket:
-    """An instant of tracemerge's own (category ``tracemerge``) on the descriptor sequence, its
-    args as typed annotations (an object as JSON, which trace_processor flattens)."""
-    pkt = pb.TracePacket(timestamp=ts, trusted_packet_sequence_id=DESCRIPTOR_SEQUENCE)
-    event = pkt.track_event
-    event.type, event.track_uuid, event.name = _INSTANT, track, name
-    event.categories.append("tracemerge")
-    for key, value in args.items():
-        annotation = event.debug_annotations.add(name=key)
-        if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:
-            annotation.int_value = value
-        elif type(value) is dict:
-            annotation.legacy_json_value = json_bytes(value, indent=False).decode()
-        else:
-            annotation.string_value = str(value)
-    return pkt
-
-
-def _descriptor(uuid: int, parent: int = 0) -> pb.TracePacket:
-    """A TrackDescriptor packet on the descriptor sequence."""
-    pkt = pb.TracePacket(timestamp=0, trusted_packet_sequence_id=DESCRIPTOR_SEQUENCE)
-    pkt.track_descriptor.uuid = uuid
-    if parent:
-        pkt.track_descriptor.parent_uuid = parent
-    return pkt
-
-
-def write_footer(out: BinaryIO, plan: MergePlan) -> None:
-    """Nothing follows the last packet in a protobuf trace."""
