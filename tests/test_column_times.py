@@ -14,7 +14,7 @@ from readback import read_pftrace
 from tracemerge.pipeline import merge
 from tracemerge.sources import chrome_events as chrome_reader
 from tracemerge.sources import jsonl
-from tracemerge.sources.chrome_batch import _INEXACT, _text_micros
+from tracemerge.sources.column_times import INEXACT, text_micros_to_ns
 from tracemerge.units import us_to_ns
 
 EPOCH_US = 1_790_000_000_000_000  # integer µs since the epoch, as older Kineto writes them
@@ -116,9 +116,9 @@ TEXT_CHARS = "0123456789.-+e _\x00"
 @settings(max_examples=3000, deadline=None)
 @given(st.lists(st.text(TEXT_CHARS, max_size=24) | st.decimals(allow_nan=False).map(str), min_size=1, max_size=40))
 def test_text_the_columns_take_is_what_the_exact_parse_gives(texts: list[str]) -> None:
-    found = _text_micros(texts, len(texts))
+    found = text_micros_to_ns(texts, len(texts))
     for text, ns in zip(texts, found.tolist(), strict=True):
-        if ns == _INEXACT:
+        if ns == INEXACT:
             continue  # left to the per-event path
         assert ns == us_to_ns(text), text
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from tracemerge.model import Identity
 
-# A merged list is compacted again once it holds this many more spans than when last merged.
+# A merged list is compacted again once it holds twice as many spans as when last merged, and this many more.
 COMPACT_AFTER = 1024
 
 
@@ -49,7 +49,14 @@ def add_span(found: list[tuple[int, int]], start: int, end: int, sizes: dict, ke
                 found[-1] = (a, end)
             return
     found.append((start, end))
-    if len(found) >= sizes.get(key, 0) + COMPACT_AFTER:
+    compact(found, sizes, key)
+
+
+def compact(found: list[tuple[int, int]], sizes: dict, key: object) -> None:
+    """Merges the union ``found`` again (in place) once it holds twice as many spans as when last
+    merged (``sizes[key]``), and :data:`COMPACT_AFTER` more: memory stays within twice the
+    union's, and merging costs n log n over all the spans added."""
+    if len(found) >= 2 * sizes.get(key, 0) + COMPACT_AFTER:
         found[:] = merged(found)
         sizes[key] = len(found)
 

@@ -56,6 +56,12 @@ class EventStore:
         uncached: Callable[[str], tuple[str, ...]] = _no_tags,
     ) -> None:
         self.enc = enc
+        # What a source builds an event's body with, without seeing the writer (the seam where
+        # bodies are encoded as they are read, which is faster than keeping events apart from
+        # their encoding): ``args_heads[len(text)] + text`` is args text kept as written, and
+        # ``encode_args(text)`` args text the writer must rewrite.
+        self.args_heads: tuple[bytes, ...] = enc.args_heads
+        self.encode_args: Callable[[bytes], bytes] = enc.args
         self.budget = budget
         self.store = RunStore(spill_dir, store_path)
         self.prefixes: dict[tuple[str, str], bytes] = {}  # encoded names, cached

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from tracemerge.anchors import DEVICE, MAX_MARKS, MAX_PHASE_MARKS, PHASE, STEP
-from tracemerge.breakdown import add_span
+from tracemerge.breakdown import add_span, compact
 from tracemerge.model import OriginKey, ThreadKey
 
 Marks = dict[tuple[str, OriginKey, ThreadKey], list[tuple[int, int]]]
@@ -66,8 +66,12 @@ class EvidenceNotes:
         breaks = np.flatnonzero(starts[1:] > ends[:-1]) + 1
         firsts = np.concatenate(([0], breaks))
         lasts = np.concatenate((breaks - 1, [len(starts) - 1]))
-        for a, b in zip(starts[firsts].tolist(), ends[lasts].tolist(), strict=True):
-            self.mark(tag, origin, thread, a, b)
+        key = (tag, origin, thread)
+        found = self.marks.get(key)
+        if found is None:
+            found = self.marks[key] = []
+        found.extend(zip(starts[firsts].tolist(), ends[lasts].tolist(), strict=True))
+        compact(found, self._merged_sizes, key)
 
     def absorb(self, marks: Marks, marks_over: Counter[str]) -> None:
         """The notes of a part of the file read apart, after those before."""

@@ -6,7 +6,8 @@ from collections.abc import Iterable
 
 from tracemerge.filework import FileOutcome
 from tracemerge.phases import StepScalars
-from tracemerge.plan import FileScan, MergePlan, process_coords
+from tracemerge.plan import FileScan, MergePlan
+from tracemerge.planner import process_coords
 from tracemerge.report import ProcessReport, RunReport
 from tracemerge.writers import Writer
 

@@ -124,10 +124,7 @@ def merge(
         with entered:
             run = Runner(runner, progress)
             first = read_all(run, candidates, asked, work, report)
-            for rule in unmatched(clocks.offsets, (p.identity for p in first.plan.processes)):
-                report.notes.append(f"offset {rule.text()} names no process of this run: not applied")
-            if first.plan.wall_clock and first.plan.base_ns < 0:  # written as placed (the clock snapshot shifts)
-                report.notes.append(BEFORE_1970)
+            _note_placement(report, first, clocks)
             asked = replace(asked, selection=steps_window(selection, phase_rules.steps, first.model, first.plan))
             numbers = summary(first.model, {p.identity: p.name for p in first.plan.processes})
             scan_of, chunk_of = _encode(run, first, asked, numbers, report)
@@ -140,20 +137,9 @@ def merge(
                 assemble(first.plan, list(scan_of.values()), writer, out_path, work, chunk_of)
                 report.output_bytes = out_path.stat().st_size
             else:
-                parts = _parts(split_by, run, first, asked, scan_of, report, strict)
-                report.parts = write_parts(
-                    split_by,
-                    parts,
-                    out_path,
-                    writer.extensions,
-                    work,
-                    first.plan,
-                    writer.name,
-                    lambda sub, part_scans, staged: assemble(
-                        sub, part_scans, writer, staged, work, chunk_of, keep=first.derived_path
-                    ),
-                    lambda target: check_output(target, named, force, taken),
-                )
+                may_write = lambda target: check_output(target, named, force, taken)  # noqa: E731
+                encoded = (scan_of, chunk_of)
+                report.parts = _write_parts(split_by, run, first, asked, encoded, report, strict, work, may_write)
                 report.output_bytes = sum(p.stat().st_size for p in report.parts)
     except OSError as exc:
         raise FatalError(f"{shown(out_path)}: cannot write ({exc.strerror or exc})") from None
@@ -161,6 +147,44 @@ def merge(
         shutil.rmtree(work, ignore_errors=True)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _note_placement(report: RunReport, first: FirstRead, clocks: AlignOptions) -> None:
+    """What the report says of the placement: offsets that named no process, a run before 1970."""
+    for rule in unmatched(clocks.offsets, (p.identity for p in first.plan.processes)):
+        report.notes.append(f"offset {rule.text()} names no process of this run: not applied")
+    if first.plan.wall_clock and first.plan.base_ns < 0:  # written as placed (the clock snapshot shifts)
+        report.notes.append(BEFORE_1970)
+
+
+def _write_parts(
+    split_by: str,
+    run: Runner,
+    first: FirstRead,
+    asked: Asked,
+    encoded: tuple[dict[Path, FileScan], dict[Path, Path]],
+    report: RunReport,
+    strict: bool,
+    work: Path,
+    may_write: Callable[[Path], None],
+) -> list[Path]:
+    """``--split-by``: each part assembled from the chunks in ``work``, and their index."""
+    scan_of, chunk_of = encoded
+    writer, out_path = asked.writer, report.output
+    assert writer is not None and out_path is not None
+    return write_parts(
+        split_by,
+        _parts(split_by, run, first, asked, scan_of, report, strict),
+        out_path,
+        writer.extensions,
+        work,
+        first.plan,
+        writer.name,
+        lambda sub, part_scans, staged: assemble(
+            sub, part_scans, writer, staged, work, chunk_of, keep=first.derived_path
+        ),
+        may_write,
+    )
 
 
 def _encode(

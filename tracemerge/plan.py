@@ -1,27 +1,25 @@
-"""From what each file holds to the plan that encodes it: processes, tracks, ids and time shift.
+"""The plan's types: what each file's read summarised (:class:`FileScan`), the merged trace's
+processes and tracks, and each file's small :class:`UnitPlan`, with the track ids every stage
+agrees on.
 
-:func:`scan` summarises one file's :class:`~tracemerge.model.SourceData`; :func:`make_plan`
-takes all summaries and fixes the merged trace's layout. Each file then gets a small
-:class:`UnitPlan`, which is all its encode step needs: no other state is shared, so files can be
+:func:`tracemerge.planner.make_plan` takes all summaries and fixes the merged trace's layout. A
+:class:`UnitPlan` is all a file's encode step needs: no other state is shared, so files can be
 encoded in any order, in worker processes or on other machines, and their outputs concatenated.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tracemerge.clock import Alignment, AlignOptions, align
-from tracemerge.clock.unaligned import title, unaligned
-from tracemerge.layouts import COORDINATE_ORDER, PathFacts, role_sort_key
+from tracemerge.clock import Alignment
+from tracemerge.layouts import PathFacts, role_sort_key
 from tracemerge.model import ClockDomain, Identity, OriginKey, SourceData, ThreadInfo, ThreadKey
 from tracemerge.report import EventCounts
 from tracemerge.stats import Losses
-from tracemerge.thread_ids import listing_order, thread_ids
 
 
 def stable_id(*parts: object) -> int:
@@ -287,208 +285,3 @@ def natural_key(text: str) -> tuple:
 
 
 _DIGITS = re.compile(r"(\d+)")
-
-
-def make_plan(
-    scans: list[FileScan],
-    wide: bool = False,
-    clocks: AlignOptions | None = None,
-    alignment: Alignment | None = None,
-) -> MergePlan:
-    """Fix pids, track ids, names and time shifts for the whole merged trace.
-
-    ``alignment`` reuses clock offsets already found (scans it does not place keep their clock:
-    the derived phase tracks are on the aligned timeline already). Raises :class:`IdCollision`
-    when two tracks share a narrow uuid (then encode with ``wide``).
-    """
-    if alignment is None:
-        alignment = align(scans, clocks or AlignOptions(), identity_sort_key)
-    offsets, base_ns, wall_clock = alignment.offsets, alignment.base_ns, alignment.wall_clock
-    offsets.update({s.path: 0 for s in scans if s.path not in offsets})
-    scans = sorted(scans, key=lambda s: (s.ts_min is None, (s.ts_min or 0) + offsets[s.path], str(s.path)))
-
-    identities = sorted({i for s in scans for i in (*s.counts, *s.threads, *s.counter_series)}, key=identity_sort_key)
-    coords = process_coords(scans)
-    adrift = unaligned(scans, alignment)  # placed without clock evidence: said in their title
-    processes = {
-        ident: ProcessTrack(
-            ident,
-            process_uuid(ident, wide),
-            n + 1,
-            title(ident, ident in adrift),
-            n,
-            tuple(f"{k} {v}" for k, v in coords[ident]),
-        )
-        for n, ident in enumerate(identities)
-    }
-
-    # Files of one process that overlap in time and share a thread get their own copy of it.
-    salts = _overlap_salts(scans, offsets)
-
-    thread_infos: dict[Identity, dict[tuple[ThreadKey, str], ThreadInfo]] = defaultdict(dict)
-    for s in scans:
-        for ident, threads in s.threads.items():
-            for key, info in threads.items():
-                salt = salts.get((s.path, ident), "")
-                name = f"{info.name} ({salt})" if salt else info.name
-                thread_infos[ident].setdefault((key, salt), ThreadInfo(name, info.sort_key))
-
-    threads: dict[tuple[Identity, ThreadKey, str], ThreadTrack] = {}
-    for ident in identities:
-        proc = processes[ident]
-        ordered = _sorted_threads(thread_infos[ident])
-        ordered = [ordered[n] for n in listing_order([(k, i.name, i.sort_key) for (k, _), i in ordered])]
-        ids = thread_ids(proc.pid, [(key, info.name) for (key, _), info in ordered], proc.is_group)
-        for n, (((key, salt), info), (tid, as_thread)) in enumerate(zip(ordered, ids, strict=True)):
-            uuid = thread_uuid(ident, key, salt, wide)
-            threads[(ident, key, salt)] = ThreadTrack(uuid, proc.pid, tid, info.name, n, proc.uuid, as_thread=as_thread)
-
-    counters: dict[tuple[Identity, ThreadKey, str], CounterTrack] = {}
-    for s in scans:
-        for ident, series in s.counter_series.items():
-            proc = processes[ident]
-            # Series come from sets: sorted, so that the descriptors' order is the same every run
-            # (a key holding None hashes by address).
-            for (key, name), prefix in sorted(series.items(), key=lambda kv: (repr(kv[0][0]), kv[0][1])):
-                if (ident, key, name) not in counters:
-                    json_name, _, json_key = name.rpartition(" ")
-                    # A series named after its source already says where it comes from.
-                    prefix = "" if name.startswith(prefix) else prefix
-                    full = f"{prefix}: {name}" if prefix else name
-                    counters[(ident, key, name)] = CounterTrack(
-                        counter_uuid(ident, key, name, wide),
-                        proc.pid,
-                        full,
-                        proc.uuid,
-                        f"{prefix}: {json_name}" if prefix else json_name,
-                        json_key,
-                        s.series_descriptions.get(name, ""),
-                    )
-
-    units = []
-    for s in scans:
-        unit_threads = {
-            (ident, key): threads[(ident, key, salts.get((s.path, ident), ""))]
-            for ident, ts in s.threads.items()
-            for key in ts
-        }
-        unit_counters = {
-            (ident, key, name): counters[(ident, key, name)]
-            for ident, series in s.counter_series.items()
-            for key, name in series
-        }
-        units.append(
-            UnitPlan(
-                path=s.path,
-                format=s.format,
-                sequence_id=s.sequence_id,
-                shift_ns=s.origin_ns + offsets[s.path] - base_ns,
-                flow_id_base=flow_id_base(s.sequence_id),
-                identities=s.identities,
-                threads=unit_threads,
-                counters=unit_counters,
-                salts={ident: salt for (path, ident), salt in salts.items() if path == s.path},
-            )
-        )
-    planned = {t.uuid: t for t in threads.values()}
-    lanes = _planned_lanes(scans, threads, salts, wide)
-    uuids = [p.uuid for p in processes.values()] + list(planned) + [c.uuid for c in counters.values()]
-    uuids += lanes.values()
-    if len(set(uuids)) < len(uuids) or len(planned) < len(threads):
-        raise IdCollision("two tracks share a uuid")
-    notes = []
-    for s in scans:
-        placed = alignment.sources.get(s.path)
-        if placed is None or s.ts_min is None:
-            continue
-        args = {k: v if v is not None else "unknown" for k, v in placed.as_dict().items() if v != ""}
-        args["file"] = s.path.name
-        for ident in sorted({*s.counts, *s.threads, *s.counter_series}, key=identity_sort_key):
-            proc = processes[ident]
-            notes.append(ClockNote(proc.uuid, proc.pid, s.ts_min + offsets[s.path] - base_ns, args))
-    return MergePlan(
-        units=units,
-        processes=list(processes.values()),
-        threads=sorted(threads.values(), key=lambda t: (t.pid, t.order)),
-        counters=list(counters.values()),
-        base_ns=base_ns,
-        wall_clock=wall_clock,
-        offsets=offsets,
-        alignment=alignment,
-        clock_notes=notes,
-    )
-
-
-def _planned_lanes(
-    scans: list[FileScan],
-    threads: dict[tuple[Identity, ThreadKey, str], ThreadTrack],
-    salts: dict[tuple[Path, Identity], str],
-    wide: bool,
-) -> dict[tuple[int, int], int]:
-    """The uuid of every overlap lane the files opened, by (planned thread, lane number).
-
-    A file's lanes were opened beside the threads it was encoded with: a file the plan gives a
-    salt now (it overlaps another file of its process) opened them beside the unsalted threads it
-    shares with that file, and is encoded again, its lanes beside its own copies. Each lane is
-    therefore taken beside the planned thread of its file. Files of one process apart in time
-    share a thread and may open the same lane of it: one track, counted once.
-    """
-    lanes: dict[tuple[int, int], int] = {}
-    for s in scans:
-        if not s.lanes:
-            continue
-        parent_of: dict[int, ThreadTrack] = {}
-        for ident, keys in s.threads.items():
-            encoded, plan_salt = s.salts.get(ident, ""), salts.get((s.path, ident), "")
-            for key in keys:
-                parent_of[thread_uuid(ident, key, encoded, wide)] = threads[(ident, key, plan_salt)]
-        for lane in s.lanes:
-            parent = parent_of.get(lane.parent_uuid)
-            if parent is not None and (parent.uuid, lane.lane) not in lanes:
-                lanes[(parent.uuid, lane.lane)] = lane_track(parent, lane.lane).uuid
-    return lanes
-
-
-def process_coords(scans: list[FileScan]) -> dict[Identity, tuple[tuple[str, int], ...]]:
-    """Per process, the parallel coordinates its files' names give (the first file's value of each
-    wins; a replica's frontend file carries its GPU's)."""
-    found: dict[Identity, dict[str, int]] = defaultdict(dict)
-    for s in scans:
-        for ident in (*s.counts, *s.threads, *s.counter_series):
-            for key, value in s.facts.coords:
-                found[ident].setdefault(key, value)
-    shown = {key: n for n, key in enumerate(COORDINATE_ORDER)}
-    return defaultdict(
-        tuple,
-        {ident: tuple(sorted(values.items(), key=lambda kv: shown.get(kv[0], 99))) for ident, values in found.items()},
-    )
-
-
-def _sorted_threads(infos: dict[tuple[ThreadKey, str], ThreadInfo]) -> list:
-    items = list(infos.items())
-    try:
-        return sorted(items, key=lambda kv: (kv[1].sort_key, kv[0][1], kv[1].name, repr(kv[0][0])))
-    except TypeError:  # sort keys from different formats need not compare
-        return sorted(items, key=lambda kv: (repr(kv[1].sort_key), kv[0][1], kv[1].name, repr(kv[0][0])))
-
-
-def _overlap_salts(scans: list[FileScan], offsets: dict[Path, int]) -> dict[tuple[Path, Identity], str]:
-    """Per (file, process) whose threads overlap another file's, a salt for its track ids: the
-    file's path below the inputs' common folder (the same run elsewhere gives the same bytes)."""
-    salts: dict[tuple[Path, Identity], str] = {}
-    try:
-        root = os.path.commonpath([str(s.path.parent) for s in scans]) if scans else ""
-    except ValueError:  # paths on different drives
-        root = ""
-    seen: dict[Identity, list[tuple[int, int, set]]] = defaultdict(list)
-    for s in scans:
-        if s.ts_min is None or s.ts_max is None:
-            continue
-        lo, hi = s.ts_min + offsets[s.path], s.ts_max + offsets[s.path]
-        for ident, threads in s.threads.items():
-            keys = set(threads)
-            clash = any(lo < p_hi and p_lo < hi and keys & p_keys for p_lo, p_hi, p_keys in seen[ident])
-            if clash:
-                salts[(s.path, ident)] = os.path.relpath(s.path, root) if root else str(s.path)
-            seen[ident].append((lo, hi, keys))
-    return salts

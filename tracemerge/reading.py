@@ -27,7 +27,8 @@ from tracemerge.output import check_output
 from tracemerge.phases import PhaseModel, StepScalars, attach_scalars, derive
 from tracemerge.phases.derived_unit import derived_scan, note_run
 from tracemerge.phases.rules import PhaseOptions
-from tracemerge.plan import FileScan, IdCollision, MergePlan, make_plan
+from tracemerge.plan import FileScan, IdCollision, MergePlan
+from tracemerge.planner import make_plan
 from tracemerge.report import RunReport
 from tracemerge.same_content import read_once
 from tracemerge.select import Selection

@@ -58,7 +58,7 @@ def listing_order(tracks: list[tuple[ThreadKey, str, object]]) -> list[int]:
 def thread_ids(pid: int, tracks: list[tuple[ThreadKey, str]], group: bool = False) -> list[tuple[int, bool]]:
     """Per track of the process ``pid`` (its key and name, in the process's order): its tid, and
     whether `.pftrace` writes it as a thread (never in a ``group``, which is no process there). A
-    second track of one OS thread (a file's copy of it, see ``plan._overlap_salts``) cannot share
+    second track of one OS thread (a file's copy of it, see ``planner._overlap_salts``) cannot share
     its tid and stays a track of the process."""
     taken = {pid}
     out: list[tuple[int, bool]] = []

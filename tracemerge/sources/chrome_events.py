@@ -173,8 +173,8 @@ class ChromeEvents(EventKinds, BoundFlows, ThreadNames):
         :meth:`add`."""
         layout = self.layout
         prefixes, prefix = layout.prefixes, layout.prefix
-        args_field = layout.enc.args
-        heads = layout.enc.args_heads if plain_text else ()
+        args_field = layout.encode_args
+        heads = layout.args_heads if plain_text else ()
         n_heads = len(heads)
         n_short = min(n_heads, DEEP_FROM)  # longer args may nest too deep: looked at first
         ordinal = layout.ordinal

@@ -51,7 +51,7 @@ def _kernels(r: NsysReader) -> Source | None:
     cols = ("start", "end", "globalPid", "deviceId", "contextId", "streamId", "correlationId", name_col)
     cols += ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread")
     cols += ("staticSharedMemory", "dynamicSharedMemory")
-    heads, note, ordinal, mark = r.layout.enc.args_heads, r.layout.note, r.layout.ordinal, r.layout.mark
+    heads, note, ordinal, mark = r.layout.args_heads, r.layout.note, r.layout.ordinal, r.layout.mark
     tracks, names = r._gpu, r._named
 
     def handle(row: tuple) -> None:

@@ -45,7 +45,7 @@ class NvtxRanges:
         payload = [self.schema.column(NVTX, c) for c in PAYLOAD if self.schema.has(NVTX, c)]
         extra = (f"coalesce({', '.join(payload)}, NULL)" if payload else "NULL",)
         cols = ("start", "end", "eventType", "text", "textId", "globalTid", "endGlobalTid", "domainId", "category")
-        layout, heads, ordinal = self.layout, self.layout.enc.args_heads, self.layout.ordinal
+        layout, heads, ordinal = self.layout, self.layout.args_heads, self.layout.ordinal
         cpu, cats, not_drawn = self._cpu, {}, self.nvtx_not_drawn
 
         def handle(row: tuple) -> None:

@@ -187,7 +187,7 @@ class NsysReader(NvtxRanges):
     def body(self, prefix: bytes, args: dict | None) -> bytes:
         if not args:
             return prefix
-        return prefix + self.layout.enc.args(orjson.dumps(args, option=orjson.OPT_NON_STR_KEYS))
+        return prefix + self.layout.encode_args(orjson.dumps(args, option=orjson.OPT_NON_STR_KEYS))
 
     def has_columns(self, table: str, *columns: str) -> bool:
         """Whether ``table`` is there with ``columns``; if it lacks one, its rows are counted."""
@@ -239,7 +239,7 @@ class NsysReader(NvtxRanges):
             if flows
             else "",
         )
-        heads, note, ordinal = self.layout.enc.args_heads, self.layout.note, self.layout.ordinal
+        heads, note, ordinal = self.layout.args_heads, self.layout.note, self.layout.ordinal
         cpu, names = self._cpu, self._named
 
         def handle(row: tuple) -> None:
