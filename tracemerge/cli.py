@@ -308,8 +308,8 @@ def summary(
 ) -> None:
     """Per step: wall time, who held it up and who started last; per role and phase: total, share, idle.
 
-    A run directory is merged first, placed as a merge places it (--sync, --offset, --offsets,
-    --no-align); a trace keeps the summary of its own merge.
+    A run directory is read and summarized without writing a trace, placed as a merge places it
+    (--sync, --offset, --offsets, --no-align); a trace keeps the summary of its own merge.
     """
     threshold = cli_diff.threshold_of(fail_over)
     if threshold is not None and baseline is None:

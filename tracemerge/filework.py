@@ -29,7 +29,6 @@ from tracemerge.evidence import EvidenceNotes
 from tracemerge.layout import FileLayout
 from tracemerge.layout_types import Encoder, LayoutResult
 from tracemerge.layouts import PathFacts
-from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.model import UNIX_EPOCH, ClockDomain, Identity, SourceData, ThreadInfo
 from tracemerge.phases import StepScalars
 from tracemerge.phases.rules import NAMED_STEPS, VERL, PhaseRules, Preset
@@ -41,7 +40,7 @@ from tracemerge.plan import (
     flow_id_base,
     resolve_identity,
 )
-from tracemerge.read_options import ReadOptions
+from tracemerge.read_options import DEFAULT_READ, ReadOptions
 from tracemerge.select import EVERYTHING, Selection, TimeFilter
 from tracemerge.stats import Losses, Stat
 from tracemerge.writers import WRITERS
@@ -67,15 +66,15 @@ class FileJob:
     wide_ids: bool = False  # 63-bit track uuids (after narrow ones collided)
     sync: tuple[str, ...] = ()  # span names that start at one instant in every process (clock evidence)
     phases: tuple[Preset, ...] = ()  # phase rules noted while reading
-    metrics_map: MetricsMap = NO_MAP  # where metric series go when their labels do not say
+    # What the source is told: where metric series go, and how many processes besides the one
+    # running the job may read parts of a large file at once (the same bytes however many).
+    # Its keep_zero_counters comes from ``selection``.
+    read: ReadOptions = DEFAULT_READ
     # Chrome JSON's first read: build the events' bodies with this writer and keep the laid-out
     # events beside the chunk; its second pass (``saved``: that read's summary) encodes them
     # instead of reading the file again.
     keep_layout: str = ""
     saved: FileScan | None = None
-    # Processes besides the one running the job that may read parts of a large file at once
-    # (the output is the same bytes however many).
-    helpers: int = 0
 
 
 @dataclass
@@ -212,7 +211,7 @@ def _new_layout(job: FileJob, enc: Encoder, keep_layout: bool) -> FileLayout:
         job.chunk.parent if job.chunk else None,
         Watch(job.sync, PhaseRules(job.phases)),
         store,
-        ReadOptions(job.metrics_map, job.helpers, job.selection.keep_zero_counters),
+        replace(job.read, keep_zero_counters=job.selection.keep_zero_counters),
     )
 
 

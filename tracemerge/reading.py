@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracemerge.clock import AlignOptions
+from tracemerge.clock import AlignOptions, align
 from tracemerge.discover import Candidate
 from tracemerge.errors import FatalError
 from tracemerge.executors import Executor, SerialExecutor
@@ -27,8 +27,9 @@ from tracemerge.output import check_output
 from tracemerge.phases import PhaseModel, StepScalars, attach_scalars, derive
 from tracemerge.phases.derived_unit import derived_scan, note_run
 from tracemerge.phases.rules import PhaseOptions
-from tracemerge.plan import FileScan, IdCollision, MergePlan
+from tracemerge.plan import FileScan, IdCollision, MergePlan, identity_sort_key
 from tracemerge.planner import make_plan
+from tracemerge.read_options import ReadOptions
 from tracemerge.report import RunReport
 from tracemerge.same_content import read_once
 from tracemerge.select import Selection
@@ -132,9 +133,8 @@ def _read_and_plan(
             wide_ids=wide,
             sync=asked.clocks.sync,
             phases=asked.phase_rules.presets,
-            metrics_map=asked.metrics_map,
+            read=ReadOptions(asked.metrics_map, helpers),
             keep_layout=keep_layout,
-            helpers=helpers,
         )
         for n, c in enumerate(candidates)
     ]
@@ -142,17 +142,19 @@ def _read_and_plan(
     scans = collect(run.map(jobs, "read"), report, scalars)
     if not scans:
         raise FatalError("no usable trace files: " + "; ".join(report.skipped))
-    plan = make_plan(scans, wide, asked.clocks)
+    # The stages in their order: align the clocks, derive the phases, plan (the derived tracks
+    # are one more unit of the plan).
+    alignment = align(scans, asked.clocks, identity_sort_key)
+    alignment.offsets.update({s.path: 0 for s in scans if s.path not in alignment.offsets})
     keep = process_filter(selection, scans)
-    model = derive(scans, plan.offsets, asked.phase_rules.presets, asked.phase_rules.steps, keep)
-    note_run(model, scans, plan, keep)
+    model = derive(scans, alignment.offsets, asked.phase_rules.presets, asked.phase_rules.steps, keep)
+    note_run(model, scans, alignment, keep)
     scalars_dropped = Losses()
     for f in scalars:
         scalars_dropped.update(f.dropped)
     attach_scalars(model, scalars, scalars_dropped)
-    derived = derived_scan(model, len(candidates) + 2, work / "phases.chunk", plan)
-    if derived is not None:
-        plan = make_plan([*scans, derived], wide, asked.clocks, plan.alignment)
+    derived = derived_scan(model, len(candidates) + 2, work / "phases.chunk", alignment.wall_clock)
+    plan = make_plan([*scans, derived] if derived is not None else scans, wide, alignment=alignment)
     by_path = {j.candidate.path: j for j in jobs}
     return FirstRead(by_path, scans, scalars, scalars_dropped, plan, model, derived, wide)
 

@@ -141,6 +141,25 @@ def align(scans: list[HasClock], options: AlignOptions, order: Callable[[Identit
 
     groups = _groups(usable, options)
     placed: list[_Group] = []
+    reference = _place_reference_and_manual(groups, placed, sources, order)
+    # Epoch clocks first, from evidence between epoch clocks only: an epoch clock is an anchor of
+    # its own, better than a chain through files that have none.
+    evidence = Evidence(sync_presets(((i, t) for s in usable for i, t in s.marks.items()), options.presets))
+    _place_epoch_clocks(evidence, [g for g in groups if g.anchored], placed, sources, order)
+    _refine(evidence, placed, sources)
+    _place_by_evidence(evidence, groups, placed, sources, EVIDENCE)
+    _refine(evidence, placed, sources)
+    rest = [g for g in groups if g.offset is None]
+    wall_clock = reference.anchored or _anchor_by_mtime(reference, placed, sources)
+    unrelated = "nothing relates it to the other files" + evidence.preset_spans_missing(usable)
+    _place_the_rest(rest, placed, sources, unrelated)
+    return _finish(usable, sources, wall_clock)
+
+
+def _place_reference_and_manual(
+    groups: list[_Group], placed: list[_Group], sources: dict[Path, SourceClock], order: Callable[[Identity], tuple]
+) -> _Group:
+    """The reference group placed at 0, and the groups ``--offset`` rules place; the reference."""
     anchored = [g for g in groups if g.anchored and g.key[0] != "manual"]
     candidates = anchored or [g for g in groups if g.key[0] != "manual"] or groups
     reference = min(candidates, key=lambda g: _reference_rank(g, order))
@@ -153,11 +172,17 @@ def align(scans: list[HasClock], options: AlignOptions, order: Callable[[Identit
                 placed.remove(g)
             start = 0 if g.anchored or run_lo is None else run_lo - g.scans[0].ts_min
             _place(g, start + rule.ns, 0, placed, sources, "manual", 0, f"--offset {rule.text()}", "manual")
+    return reference
 
-    # Epoch clocks first, from evidence between epoch clocks only: an epoch clock is an anchor of
-    # its own, better than a chain through files that have none.
-    evidence = Evidence(sync_presets(((i, t) for s in usable for i, t in s.marks.items()), options.presets))
-    epoch = [g for g in groups if g.anchored]
+
+def _place_epoch_clocks(
+    evidence: Evidence,
+    epoch: list[_Group],
+    placed: list[_Group],
+    sources: dict[Path, SourceClock],
+    order: Callable[[Identity], tuple],
+) -> None:
+    """Every epoch clock: by collectives and sync spans between epoch clocks, else its own time."""
     for g in epoch:  # nothing can relate a clock without evidence: it keeps its own
         if g.offset is None and not any(evidence.marks(s, m) for s in g.scans for m in (COLLECTIVE, SYNC)):
             _place(g, 0, None, placed, sources, "exact", 0, "its own clock (hosts agree to NTP accuracy)", "exact")
@@ -171,31 +196,33 @@ def align(scans: list[HasClock], options: AlignOptions, order: Callable[[Identit
         g = min(unplaced, key=lambda g: _reference_rank(g, order))
         _place(g, 0, None, placed, sources, "exact", 0, "its own clock (hosts agree to NTP accuracy)", "exact")
 
-    _refine(evidence, placed, sources)
-    _place_by_evidence(evidence, groups, placed, sources, EVIDENCE)
-    _refine(evidence, placed, sources)
-    rest = [g for g in groups if g.offset is None]
-    wall_clock = reference.anchored
-    if not reference.anchored:
-        # No epoch clock anywhere: the reference's modification time anchors the whole run.
-        shift = _mtime_offset(reference)
-        if shift is not None:
-            for g in placed:
-                g.offset = (g.offset or 0) + shift
-                for s in g.scans:
-                    sources[s.path] = replace(sources[s.path], offset_ns=sources[s.path].offset_ns + shift)
-            for s in reference.scans:
-                sources[s.path] = replace(
-                    sources[s.path],
-                    method="mtime",
-                    uncertainty_ns=None,
-                    against="file modification time = its last event",
-                    confidence="low",
-                    note="no file in the run has a wall clock; the others are placed against this one",
-                )
-            wall_clock = True
+
+def _anchor_by_mtime(reference: _Group, placed: list[_Group], sources: dict[Path, SourceClock]) -> bool:
+    """No epoch clock anywhere: the reference's modification time anchors the whole run (True
+    when it could)."""
+    shift = _mtime_offset(reference)
+    if shift is None:
+        return False
+    for g in placed:
+        g.offset = (g.offset or 0) + shift
+        for s in g.scans:
+            sources[s.path] = replace(sources[s.path], offset_ns=sources[s.path].offset_ns + shift)
+    for s in reference.scans:
+        sources[s.path] = replace(
+            sources[s.path],
+            method="mtime",
+            uncertainty_ns=None,
+            against="file modification time = its last event",
+            confidence="low",
+            note="no file in the run has a wall clock; the others are placed against this one",
+        )
+    return True
+
+
+def _place_the_rest(rest: list[_Group], placed: list[_Group], sources: dict[Path, SourceClock], unrelated: str) -> None:
+    """Groups no evidence placed: by their modification time when it falls near the run, else
+    their first event at the run start (``unrelated`` says why)."""
     lo, hi = _placed_range(placed)
-    unrelated = "nothing relates it to the other files" + evidence.preset_spans_missing(usable)
     for g in rest:
         shift = _mtime_offset(g)
         s0 = g.scans[0]
@@ -217,7 +244,6 @@ def align(scans: list[HasClock], options: AlignOptions, order: Callable[[Identit
                 "none",
                 "first event placed at the run start",
             )
-    return _finish(usable, sources, wall_clock)
 
 
 def _finish(scans: list[HasClock], sources: dict[Path, SourceClock], wall_clock: bool) -> Alignment:

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tracemerge.clock.alignment import Alignment
 from tracemerge.clock.unaligned import unaligned
 from tracemerge.errors import FatalError
 from tracemerge.filework import RELATIVE_NO_ANCHOR
@@ -31,7 +32,7 @@ from tracemerge.writers import WRITERS, Writer
 DERIVED_FORMAT = "derived phases"
 
 
-def derived_scan(model: PhaseModel, sequence_id: int, chunk: Path, plan: MergePlan) -> FileScan | None:
+def derived_scan(model: PhaseModel, sequence_id: int, chunk: Path, wall_clock: bool) -> FileScan | None:
     """The summary of the derived tracks (Phases per process, the Pipeline group), as if a file."""
     if model.empty and not model.unaligned:
         return None
@@ -40,7 +41,7 @@ def derived_scan(model: PhaseModel, sequence_id: int, chunk: Path, plan: MergePl
     return FileScan(
         path=chunk,
         format=DERIVED_FORMAT,
-        clock=UNIX_EPOCH if plan.wall_clock else RELATIVE_NO_ANCHOR,
+        clock=UNIX_EPOCH if wall_clock else RELATIVE_NO_ANCHOR,
         sequence_id=sequence_id,
         origin_ns=0,
         identities={},
@@ -54,17 +55,18 @@ def derived_scan(model: PhaseModel, sequence_id: int, chunk: Path, plan: MergePl
 
 
 def note_run(
-    model: PhaseModel, scans: list[FileScan], plan: MergePlan, keep: Callable[[Identity], bool] | None
+    model: PhaseModel, scans: list[FileScan], alignment: Alignment, keep: Callable[[Identity], bool] | None
 ) -> None:
     """What the derived tracks and the summary say beside the phases, of the processes ``keep``
     keeps: those placed without clock evidence, the run's first and last event, and each
     process's first to last event (all on the aligned timeline)."""
-    model.unaligned = {i: why for i, why in unaligned(scans, plan.alignment).items() if keep is None or keep(i)}
+    model.unaligned = {i: why for i, why in unaligned(scans, alignment).items() if keep is None or keep(i)}
+    offsets = alignment.offsets
     spans: dict[Identity, tuple[int, int]] = {}
     for s in scans:
         if s.ts_min is None:
             continue
-        lo, hi = s.ts_min + plan.offsets[s.path], (s.ts_max or s.ts_min) + plan.offsets[s.path]
+        lo, hi = s.ts_min + offsets[s.path], (s.ts_max or s.ts_min) + offsets[s.path]
         for ident in {*s.counts, *s.threads, *s.counter_series}:
             if keep is None or keep(ident):
                 a, b = spans.get(ident, (lo, hi))
