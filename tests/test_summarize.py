@@ -24,10 +24,11 @@ def test_summarize_gives_the_numbers_a_merge_stores(tmp_path: Path, run: str) ->
     assert summarize([FIXTURES / run]) == merged.phases
 
 
-@pytest.mark.parametrize("run", ["frameworks/verl", "kineto_gpu"])
+@pytest.mark.parametrize("run", ["frameworks/verl", "kineto_gpu", "ascend"])
 def test_a_chrome_json_merge_stores_the_numbers_of_a_perfetto_one(tmp_path: Path, run: str) -> None:
     """Chrome JSON's first read only summarizes each file; a verl file's step, told by its folder
-    name, and the device activity of Kineto's kernels must be noted all the same."""
+    name, and the device activity of Kineto's kernels and Ascend's tasks must be noted all the
+    same."""
     as_json = merge([FIXTURES / run], tmp_path / "run.json").phases
     as_perfetto = merge([FIXTURES / run], tmp_path / "run.pftrace").phases
     assert as_json == as_perfetto
