@@ -20,18 +20,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tracemerge.anchors import DEVICE, Watch, phase_tag, step_tag
-from tracemerge.breakdown import merged
+from tracemerge.anchors import Watch
 from tracemerge.discover import Candidate
 from tracemerge.errors import InputError, NotATrace, shown
 from tracemerge.event_store import DEFAULT_BUDGET, threads_in_order
 from tracemerge.evidence import EvidenceNotes
 from tracemerge.layout import FileLayout
 from tracemerge.layout_types import Encoder, LayoutResult
-from tracemerge.layouts import PathFacts
 from tracemerge.model import UNIX_EPOCH, ClockDomain, Identity, SourceData, ThreadInfo
 from tracemerge.phases import StepScalars
-from tracemerge.phases.rules import NAMED_STEPS, VERL, PhaseRules, Preset
+from tracemerge.phases.rules import PhaseRules, Preset
 from tracemerge.plan import (
     FileScan,
     LocalTracks,
@@ -41,6 +39,7 @@ from tracemerge.plan import (
     resolve_identity,
 )
 from tracemerge.read_options import DEFAULT_READ, ReadOptions
+from tracemerge.scan_marks import process_marks, with_named_marks
 from tracemerge.select import EVERYTHING, Selection, TimeFilter
 from tracemerge.stats import Losses, Stat
 from tracemerge.writers import WRITERS
@@ -294,7 +293,9 @@ def _scan(
         reversed_flows=result.reversed_flows,
         salts=dict(job.salts),
         filtered=result.filtered,
-        marks=_with_named_marks(_marks(notes.marks, identity_of, data.origin_ns), cand.facts, result, data.origin_ns),
+        marks=with_named_marks(
+            process_marks(notes.marks, identity_of, data.origin_ns), cand.facts, result, data.origin_ns
+        ),
         facts=cand.facts,
         host=data.host,
         mtime_ns=_mtime_ns(cand.path),
@@ -348,51 +349,6 @@ def _time_filter(job: FileJob) -> TimeFilter | None:
         return None
     lo, hi = job.window or (None, None)
     return TimeFilter(lo, hi, job.selection.min_dur)
-
-
-def _marks(
-    marks: dict[tuple[str, Any, Any], list[tuple[int, int]]], identity_of: Callable[[Any], Identity], origin_ns: int
-) -> dict[Identity, dict[str, list[tuple[int, int]]]]:
-    """Per process and tag, the marks of one thread, in time order: a collective is noted once
-    per rank, not once per level that records it. Whole operations follow one another on their
-    thread, so the thread whose marks do not overlap and cover the most time is taken (Ascend's
-    communication-op row rather than its parallel tasks on a stream, or its launch on the host).
-    Device activity is the union over the process's threads (its device streams)."""
-    best: dict[Identity, dict[str, list[tuple[int, int]]]] = defaultdict(dict)
-    scores: dict[tuple[Identity, str], tuple[bool, int]] = {}
-    for (tag, origin, _thread), found in sorted(marks.items(), key=lambda kv: repr(kv[0])):
-        ident = identity_of(origin)
-        if tag.startswith(DEVICE):
-            mine = best[ident].get(tag, [])
-            best[ident][tag] = merged([*mine, *((a + origin_ns, b + origin_ns) for a, b in found)])
-            continue
-        found = sorted((a + origin_ns, b + origin_ns) for a, b in found)
-        sequential = all(found[n][0] >= found[n - 1][1] for n in range(1, len(found)))
-        score = (sequential, sum(end - start for start, end in found))
-        if score > scores.get((ident, tag), (False, -1)):
-            best[ident][tag] = found
-            scores[(ident, tag)] = score
-    return dict(best)
-
-
-def _with_named_marks(
-    marks: dict[Identity, dict[str, list[tuple[int, int]]]], facts: PathFacts, result: Any, origin_ns: int
-) -> dict[Identity, dict[str, list[tuple[int, int]]]]:
-    """What the file's name says of its time, as marks over its whole extent for each of its
-    processes: the step (verl's ``step<S>``) and the phase a discrete-mode stage file is."""
-    if (facts.step is None and facts.phase is None) or result.ts_min is None:
-        return marks
-    extent = [(result.ts_min + origin_ns, (result.ts_max or result.ts_min) + origin_ns)]
-    # A read that only summarizes (Chrome JSON's first pass, a summary) walks no thread: then the
-    # processes are those its tracks name.
-    for ident in dict.fromkeys([*result.read, *result.threads, *result.counter_series]):
-        tags = marks.setdefault(ident, {})
-        if facts.step is not None:
-            tags[step_tag(NAMED_STEPS, str(facts.step))] = list(extent)
-        if facts.phase is not None:
-            tags.setdefault(phase_tag(VERL.name, facts.phase), []).extend(extent)
-            tags[phase_tag(VERL.name, facts.phase)].sort()
-    return marks
 
 
 def _mtime_ns(path: Path) -> int | None:
