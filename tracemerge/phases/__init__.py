@@ -26,10 +26,10 @@ from typing import Any
 # line and the readers import the phase rules alone, and importing deriving and summarising with
 # them would cost every start some 20 ms.
 _HOME = {
-    "PhaseModel": "tracemerge.phases.derivation",
-    "PipelineSlice": "tracemerge.phases.derivation",
-    "ProcessPhases": "tracemerge.phases.derivation",
-    "StepScalars": "tracemerge.phases.derivation",
+    "PhaseModel": "tracemerge.phases.model",
+    "PipelineSlice": "tracemerge.phases.model",
+    "ProcessPhases": "tracemerge.phases.model",
+    "StepScalars": "tracemerge.phases.model",
     "attach_scalars": "tracemerge.phases.derivation",
     "derive": "tracemerge.phases.derivation",
     "AUTO": "tracemerge.phases.rules",

@@ -19,103 +19,25 @@ import heapq
 import itertools
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
 
 from tracemerge.anchors import COLLECTIVE, DEVICE_COMM, DEVICE_COMPUTE, PHASE, STEP, preferred_preset
-from tracemerge.breakdown import Breakdown, intersection, merged, step_breakdown, waits
-from tracemerge.critical import FOREVER, Holdup, Timeline, holdup
-from tracemerge.critical_path import Devices, Segment, first_events, step_path
+from tracemerge.breakdown import merged
+from tracemerge.critical import FOREVER
+from tracemerge.critical_path import first_events
 from tracemerge.model import Identity
+from tracemerge.phases.across import critical_paths, device_breakdown, pipeline, step_holdups
+from tracemerge.phases.model import (
+    IDLE,
+    HasMarks,
+    Occurrence,
+    PhaseModel,
+    ProcessPhases,
+    Step,
+    StepScalars,
+)
 from tracemerge.phases.rules import MSTX, NAMED_STEPS, TORCH_STEPS, Preset
 from tracemerge.stats import Losses, Stat
-
-IDLE = "idle"
-
-# -- deriving the steps and phases -------------------------------------------------------------
-
-
-class HasMarks(Protocol):
-    path: Path
-    marks: dict[Identity, dict[str, list[tuple[int, int]]]]
-
-
-@dataclass
-class Occurrence:
-    phase: str
-    start: int
-    end: int
-    step: int | None = None  # the step its start falls in
-
-
-@dataclass
-class Step:
-    step: int
-    start: int
-    end: int
-    phases: Counter[str] = field(default_factory=Counter)  # ns per phase (innermost wins)
-    idle: int = 0
-
-    @property
-    def dur(self) -> int:
-        return self.end - self.start
-
-
-@dataclass
-class ProcessPhases:
-    preset: str
-    occurrences: list[Occurrence] = field(default_factory=list)
-    steps: list[Step] = field(default_factory=list)
-    idle: list[tuple[int, int, int]] = field(default_factory=list)  # (step, start, end)
-    timeline: Timeline = field(default_factory=Timeline)
-
-
-@dataclass
-class PipelineSlice:
-    """One phase of one step across a role's ranks: first start to last end."""
-
-    phase: str
-    step: int
-    start: int
-    end: int
-    holdup: Holdup
-    spread_ns: int  # longest minus shortest of the ranks' times in it
-    ranks: int
-
-
-@dataclass
-class StepScalars:
-    """A file of step-keyed values (tracker scalars): step -> name -> value."""
-
-    path: Path
-    values: dict[int, dict[str, float]]
-    dropped: Losses = field(default_factory=Losses)
-
-
-@dataclass
-class PhaseModel:
-    preset: str  # the presets used, as the processes chose them ("" when no phase was found)
-    processes: dict[Identity, ProcessPhases]
-    steps: list[tuple[int, int, int]]  # job steps: (step, start, end)
-    roles: dict[str, list[PipelineSlice]]
-    left_out: Counter[str] = field(default_factory=Counter)  # --steps
-    found_steps: list[int] = field(default_factory=list)  # every step, kept by --steps or not
-    scalars: dict[int, dict[str, float]] = field(default_factory=dict)  # of the job steps, by step
-    holdups: dict[int, Holdup] = field(default_factory=dict)  # of the job steps, by step
-    # Processes placed without clock evidence: per process, a line per such file (tracemerge.clock.unaligned).
-    unaligned: dict[Identity, list[str]] = field(default_factory=dict)
-    span: tuple[int, int] | None = None  # the run's first and last event (aligned)
-    active: dict[Identity, int] = field(default_factory=dict)  # per process: first to last event
-    # Per process with device activity, per step: its device time (tracemerge.breakdown).
-    breakdown: dict[Identity, list[tuple[int, Breakdown]]] = field(default_factory=dict)
-    # Per job step, in step order: its critical path across roles and ranks (tracemerge.critical_path).
-    critical_path: list[Segment] = field(default_factory=list)
-
-    @property
-    def empty(self) -> bool:
-        return not self.processes
-
 
 UNPLACED_SCALARS = "tracker scalars of steps the merged trace has no step for"
 REPEATED_SCALARS = "tracker scalar given again for one step (the first kept)"
@@ -184,12 +106,12 @@ def derive(
         proc.timeline.idle = merged([(a, b) for _, a, b in proc.idle] + gaps)
     job = _job_steps([[(st.step, st.start, st.end) for st in p.steps] for p in model.processes.values()])
     model.steps = job
-    model.roles = _pipeline(model.processes)
-    model.holdups = _step_holdups(model.processes)
+    model.roles = pipeline(model.processes)
+    model.holdups = step_holdups(model.processes)
     model.found_steps = sorted(found)
     units = {i: (merged(d[DEVICE_COMPUTE]), merged(d[DEVICE_COMM])) for i, d in devices.items()}
-    model.breakdown = _breakdown(model.processes, units, collectives)
-    model.critical_path = _critical_paths(model.processes, units, first_events(scans, offsets, keep))
+    model.breakdown = device_breakdown(model.processes, units, collectives)
+    model.critical_path = critical_paths(model.processes, units, first_events(scans, offsets, keep))
     if steps_kept is not None and not model.steps:
         model.processes.clear()  # nothing of the run is kept
     return model
@@ -348,64 +270,3 @@ def _piece(pieces: list[tuple[int, int, str]], lo: int, hi: int, name: str) -> N
         pieces[-1] = (pieces[-1][0], hi, name)
     else:
         pieces.append((lo, hi, name))
-
-
-def _pipeline(processes: dict[Identity, ProcessPhases]) -> dict[str, list[PipelineSlice]]:
-    """Per role, per step and phase: first start to last end across the role's ranks, and who
-    held it up (:func:`tracemerge.critical.holdup` of the ranks' spans of it)."""
-    groups: dict[tuple[str, int, str], dict[Identity, list[Occurrence]]] = defaultdict(lambda: defaultdict(list))
-    for ident, proc in processes.items():
-        for o in proc.occurrences:
-            if o.step is not None:
-                groups[(ident.role, o.step, o.phase)][ident].append(o)
-    roles: dict[str, list[PipelineSlice]] = defaultdict(list)
-    for (role, step, phase), by_rank in sorted(groups.items(), key=lambda kv: kv[0]):
-        windows = {i: (min(o.start for o in found), max(o.end for o in found)) for i, found in by_rank.items()}
-        durations = [sum(o.end - o.start for o in found) for found in by_rank.values()]
-        held = holdup(windows, {i: processes[i].timeline for i in windows}, IDLE)
-        lo, hi = min(a for a, _ in windows.values()), max(b for _, b in windows.values())
-        roles[role].append(PipelineSlice(phase, step, lo, hi, held, max(durations) - min(durations), len(by_rank)))
-    return dict(roles)
-
-
-def _breakdown(
-    processes: dict[Identity, ProcessPhases],
-    devices: Devices,
-    collectives: dict[Identity, list[tuple[int, int, str]]],
-) -> dict[Identity, list[tuple[int, Breakdown]]]:
-    """Per process with device activity, per step (in its order): compute, exposed communication,
-    overlap, free time and wait (:mod:`tracemerge.breakdown`); linear in the spans once sorted."""
-    windows = {i: [(st.step, st.start, st.end) for st in p.steps] for i, p in processes.items() if i in devices}
-    waited = waits(windows, {i: sorted(collectives.get(i, ())) for i in windows})
-    out: dict[Identity, list[tuple[int, Breakdown]]] = {}
-    for ident, found in windows.items():
-        compute, comm = devices[ident]
-        both = intersection(compute, comm)
-        out[ident] = [
-            (step, replace(step_breakdown((a, b), compute, comm, both), wait=wait))
-            for (step, a, b), wait in zip(found, waited[ident], strict=True)
-        ]
-    return out
-
-
-def _step_holdups(processes: dict[Identity, ProcessPhases]) -> dict[int, Holdup]:
-    """Per job step, who held it up across every process that has the step."""
-    windows: dict[int, dict[Identity, tuple[int, int]]] = defaultdict(dict)
-    for ident, proc in processes.items():
-        for st in proc.steps:
-            windows[st.step][ident] = (st.start, st.end)
-    timelines = {i: p.timeline for i, p in processes.items()}
-    return {n: holdup(found, timelines, IDLE) for n, found in sorted(windows.items())}
-
-
-def _critical_paths(
-    processes: dict[Identity, ProcessPhases], devices: Devices, first: dict[Identity, int]
-) -> list[Segment]:
-    """Per job step, the critical path across every process that has the step (the first window
-    of a step a process has twice)."""
-    windows: dict[int, dict[Identity, tuple[int, int]]] = defaultdict(dict)
-    for ident, proc in processes.items():
-        for st in proc.steps:
-            windows[st.step].setdefault(ident, (st.start, st.end))
-    timelines = {i: p.timeline for i, p in processes.items()}
-    return [seg for n, found in sorted(windows.items()) for seg in step_path(n, found, timelines, devices, IDLE, first)]

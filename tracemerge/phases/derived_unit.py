@@ -15,7 +15,7 @@ from tracemerge.filework import RELATIVE_NO_ANCHOR
 from tracemerge.layout import FileLayout
 from tracemerge.layouts import role_sort_key
 from tracemerge.model import UNIX_EPOCH, Identity
-from tracemerge.phases.derivation import PhaseModel
+from tracemerge.phases.model import PhaseModel
 from tracemerge.phases.tracks import events as phase_events
 from tracemerge.phases.tracks import scalar_series, track_infos
 from tracemerge.plan import (

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from tracemerge.critical import order_key
 from tracemerge.layouts import role_sort_key
 from tracemerge.model import Identity
-from tracemerge.phases.derivation import IDLE, PhaseModel, PipelineSlice, ProcessPhases
+from tracemerge.phases.model import IDLE, PhaseModel, PipelineSlice, ProcessPhases
 from tracemerge.phases.tracks import brief
 from tracemerge.report import format_duration, format_table
 

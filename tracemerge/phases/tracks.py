@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from tracemerge.breakdown import worst
 from tracemerge.critical import FOREVER, Holdup, order_key
 from tracemerge.model import Event, Identity, Kind, ThreadInfo
-from tracemerge.phases.derivation import IDLE, PhaseModel, PipelineSlice
+from tracemerge.phases.model import IDLE, PhaseModel, PipelineSlice
 
 PIPELINE = Identity("", None, "Pipeline")  # the top-level group: job steps and per-role phases
 PHASES_THREAD: tuple = ("phases",)

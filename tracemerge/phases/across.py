@@ -1,0 +1,76 @@
+"""What is worked out across processes once each has its steps and phases: per role the phase
+spans of each step (:func:`pipeline`), who held each step up (:func:`step_holdups`), each rank's
+device time per step (:func:`device_breakdown`) and each step's critical path
+(:func:`critical_paths`)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+
+from tracemerge.breakdown import Breakdown, intersection, step_breakdown, waits
+from tracemerge.critical import Holdup, holdup
+from tracemerge.critical_path import Devices, Segment, step_path
+from tracemerge.model import Identity
+from tracemerge.phases.model import IDLE, Occurrence, PipelineSlice, ProcessPhases
+
+
+def pipeline(processes: dict[Identity, ProcessPhases]) -> dict[str, list[PipelineSlice]]:
+    """Per role, per step and phase: first start to last end across the role's ranks, and who
+    held it up (:func:`tracemerge.critical.holdup` of the ranks' spans of it)."""
+    groups: dict[tuple[str, int, str], dict[Identity, list[Occurrence]]] = defaultdict(lambda: defaultdict(list))
+    for ident, proc in processes.items():
+        for o in proc.occurrences:
+            if o.step is not None:
+                groups[(ident.role, o.step, o.phase)][ident].append(o)
+    roles: dict[str, list[PipelineSlice]] = defaultdict(list)
+    for (role, step, phase), by_rank in sorted(groups.items(), key=lambda kv: kv[0]):
+        windows = {i: (min(o.start for o in found), max(o.end for o in found)) for i, found in by_rank.items()}
+        durations = [sum(o.end - o.start for o in found) for found in by_rank.values()]
+        held = holdup(windows, {i: processes[i].timeline for i in windows}, IDLE)
+        lo, hi = min(a for a, _ in windows.values()), max(b for _, b in windows.values())
+        roles[role].append(PipelineSlice(phase, step, lo, hi, held, max(durations) - min(durations), len(by_rank)))
+    return dict(roles)
+
+
+def device_breakdown(
+    processes: dict[Identity, ProcessPhases],
+    devices: Devices,
+    collectives: dict[Identity, list[tuple[int, int, str]]],
+) -> dict[Identity, list[tuple[int, Breakdown]]]:
+    """Per process with device activity, per step (in its order): compute, exposed communication,
+    overlap, free time and wait (:mod:`tracemerge.breakdown`); linear in the spans once sorted."""
+    windows = {i: [(st.step, st.start, st.end) for st in p.steps] for i, p in processes.items() if i in devices}
+    waited = waits(windows, {i: sorted(collectives.get(i, ())) for i in windows})
+    out: dict[Identity, list[tuple[int, Breakdown]]] = {}
+    for ident, found in windows.items():
+        compute, comm = devices[ident]
+        both = intersection(compute, comm)
+        out[ident] = [
+            (step, replace(step_breakdown((a, b), compute, comm, both), wait=wait))
+            for (step, a, b), wait in zip(found, waited[ident], strict=True)
+        ]
+    return out
+
+
+def step_holdups(processes: dict[Identity, ProcessPhases]) -> dict[int, Holdup]:
+    """Per job step, who held it up across every process that has the step."""
+    windows: dict[int, dict[Identity, tuple[int, int]]] = defaultdict(dict)
+    for ident, proc in processes.items():
+        for st in proc.steps:
+            windows[st.step][ident] = (st.start, st.end)
+    timelines = {i: p.timeline for i, p in processes.items()}
+    return {n: holdup(found, timelines, IDLE) for n, found in sorted(windows.items())}
+
+
+def critical_paths(
+    processes: dict[Identity, ProcessPhases], devices: Devices, first: dict[Identity, int]
+) -> list[Segment]:
+    """Per job step, the critical path across every process that has the step (the first window
+    of a step a process has twice)."""
+    windows: dict[int, dict[Identity, tuple[int, int]]] = defaultdict(dict)
+    for ident, proc in processes.items():
+        for st in proc.steps:
+            windows[st.step].setdefault(ident, (st.start, st.end))
+    timelines = {i: p.timeline for i, p in processes.items()}
+    return [seg for n, found in sorted(windows.items()) for seg in step_path(n, found, timelines, devices, IDLE, first)]

@@ -1,0 +1,99 @@
+"""The phase model: what deriving the phases gives (per process its steps, phases and idle
+time, per role the phase spans of each step, who held each step up, device time and the critical
+path), as :mod:`tracemerge.phases.derivation` makes it and the summary and tracks read it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from tracemerge.breakdown import Breakdown
+from tracemerge.critical import Holdup, Timeline
+from tracemerge.critical_path import Segment
+from tracemerge.model import Identity
+from tracemerge.stats import Losses
+
+IDLE = "idle"
+
+
+class HasMarks(Protocol):
+    path: Path
+    marks: dict[Identity, dict[str, list[tuple[int, int]]]]
+
+
+@dataclass
+class Occurrence:
+    phase: str
+    start: int
+    end: int
+    step: int | None = None  # the step its start falls in
+
+
+@dataclass
+class Step:
+    step: int
+    start: int
+    end: int
+    phases: Counter[str] = field(default_factory=Counter)  # ns per phase (innermost wins)
+    idle: int = 0
+
+    @property
+    def dur(self) -> int:
+        return self.end - self.start
+
+
+@dataclass
+class ProcessPhases:
+    preset: str
+    occurrences: list[Occurrence] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    idle: list[tuple[int, int, int]] = field(default_factory=list)  # (step, start, end)
+    timeline: Timeline = field(default_factory=Timeline)
+
+
+@dataclass
+class PipelineSlice:
+    """One phase of one step across a role's ranks: first start to last end."""
+
+    phase: str
+    step: int
+    start: int
+    end: int
+    holdup: Holdup
+    spread_ns: int  # longest minus shortest of the ranks' times in it
+    ranks: int
+
+
+@dataclass
+class StepScalars:
+    """A file of step-keyed values (tracker scalars): step -> name -> value."""
+
+    path: Path
+    values: dict[int, dict[str, float]]
+    dropped: Losses = field(default_factory=Losses)
+
+
+@dataclass
+class PhaseModel:
+    preset: str  # the presets used, as the processes chose them ("" when no phase was found)
+    processes: dict[Identity, ProcessPhases]
+    steps: list[tuple[int, int, int]]  # job steps: (step, start, end)
+    roles: dict[str, list[PipelineSlice]]
+    left_out: Counter[str] = field(default_factory=Counter)  # --steps
+    found_steps: list[int] = field(default_factory=list)  # every step, kept by --steps or not
+    scalars: dict[int, dict[str, float]] = field(default_factory=dict)  # of the job steps, by step
+    holdups: dict[int, Holdup] = field(default_factory=dict)  # of the job steps, by step
+    # Processes placed without clock evidence: per process, a line per such file (tracemerge.clock.unaligned).
+    unaligned: dict[Identity, list[str]] = field(default_factory=dict)
+    span: tuple[int, int] | None = None  # the run's first and last event (aligned)
+    active: dict[Identity, int] = field(default_factory=dict)  # per process: first to last event
+    # Per process with device activity, per step: its device time (tracemerge.breakdown).
+    breakdown: dict[Identity, list[tuple[int, Breakdown]]] = field(default_factory=dict)
+    # Per job step, in step order: its critical path across roles and ranks (tracemerge.critical_path).
+    critical_path: list[Segment] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.processes
