@@ -15,8 +15,9 @@ and a :class:`SourceClock` saying how the file was placed and how sure that is).
 * :mod:`tracemerge.clock.unaligned` names the processes placed without any clock evidence.
 """
 
-from tracemerge.clock.alignment import AUTOMATIC, Alignment, AlignOptions, SourceClock, align
+from tracemerge.clock.alignment import align
 from tracemerge.clock.offsets import ManualOffset, load_offsets, parse_offset, unmatched
+from tracemerge.clock.placement import AUTOMATIC, Alignment, AlignOptions, SourceClock
 
 __all__ = [
     "AUTOMATIC",

@@ -26,15 +26,14 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol
 
 from tracemerge.anchors import COLLECTIVE, SESSION, SYNC, sync_presets
 from tracemerge.clock.matching import Anchor, Evidence, estimate, sync_text
 from tracemerge.clock.offsets import ManualOffset, rule_for
-from tracemerge.model import ClockDomain, Identity
-from tracemerge.phases.rules import PRESETS
+from tracemerge.clock.placement import Alignment, AlignOptions, HasClock, SourceClock
+from tracemerge.model import Identity
 
 # Fewest matched collectives that place a clock (sync and session anchors: one is evidence).
 MIN_COLLECTIVES = 3
@@ -49,66 +48,6 @@ MAX_EPOCH_SKEW_NS = 10 * 10**9
 MTIME_SLACK_NS = 3600 * 10**9
 # Methods in order of preference: a session record is the process's own wall-clock reading.
 EVIDENCE = (COLLECTIVE, SESSION, SYNC)
-
-
-class HasClock(Protocol):
-    path: Path
-    clock: ClockDomain
-    ts_min: int | None
-    ts_max: int | None
-    host: str | None
-    mtime_ns: int | None
-    marks: dict[Identity, dict[str, list[tuple[int, int]]]]
-    identities: dict
-
-
-@dataclass(frozen=True)
-class AlignOptions:
-    enabled: bool = True  # False: --no-align, every file keeps its raw clock
-    offsets: tuple[ManualOffset, ...] = ()
-    sync: tuple[str, ...] = ()  # --sync: span names that start at one instant in every process
-    # The phase presets --phases named (all of them: auto): a preset's own sync spans are evidence
-    # when it is the only one, or when a process's phases are the preset's (anchors.sync_presets).
-    presets: tuple[str, ...] = tuple(PRESETS)
-
-
-AUTOMATIC = AlignOptions()
-
-
-@dataclass
-class SourceClock:
-    """How one file was placed on the trace's timeline."""
-
-    path: Path
-    clock: str  # the file's own clock
-    method: str  # reference, exact, collectives, sync, session, manual, mtime, unrelated, raw
-    offset_ns: int  # added to the file's clock time
-    uncertainty_ns: int | None  # None: not known (hosts' NTP error, a guess from mtime)
-    anchors: int  # evidence used (matched collectives, sync spans, sessions)
-    against: str  # what it was aligned against
-    confidence: str  # exact, high, medium, low, manual, none
-    note: str = ""
-
-    def as_dict(self) -> dict:
-        return {
-            "file": str(self.path),
-            "clock": self.clock,
-            "method": self.method,
-            "offset_ns": self.offset_ns,
-            "uncertainty_ns": self.uncertainty_ns,
-            "anchors": self.anchors,
-            "against": self.against,
-            "confidence": self.confidence,
-            "note": self.note,
-        }
-
-
-@dataclass
-class Alignment:
-    offsets: dict[Path, int]
-    base_ns: int  # the trace's time zero, on the aligned timeline
-    wall_clock: bool  # whether that timeline is Unix-epoch time
-    sources: dict[Path, SourceClock] = field(default_factory=dict)
 
 
 @dataclass

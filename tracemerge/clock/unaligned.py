@@ -9,7 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Protocol
 
-from tracemerge.clock.alignment import Alignment
+from tracemerge.clock.placement import Alignment
 from tracemerge.model import Identity
 
 # SourceClock methods that place a file on no evidence of its clock: nothing relates it, or only its

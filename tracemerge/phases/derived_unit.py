@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tracemerge.clock.alignment import Alignment
+from tracemerge.clock.placement import Alignment
 from tracemerge.clock.unaligned import unaligned
 from tracemerge.errors import FatalError
 from tracemerge.filework import RELATIVE_NO_ANCHOR
