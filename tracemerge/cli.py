@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import orjson
 import typer
@@ -195,21 +195,10 @@ def merge(
         if jobs > cores and ray is None:
             notes.append(f"--jobs {jobs}: this machine gives it {cores} CPUs; {cores} processes used")
             jobs = cores
-        if min_dur is not None and parse_duration(min_dur) < 0:
-            raise ValueError(f"--min-dur: {min_dur!r} is negative")
-        selection = Selection(
-            roles=parse_roles(roles) if roles is not None else None,
-            ranks=parse_ranks(ranks) if ranks is not None else None,
-            where=parse_where(where or []),
-            window=parse_window(window) if window is not None else None,
-            min_dur=parse_duration(min_dur) if min_dur is not None else 0,
-            keep_zero_counters=keep_zero_counters,
-        )
+        selection = _selection(roles, ranks, where, window, min_dur, keep_zero_counters)
         if format is not None and format not in engine.WRITERS:
             raise ValueError(f"--format: unknown output format {format!r} (choose from {', '.join(engine.WRITERS)})")
-        rules = engine.load_offsets(offsets_file) if offsets_file is not None else ()
-        rules += tuple(engine.parse_offset(text) for text in offset or ())
-        clocks = engine.AlignOptions(enabled=not no_align, offsets=rules, sync=tuple(sync or ()))
+        clocks = _placement(sync, offset, offsets_file, no_align)
         phase_rules = PhaseOptions(resolve(phases), parse_ranks(steps, "--steps") if steps is not None else None)
         if split_by is not None:
             engine.check_kind(split_by)
@@ -247,6 +236,39 @@ def merge(
             _say(f"error: {exc}")
             raise typer.Exit(EXIT_FATAL) from None
     result.notes.extend(notes)
+    raise typer.Exit(_said(result, report, summary, quiet))
+
+
+def _selection(
+    roles: str | None,
+    ranks: str | None,
+    where: list[str] | None,
+    window: str | None,
+    min_dur: str | None,
+    keep_zero_counters: bool,
+) -> Selection:
+    """What to keep, from --roles, --ranks, --where, --window, --min-dur, --keep-zero-counters."""
+    if min_dur is not None and parse_duration(min_dur) < 0:
+        raise ValueError(f"--min-dur: {min_dur!r} is negative")
+    return Selection(
+        roles=parse_roles(roles) if roles is not None else None,
+        ranks=parse_ranks(ranks) if ranks is not None else None,
+        where=parse_where(where or []),
+        window=parse_window(window) if window is not None else None,
+        min_dur=parse_duration(min_dur) if min_dur is not None else 0,
+        keep_zero_counters=keep_zero_counters,
+    )
+
+
+def _placement(sync: list[str] | None, offset: list[str] | None, offsets_file: Path | None, no_align: bool) -> Any:
+    """How files are placed, from --sync, --offset, --offsets and --no-align (an AlignOptions)."""
+    rules = engine.load_offsets(offsets_file) if offsets_file is not None else ()
+    rules += tuple(engine.parse_offset(text) for text in offset or ())
+    return engine.AlignOptions(enabled=not no_align, offsets=rules, sync=tuple(sync or ()))
+
+
+def _said(result: RunReport, report: Path | None, summary: bool, quiet: bool) -> int:
+    """The run report written (--report) and printed (--summary, the outcome); the exit status."""
     report_failed = False
     if report is not None:
         try:
@@ -262,7 +284,7 @@ def merge(
         _err(outcome)
     elif result.exit_code:
         _err("\n".join(line for line in outcome.splitlines()[1:]))
-    raise typer.Exit(result.exit_code or (EXIT_INCOMPLETE if report_failed else EXIT_OK))
+    return result.exit_code or (EXIT_INCOMPLETE if report_failed else EXIT_OK)
 
 
 _Stopped = Stopped
@@ -319,10 +341,8 @@ def summary(
         raise typer.Exit(EXIT_FATAL)
     try:
         phase_rules = PhaseOptions(resolve(phases))
-        rules = engine.load_offsets(offsets_file) if offsets_file is not None else ()
-        rules += tuple(engine.parse_offset(text) for text in offset or ())
-        clocks = engine.AlignOptions(enabled=not no_align, offsets=rules, sync=tuple(sync or ()))
-        if not path.is_dir() and (rules or sync or no_align):
+        clocks = _placement(sync, offset, offsets_file, no_align)
+        if not path.is_dir() and (clocks.offsets or sync or no_align):
             raise ValueError("--sync, --offset, --offsets and --no-align place a run directory, not a merged trace")
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
