@@ -10,6 +10,7 @@ import numpy as np
 from tracemerge.anchors import DEVICE_COMPUTE, MAX_MARKS, collective_tag
 from tracemerge.event_store import EventStore, threads_in_order
 from tracemerge.evidence import EvidenceNotes
+from tracemerge.executors import ForkedPartReads
 from tracemerge.layout import FileLayout
 from tracemerge.metrics_map import MetricsMap
 from tracemerge.model import Event, Kind
@@ -86,7 +87,7 @@ def test_a_layout_notes_watched_events_and_forgets_them_on_reset() -> None:
 
 
 def test_read_options_travel_with_the_parts_of_a_file(tmp_path: Path) -> None:
-    options = ReadOptions(metrics_map=MetricsMap(), helpers=3, keep_zero_counters=True)
+    options = ReadOptions(metrics_map=MetricsMap(), parts=ForkedPartReads(3), keep_zero_counters=True)
     layout = FileLayout(_Names(), spill_dir=tmp_path, options=options)  # type: ignore[arg-type]
     recipe = layout.part_recipe(tmp_path / "trace.json")
     assert recipe is not None

@@ -10,18 +10,37 @@ names. Nothing else in the pipeline knows which executor runs. The Ray one lives
 
 from __future__ import annotations
 
+import multiprocessing
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol
+from typing import Any, Protocol
 
 from tracemerge.discover import Discovery, discover
 from tracemerge.errors import FatalError
 from tracemerge.filework import FileJob, FileOutcome, process_file
+from tracemerge.read_options import PartReads
 from tracemerge.worker_signals import worker_signals
+
+
+@dataclass(frozen=True)
+class ForkedPartReads:
+    """A large file's parts read at once, each in a process forked from the one reading the file
+    (they start from its state: the file's layout as the read began), the first part too, so that
+    the reading process keeps nothing of reading; picklable, so a worker process can use it."""
+
+    workers: int
+
+    def map(self, read: Callable[..., Any], tasks: list[tuple]) -> list[Any]:
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(len(tasks), mp_context=context, initializer=worker_signals) as pool:
+            futures = [pool.submit(read, *task) for task in tasks]
+            return [future.result() for future in futures]
+
 
 # With jobs=0 (automatic), inputs smaller than this are merged in-process: a pool costs more than it saves.
 PARALLEL_MIN_BYTES = 16 << 20
@@ -36,6 +55,10 @@ class Executor(Protocol):
 
     def run(self, jobs: list[FileJob]) -> Iterator[FileOutcome]:
         """``process_file`` of each job, yielded in the jobs' order; each chunk written at ``job.chunk``."""
+        ...
+
+    def part_reads(self, workers: int) -> PartReads | None:
+        """How a large file's parts are read, ``workers`` at once, where a job runs (None: whole)."""
         ...
 
     def __enter__(self) -> Executor: ...
@@ -53,6 +76,9 @@ class SerialExecutor:
 
     def run(self, jobs: list[FileJob]) -> Iterator[FileOutcome]:
         return map(process_file, jobs)
+
+    def part_reads(self, workers: int) -> PartReads | None:
+        return ForkedPartReads(workers) if workers > 1 else None
 
     def __enter__(self) -> SerialExecutor:
         return self

@@ -268,6 +268,10 @@ class RayExecutor:
         """The node that reads ``path`` (after discover)."""
         return self.placed[path].node
 
+    def part_reads(self, workers: int) -> None:
+        """Files are read whole on the nodes (their cores are the cluster's to share)."""
+        return None
+
     def run(self, jobs: list[FileJob]) -> Iterator[FileOutcome]:
         pending: dict[Any, tuple[int, FileJob]] = {}
         for n, job in enumerate(jobs):

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from tracemerge.metrics_map import NO_MAP, MetricsMap
+
+
+class PartReads(Protocol):
+    """Where the parts of a large file are read at once: the executor's to say (how many, and in
+    which processes); a source only cuts the file and hands over the reads."""
+
+    workers: int  # how many parts at once, the one reading the file's own included
+
+    def map(self, read: Callable[..., Any], tasks: list[tuple]) -> list[Any]:
+        """``read(*task)`` of every task, at once; the results in the tasks' order."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -12,7 +25,7 @@ class ReadOptions:
     """One file's read options; sources reach them as ``layout.options``."""
 
     metrics_map: MetricsMap = NO_MAP  # where metric series go when their labels do not say
-    helpers: int = 0  # processes besides this one that may read parts of a large file
+    parts: PartReads | None = None  # how a large file's parts are read at once (None: it is read whole)
     keep_zero_counters: bool = False  # --keep-zero-counters: keep counter series of zeros
 
 

@@ -121,6 +121,7 @@ def _read_and_plan(
     keep_layout = "" if writer is None or writer.one_pass or selection.by_process else writer.name
     # Cores left over once each file has one read parts of the large ones.
     helpers = max(0, asked.cores // len(candidates) - 1)
+    parts = run.executor.part_reads(helpers + 1)  # how the executor reads those parts
     # Sequence 1 carries the descriptors; each file gets the next, in discovery order.
     jobs = [
         FileJob(
@@ -133,7 +134,7 @@ def _read_and_plan(
             wide_ids=wide,
             sync=asked.clocks.sync,
             phases=asked.phase_rules.presets,
-            read=ReadOptions(asked.metrics_map, helpers),
+            read=ReadOptions(asked.metrics_map, parts),
             keep_layout=keep_layout,
         )
         for n, c in enumerate(candidates)

@@ -39,7 +39,7 @@ def claims(path: Path, head: bytes) -> bool:
 
 def read(path: Path, layout: FileLayout) -> SourceData:
     reader = ChromeEvents(layout)
-    meta = read_events(path, reader, TraceEvent, LenientEvent, layout.options.helpers)
+    meta = read_events(path, reader, TraceEvent, LenientEvent, layout.options.parts)
     produced = meta.get("metadata")
     if type(produced) is dict and produced.get("producer") == "tracemerge":
         raise NotATrace(path, "already a tracemerge output")

@@ -16,6 +16,7 @@ import orjson
 from tracemerge.bounds import DEEP_FROM, TOO_DEEP, cut_deep
 from tracemerge.errors import InputError, NotATrace, shown
 from tracemerge.layouts import host_from_name
+from tracemerge.read_options import PartReads
 from tracemerge.sources.base import HEAD_BYTES, read_head
 from tracemerge.sources.chrome_events import ChromeEvents
 from tracemerge.sources.chrome_schema import ExactEvent, NeedsExactTimes
@@ -188,16 +189,18 @@ def host_of(meta_host: Any, name: str) -> str | None:
     return host_from_name(name)
 
 
-def read_events(path: Path, reader: ChromeEvents, struct: type, lenient: type, helpers: int = 0) -> dict[str, Any]:
+def read_events(
+    path: Path, reader: ChromeEvents, struct: type, lenient: type, parts: PartReads | None = None
+) -> dict[str, Any]:
     """Stream a Chrome-event JSON file into ``reader``; returns the keys around the event array.
 
     Float timestamps too large to hold their nanoseconds make the file be read again with its
     times taken from the text (old Kineto traces in absolute µs). Raises
-    :class:`~tracemerge.errors.InputError` where the JSON is damaged. With ``helpers``, a large
-    file is read in parts by that many more processes (:mod:`tracemerge.sources.json_segments`).
+    :class:`~tracemerge.errors.InputError` where the JSON is damaged. With ``parts`` (the
+    executor's), a large file is read in parts at once (:mod:`tracemerge.sources.json_segments`).
     """
-    if helpers:
-        found = read_in_parts(path, reader, struct, lenient, helpers)
+    if parts is not None:
+        found = read_in_parts(path, reader, struct, lenient, parts)
         if found is not None:
             meta, damage, notes = found
             _account(path, reader, notes, damage)

@@ -1,10 +1,11 @@
 """A large Chrome JSON file read in parts, by several processes at once.
 
 A plain (not gzipped) file of at least two PART_MIN is cut where one event of its array ends
-and the next begins; each part is read by a process of its own into a layout and a reader of its
-own, exactly as a read of the whole file reads those bytes, except that names and categories are
-written as placeholders (the interning order is the whole file's, known only once every part is
-read). The parts are then handed, in file order, to the file's own layout and reader
+and the next begins; each part is read where the executor's ``PartReads`` runs it (locally, a
+process of its own: :class:`~tracemerge.executors.ForkedPartReads`) into a layout and a reader of
+its own, exactly as a read of the whole file reads those bytes, except that names and categories
+are written as placeholders (the interning order is the whole file's, known only once every part
+is read). The parts are then handed, in file order, to the file's own layout and reader
 (:meth:`~tracemerge.layout.FileLayout.absorb_part`, :meth:`~tracemerge.sources.chrome_events.
 ChromeEvents.absorb`), which end up as one read would have left them: the same entries in the
 same order, ordinals in file order, names interned in order of first appearance. So the output is
@@ -17,20 +18,18 @@ read whole instead, as it would have been.
 
 from __future__ import annotations
 
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tracemerge.layout import FileLayout, PlaceholderEncoder
+from tracemerge.read_options import PartReads
 from tracemerge.sources.base import GZIP_MAGIC, UTF8_BOM
 from tracemerge.sources.chrome_events import ChromeEvents
 from tracemerge.sources.chrome_schema import NeedsExactTimes
 from tracemerge.sources.json_stream import Damage, EventStream, SegmentCut
 from tracemerge.sources.json_text import EVENT_BOUNDARY
 from tracemerge.stats import Losses
-from tracemerge.worker_signals import worker_signals
 
 # A part holds at least this many bytes.
 PART_MIN = 64 << 20
@@ -81,12 +80,13 @@ def spans(path: Path, count: int) -> list[tuple[int, int | None]] | None:
 
 
 def read_in_parts(
-    path: Path, reader: ChromeEvents, struct: type, lenient: type, helpers: int
+    path: Path, reader: ChromeEvents, struct: type, lenient: type, reads: PartReads
 ) -> tuple[dict[str, Any], Damage | None, Losses] | None:
-    """Reads the file in parts into ``reader`` (and its layout); returns the keys around the
-    event array, the damage that stopped the read if any, and what the stream counted; None,
-    having read nothing, when the file is to be read whole."""
-    found = spans(path, helpers + 1)
+    """Reads the file in parts into ``reader`` (and its layout), the parts read at once where the
+    executor says (``reads``); returns the keys around the event array, the damage that stopped
+    the read if any, and what the stream counted; None, having read nothing, when the file is to
+    be read whole."""
+    found = spans(path, reads.workers)
     if found is None:
         return None
 
@@ -94,11 +94,7 @@ def read_in_parts(
     recipe = layout.part_recipe(path)
     if recipe is None:
         return None
-    context = multiprocessing.get_context("fork")  # the parts start from this process's state
-    # Every part in a process of its own, the first too: this one keeps nothing of reading.
-    with ProcessPoolExecutor(len(found), mp_context=context, initializer=worker_signals) as pool:
-        futures = [pool.submit(_read_part, recipe, k, span, struct, lenient) for k, span in enumerate(found)]
-        parts = [future.result() for future in futures]
+    parts = reads.map(_read_part, [(recipe, k, span, struct, lenient) for k, span in enumerate(found)])
     if any(part.whole for part in parts):
         layout.discard_parts(recipe, len(parts))
         return None
