@@ -10,7 +10,15 @@ import orjson
 import typer
 
 from tracemerge import engine
-from tracemerge.diff import EXIT_REGRESSION, compare, format_diff, format_gate, parse_threshold, read_numbers
+from tracemerge.diff import (
+    EXIT_REGRESSION,
+    compare,
+    format_diff,
+    format_gate,
+    parse_threshold,
+    read_numbers,
+    regressions,
+)
 from tracemerge.errors import TracemergeError, shown
 from tracemerge.phases.rules import AUTO, PhaseOptions, resolve
 from tracemerge.report import EXIT_FATAL
@@ -23,14 +31,12 @@ def _say(message: str) -> None:
 def load(path: Path, phase_rules: PhaseOptions) -> dict:
     """The phase summary of a run directory (merged now), a trace tracemerge wrote or a summary JSON
     file; exits 1 (or the status of a damaged trace) with one line when there is none."""
-    from tracemerge.viewer.damage import Unreadable
-
     if not path.exists():
         _say(f"error: {shown(path)}: no such file or directory")
         raise typer.Exit(EXIT_FATAL)
     try:
         numbers = engine.summarize([path], phase_rules=phase_rules) if path.is_dir() else read_numbers(path)
-    except Unreadable as exc:
+    except engine.Unreadable as exc:
         _say(f"error: {exc}")
         raise typer.Exit(exc.status) from None
     except (TracemergeError, OSError, ValueError) as exc:
@@ -52,8 +58,6 @@ def threshold_of(fail_over: str | None) -> float | None:
 def report(base: dict, new: dict, threshold: float | None, as_json: bool, extra: dict | None = None) -> int:
     """Prints the comparison (and the gate's lines); the exit status: EXIT_REGRESSION when the
     gate fails, else 0."""
-    from tracemerge.diff import regressions
-
     result = compare(base, new)
     failed = regressions(result, threshold) if threshold is not None else []
     if threshold is not None:

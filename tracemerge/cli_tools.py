@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from tracemerge import engine
 from tracemerge.errors import Stopped, shown
 from tracemerge.report import EXIT_FATAL, EXIT_INCOMPLETE, EXIT_OK
 from tracemerge.select import parse_duration
@@ -116,11 +117,8 @@ def scrape(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print errors only.")] = False,
 ) -> None:
     """Record live Prometheus /metrics pages during a run (one file per scrape), to merge with its traces."""
-    from tracemerge.scrape import check_targets
-    from tracemerge.scrape import scrape as run_scrape
-
     try:
-        targets = check_targets(urls)
+        targets = engine.check_targets(urls)
         period = parse_duration(every) / 1e9
         if period < 0.01:
             raise ValueError("--every: must be 10ms or longer")
@@ -133,7 +131,7 @@ def scrape(
     try:
         if not quiet:
             _err(f"scraping {len(targets)} URL(s) every {every} into {shown(output)} (Ctrl+C stops)")
-        result = run_scrape(targets, output, period, count=count, stop=stop, on_error=_say)
+        result = engine.scrape(targets, output, period, count=count, stop=stop, on_error=_say)
     except OSError as exc:
         _say(f"error: {shown(output)}: cannot write ({exc.strerror or exc})")
         raise typer.Exit(EXIT_FATAL) from None

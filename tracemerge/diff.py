@@ -27,6 +27,7 @@ import json
 import statistics
 from pathlib import Path
 
+from tracemerge import engine
 from tracemerge.report import format_duration, format_table
 
 EXIT_REGRESSION = 4  # a --fail-over gate found a regression (0, 1, 2, 3: tracemerge.report)
@@ -41,12 +42,11 @@ def is_summary(data: object) -> bool:
 
 def read_numbers(path: Path) -> dict | None:
     """The phase summary in ``path``: a trace tracemerge wrote, or a summary JSON file; None when it
-    holds none. Raises :class:`tracemerge.viewer.damage.Unreadable` for a damaged or foreign trace."""
-    from tracemerge.viewer.damage import Unreadable, stored_summary
-
+    holds none. Raises :class:`tracemerge.viewer.damage.Unreadable` for a damaged or foreign trace
+    (the trace reader is loaded through :mod:`tracemerge.engine` when first used)."""
     try:
-        found = stored_summary(path)
-    except Unreadable:
+        found = engine.stored_summary(path)
+    except engine.Unreadable:
         found = None
         if not _summary_file(path):
             raise

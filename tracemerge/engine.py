@@ -3,7 +3,9 @@
 ``tracemerge --version``, ``--help`` and a usage error need only the command line's own options;
 importing the readers, numpy, protobuf and the writers would triple their start-up time. The
 command line therefore reaches the engine's entry points through this one table, and each module
-is imported the first time one of its names is used. Everything else imports modules directly.
+is imported the first time one of its names is used; so does :mod:`tracemerge.diff`, which the
+command line imports, for the trace reader behind a stored summary. Everything else imports
+modules directly.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ _HOME = {
     "per_step": "tracemerge.phases.step_summary",
     "merge": "tracemerge.pipeline",
     "check_kind": "tracemerge.split",
+    "check_targets": "tracemerge.scrape",
+    "scrape": "tracemerge.scrape",
     "summarize": "tracemerge.summarize",
     "NOT_A_SUMMARY": "tracemerge.viewer.damage",
     "Unreadable": "tracemerge.viewer.damage",
