@@ -79,64 +79,91 @@ def step_path(
     ids = sorted(windows, key=order_key)
     if not ids:
         return []
-    lo = min(a for a, _ in windows.values())
-    entered = [_entries(i.role, windows[i], timelines[i]) for i in ids]
-    arrivals = _last_arrivals(entered)
-    spans = [_Collectives(found) for found in entered]
-    pieces = [_pieces_in(timelines[i].pieces, windows[i]) for i in ids]
-    ends = [sorted((b, -n) for a, b, name in found if name != idle_name) for n, found in enumerate(pieces)]
+    walk = _Walk(step, ids, windows, timelines, devices, idle_name, first_events or {})
     cur = max(range(len(ids)), key=lambda n: (windows[ids[n]][1], -n))
     t = windows[ids[cur]][1]
-    out: list[Segment] = []
+    while t > walk.lo:
+        cur, t = walk.back(cur, t)
+    walk.out.reverse()
+    return walk.out
 
-    def add(n: int, phase: str, a: int, b: int, bound: str) -> None:
+
+class _Walk:
+    """One step's walk back in time (see the module): from (process, time) to the next, each
+    move leaving the segment it covered."""
+
+    def __init__(
+        self,
+        step: int,
+        ids: list[Identity],
+        windows: dict[Identity, tuple[int, int]],
+        timelines: dict[Identity, Timeline],
+        devices: Devices,
+        idle_name: str,
+        first: dict[Identity, int],
+    ) -> None:
+        self.step, self.ids, self.windows, self.timelines = step, ids, windows, timelines
+        self.devices, self.idle, self.first = devices, idle_name, first
+        self.lo = min(a for a, _ in windows.values())
+        entered = [_entries(i.role, windows[i], timelines[i]) for i in ids]
+        self.arrivals = _last_arrivals(entered)
+        self.spans = [_Collectives(found) for found in entered]
+        self.pieces = [_pieces_in(timelines[i].pieces, windows[i]) for i in ids]
+        self.ends = [
+            sorted((b, -n) for a, b, name in found if name != idle_name) for n, found in enumerate(self.pieces)
+        ]
+        self.out: list[Segment] = []
+
+    def add(self, n: int, phase: str, a: int, b: int, bound: str) -> None:
+        """A segment of process ``n`` (joined to the last one when it goes on from it)."""
         if a >= b:
             return
+        ident, out = self.ids[n], self.out
         last = out[-1] if out else None
-        if last is not None and last.ident == ids[n] and last.phase == phase and last.bound_by == bound:
-            out[-1] = Segment(step, ids[n], phase, a, last.end, bound)
+        if last is not None and last.ident == ident and last.phase == phase and last.bound_by == bound:
+            out[-1] = Segment(self.step, ident, phase, a, last.end, bound)
         else:
-            out.append(Segment(step, ids[n], phase, a, b, bound))
+            out.append(Segment(self.step, ident, phase, a, b, bound))
 
-    while t > lo:
-        ident = ids[cur]
-        w_lo = windows[ident][0]
-        inside = spans[cur].at(t)
+    def back(self, cur: int, t: int) -> tuple[int, int]:
+        """One move back from time ``t`` on process ``cur``: where the walk goes on."""
+        ident, lo = self.ids[cur], self.lo
+        w_lo = self.windows[ident][0]
+        inside = self.spans[cur].at(t)
         if inside is not None:
             entry, _, gid = inside
-            who, at = arrivals.get(gid, (cur, entry))
+            who, at = self.arrivals.get(gid, (cur, entry))
             if who != cur and entry < at < t:
-                add(cur, _phase_at(pieces[cur], t, idle_name), at, t, COMMUNICATION)
-                cur, t = who, at
-                continue
+                self.add(cur, _phase_at(self.pieces[cur], t, self.idle), at, t, COMMUNICATION)
+                return who, at
         if t <= w_lo:
-            name, a = _piece_at(timelines[ident].pieces, t, idle_name, lo)
-            if name != idle_name:  # still in an earlier step of its own
+            name, a = _piece_at(self.timelines[ident].pieces, t, self.idle, lo)
+            if name != self.idle:  # still in an earlier step of its own
                 a = max(a, lo)
-                add(cur, name, a, t, EARLIER_STEP)
-                t = a
-                continue
+                self.add(cur, name, a, t, EARLIER_STEP)
+                return cur, a
         else:
-            name, a = _piece_at(pieces[cur], t, idle_name, w_lo)
-        if name == idle_name:
-            handed = _hand_off(ids, ends, cur, a, t)
-            first = (first_events or {}).get(ident, lo)
-            if handed is not None:
-                n, end = handed
-                add(cur, idle_name, max(end, first), t, WAITING_ON + ids[n].role)
-                add(cur, idle_name, end, min(first, t), NOT_PROFILED)
-                cur, t = n, end
-                continue
-            a = max(a, lo)
-            add(cur, idle_name, max(a, first), t, IDLE_BOUND)
-            add(cur, idle_name, a, min(first, t), NOT_PROFILED)
-            t = a
-            continue
-        a = max(a, spans[cur].last_boundary(t), lo)
-        add(cur, name, a, t, _bound(ident, a, t, inside, devices))
-        t = a
-    out.reverse()
-    return out
+            name, a = _piece_at(self.pieces[cur], t, self.idle, w_lo)
+        if name == self.idle:
+            return self._idle(cur, a, t)
+        a = max(a, self.spans[cur].last_boundary(t), lo)
+        self.add(cur, name, a, t, _bound(ident, a, t, inside, self.devices))
+        return cur, a
+
+    def _idle(self, cur: int, a: int, t: int) -> tuple[int, int]:
+        """Process ``cur`` idle in (a, t]: a hand-off from another role, or idle; the part before
+        its first event is not profiled."""
+        first = self.first.get(self.ids[cur], self.lo)
+        handed = _hand_off(self.ids, self.ends, cur, a, t)
+        if handed is not None:
+            n, end = handed
+            self.add(cur, self.idle, max(end, first), t, WAITING_ON + self.ids[n].role)
+            self.add(cur, self.idle, end, min(first, t), NOT_PROFILED)
+            return n, end
+        a = max(a, self.lo)
+        self.add(cur, self.idle, max(a, first), t, IDLE_BOUND)
+        self.add(cur, self.idle, a, min(first, t), NOT_PROFILED)
+        return cur, a
 
 
 def first_events(
