@@ -10,8 +10,7 @@ modules directly.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tracemerge.lazy import lazy_names
 
 # name -> the module that defines it
 _HOME = {
@@ -37,10 +36,4 @@ _HOME = {
 __all__ = sorted(_HOME)
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # the next use is a plain attribute
-    return value
+__getattr__ = lazy_names(__name__, globals(), _HOME)

@@ -19,8 +19,7 @@ Phases and Pipeline tracks drawn from it.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tracemerge.lazy import lazy_names
 
 # Public name -> the module defining it, imported the first time the name is used: the command
 # line and the readers import the phase rules alone, and importing deriving and summarising with
@@ -49,10 +48,4 @@ _HOME = {
 __all__ = sorted(_HOME)
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # the next use is a plain attribute
-    return value
+__getattr__ = lazy_names(__name__, globals(), _HOME)
