@@ -29,7 +29,7 @@ from pathlib import Path
 from tracemerge.clock import AUTOMATIC, AlignOptions
 from tracemerge.clock.offsets import unmatched
 from tracemerge.errors import FatalError, shown
-from tracemerge.executors import Executor, local_executor
+from tracemerge.executors import Executor
 from tracemerge.filework import FileOutcome
 from tracemerge.layout import DEFAULT_BUDGET
 from tracemerge.metrics_map import NO_MAP, MetricsMap
@@ -42,7 +42,7 @@ from tracemerge.plan import (
     FileScan,
     UnitPlan,
 )
-from tracemerge.reading import Asked, FirstRead, Runner, discover_inputs, read_all
+from tracemerge.reading import Asked, FirstRead, Runner, asked_of, discover_inputs, read_all
 from tracemerge.report import RunReport
 from tracemerge.select import EVERYTHING, Selection
 from tracemerge.split import Part, groups, step_windows, write_parts
@@ -104,12 +104,7 @@ def merge(
         raise FatalError(str(exc)) from None
     progress = on_progress or (lambda _msg: None)
     report = RunReport(output=out_path, format=writer.name)
-    # A preset's own sync spans (AReaL's weight updates) are evidence as the phases choose it.
-    clocks = replace(clocks, presets=tuple(p.name for p in phase_rules.presets))
-    asked = Asked(writer, selection, clocks, phase_rules, metrics_map, memory_budget)
-
-    runner = executor if executor is not None else local_executor(jobs)
-    asked = replace(asked, cores=0 if executor is not None or jobs == 1 else jobs or os.cpu_count() or 1)
+    runner, asked = asked_of(writer, selection, clocks, phase_rules, metrics_map, memory_budget, jobs, executor)
     with ExitStack() as on_error:
         on_error.enter_context(runner)  # left (a cluster disconnected) at once if nothing can be merged
         candidates, named = discover_inputs(runner, inputs, out_path, force, report)
@@ -124,7 +119,7 @@ def merge(
         with entered:
             run = Runner(runner, progress)
             first = read_all(run, candidates, asked, work, report)
-            _note_placement(report, first, clocks)
+            _note_placement(report, first, asked.clocks)
             asked = replace(asked, selection=steps_window(selection, phase_rules.steps, first.model, first.plan))
             numbers = summary(first.model, {p.identity: p.name for p in first.plan.processes})
             scan_of, chunk_of = _encode(run, first, asked, numbers, report)

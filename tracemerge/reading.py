@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tracemerge.clock import AlignOptions, align
 from tracemerge.discover import Candidate
 from tracemerge.errors import FatalError
-from tracemerge.executors import Executor, SerialExecutor
+from tracemerge.executors import Executor, SerialExecutor, local_executor
 from tracemerge.filework import FileJob, FileOutcome
 from tracemerge.metrics_map import MetricsMap
 from tracemerge.model import Identity
@@ -48,6 +48,25 @@ class Asked:
     metrics_map: MetricsMap
     memory_budget: int
     cores: int = 0  # local processes a merge may use (0: files are read where an executor says)
+
+
+def asked_of(
+    writer: Writer | None,
+    selection: Selection,
+    clocks: AlignOptions,
+    phase_rules: PhaseOptions,
+    metrics_map: MetricsMap,
+    memory_budget: int,
+    jobs: int,
+    executor: Executor | None,
+) -> tuple[Executor, Asked]:
+    """Where the files are read (``executor``, else local processes for ``jobs``), and what the
+    stages are asked, as a merge's or a summary's options say."""
+    # A preset's own sync spans (AReaL's weight updates) are evidence as the phases choose it.
+    clocks = replace(clocks, presets=tuple(p.name for p in phase_rules.presets))
+    runner = executor if executor is not None else local_executor(jobs)
+    cores = 0 if executor is not None or jobs == 1 else jobs or os.cpu_count() or 1
+    return runner, Asked(writer, selection, clocks, phase_rules, metrics_map, memory_budget, cores)
 
 
 @dataclass

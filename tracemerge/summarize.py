@@ -12,16 +12,15 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 from tracemerge.clock import AUTOMATIC, AlignOptions
-from tracemerge.executors import Executor, local_executor
+from tracemerge.executors import Executor
 from tracemerge.layout import DEFAULT_BUDGET
 from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.phases.rules import AUTO_PHASES, PhaseOptions
 from tracemerge.phases.step_summary import summary
-from tracemerge.reading import Asked, Runner, discover_inputs, read_all
+from tracemerge.reading import Runner, asked_of, discover_inputs, read_all
 from tracemerge.report import RunReport
 from tracemerge.select import EVERYTHING
 
@@ -46,10 +45,7 @@ def summarize(
     :class:`~tracemerge.errors.FatalError` when no trace file can be read.
     """
     report = report if report is not None else RunReport()
-    clocks = replace(clocks, presets=tuple(p.name for p in phase_rules.presets))
-    runner = executor if executor is not None else local_executor(jobs)
-    cores = 0 if executor is not None or jobs == 1 else jobs or os.cpu_count() or 1
-    asked = Asked(None, EVERYTHING, clocks, phase_rules, metrics_map, memory_budget, cores)
+    runner, asked = asked_of(None, EVERYTHING, clocks, phase_rules, metrics_map, memory_budget, jobs, executor)
     with runner, tempfile.TemporaryDirectory(prefix="tracemerge-summary-") as work:
         candidates, _named = discover_inputs(runner, inputs, Path(work) / "summary", False, report)
         first = read_all(Runner(runner, lambda _msg: None), candidates, asked, Path(work), report)
