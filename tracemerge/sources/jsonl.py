@@ -185,17 +185,8 @@ def _inexact_float(value: Any) -> bool:
 def _view_origin(view: _LineView, pid_origin: dict) -> tuple[str | None, int | None]:
     """:func:`_chrome_origin` of a decoded line."""
     args = view.args
-    role = rank = None
-    if args is not None:
-        role = args.role if type(args.role) is str else None
-        rank = as_rank(args.rank)
-        if view.ph == "M" and view.name == "process_name":
-            role, rank = _process_name_origin(args.name)
-    pid = view.pid
-    if (role is not None or rank is not None) and type(pid) is not list and type(pid) is not dict:
-        known_role, known_rank = pid_origin.get(pid, (None, None))
-        pid_origin[pid] = (known_role or role, known_rank if known_rank is not None else rank)
-    return (role, rank)
+    said = (args.role, args.rank, args.name) if args is not None else None
+    return _origin(view.ph, view.name, view.pid, said, pid_origin)
 
 
 def _note_session(session_id: Any, ev: Any, origin: tuple, layout: FileLayout) -> None:
@@ -210,13 +201,22 @@ def _note_session(session_id: Any, ev: Any, origin: tuple, layout: FileLayout) -
 def _chrome_origin(obj: dict, pid_origin: dict) -> tuple[str | None, int | None]:
     """(role, rank) from the event's args; remembered per pid for the events that lack them."""
     args = obj.get("args")
+    said = (args.get("role"), args.get("rank"), args.get("name")) if type(args) is dict else None
+    return _origin(obj.get("ph"), obj.get("name"), obj.get("pid"), said, pid_origin)
+
+
+def _origin(
+    ph: Any, name: Any, pid: Any, args: tuple[Any, Any, Any] | None, pid_origin: dict
+) -> tuple[str | None, int | None]:
+    """(role, rank) from the ``role``, ``rank`` and ``name`` args (None: no args object) of an
+    event ``ph`` named ``name``; remembered for ``pid``, for its events that lack them."""
     role = rank = None
-    if type(args) is dict:
-        role = args.get("role") if type(args.get("role")) is str else None
-        rank = as_rank(args.get("rank"))
-        if obj.get("ph") == "M" and obj.get("name") == "process_name":
-            role, rank = _process_name_origin(args.get("name"))
-    pid = obj.get("pid")
+    if args is not None:
+        arg_role, arg_rank, arg_name = args
+        role = arg_role if type(arg_role) is str else None
+        rank = as_rank(arg_rank)
+        if ph == "M" and name == "process_name":
+            role, rank = _process_name_origin(arg_name)
     if (role is not None or rank is not None) and type(pid) is not list and type(pid) is not dict:
         known_role, known_rank = pid_origin.get(pid, (None, None))
         pid_origin[pid] = (known_role or role, known_rank if known_rank is not None else rank)
