@@ -103,16 +103,7 @@ class _Page:
 
     def fails(self, block: int, count: int) -> bool:
         """Whether the parser gives up on the lines of ``block`` among the page's first ``count``."""
-        lines = self.lines[self.starts[block] : count]
-        text = "\n".join(lines)
-        if self.openmetrics and lines[-1].strip() != "# EOF":
-            text += "\n# EOF"
-        try:
-            for _ in self.parse(text + "\n"):
-                pass
-        except ValueError:
-            return True
-        return False
+        return self.fails_alone(self.starts[block], count) is not None
 
 
 def _parser(openmetrics: bool) -> Callable[[str], Iterator]:
