@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import random
 import re
 import sqlite3
 import sys
@@ -19,7 +20,7 @@ from conftest import FIXTURES
 from typer.testing import CliRunner
 
 from tracemerge import cli
-from tracemerge.breakdown import COMPACT_AFTER, add_span, covered, intersection, merged
+from tracemerge.breakdown import COMPACT_AFTER, Coverage, add_span, covered, intersection, merged
 from tracemerge.phases import step_summary
 
 runner = CliRunner()
@@ -254,6 +255,47 @@ def test_unions_stay_merged() -> None:
     assert len(found) <= 2 * COMPACT_AFTER
     assert covered([(0, 10), (20, 30)], 5, 25) == 10
     assert intersection([(0, 10), (20, 30)], [(5, 25)]) == [(5, 10), (20, 25)]
+
+
+def test_merged_joins_what_touches_or_overlaps_whether_merged_already_or_not() -> None:
+    """merged of a list a scan left merged is that list (checked without the loop); of any other
+    list, the spans sorted and joined: reversed spans, touching ones, duplicates."""
+    rng = random.Random(3)
+
+    def sort_and_join(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        out: list[tuple[int, int]] = []
+        for a, b in sorted(spans):
+            if out and a <= out[-1][1]:
+                out[-1] = (out[-1][0], max(b, out[-1][1]))
+            else:
+                out.append((a, b))
+        return out
+
+    for _ in range(5_000):
+        spans = [(rng.randrange(0, 30), rng.randrange(0, 30)) for _ in range(rng.randrange(0, 8))]
+        assert merged(spans) == sort_and_join(spans), spans
+        joined = sort_and_join(spans)
+        assert merged(joined) == joined and merged(joined) is not joined
+    assert merged([(0, 5), (5, 9), (12, 14)]) == [(0, 9), (12, 14)]
+    assert merged([(3, 1), (4, 6)]) == [(3, 1), (4, 6)]
+
+
+def test_coverage_of_a_window_is_covered_of_it() -> None:
+    """Coverage (two binary searches and a running total) gives covered's sum over the spans of
+    every window: windows inside a span, between spans, on their edges, around them all, empty."""
+    rng = random.Random(7)
+    for _ in range(200):
+        spans = merged([(a, a + rng.randrange(1, 40)) for a in rng.sample(range(0, 2_000), rng.randrange(0, 30))])
+        spans += [(5_000, 5_000)] if rng.random() < 0.3 else []  # an empty span covers nothing
+        edges = sorted({x for span in spans for x in span} | {-5, 0, 2_100, 6_000})
+        whole = Coverage(spans)
+        windows = [(lo, hi) for lo in edges for hi in edges] + [
+            (rng.randrange(-50, 2_100), rng.randrange(-50, 2_100)) for _ in range(50)
+        ]
+        for lo, hi in windows:
+            assert whole.within(lo, hi) == covered(spans, lo, hi), (spans, lo, hi)
+    assert Coverage([(0, 10), (20, 30)]).within(5, 25) == 10
+    assert Coverage([]).within(0, 100) == 0
 
 
 def _nsys_export(path: Path) -> Path:

@@ -17,6 +17,8 @@ process when a file's scan is made: memory and time are linear in the events, ne
 from __future__ import annotations
 
 import bisect
+import itertools
+import operator
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -24,10 +26,13 @@ from tracemerge.model import Identity
 
 # A merged list is compacted again once it holds twice as many spans as when last merged, and this many more.
 COMPACT_AFTER = 1024
+_START, _END = operator.itemgetter(0), operator.itemgetter(1)
 
 
 def merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """``spans`` sorted, those that touch or overlap joined."""
+    if _already_merged(spans):  # as a file's scan leaves its unions: checked at C speed
+        return list(spans)
     out: list[tuple[int, int]] = []
     for a, b in sorted(spans):
         if out and a <= out[-1][1]:
@@ -36,6 +41,19 @@ def merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             out.append((a, b))
     return out
+
+
+def _already_merged(spans: list[tuple[int, int]]) -> bool:
+    """Each span ends at or after its start, and the next starts after it ends."""
+    if not spans:
+        return True
+    starts, ends = _columns(spans)
+    return all(map(operator.le, starts, ends)) and all(map(operator.gt, itertools.islice(starts, 1, None), ends))
+
+
+def _columns(spans: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """The spans' starts and their ends."""
+    return list(map(_START, spans)), list(map(_END, spans))
 
 
 def add_span(found: list[tuple[int, int]], start: int, end: int, sizes: dict, key: object) -> None:
@@ -74,6 +92,37 @@ def covered(spans: list[tuple[int, int]], lo: int, hi: int) -> int:
     return total
 
 
+class Coverage:
+    """:func:`covered` of many windows over one sorted, disjoint span list: each window in two
+    binary searches over the spans' starts and ends and a running total of their lengths, however
+    many spans it holds."""
+
+    __slots__ = ("before", "ends", "starts")
+
+    def __init__(self, spans: list[tuple[int, int]]) -> None:
+        starts, ends = _columns(spans)
+        if any(map(operator.ge, starts, ends)):  # an empty or reversed span covers nothing
+            kept = [(a, b) for a, b in spans if b > a]
+            starts, ends = [a for a, _ in kept], [b for _, b in kept]
+        self.starts, self.ends = starts, ends
+        self.before = [0, *itertools.accumulate(map(operator.sub, ends, starts))]  # length of the spans before k
+
+    def within(self, lo: int, hi: int) -> int:
+        """How much of [lo, hi) the spans cover."""
+        if hi <= lo:
+            return 0
+        first = bisect.bisect_right(self.ends, lo)  # the first span ending after lo
+        stop = bisect.bisect_left(self.starts, hi)  # the first span starting at or after hi
+        if first >= stop:
+            return 0
+        total = self.before[stop] - self.before[first]
+        if self.starts[first] < lo:  # only the first span can begin before the window
+            total -= lo - self.starts[first]
+        if self.ends[stop - 1] > hi:  # only the last can end after it
+            total -= self.ends[stop - 1] - hi
+        return total
+
+
 def intersection(x: list[tuple[int, int]], y: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The intersection of two sorted, disjoint span lists (a linear merge)."""
     out = []
@@ -102,12 +151,12 @@ class Breakdown:
 
 
 def step_breakdown(
-    window: tuple[int, int], compute: list[tuple[int, int]], comm: list[tuple[int, int]], both: list[tuple[int, int]]
+    window: tuple[int, int], compute: Coverage, comm: Coverage, both: Coverage, wait: int = 0
 ) -> Breakdown:
     """The numbers of one window, of the unions of compute, communication and their intersection."""
     lo, hi = window
-    c, m, cm = covered(compute, lo, hi), covered(comm, lo, hi), covered(both, lo, hi)
-    return Breakdown(hi - lo, c, m - cm, cm, (hi - lo) - (c + m - cm))
+    c, m, cm = compute.within(lo, hi), comm.within(lo, hi), both.within(lo, hi)
+    return Breakdown(hi - lo, c, m - cm, cm, (hi - lo) - (c + m - cm), wait)
 
 
 def waits(

@@ -108,11 +108,26 @@ class _Walk:
         entered = [_entries(i.role, windows[i], timelines[i]) for i in ids]
         self.arrivals = _last_arrivals(entered)
         self.spans = [_Collectives(found) for found in entered]
-        self.pieces = [_pieces_in(timelines[i].pieces, windows[i]) for i in ids]
-        self.ends = [
-            sorted((b, -n) for a, b, name in found if name != idle_name) for n, found in enumerate(self.pieces)
-        ]
+        # A process's pieces in its window, and its phases' ends, made when the walk first needs
+        # them: most walks visit a few of the step's processes.
+        self._pieces: list[list[tuple[int, int, str]] | None] = [None] * len(ids)
+        self._ends: list[list[tuple[int, int]] | None] = [None] * len(ids)
         self.out: list[Segment] = []
+
+    def pieces(self, n: int) -> list[tuple[int, int, str]]:
+        """Process ``n``'s pieces within its window of the step (clipped), sorted."""
+        found = self._pieces[n]
+        if found is None:
+            ident = self.ids[n]
+            found = self._pieces[n] = _pieces_in(self.timelines[ident].pieces, self.windows[ident])
+        return found
+
+    def ends(self, n: int) -> list[tuple[int, int]]:
+        """The ends of process ``n``'s phases in its window, sorted, each with ``-n``."""
+        found = self._ends[n]
+        if found is None:
+            found = self._ends[n] = sorted((b, -n) for _, b, name in self.pieces(n) if name != self.idle)
+        return found
 
     def add(self, n: int, phase: str, a: int, b: int, bound: str) -> None:
         """A segment of process ``n`` (joined to the last one when it goes on from it)."""
@@ -134,7 +149,7 @@ class _Walk:
             entry, _, gid = inside
             who, at = self.arrivals.get(gid, (cur, entry))
             if who != cur and entry < at < t:
-                self.add(cur, _phase_at(self.pieces[cur], t, self.idle), at, t, COMMUNICATION)
+                self.add(cur, _phase_at(self.pieces(cur), t, self.idle), at, t, COMMUNICATION)
                 return who, at
         if t <= w_lo:
             name, a = _piece_at(self.timelines[ident].pieces, t, self.idle, lo)
@@ -143,7 +158,7 @@ class _Walk:
                 self.add(cur, name, a, t, EARLIER_STEP)
                 return cur, a
         else:
-            name, a = _piece_at(self.pieces[cur], t, self.idle, w_lo)
+            name, a = _piece_at(self.pieces(cur), t, self.idle, w_lo)
         if name == self.idle:
             return self._idle(cur, a, t)
         a = max(a, self.spans[cur].last_boundary(t), lo)
@@ -250,14 +265,15 @@ class _Collectives:
 
 
 def _hand_off(
-    ids: list[Identity], ends: list[list[tuple[int, int]]], cur: int, a: int, t: int
+    ids: list[Identity], ends: Callable[[int], list[tuple[int, int]]], cur: int, a: int, t: int
 ) -> tuple[int, int] | None:
-    """The process of another role whose phase ended last in (a, t], and that end; the first in
-    role and rank order on a tie."""
+    """The process of another role whose phase ended last in (a, t], and that end (``ends(n)``:
+    process n's phase ends, sorted); the first in role and rank order on a tie."""
     best = None
-    for n, found in enumerate(ends):
-        if ids[n].role == ids[cur].role:
+    for n, ident in enumerate(ids):
+        if ident.role == ids[cur].role:
             continue
+        found = ends(n)
         k = bisect.bisect_right(found, (t, 0)) - 1
         if k >= 0 and found[k][0] > a and (best is None or found[k][0] > best[1]):
             best = (n, found[k][0])

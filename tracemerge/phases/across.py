@@ -6,9 +6,8 @@ device time per step (:func:`device_breakdown`) and each step's critical path
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import replace
 
-from tracemerge.breakdown import Breakdown, intersection, step_breakdown, waits
+from tracemerge.breakdown import Breakdown, Coverage, intersection, step_breakdown, waits
 from tracemerge.critical import Holdup, holdup
 from tracemerge.critical_path import Devices, Segment, step_path
 from tracemerge.model import Identity
@@ -45,9 +44,9 @@ def device_breakdown(
     out: dict[Identity, list[tuple[int, Breakdown]]] = {}
     for ident, found in windows.items():
         compute, comm = devices[ident]
-        both = intersection(compute, comm)
+        unions = Coverage(compute), Coverage(comm), Coverage(intersection(compute, comm))
         out[ident] = [
-            (step, replace(step_breakdown((a, b), compute, comm, both), wait=wait))
+            (step, step_breakdown((a, b), *unions, wait))
             for (step, a, b), wait in zip(found, waited[ident], strict=True)
         ]
     return out

@@ -137,9 +137,9 @@ def _gather(
             for tag, found in tags.items():
                 kind, _, rest = tag.partition(" ")
                 if kind == COLLECTIVE:
-                    collectives[ident].extend((a + shift, b + shift, rest) for a, b in found)
+                    collectives[ident].extend([(a + shift, b + shift, rest) for a, b in found])
                 if tag in (DEVICE_COMPUTE, DEVICE_COMM):
-                    devices[ident][tag].extend((a + shift, b + shift) for a, b in found)
+                    devices[ident][tag].extend([(a + shift, b + shift) for a, b in found] if shift else found)
                 if kind not in (PHASE, STEP):
                     continue
                 preset, _, what = rest.partition("\t")
