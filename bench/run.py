@@ -1,13 +1,16 @@
 """Benchmark tracemerge against its peers and baselines, measured in the same run.
 
     python bench/run.py [--suite main|scaling|big|all] [--repeat 3] [--ranks 8] [--mb 23] [--keep]
+                        [--against DIR]
 
 Writes synthetic workloads (bench/make_workload.py) to a temporary directory and times every
 command as a child process, the commands interleaved, ``--repeat`` times each; it reports the
 median wall time, CPU time (user + system, children included) and peak RSS (largest process,
 from wait4), the output size, and ratios against ``viztracer --combine`` (the baseline; run
 where viztracer is installed). The machine may be shared: compare ratios from one run, not
-seconds across runs.
+seconds across runs. ``--against DIR`` (a folder holding another copy of the ``tracemerge/``
+package, e.g. a ``git worktree`` of an earlier commit) times that copy's ``-o .pftrace`` merge
+too, interleaved with the others: a before-and-after from one run.
 
 Suites:
   main     8 ranks × 23 MB of each workload shape (make_workload.py --kind): Kineto (GPU streams,
@@ -52,7 +55,7 @@ def measure(cmd: list[str], output: Path | None) -> tuple[float, float, float]:
     if output is not None and output.exists():
         output.unlink()
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tempfile.gettempdir())
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     err = proc.stderr.read().decode() if proc.stderr else ""
@@ -76,13 +79,25 @@ def make_counted(out: Path, *args: str) -> tuple[list[str], float, int]:
     return files, sum(Path(f).stat().st_size for f in files) / 1e6, int(done.stdout.split()[0])
 
 
+def _tracemerge(copy: Path) -> list[str]:
+    """The command running the package in ``copy`` (commands run from the temporary directory:
+    no other copy comes first on the path)."""
+    return ["env", f"PYTHONPATH={copy}", PY, "-m", "tracemerge"]
+
+
 def commands(
     work: Path, run: Path, files: list[str], *, full: bool, viz: bool = True
 ) -> dict[str, tuple[list[str], Path | None]]:
-    tm = [PY, "-m", "tracemerge", str(run), "-q"]
+    tm = [*_tracemerge(HERE.parent), str(run), "-q"]
     cmds: dict[str, tuple[list[str], Path | None]] = {
         "tracemerge -o .pftrace": ([*tm, "-o", str(work / "out.pftrace")], work / "out.pftrace"),
     }
+    if AGAINST is not None:
+        before = work / "before.pftrace"
+        cmds["tracemerge before (--against) -o .pftrace"] = (
+            [*_tracemerge(AGAINST), str(run), "-q", "-o", str(before)],
+            before,
+        )
     if full:
         cmds["tracemerge -o .json"] = ([*tm, "-o", str(work / "out.json")], work / "out.json")
     if viz and shutil.which("viztracer"):
@@ -106,6 +121,7 @@ ONCE = frozenset({"HolisticTraceAnalysis loader"})
 
 
 SKIP: set[str] = set()
+AGAINST: Path | None = None  # --against: another copy of the package, timed beside this one
 
 
 def bench(
@@ -190,8 +206,15 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=23.0, help="size of one rank's file")
     parser.add_argument("--keep", action="store_true", help="keep the workloads and outputs")
     parser.add_argument("--skip", action="append", default=[], help="a command not to run (repeatable)")
+    parser.add_argument("--against", type=Path, help="a folder holding another tracemerge package, timed alongside")
     args = parser.parse_args()
     SKIP.update(args.skip)
+    if args.against is not None:
+        global AGAINST
+        AGAINST = args.against.resolve()
+        if not (AGAINST / "tracemerge" / "__init__.py").is_file():
+            raise SystemExit(f"--against {args.against}: no tracemerge/ package there")
+        compileall.compile_dir(AGAINST / "tracemerge", quiet=1)
 
     work = Path(tempfile.mkdtemp(prefix="tracemerge-bench-"))
     try:
