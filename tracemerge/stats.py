@@ -155,6 +155,11 @@ class Stat(Enum):
         Severity.DATA_LOSS,
         "Ascend task detail rows without the globalTaskId that ties them to a task (drawn under its type)",
     )
+    LINK_UNREADABLE = (
+        "link_unreadable",
+        Severity.DATA_LOSS,
+        "Ascend CONNECTION_IDS rows whose connectionId is NULL or text: the flows they would draw are left out",
+    )
     DB_COLUMN_MISSING = (
         "db_column_missing",
         Severity.DATA_LOSS,

@@ -28,7 +28,6 @@ from __future__ import annotations
 import sqlite3
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 from tracemerge.anchors import DEVICE_COMM, ascend_task_tag, device_tag, phase_tag
 from tracemerge.errors import InputError, NotATrace
@@ -37,6 +36,7 @@ from tracemerge.model import Event, FlowPhase, Kind, SourceData, ThreadInfo, Thr
 from tracemerge.phases.rules import MSTX
 from tracemerge.sources import ascend_layout as layout_dirs
 from tracemerge.sources.ascend_counters import CounterReading, counter_group
+from tracemerge.sources.ascend_db_links import Groups, Once, TaskInfo
 from tracemerge.sources.ascend_db_rows import DbRows
 from tracemerge.sources.ascend_layout import MSTX_THREAD, SQLITE_MAGIC
 from tracemerge.sources.ascend_titles import OVERLAP, leave_out_zero_series, slice_title
@@ -124,9 +124,10 @@ class _DbReader(DbRows, CounterReading):
         self.rank: int | None = None
         self.host = next((str(name) for (name,) in self._rows("HOST_INFO", ("hostName",)) if name), None)
         self.devices: set[int] = set()
-        # slice events by connection id, for flows
-        # (start, track) of the slices a connection id links, for flows
-        self.tasks_by_connection: dict[int, list[tuple[int, ThreadKey]]] = defaultdict(list)
+        # (start, track number) of the tasks each connection id links, for flows; the tracks by number
+        self.tasks_by_connection = Groups(2)
+        self.task_tracks: dict[ThreadKey, int] = {}
+        self.task_track_keys: list[ThreadKey] = []
         self.mstx_by_connection: dict[int, str] = {}
 
     # -- tables --------------------------------------------------------------------------------
@@ -139,8 +140,8 @@ class _DbReader(DbRows, CounterReading):
         self._mstx()
         self._tasks()
         self._communication_ops()
-        cann = self._cann_api()
-        self._pytorch_api(cann)
+        self._cann_api()
+        self._pytorch_api()
         self._overlap()
         self._gc()
         self._counters(TIMELINE_TABLES)
@@ -165,22 +166,28 @@ class _DbReader(DbRows, CounterReading):
                 if ev is not None:  # an MSTX range is a phase its user named
                     self.layout.mark(phase_tag(MSTX, message), ev.origin, key, ev.ts, ev.ts + ev.dur)
 
-    def _task_info(self, table: str) -> dict[Any, dict[str, Any]]:
-        """Rows of a task detail table by globalTaskId; a row without one names no task: counted."""
+    def _task_info(self, table: str) -> TaskInfo:
+        """Rows of a task detail table by globalTaskId (as tuples: a dict a row would take several
+        times their memory); a row without one names no task: counted."""
+        cols = self.tables.get(table, [])
         found = {}
-        for row in self._dicts(table):
-            task = row.get("globalTaskId")
+        at = cols.index("globalTaskId") if "globalTaskId" in cols else None
+        for row in self._rows(table):
+            task = row[at] if at is not None else None
             if task is None:
                 self.dropped.add(
                     Stat.TASK_INFO_UNJOINED, 1, f"{table} row without a globalTaskId (its task keeps its type as name)"
                 )
             else:
                 found[task] = row
-        return found
+        return TaskInfo(cols, found)
 
     def _tasks(self) -> None:
-        compute = self._task_info("COMPUTE_TASK_INFO")
-        comm = self._task_info("COMMUNICATION_TASK_INFO")
+        self._task_rows(self._task_info("COMPUTE_TASK_INFO"), self._task_info("COMMUNICATION_TASK_INFO"))
+        self.tasks_by_connection.seal()
+        self.task_track_keys = list(self.task_tracks)
+
+    def _task_rows(self, compute: TaskInfo, comm: TaskInfo) -> None:
         # A communication op's own task on its stream (typed AI_CORE, the op's whole time) is HCCL's too.
         op_connections = {c for (c,) in self._rows("COMMUNICATION_OP", ("connectionId",)) if c not in NO_CONNECTION}
         if not self._has_columns("TASK", "startNs", "endNs"):
@@ -214,12 +221,15 @@ class _DbReader(DbRows, CounterReading):
             ev = self._slice(key, row.get("startNs"), row.get("endNs"), name, "", args, "TASK")
             if ev is None:
                 continue
-            hccl = row.get("globalTaskId") in comm or connection in op_connections or device_tag(name) == DEVICE_COMM
+            hccl = (
+                row.get("globalTaskId") in comm.rows or connection in op_connections or device_tag(name) == DEVICE_COMM
+            )
             tag = ascend_task_tag(task_type, hccl)
             if tag is not None:
                 self.layout.mark(tag, ev.origin, key, ev.ts, ev.ts + ev.dur)
             if connection is not None:
-                self.tasks_by_connection[connection].append((ev.ts, ev.thread))
+                track = self.task_tracks.setdefault(ev.thread, len(self.task_tracks))
+                self.tasks_by_connection.add(connection, ev.ts, track)
             plane_info = comm.get(row.get("globalTaskId"))
             if plane_info is not None:
                 plane = plane_info.get("planeId")
@@ -250,10 +260,9 @@ class _DbReader(DbRows, CounterReading):
                 "COMMUNICATION_OP",
             )
 
-    def _cann_api(self) -> dict[int, Event]:
+    def _cann_api(self) -> None:
         types = self._enum("ENUM_API_TYPE")
-        by_connection: dict[int, tuple[int, ThreadKey]] = {}
-        linked: set[int] = set()  # a connection links its tasks from one host call: the first
+        linked = Once(self.tasks_by_connection)  # a connection links its tasks from one host call: the first
         for row in self._dicts("CANN_API"):
             tid = (row.get("globalTid") or 0) & 0xFFFFFFFF
             key = self._track(("cann", tid), f"CANN · Thread {tid}", (2, "CANN", tid, ""))
@@ -262,35 +271,38 @@ class _DbReader(DbRows, CounterReading):
                 key, row.get("startNs"), row.get("endNs"), str(self._text(row.get("name"))), "", args, "CANN_API"
             )
             if ev is not None and row.get("connectionId") is not None:
-                by_connection[row["connectionId"]] = (ev.ts, ev.thread)
                 self._link("HostToDevice", "CANN_API", row["connectionId"], ev, linked)
-        return by_connection
 
-    def _link(self, cat: str, table: str, connection: int, ev: Event, linked: set[int]) -> None:
+    def _link(self, cat: str, table: str, connection: int, ev: Event, linked: Once) -> None:
         """Flows from a host call to the device tasks of its connection: one per task, from the first
         call naming the connection (rows that share one with an earlier row are counted), so that N
         rows sharing an id make N flows at most, not N x N."""
-        tasks = self.tasks_by_connection.get(connection)
-        if not tasks:
+        found = self.tasks_by_connection.find(connection)
+        if found is None:
             return
-        if connection in linked:
+        at, tasks = found
+        if not linked.take(connection, at):
             self.dropped.add(
                 Stat.CONNECTION_SHARED,
                 1,
                 f"{table} row sharing a connectionId with an earlier one (its tasks linked from it)",
             )
             return
-        linked.add(connection)
-        for n, task in enumerate(tasks):
-            self._flow(cat, (connection, n), (ev.ts, ev.thread), task)
+        tracks = self.task_track_keys
+        for n, (ts, track) in enumerate(tasks):
+            self._flow(cat, (connection, n), (ev.ts, ev.thread), (ts, tracks[track]))
 
-    def _pytorch_api(self, cann: dict[int, Event]) -> None:
-        links: dict[int, list[int]] = defaultdict(list)
+    def _pytorch_api(self) -> None:
+        links = Groups(1)
         for link_id, connection in self._rows("CONNECTION_IDS", ("id", "connectionId")):
-            links[link_id].append(connection)
+            if connection is None or isinstance(connection, (str, bytes)):
+                self.dropped.add(Stat.LINK_UNREADABLE, 1, "CONNECTION_IDS row whose connectionId is NULL or text")
+                continue
+            links.add(link_id, connection)
+        links.seal()
         fwd_bwd: dict[int, list[tuple[int, ThreadKey]]] = defaultdict(list)
-        linked: set[int] = set()
-        claimed: set[int] = set()  # link ids taken by a row: one shared by N rows is followed once
+        linked = Once(self.tasks_by_connection)
+        claimed = Once(links)  # link ids taken by a row: one shared by N rows is followed once
         for row in self._dicts("PYTORCH_API"):
             tid = (row.get("globalTid") or 0) & 0xFFFFFFFF
             key = self._track(("python", tid), f"Python · Thread {tid}", (0, "Python", tid, ""))
@@ -310,16 +322,18 @@ class _DbReader(DbRows, CounterReading):
             )
             if ev is None or row.get("connectionId") is None:
                 continue
-            if row["connectionId"] in claimed:
-                if links.get(row["connectionId"]):
-                    self.dropped.add(
-                        Stat.CONNECTION_SHARED,
-                        1,
-                        "PYTORCH_API row sharing a connectionId with an earlier one (not linked again)",
-                    )
+            found = links.find(row["connectionId"])
+            if found is None:  # it links nothing
                 continue
-            claimed.add(row["connectionId"])
-            for connection in links.get(row["connectionId"], ()):
+            at, connections = found
+            if not claimed.take(row["connectionId"], at):
+                self.dropped.add(
+                    Stat.CONNECTION_SHARED,
+                    1,
+                    "PYTORCH_API row sharing a connectionId with an earlier one (not linked again)",
+                )
+                continue
+            for (connection,) in connections:
                 if connection >= FWD_BWD_CONNECTION:
                     fwd_bwd[connection].append((ev.ts, ev.thread))
                 self._link("torch_to_npu", "PYTORCH_API", connection, ev, linked)
