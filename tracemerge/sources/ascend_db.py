@@ -71,6 +71,8 @@ STRING_COLUMNS = frozenset(
         "hf32Eligible",
     }
 )
+# Task detail columns a task's args leave out.
+TASK_INFO_NOT_ARGS = frozenset({"name", "globalTaskId", "depth", "waitNs"})
 TIMELINE_TABLES = frozenset(
     {"TASK", "COMMUNICATION_OP", "CANN_API", "PYTORCH_API", "MSTX_EVENTS", "OVERLAP_ANALYSIS", "GC_RECORD"}
 )
@@ -180,7 +182,7 @@ class _DbReader(DbRows, CounterReading):
                 )
             else:
                 found[task] = row
-        return TaskInfo(cols, found)
+        return TaskInfo(cols, found, TASK_INFO_NOT_ARGS, STRING_COLUMNS)
 
     def _tasks(self) -> None:
         self._task_rows(self._task_info("COMPUTE_TASK_INFO"), self._task_info("COMMUNICATION_TASK_INFO"))
@@ -197,12 +199,14 @@ class _DbReader(DbRows, CounterReading):
             self.devices.add(device)
             stream = row.get("streamId")
             task_type = self._text(row.get("taskType"))
-            info = compute.get(row.get("globalTaskId")) or comm.get(row.get("globalTaskId"))
+            task_id = row.get("globalTaskId")
+            planes = comm.rows.get(task_id)
+            table, info = (compute, compute.rows.get(task_id)) if task_id in compute.rows else (comm, planes)
             connection = row.get("connectionId")
             if connection in NO_CONNECTION:
                 connection = None
             if info is not None:
-                name = str(self._text(info.get("name")))
+                name = str(self._text(table.value(info, table.name_at)))
             elif connection in self.mstx_by_connection:
                 name = self.mstx_by_connection[connection]
             else:
@@ -214,25 +218,22 @@ class _DbReader(DbRows, CounterReading):
                 "connection_id": row.get("connectionId"),
             }
             if info is not None:
-                for col, value in info.items():
-                    if col not in ("name", "globalTaskId", "depth", "waitNs") and value is not None:
-                        args[col] = self._text(value) if col in STRING_COLUMNS else value
+                for at, col, text in table.args:
+                    if (value := info[at]) is not None:
+                        args[col] = self._text(value) if text else value
             key = self._track(("stream", device, stream), f"Ascend Hardware · Stream {stream}", (4, device, stream, ""))
             ev = self._slice(key, row.get("startNs"), row.get("endNs"), name, "", args, "TASK")
             if ev is None:
                 continue
-            hccl = (
-                row.get("globalTaskId") in comm.rows or connection in op_connections or device_tag(name) == DEVICE_COMM
-            )
+            hccl = planes is not None or connection in op_connections or device_tag(name) == DEVICE_COMM
             tag = ascend_task_tag(task_type, hccl)
             if tag is not None:
                 self.layout.mark(tag, ev.origin, key, ev.ts, ev.ts + ev.dur)
             if connection is not None:
                 track = self.task_tracks.setdefault(ev.thread, len(self.task_tracks))
                 self.tasks_by_connection.add(connection, ev.ts, track)
-            plane_info = comm.get(row.get("globalTaskId"))
-            if plane_info is not None:
-                plane = plane_info.get("planeId")
+            if planes is not None:
+                plane = comm.value(planes, comm.plane_at)
                 pkey = self._track(("plane", device, plane), f"HCCL · Plane {plane}", (5, device, 1 + (plane or 0), ""))
                 self._slice(pkey, row.get("startNs"), row.get("endNs"), name, "", args, "TASK")
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from array import array
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,9 +43,7 @@ class Groups:
         assert not self._sealed, "sealed: no more values"
         if self._dict is None:
             held = len(self._keys)
-            try:
-                if type(key) is not int or any(type(v) is not int for v in values):
-                    raise TypeError  # a bool or an integral float is not one either: the dict keeps it as it is
+            try:  # an array takes no float, text or None (TypeError), nothing beyond 64 bits (OverflowError)
                 self._keys.append(key)
                 for column, value in zip(self._columns, values, strict=True):
                     column.append(value)
@@ -122,16 +119,25 @@ class Once:
         return True
 
 
-@dataclass(frozen=True)
 class TaskInfo:
-    """A task detail table's rows (tuples of its columns ``cols``) by globalTaskId."""
+    """A task detail table's rows (tuples of its columns ``cols``) by globalTaskId, and where in
+    a row its name, its plane and the columns a task's args show lie."""
 
-    cols: list[str]
-    rows: dict[Any, tuple]
+    __slots__ = ("args", "name_at", "plane_at", "rows")
 
-    def get(self, task: Any) -> dict[str, Any] | None:
-        row = self.rows.get(task)
-        return None if row is None else dict(zip(self.cols, row, strict=True))
+    def __init__(
+        self, cols: list[str], rows: dict[Any, tuple], not_args: frozenset[str], texts: frozenset[str]
+    ) -> None:
+        self.rows = rows
+        self.name_at = cols.index("name") if "name" in cols else None
+        self.plane_at = cols.index("planeId") if "planeId" in cols else None
+        # (position, column, whether it holds a STRING_IDS reference), in the table's order
+        self.args = [(n, col, col in texts) for n, col in enumerate(cols) if col not in not_args]
+
+    @staticmethod
+    def value(row: tuple, at: int | None) -> Any:
+        """The value at ``at`` of ``row`` (None: the table has no such column)."""
+        return None if at is None else row[at]
 
 
 __all__ = ["Groups", "Once", "TaskInfo"]
