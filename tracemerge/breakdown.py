@@ -33,6 +33,11 @@ def merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """``spans`` sorted, those that touch or overlap joined."""
     if _already_merged(spans):  # as a file's scan leaves its unions: checked at C speed
         return list(spans)
+    return _joined(spans)
+
+
+def _joined(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """:func:`merged`, the spans sorted and joined one by one."""
     out: list[tuple[int, int]] = []
     for a, b in sorted(spans):
         if out and a <= out[-1][1]:
@@ -75,7 +80,7 @@ def compact(found: list[tuple[int, int]], sizes: dict, key: object) -> None:
     merged (``sizes[key]``), and :data:`COMPACT_AFTER` more: memory stays within twice the
     union's, and merging costs n log n over all the spans added."""
     if len(found) >= 2 * sizes.get(key, 0) + COMPACT_AFTER:
-        found[:] = merged(found)
+        found[:] = _joined(found)  # a tail added since the last merge: seldom merged already
         sizes[key] = len(found)
 
 
