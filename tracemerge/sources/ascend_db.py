@@ -206,7 +206,7 @@ class _DbReader(DbRows, CounterReading):
             if connection in NO_CONNECTION:
                 connection = None
             if info is not None:
-                name = str(self._text(table.value(info, table.name_at)))
+                name = str(self._text(None if table.name_at is None else info[table.name_at]))
             elif connection in self.mstx_by_connection:
                 name = self.mstx_by_connection[connection]
             else:
@@ -233,7 +233,7 @@ class _DbReader(DbRows, CounterReading):
                 track = self.task_tracks.setdefault(ev.thread, len(self.task_tracks))
                 self.tasks_by_connection.add(connection, ev.ts, track)
             if planes is not None:
-                plane = comm.value(planes, comm.plane_at)
+                plane = None if comm.plane_at is None else planes[comm.plane_at]
                 pkey = self._track(("plane", device, plane), f"HCCL · Plane {plane}", (5, device, 1 + (plane or 0), ""))
                 self._slice(pkey, row.get("startNs"), row.get("endNs"), name, "", args, "TASK")
 

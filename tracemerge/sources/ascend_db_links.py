@@ -40,13 +40,14 @@ class Groups:
         return self._dict is not None
 
     def add(self, key: Any, *values: Any) -> None:
-        assert not self._sealed, "sealed: no more values"
+        assert not self._sealed and len(values) == len(self._columns), "before seal, a value a column"
         if self._dict is None:
             held = len(self._keys)
             try:  # an array takes no float, text or None (TypeError), nothing beyond 64 bits (OverflowError)
                 self._keys.append(key)
-                for column, value in zip(self._columns, values, strict=True):
-                    column.append(value)
+                self._columns[0].append(values[0])
+                if len(values) == 2:
+                    self._columns[1].append(values[1])
                 return
             except (TypeError, OverflowError):
                 for column in (self._keys, *self._columns):
@@ -133,11 +134,6 @@ class TaskInfo:
         self.plane_at = cols.index("planeId") if "planeId" in cols else None
         # (position, column, whether it holds a STRING_IDS reference), in the table's order
         self.args = [(n, col, col in texts) for n, col in enumerate(cols) if col not in not_args]
-
-    @staticmethod
-    def value(row: tuple, at: int | None) -> Any:
-        """The value at ``at`` of ``row`` (None: the table has no such column)."""
-        return None if at is None else row[at]
 
 
 __all__ = ["Groups", "Once", "TaskInfo"]
