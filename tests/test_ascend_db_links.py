@@ -103,3 +103,61 @@ def test_db_flows_through_connection_ids_null_text_and_shared(tmp_path: Path) ->
     }
     assert report.stats.count(Stat.LINK_UNREADABLE) == 2 and report.stats.count(Stat.CONNECTION_SHARED) == 1
     assert report.exit_code == 3  # two links of the input are not drawn
+
+
+def _tables(db: Path) -> dict[str, list[str]]:
+    """Each table's columns that may hold any value (an INTEGER PRIMARY KEY holds integers only)."""
+    with sqlite3.connect(db) as con:
+        names = [t for (t,) in con.execute("select name from sqlite_master where type = 'table'")]
+        return {
+            t: [
+                name
+                for _, name, kind, _, _, pk in con.execute(f'pragma table_info("{t}")')
+                if not (pk and kind == "INTEGER")
+            ]
+            for t in names
+        }
+
+
+def test_any_value_in_any_column_loses_that_row_at_most(tmp_path: Path) -> None:
+    """Text, a fraction or NULL in any column of the first row of any table: the DB is read, never
+    skipped whole; a row whose device, thread or plane id is not an integer is counted and not drawn."""
+    _, db = _db_copy(tmp_path / "probe")
+    cases = [(t, c, v) for t, cols in _tables(db).items() for c in cols for v in ("x", -1.5, None)]
+    assert len(cases) == 195
+    unreadable = []
+    for n, (table, column, value) in enumerate(cases):
+        run, db = _db_copy(tmp_path / str(n))
+        with sqlite3.connect(db) as con:
+            con.execute(
+                f'update "{table}" set "{column}" = ? where rowid = (select min(rowid) from "{table}")', (value,)
+            )
+        report = merge([run], tmp_path / str(n) / "out.pftrace")
+        assert not report.skipped, (table, column, value, report.skipped)
+        if report.stats.count(Stat.DB_ID_UNREADABLE):
+            unreadable.append((table, column, value))
+            assert report.dropped[f"{table} row whose {column} is not an integer"] == 1
+    assert unreadable == [
+        (table, column, value)
+        for table, column in (
+            ("RANK_DEVICE_MAP", "deviceId"),
+            ("TASK", "deviceId"),
+            ("COMMUNICATION_TASK_INFO", "planeId"),
+            ("CANN_API", "globalTid"),
+            ("PYTORCH_API", "globalTid"),
+            ("OVERLAP_ANALYSIS", "deviceId"),
+        )
+        for value in ("x", -1.5)
+    ]
+
+
+def test_a_task_with_a_text_device_id_is_counted_and_the_rest_drawn(tmp_path: Path) -> None:
+    run, db = _db_copy(tmp_path)
+    before = merge([run], tmp_path / "before.pftrace")
+    with sqlite3.connect(db) as con:
+        con.execute("update TASK set deviceId = 'npu0' where rowid = (select min(rowid) from TASK)")
+    report = merge([run], tmp_path / "out.pftrace")
+    assert report.written.slices == before.written.slices - 1  # a compute task: drawn on its stream only
+    assert report.written.flows == before.written.flows - 1  # its torch_to_npu flow has no task to go to
+    assert report.dropped == {"TASK row whose deviceId is not an integer": 1}
+    assert report.exit_code == 3

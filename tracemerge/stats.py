@@ -155,6 +155,11 @@ class Stat(Enum):
         Severity.DATA_LOSS,
         "Ascend task detail rows without the globalTaskId that ties them to a task (drawn under its type)",
     )
+    DB_ID_UNREADABLE = (
+        "db_id_unreadable",
+        Severity.DATA_LOSS,
+        "Ascend DB rows whose device, thread or plane id is not an integer (text, a fraction): not drawn",
+    )
     LINK_UNREADABLE = (
         "link_unreadable",
         Severity.DATA_LOSS,

@@ -138,7 +138,8 @@ class _DbReader(DbRows, CounterReading):
         for rank, device in self._rows("RANK_DEVICE_MAP", ("rankId", "deviceId")):
             if isinstance(rank, int) and rank >= 0:
                 self.rank = rank
-            self.devices.add(device)
+            if device is not None and (device := self._id(device, "RANK_DEVICE_MAP", "deviceId")) is not None:
+                self.devices.add(device)
         self._mstx()
         self._tasks()
         self._communication_ops()
@@ -195,7 +196,9 @@ class _DbReader(DbRows, CounterReading):
         if not self._has_columns("TASK", "startNs", "endNs"):
             return
         for row in self._dicts("TASK"):
-            device = row.get("deviceId") or 0
+            device = self._id(row.get("deviceId"), "TASK", "deviceId")
+            if device is None:
+                continue
             self.devices.add(device)
             stream = row.get("streamId")
             task_type = self._text(row.get("taskType"))
@@ -234,6 +237,8 @@ class _DbReader(DbRows, CounterReading):
                 self.tasks_by_connection.add(connection, ev.ts, track)
             if planes is not None:
                 plane = None if comm.plane_at is None else planes[comm.plane_at]
+                if plane is not None and self._id(plane, "COMMUNICATION_TASK_INFO", "planeId") is None:
+                    continue  # its task is drawn on its stream
                 pkey = self._track(("plane", device, plane), f"HCCL · Plane {plane}", (5, device, 1 + (plane or 0), ""))
                 self._slice(pkey, row.get("startNs"), row.get("endNs"), name, "", args, "TASK")
 
@@ -243,7 +248,9 @@ class _DbReader(DbRows, CounterReading):
         default_device = min(self.devices) if self.devices else 0
         for row in rows:
             group = str(self._text(row.get("groupName")))
-            device = row.get("deviceId", default_device) or default_device
+            device = self._id(row.get("deviceId") or None, "COMMUNICATION_OP", "deviceId", default_device)
+            if device is None:
+                continue
             n = groups[group]
             key = self._track(("group", device, n), f"HCCL · Group {n} Communication", (5, device, 0, ""))
             args = {
@@ -265,7 +272,10 @@ class _DbReader(DbRows, CounterReading):
         types = self._enum("ENUM_API_TYPE")
         linked = Once(self.tasks_by_connection)  # a connection links its tasks from one host call: the first
         for row in self._dicts("CANN_API"):
-            tid = (row.get("globalTid") or 0) & 0xFFFFFFFF
+            tid = self._id(row.get("globalTid"), "CANN_API", "globalTid")
+            if tid is None:
+                continue
+            tid &= 0xFFFFFFFF
             key = self._track(("cann", tid), f"CANN · Thread {tid}", (2, "CANN", tid, ""))
             args = {"type": types.get(row.get("type"), row.get("type")), "connection_id": row.get("connectionId")}
             ev = self._slice(
@@ -283,11 +293,8 @@ class _DbReader(DbRows, CounterReading):
             return
         at, tasks = found
         if not linked.take(connection, at):
-            self.dropped.add(
-                Stat.CONNECTION_SHARED,
-                1,
-                f"{table} row sharing a connectionId with an earlier one (its tasks linked from it)",
-            )
+            shared = f"{table} row sharing a connectionId with an earlier one (its tasks linked from it)"
+            self.dropped.add(Stat.CONNECTION_SHARED, 1, shared)
             return
         tracks = self.task_track_keys
         for n, (ts, track) in enumerate(tasks):
@@ -305,7 +312,10 @@ class _DbReader(DbRows, CounterReading):
         linked = Once(self.tasks_by_connection)
         claimed = Once(links)  # link ids taken by a row: one shared by N rows is followed once
         for row in self._dicts("PYTORCH_API"):
-            tid = (row.get("globalTid") or 0) & 0xFFFFFFFF
+            tid = self._id(row.get("globalTid"), "PYTORCH_API", "globalTid")
+            if tid is None:
+                continue
+            tid &= 0xFFFFFFFF
             key = self._track(("python", tid), f"Python · Thread {tid}", (0, "Python", tid, ""))
             args = {
                 col: (self._text(v) if col in STRING_COLUMNS else v)
@@ -328,11 +338,8 @@ class _DbReader(DbRows, CounterReading):
                 continue
             at, connections = found
             if not claimed.take(row["connectionId"], at):
-                self.dropped.add(
-                    Stat.CONNECTION_SHARED,
-                    1,
-                    "PYTORCH_API row sharing a connectionId with an earlier one (not linked again)",
-                )
+                shared = "PYTORCH_API row sharing a connectionId with an earlier one (not linked again)"
+                self.dropped.add(Stat.CONNECTION_SHARED, 1, shared)
                 continue
             for (connection,) in connections:
                 if connection >= FWD_BWD_CONNECTION:
@@ -351,7 +358,9 @@ class _DbReader(DbRows, CounterReading):
     def _overlap(self) -> None:
         for row in self._dicts("OVERLAP_ANALYSIS"):
             kind = OVERLAP_TYPES.get(row.get("type"), f"type {row.get('type')}")
-            device = row.get("deviceId") or 0
+            device = self._id(row.get("deviceId"), "OVERLAP_ANALYSIS", "deviceId")
+            if device is None:
+                continue
             key = self._track(
                 ("overlap", device, kind), slice_title(OVERLAP, kind), (6, device, row.get("type") or 0, "")
             )

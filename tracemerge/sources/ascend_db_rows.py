@@ -50,6 +50,16 @@ class DbRows:
         if self.emitted % 65536 == 0:
             self.layout.check_memory()
 
+    def _id(self, value: Any, table: str, column: str, default: int = 0) -> int | None:
+        """An id column's integer (NULL: ``default``); any other value makes the row unreadable
+        (tracks are ordered by their ids): counted under its table, None."""
+        if value is None:
+            return default
+        if type(value) is int:
+            return value
+        self.dropped.add(Stat.DB_ID_UNREADABLE, 1, f"{table} row whose {column} is not an integer")
+        return None
+
     def _text(self, value: Any) -> Any:
         return self.strings.get(value, value) if type(value) is int else value
 
