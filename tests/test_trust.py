@@ -219,21 +219,26 @@ def test_timestamps_no_trace_can_hold_are_dropped_not_wrapped(tmp_path: Path, ev
     assert report["written"]["slices"] == 1
 
 
-def test_a_database_with_wrong_types_is_skipped_and_the_rest_merged(tmp_path: Path) -> None:
+def test_a_database_with_wrong_types_loses_those_rows_and_the_rest_is_merged(tmp_path: Path) -> None:
+    """A NULL time and a text device id cost their rows only (counted under their table): the
+    rest of the DB and the other files are merged."""
     import sqlite3
 
     run_dir = tmp_path / "run"
     shutil.copytree(FIXTURES / "ascend" / "db", run_dir / "npu")
     shutil.copytree(FIXTURES / "kineto_gpu", run_dir / "gpu")
+    before = run(str(run_dir), "-o", str(tmp_path / "before.pftrace"), "--report", str(tmp_path / "before.json"))
+    assert before.exit_code == 0
     [db] = (run_dir / "npu").rglob("*.db")
     with sqlite3.connect(db) as con:
         con.execute("update TASK set startNs = NULL where rowid = 1")
         con.execute("update TASK set deviceId = 'x' where rowid = 3")
-    result = run(str(run_dir), "-o", str(tmp_path / "out.pftrace"))
+    result = run(str(run_dir), "-o", str(tmp_path / "out.pftrace"), "--report", str(tmp_path / "r.json"))
     assert result.exit_code == 3
-    assert f"skipped {db}: cannot be read (TypeError" in result.output
-    assert "internal error" not in result.output
-    assert (tmp_path / "out.pftrace").stat().st_size > 0
+    assert "skipped" not in result.output and "internal error" not in result.output
+    report, was = _report(tmp_path), json.loads((tmp_path / "before.json").read_text())
+    assert report["dropped"] == {"TASK row with unreadable times": 1, "TASK row whose deviceId is not an integer": 1}
+    assert report["written"]["slices"] == was["written"]["slices"] - 2  # two compute tasks, one slice each
 
 
 def test_database_rows_still_in_the_wal_file_are_read(tmp_path: Path) -> None:
