@@ -19,6 +19,17 @@ def exact_ns(value, scale: int = 1000) -> int:
     return int((Decimal(str(value)) * scale).to_integral_value(rounding=ROUND_HALF_UP))
 
 
+def union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, disjoint spans covering exactly what ``spans`` cover (those that touch joined)."""
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(b, out[-1][1]))
+        else:
+            out.append((a, b))
+    return out
+
+
 def load_json(path: Path):
     data = path.read_bytes()
     if data[:2] == b"\x1f\x8b":

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
+from expected import union
 from typer.testing import CliRunner
 
 from tracemerge import cli
@@ -33,17 +34,6 @@ PARTS = ("wall_ns", "compute_ns", "communication_ns", "overlapped_ns", "free_ns"
 runner = CliRunner()
 
 Spans = list[tuple[int, int]]
-
-
-def union(spans: Spans) -> Spans:
-    """Sorted, disjoint spans covering exactly what ``spans`` cover."""
-    out: Spans = []
-    for a, b in sorted(spans):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(b, out[-1][1]))
-        else:
-            out.append((a, b))
-    return out
 
 
 def clip(spans: Spans, lo: int, hi: int) -> Spans:
