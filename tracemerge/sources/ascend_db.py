@@ -204,7 +204,9 @@ class _DbReader(DbRows, CounterReading):
             task_type = self._text(row.get("taskType"))
             task_id = row.get("globalTaskId")
             planes = comm.rows.get(task_id)
-            table, info = (compute, compute.rows.get(task_id)) if task_id in compute.rows else (comm, planes)
+            table, info = compute, compute.rows.get(task_id)
+            if info is None:  # a communication task's details, if any
+                table, info = comm, planes
             connection = row.get("connectionId")
             if connection in NO_CONNECTION:
                 connection = None
