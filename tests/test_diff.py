@@ -14,7 +14,8 @@ from conftest import FIXTURES
 from typer.testing import CliRunner
 
 from tracemerge import cli
-from tracemerge.diff import EXIT_REGRESSION, compare, format_diff, parse_threshold, regressions
+from tracemerge.diff import compare, format_diff, parse_threshold, regressions
+from tracemerge.exit_status import EXIT_REGRESSION
 from tracemerge.pipeline import merge
 
 PHASES = FIXTURES / "phases"

@@ -6,28 +6,18 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
-import orjson
 import typer
 from typer.core import TyperGroup
 
 from tracemerge import __version__, cli_diff, cli_tools, engine
 from tracemerge.errors import Stopped, TracemergeError, shown
-from tracemerge.metrics_map import NO_MAP, load_metrics_map
-from tracemerge.phases.rules import AUTO, PhaseOptions, resolve
-from tracemerge.progress import progress_bar
-from tracemerge.report import (
-    EXIT_FATAL,
-    EXIT_INCOMPLETE,
-    EXIT_OK,
-    RunReport,
-    format_alignment,
-    format_found,
-    format_outcome,
-    json_bytes,
-)
-from tracemerge.select import Selection, parse_duration, parse_ranks, parse_roles, parse_where, parse_window
+from tracemerge.exit_status import EXIT_FATAL, EXIT_INCOMPLETE, EXIT_OK
+
+if TYPE_CHECKING:
+    from tracemerge.report import RunReport
+    from tracemerge.select import Selection
 
 # The usage errors of the click typer runs on (typer 0.28 carries a copy of its own).
 _CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
@@ -75,8 +65,10 @@ OffsetsFileOption = Annotated[
     Optional[Path], typer.Option("--offsets", help='TOML file: an offsets table of "actor/3" = "+1.5ms".')
 ]
 NoAlignOption = Annotated[bool, typer.Option("--no-align", help="Keep every file's raw clock.")]
+# (None is auto: the rules are loaded when a command runs, not at every start.)
 PhasesOption = Annotated[
-    str, typer.Option("--phases", help="Phase rules: auto, verl, areal, skyrl, or a TOML rules file.")
+    Optional[str],
+    typer.Option("--phases", show_default="auto", help="Phase rules: auto, verl, areal, skyrl, or a TOML rules file."),
 ]
 
 app = typer.Typer(
@@ -171,7 +163,7 @@ def merge(
     offset: OffsetOption = None,
     offsets_file: OffsetsFileOption = None,
     no_align: NoAlignOption = False,
-    phases: PhasesOption = AUTO,
+    phases: PhasesOption = None,
     steps: Annotated[
         Optional[str], typer.Option("--steps", help="Keep only these RL steps (and their phases), e.g. 3-5.")
     ] = None,
@@ -199,19 +191,20 @@ def merge(
         if format is not None and format not in engine.WRITERS:
             raise ValueError(f"--format: unknown output format {format!r} (choose from {', '.join(engine.WRITERS)})")
         clocks = _placement(sync, offset, offsets_file, no_align)
-        phase_rules = PhaseOptions(resolve(phases), parse_ranks(steps, "--steps") if steps is not None else None)
+        steps_kept = engine.parse_ranks(steps, "--steps") if steps is not None else None
+        phase_rules = engine.PhaseOptions(engine.resolve(phases), steps_kept)
         if split_by is not None:
             engine.check_kind(split_by)
-        metrics_map = load_metrics_map(metrics_map_file) if metrics_map_file is not None else NO_MAP
+        metrics_map = engine.load_metrics_map(metrics_map_file) if metrics_map_file is not None else engine.NO_MAP
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    with progress_bar(enabled=not quiet) as on_progress:
+    with engine.progress_bar(enabled=not quiet) as on_progress:
 
         def show(r: RunReport) -> None:
             if not quiet:
                 on_progress.pause()
-                _err(format_found(r))
-                _err(format_alignment(r))
+                _err(engine.format_found(r))
+                _err(engine.format_alignment(r))
 
         try:
             result = engine.merge(
@@ -248,14 +241,14 @@ def _selection(
     keep_zero_counters: bool,
 ) -> Selection:
     """What to keep, from --roles, --ranks, --where, --window, --min-dur, --keep-zero-counters."""
-    if min_dur is not None and parse_duration(min_dur) < 0:
+    if min_dur is not None and engine.parse_duration(min_dur) < 0:
         raise ValueError(f"--min-dur: {min_dur!r} is negative")
-    return Selection(
-        roles=parse_roles(roles) if roles is not None else None,
-        ranks=parse_ranks(ranks) if ranks is not None else None,
-        where=parse_where(where or []),
-        window=parse_window(window) if window is not None else None,
-        min_dur=parse_duration(min_dur) if min_dur is not None else 0,
+    return engine.Selection(
+        roles=engine.parse_roles(roles) if roles is not None else None,
+        ranks=engine.parse_ranks(ranks) if ranks is not None else None,
+        where=engine.parse_where(where or []),
+        window=engine.parse_window(window) if window is not None else None,
+        min_dur=engine.parse_duration(min_dur) if min_dur is not None else 0,
         keep_zero_counters=keep_zero_counters,
     )
 
@@ -272,12 +265,12 @@ def _said(result: RunReport, report: Path | None, summary: bool, quiet: bool) ->
     report_failed = False
     if report is not None:
         try:
-            engine.write_whole(report, json_bytes(result.as_dict()))
+            engine.write_whole(report, engine.json_bytes(result.as_dict()))
         except OSError as exc:
             # The trace is written whole: the run is incomplete, not failed; no part of a report is left.
             _say(f"error: cannot write report {shown(report)}: {exc.strerror or exc}")
             report_failed = True
-    outcome = format_outcome(result)
+    outcome = engine.format_outcome(result)
     if summary:
         typer.echo(engine.format_summary(result.phases))
     if not quiet:
@@ -316,7 +309,7 @@ def main() -> None:
 def summary(
     path: Annotated[Path, typer.Argument(help="A run directory (merged now) or a trace tracemerge wrote.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the numbers as one JSON document.")] = False,
-    phases: PhasesOption = AUTO,
+    phases: PhasesOption = None,
     sync: SyncOption = None,
     offset: OffsetOption = None,
     offsets_file: OffsetsFileOption = None,
@@ -340,7 +333,7 @@ def summary(
         _say(f"error: {path}: no such file or directory")
         raise typer.Exit(EXIT_FATAL)
     try:
-        phase_rules = PhaseOptions(resolve(phases))
+        phase_rules = engine.PhaseOptions(engine.resolve(phases))
         clocks = _placement(sync, offset, offsets_file, no_align)
         if not path.is_dir() and (clocks.offsets or sync or no_align):
             raise ValueError("--sync, --offset, --offsets and --no-align place a run directory, not a merged trace")
@@ -372,7 +365,7 @@ def summary(
             typer.echo(engine.format_summary(numbers) + "\n")
         raise typer.Exit(cli_diff.report(base, numbers, threshold, as_json, extra={"summary": numbers}))
     try:
-        text = orjson.dumps(numbers, option=orjson.OPT_INDENT_2).decode() if as_json else engine.format_summary(numbers)
+        text = engine.json_bytes(numbers).decode() if as_json else engine.format_summary(numbers)
     except engine.NOT_A_SUMMARY as exc:  # a summary of another shape than tracemerge writes
         _say(f"error: {shown(path)}: its phase summary cannot be read ({type(exc).__name__})")
         raise typer.Exit(EXIT_FATAL) from None

@@ -4,24 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
-import orjson
 import typer
 
 from tracemerge import engine
-from tracemerge.diff import (
-    EXIT_REGRESSION,
-    compare,
-    format_diff,
-    format_gate,
-    parse_threshold,
-    read_numbers,
-    regressions,
-)
 from tracemerge.errors import TracemergeError, shown
-from tracemerge.phases.rules import AUTO, PhaseOptions, resolve
-from tracemerge.report import EXIT_FATAL
+from tracemerge.exit_status import EXIT_FATAL, EXIT_REGRESSION
+
+if TYPE_CHECKING:
+    from tracemerge.phases.rules import PhaseOptions
 
 
 def _say(message: str) -> None:
@@ -35,7 +27,7 @@ def load(path: Path, phase_rules: PhaseOptions) -> dict:
         _say(f"error: {shown(path)}: no such file or directory")
         raise typer.Exit(EXIT_FATAL)
     try:
-        numbers = engine.summarize([path], phase_rules=phase_rules) if path.is_dir() else read_numbers(path)
+        numbers = engine.summarize([path], phase_rules=phase_rules) if path.is_dir() else engine.read_numbers(path)
     except engine.Unreadable as exc:
         _say(f"error: {exc}")
         raise typer.Exit(exc.status) from None
@@ -50,7 +42,7 @@ def load(path: Path, phase_rules: PhaseOptions) -> dict:
 
 def threshold_of(fail_over: str | None) -> float | None:
     try:
-        return None if fail_over is None else parse_threshold(fail_over)
+        return None if fail_over is None else engine.parse_threshold(fail_over)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
 
@@ -58,17 +50,17 @@ def threshold_of(fail_over: str | None) -> float | None:
 def report(base: dict, new: dict, threshold: float | None, as_json: bool, extra: dict | None = None) -> int:
     """Prints the comparison (and the gate's lines); the exit status: EXIT_REGRESSION when the
     gate fails, else 0."""
-    result = compare(base, new)
-    failed = regressions(result, threshold) if threshold is not None else []
+    result = engine.compare(base, new)
+    failed = engine.regressions(result, threshold) if threshold is not None else []
     if threshold is not None:
         result["gate"] = {"fail_over": threshold, "passed": not failed, "regressions": failed}
     if as_json:
         doc = {**(extra or {}), "diff": result} if extra is not None else result
-        typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+        typer.echo(engine.json_bytes(doc).decode())
     else:
-        typer.echo(format_diff(result))
+        typer.echo(engine.format_diff(result))
         if threshold is not None:
-            typer.echo(format_gate(failed, threshold))
+            typer.echo(engine.format_gate(failed, threshold))
     sys.stdout.flush()
     return EXIT_REGRESSION if failed else 0
 
@@ -84,8 +76,13 @@ def diff(
         ),
     ] = None,
     phases: Annotated[
-        str, typer.Option("--phases", help="Phase rules for run directories: auto, verl, areal, skyrl, or a TOML file.")
-    ] = AUTO,
+        Optional[str],
+        typer.Option(
+            "--phases",
+            show_default="auto",
+            help="Phase rules for run directories: auto, verl, areal, skyrl, or a TOML file.",
+        ),
+    ] = None,
 ) -> None:
     """Step wall and per role · phase times of NEW against BASE: base, new, delta, delta %, noise.
 
@@ -94,7 +91,7 @@ def diff(
     """
     threshold = threshold_of(fail_over)
     try:
-        rules = PhaseOptions(resolve(phases))
+        rules = engine.PhaseOptions(engine.resolve(phases))
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     status = report(load(base, rules), load(new, rules), threshold, as_json)

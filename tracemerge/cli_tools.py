@@ -13,8 +13,7 @@ import typer
 
 from tracemerge import engine
 from tracemerge.errors import Stopped, shown
-from tracemerge.report import EXIT_FATAL, EXIT_INCOMPLETE, EXIT_OK
-from tracemerge.select import parse_duration
+from tracemerge.exit_status import EXIT_FATAL, EXIT_INCOMPLETE, EXIT_OK
 
 
 def _err(message: str) -> None:
@@ -119,7 +118,7 @@ def scrape(
     """Record live Prometheus /metrics pages during a run (one file per scrape), to merge with its traces."""
     try:
         targets = engine.check_targets(urls)
-        period = parse_duration(every) / 1e9
+        period = engine.parse_duration(every) / 1e9
         if period < 0.01:
             raise ValueError("--every: must be 10ms or longer")
         if count is not None and count < 1:

@@ -18,7 +18,7 @@ The noise of a quantity is the spread of the base's samples: the population stan
 the base's step walls, or of the role's per-rank, per-step phase times. A change is beyond the
 noise when its size exceeds that spread. The gate (``--fail-over``) fails when the mean step wall
 or a role · phase mean grows by more than the threshold (a fraction of the base) and by more than
-the noise: :data:`EXIT_REGRESSION`.
+the noise: :data:`~tracemerge.report.EXIT_REGRESSION`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from pathlib import Path
 from tracemerge import engine
 from tracemerge.report import format_duration, format_table
 
-EXIT_REGRESSION = 4  # a --fail-over gate found a regression (0, 1, 2, 3: tracemerge.report)
 STEP_WALL = "step wall"
 GATED = frozenset({"wall", "phase"})
 

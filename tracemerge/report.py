@@ -11,13 +11,10 @@ from typing import Any
 import orjson
 
 from tracemerge.errors import shown
+from tracemerge.exit_status import EXIT_INCOMPLETE, EXIT_OK
 from tracemerge.layouts import COORDINATE_ORDER
 from tracemerge.stats import Losses, Stat
 
-EXIT_OK = 0
-EXIT_FATAL = 1
-EXIT_USAGE = 2
-EXIT_INCOMPLETE = 3
 # Statistics that count parts of events or files, not events: their lines do not say events were dropped.
 _NOT_EVENTS = frozenset({Stat.VALUE_TOO_DEEP, Stat.CLOCK_ANCHOR_UNREADABLE})
 IGNORED_SHOWN = 10  # files that are not traces named on stderr (the report lists them all)

@@ -176,9 +176,9 @@ def load_rules(path: Path) -> Preset:
     return Preset(path.stem, tuple(rules["phase"]), tuple(rules["step"]))
 
 
-def resolve(choice: str) -> tuple[Preset, ...]:
-    """``--phases``: a preset name, ``auto`` (every preset, the best chosen later) or a rules file."""
-    if choice == AUTO:
+def resolve(choice: str | None) -> tuple[Preset, ...]:
+    """``--phases``: a preset name, ``auto`` or None (every preset, the best chosen later) or a rules file."""
+    if choice is None or choice == AUTO:
         return tuple(PRESETS.values())
     if choice in PRESETS:
         return (PRESETS[choice],)

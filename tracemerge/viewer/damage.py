@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from tracemerge.errors import TracemergeError, shown
+from tracemerge.exit_status import EXIT_FATAL, EXIT_INCOMPLETE
 from tracemerge.phases.step_summary import per_step
-from tracemerge.report import EXIT_FATAL, EXIT_INCOMPLETE
 from tracemerge.sources.base import GZIP_MAGIC
 from tracemerge.viewer.summary import read_summary
 
