@@ -177,6 +177,40 @@ def test_python_dash_m_and_version() -> None:
     assert done.stdout.strip().startswith("tracemerge ")
 
 
+def _modules_after(*args: str) -> set[str]:
+    """The modules a ``tracemerge ARGS`` run has loaded when it ends (in a fresh interpreter)."""
+    script = (
+        "import runpy, sys\n"
+        f"sys.argv = ['tracemerge', *{list(args)!r}]\n"
+        "try:\n    runpy.run_module('tracemerge', run_name='__main__')\n"
+        "except SystemExit as done:\n    assert done.code in (0, None), done.code\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    return set(done.stdout.split())
+
+
+def test_version_and_help_load_the_command_line_alone() -> None:
+    """Start-up: ``--version`` and ``--help`` import typer and the command line's own few modules,
+    not the engine, numpy, the JSON libraries or protobuf."""
+    light = {"tracemerge", "tracemerge.cli", "tracemerge.cli_diff", "tracemerge.cli_tools"}
+    light |= {"tracemerge.engine", "tracemerge.errors", "tracemerge.exit_status", "tracemerge.lazy"}
+    for flag in ("--version", "--help"):
+        loaded = _modules_after(flag)
+        assert {m for m in loaded if m.split(".")[0] == "tracemerge"} == light, flag
+        assert not loaded & {"numpy", "msgspec", "orjson", "google.protobuf", "sqlite3"}, flag
+
+
+def test_a_merge_in_one_process_loads_no_pool_and_no_diff(tmp_path: Path) -> None:
+    """What a one-file merge does not use is not imported: the process pool (multiprocessing),
+    ``diff`` and its statistics, numpy's masked arrays (``np.unique`` imports them)."""
+    out = tmp_path / "m.pftrace"
+    loaded = _modules_after(str(FIXTURES / "kineto_gpu" / "rank0.pt.trace.json"), "-o", str(out), "-q")
+    assert out.stat().st_size > 0
+    assert "tracemerge.pipeline" in loaded and "numpy" in loaded
+    assert not loaded & {"multiprocessing", "concurrent.futures.process", "tracemerge.diff", "numpy.ma"}
+
+
 def test_what_perfetto_ignores_too_is_counted_but_not_a_loss(tmp_path: Path) -> None:
     """GPU traces routinely hold flow ends whose start the profiler never wrote."""
     path = tmp_path / "rank0.json"

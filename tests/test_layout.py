@@ -232,3 +232,13 @@ def test_ties_read_out_of_order_are_found() -> None:
     assert nesting.tied_out_of_order(starts, lanes, np.arange(6), marked).tolist() == [False] * 6  # 5s: two lanes
     lanes[4] = 0
     assert nesting.tied_out_of_order(starts, lanes, np.arange(6), marked).tolist() == [False] * 3 + [True] * 2 + [False]
+
+
+def test_distinct_is_the_sorted_set_of_the_values() -> None:
+    rng = np.random.default_rng(7)
+    for n in [0, 1, 2, 3, 10, 1000]:
+        for dtype in (np.int32, np.int64, np.int8):
+            values = rng.integers(-5, 6, n).astype(dtype)
+            found = entries.distinct(values)
+            assert found.tolist() == sorted(set(values.tolist()))
+            assert found.dtype == dtype

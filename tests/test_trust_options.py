@@ -3,6 +3,7 @@ lists; `check` and `summary` say in one line when a trace is damaged or foreign.
 
 from __future__ import annotations
 
+import concurrent.futures
 import gzip
 import json
 import resource
@@ -116,13 +117,13 @@ def test_numbers_hold_ranges_not_members() -> None:
 
 def test_jobs_are_capped_at_the_cpus_and_said(tmp_path: Path, monkeypatch) -> None:
     started: list[int] = []
-    real = executors.ProcessPoolExecutor
+    real = concurrent.futures.ProcessPoolExecutor
 
     def pool(count: int, **kwargs):
         started.append(count)
         return real(count, **kwargs)
 
-    monkeypatch.setattr(executors, "ProcessPoolExecutor", pool)
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", pool)  # the executor imports it when it starts one
     monkeypatch.setattr(executors, "usable_cores", lambda: 2)
     monkeypatch.setattr(engine, "usable_cores", lambda: 2)
     report = tmp_path / "r.json"

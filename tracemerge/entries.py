@@ -225,6 +225,15 @@ def equal_runs(values: np.ndarray) -> list[tuple[int, int]]:
     return list(zip([0, *cuts], [*cuts, len(values)], strict=True)) if len(values) else []
 
 
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values, sorted: ``np.unique(values)`` without its masked-array check, which
+    imports numpy.ma (15 ms of every run's start-up)."""
+    ordered = np.sort(values)
+    if len(ordered) < 2:
+        return ordered
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+
+
 def gathered(data: bytes | np.ndarray, begins: np.ndarray, lengths: np.ndarray) -> bytes:
     """The byte ranges [begin, begin + length) of ``data``, joined."""
     total = int(lengths.sum())

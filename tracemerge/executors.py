@@ -10,21 +10,22 @@ names. Nothing else in the pipeline knows which executor runs. The Ray one lives
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tracemerge.discover import Discovery, discover
 from tracemerge.errors import FatalError
 from tracemerge.filework import FileJob, FileOutcome, process_file
 from tracemerge.read_options import PartReads
 from tracemerge.worker_signals import worker_signals
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ProcessPoolExecutor
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class ForkedPartReads:
     workers: int
 
     def map(self, read: Callable[..., Any], tasks: list[tuple]) -> list[Any]:
+        import multiprocessing  # (with the pool below: 13 ms of start-up that one process does not need)
+        from concurrent.futures import ProcessPoolExecutor
+
         context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(len(tasks), mp_context=context, initializer=worker_signals) as pool:
             futures = [pool.submit(read, *task) for task in tasks]
@@ -101,6 +105,8 @@ class ProcessExecutor(SerialExecutor):
             self.started = True
             count = min(self.workers if self.workers > 0 else _auto_workers(jobs), len(jobs), usable_cores())
             if count > 1:
+                from concurrent.futures import ProcessPoolExecutor  # only when there is a pool to start
+
                 self.pool = ProcessPoolExecutor(count, initializer=worker_signals)
         if self.pool is None:
             return map(process_file, jobs)

@@ -13,7 +13,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from tracemerge.entries import PointKeys, ThreadEntries, ThreadPoints
+from tracemerge.entries import PointKeys, ThreadEntries, ThreadPoints, distinct
 from tracemerge.flow_targets import targets
 from tracemerge.model import OriginKey, ThreadKey
 from tracemerge.nesting import SLICE, overlapping, parents, walk_order
@@ -178,7 +178,7 @@ def _rank_other_ids(points: Points, keys: PointKeys) -> None:
     fids, kinds = points.take("fid"), points.take("fid_kind")
     others = kinds == 1
     if others.any():
-        used = np.unique(fids[others])
+        used = distinct(fids[others])
         by_text = sorted(used.tolist(), key=lambda code: repr(keys.id_list[code]))
         rank = np.empty(int(used.max()) + 1, np.int64)
         rank[by_text] = np.arange(len(by_text))

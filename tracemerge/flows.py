@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tracemerge.entries import PointKeys, ThreadEntries, equal_runs
+from tracemerge.entries import PointKeys, ThreadEntries, distinct, equal_runs
 from tracemerge.flow_binding import Points, PointsInOrder, bound_points
 from tracemerge.layout_types import LayoutResult
 from tracemerge.model import FlowPhase, Identity, OriginKey, ThreadKey
@@ -140,7 +140,7 @@ class _Numbering:
         paired = (sizes == 2) & (a_starts | b_starts) & (target[a] >= 0) & (target[b] >= 0)
         if self.times is not None:
             paired[:] = False  # flows with an end the selection leaves out go through the chains
-        for space in np.unique(ns).tolist():  # each namespace's counts made in order
+        for space in distinct(ns).tolist():  # each namespace's counts made in order
             self.counts_of(space)
         extra = self._number_others(firsts, sizes, paired, order, cols)
         src = np.where(a_starts, a, b)[paired]
