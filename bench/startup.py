@@ -2,8 +2,9 @@
 
     python bench/startup.py [--repeat 15] [--against DIR]
 
-Times ``tracemerge --version``, ``--help`` and ``merge MISSING -o OUT`` (which parses every
-option, then stops at the missing input with exit code 1) as child processes, beside a bare
+Times ``tracemerge --version``, ``--help``, ``merge MISSING -o OUT`` (which parses every
+option, then stops at the missing input with exit code 1) and the merge of the 7 kB Kineto trace
+of ``fixtures/kineto_gpu`` (every module a Kineto merge loads) as child processes, beside a bare
 ``python -c pass``, and prints median and minimum wall times and the modules whose import takes
 longest (``-X importtime``, cumulative). ``--against DIR`` times another copy of the package
 (a folder holding ``tracemerge/``) alternately with this one. Bytecode is compiled first, as an
@@ -13,6 +14,7 @@ installed copy has it.
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import statistics
 import subprocess
@@ -23,6 +25,8 @@ from importlib.metadata import version
 from pathlib import Path
 
 from run import compile_package
+
+SMALL = Path(__file__).resolve().parent.parent / "fixtures" / "kineto_gpu" / "rank0.pt.trace.json"
 
 
 def _median_walls(cmd: list[str], env: dict[str, str], repeat: int) -> list[float]:
@@ -45,6 +49,7 @@ def main() -> None:
     copies = {"this": dict(os.environ, PYTHONPATH=here)}
     if args.against is not None:
         copies["against"] = dict(os.environ, PYTHONPATH=str(args.against.resolve()))
+        compileall.compile_dir(args.against.resolve() / "tracemerge", quiet=1)
     with tempfile.TemporaryDirectory() as tmp:
         commands = {
             "--version": [sys.executable, "-m", "tracemerge", "--version"],
@@ -58,6 +63,7 @@ def main() -> None:
                 "-o",
                 f"{tmp}/out.pftrace",
             ],
+            "merge small Kineto": [sys.executable, "-m", "tracemerge", str(SMALL), "-o", f"{tmp}/small.pftrace", "-q"],
         }
         bare = [sys.executable, "-c", "pass"]
         walls: dict[tuple[str, str], list[float]] = {}
