@@ -1,6 +1,6 @@
 """Benchmark tracemerge against its peers and baselines, measured in the same run.
 
-    python bench/run.py [--suite main|scaling|big|all] [--repeat 3] [--ranks 8] [--mb 23] [--keep]
+    python bench/run.py [--suite main|one|scaling|big|all] [--repeat 3] [--ranks 8] [--mb 23] [--keep]
                         [--against DIR]
 
 Writes synthetic workloads (bench/make_workload.py) to a temporary directory and times every
@@ -20,6 +20,8 @@ Suites:
            epoch-µs Kineto: tracemerge and viztracer; Ascend text and AReaL JSONL (which
            viztracer does not read): tracemerge. Where viztracer reads the shape, one rank too.
            Last, tracemerge's CPU per event on each shape against Kineto's.
+  one      one rank of each shape viztracer reads (Kineto, epoch-µs Kineto): tracemerge and
+           viztracer, the single-file case alone (worth a --repeat of 9 or more: it is short).
   scaling  1, 8, 32 and 64 ranks of the same per-rank size: tracemerge and viztracer.
   big      one Kineto file of 0.2, 0.5 and 1 GB: tracemerge and viztracer.
 """
@@ -185,10 +187,7 @@ def main_suite(work: Path, args: argparse.Namespace) -> None:
         per_event[kind] = (events, statistics.median(results["tracemerge -o .pftrace"].cpu))
         shutil.rmtree(run)
         if viz:
-            one = work / f"{kind}-one"
-            files, size = make(one, "--ranks", "1", "--mb", str(args.mb), "--kind", kind)
-            bench(f"{kind}, one rank of {args.mb:g} MB", work, one, files, size, args.repeat, False, viz)
-            shutil.rmtree(one)
+            one_rank(work, kind, args)
     kineto_events, kineto_cpu = per_event["kineto"]
     print("\n### CPU per event: tracemerge -o .pftrace\n")
     print("| workload | events | CPU s | CPU per event | vs Kineto |\n|---|---:|---:|---:|---:|")
@@ -197,10 +196,18 @@ def main_suite(work: Path, args: argparse.Namespace) -> None:
         print(f"| {kind} | {events:,} | {cpu:.2f} | {cpu / events * 1e6:.2f} µs | {ratio:.2f}x |")
 
 
+def one_rank(work: Path, kind: str, args: argparse.Namespace) -> None:
+    """One rank of the ``kind`` workload: tracemerge (and the --against copy) beside viztracer."""
+    one = work / f"{kind}-one"
+    files, size = make(one, "--ranks", "1", "--mb", str(args.mb), "--kind", kind)
+    bench(f"{kind}, one rank of {args.mb:g} MB", work, one, files, size, args.repeat, False)
+    shutil.rmtree(one)
+
+
 def main() -> None:
     compile_package()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--suite", choices=("main", "scaling", "big", "all"), default="main")
+    parser.add_argument("--suite", choices=("main", "one", "scaling", "big", "all"), default="main")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--mb", type=float, default=23.0, help="size of one rank's file")
@@ -220,6 +227,10 @@ def main() -> None:
     try:
         if args.suite in ("main", "all"):
             main_suite(work, args)
+        if args.suite == "one":
+            for kind, viz in KINDS.items():
+                if viz:
+                    one_rank(work, kind, args)
         if args.suite in ("scaling", "all"):
             for ranks in (1, 8, 32, 64):
                 run = work / f"scale{ranks}"

@@ -1,6 +1,6 @@
 """A large Chrome JSON file read in parts by several processes gives the bytes one read gives.
 
-Parts are cut from 2 KiB here (64 MiB in use), so that small traces holding every kind of event
+Parts are cut from 2 KiB here (8 MiB in use), so that small traces holding every kind of event
 (slices, B/E pairs, instants, counters, flows by id and by bind_id, metadata, names watched as
 clock evidence) are read in several parts, each kind straddling the cuts.
 """

@@ -15,7 +15,11 @@ import pytest
 from conftest import FIXTURES
 from typer.testing import CliRunner
 
-from tracemerge import cli, engine, executors
+from tracemerge import cli, engine, executors, reading
+from tracemerge.clock import AUTOMATIC
+from tracemerge.metrics_map import NO_MAP
+from tracemerge.phases.rules import AUTO_PHASES
+from tracemerge.select import EVERYTHING
 
 runner = CliRunner()
 EPOCH_US = 1_790_000_000_000_000
@@ -138,6 +142,15 @@ def test_jobs_are_capped_at_the_cpus_and_said(tmp_path: Path, monkeypatch) -> No
     assert f"note: {said}" in result.output.splitlines()
     assert said in json.loads(report.read_text())["notes"]
     assert started == [2]
+
+
+def test_large_files_are_read_in_parts_by_the_cpus_this_process_may_use(monkeypatch) -> None:
+    """Cores left over read the parts of large files: counted from the process's affinity, not
+    from the machine's CPUs (a process pinned to 2 of 64 must not fork 32 readers)."""
+    monkeypatch.setattr(reading.os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(reading, "usable_cores", lambda: 2)
+    ask = lambda jobs: reading.asked_of(None, EVERYTHING, AUTOMATIC, AUTO_PHASES, NO_MAP, 1000, jobs, None)  # noqa: E731
+    assert [ask(jobs)[1].cores for jobs in (0, 1, 2, 64)] == [2, 0, 2, 2]
 
 
 def test_steps_found_are_the_steps_the_trace_has(tmp_path: Path) -> None:

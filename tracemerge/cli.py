@@ -68,7 +68,11 @@ NoAlignOption = Annotated[bool, typer.Option("--no-align", help="Keep every file
 # (None is auto: the rules are loaded when a command runs, not at every start.)
 PhasesOption = Annotated[
     Optional[str],
-    typer.Option("--phases", show_default="auto", help="Phase rules: auto, verl, areal, skyrl, or a TOML rules file."),
+    typer.Option(
+        "--phases",
+        show_default=False,
+        help="Phase rules: auto (the default), verl, areal, skyrl, or a TOML rules file.",
+    ),
 ]
 
 app = typer.Typer(

@@ -79,8 +79,8 @@ def diff(
         Optional[str],
         typer.Option(
             "--phases",
-            show_default="auto",
-            help="Phase rules for run directories: auto, verl, areal, skyrl, or a TOML file.",
+            show_default=False,
+            help="Phase rules for run directories: auto (the default), verl, areal, skyrl, or a TOML file.",
         ),
     ] = None,
 ) -> None:

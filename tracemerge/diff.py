@@ -18,7 +18,7 @@ The noise of a quantity is the spread of the base's samples: the population stan
 the base's step walls, or of the role's per-rank, per-step phase times. A change is beyond the
 noise when its size exceeds that spread. The gate (``--fail-over``) fails when the mean step wall
 or a role · phase mean grows by more than the threshold (a fraction of the base) and by more than
-the noise: :data:`~tracemerge.report.EXIT_REGRESSION`.
+the noise: :data:`~tracemerge.exit_status.EXIT_REGRESSION`.
 """
 
 from __future__ import annotations

@@ -2,10 +2,11 @@
 
 ``tracemerge --version``, ``--help`` and a usage error need only the command line's own options;
 importing the readers, numpy, protobuf and the writers would triple their start-up time. The
-command line therefore reaches the engine's entry points through this one table, and each module
-is imported the first time one of its names is used; so does :mod:`tracemerge.diff`, which the
-command line imports, for the trace reader behind a stored summary. Everything else imports
-modules directly.
+command line (``cli``, ``cli_diff``, ``cli_tools``) therefore reaches everything beyond its own
+options through this one table: the engine's entry points, the option parsers, the report's
+formatting and ``diff``; each module is imported the first time one of its names is used.
+:mod:`tracemerge.diff` reaches the trace reader behind a stored summary the same way.
+Everything else imports modules directly.
 """
 
 from __future__ import annotations

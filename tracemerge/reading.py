@@ -18,7 +18,7 @@ from pathlib import Path
 from tracemerge.clock import AlignOptions, align
 from tracemerge.discover import Candidate
 from tracemerge.errors import FatalError
-from tracemerge.executors import Executor, SerialExecutor, local_executor
+from tracemerge.executors import Executor, SerialExecutor, local_executor, usable_cores
 from tracemerge.filework import FileJob, FileOutcome
 from tracemerge.metrics_map import MetricsMap
 from tracemerge.model import Identity
@@ -65,7 +65,9 @@ def asked_of(
     # A preset's own sync spans (AReaL's weight updates) are evidence as the phases choose it.
     clocks = replace(clocks, presets=tuple(p.name for p in phase_rules.presets))
     runner = executor if executor is not None else local_executor(jobs)
-    cores = 0 if executor is not None or jobs == 1 else jobs or os.cpu_count() or 1
+    # The CPUs this process may use (its affinity), not the machine's: the cores left over read the
+    # parts of large files, and a process pinned to 2 of 64 CPUs must not fork 32 readers.
+    cores = 0 if executor is not None or jobs == 1 else min(jobs or usable_cores(), usable_cores())
     return runner, Asked(writer, selection, clocks, phase_rules, metrics_map, memory_budget, cores)
 
 
