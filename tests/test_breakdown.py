@@ -271,6 +271,27 @@ def test_merged_joins_what_touches_or_overlaps_whether_merged_already_or_not() -
     assert merged([(3, 1), (4, 6)]) == [(3, 1), (4, 6)]
 
 
+def test_intersection_is_what_both_lists_cover() -> None:
+    """The intersection of two unions (disjoint, sorted) is the union of the points both cover:
+    spans inside others, straddling several, sharing an edge, far apart; and each list empty."""
+    rng = random.Random(11)
+
+    def points(spans: list[tuple[int, int]]) -> set[int]:
+        return {p for a, b in spans for p in range(a, b)}
+
+    for _ in range(2_000):
+        x, y = (
+            union([(a, a + rng.randrange(1, 12)) for a in rng.sample(range(0, 120), rng.randrange(0, 12))])
+            for _ in range(2)
+        )
+        both = sorted(points(x) & points(y))
+        assert intersection(x, y) == union([(p, p + 1) for p in both]), (x, y)
+    assert intersection([(0, 10), (20, 30)], [(10, 20)]) == []  # edges touch: nothing shared
+    assert intersection([(0, 10)], [(5, 5)]) == []  # an empty span covers nothing
+    assert intersection([(0, 2**62)], [(2**61, 2**62 + 5)]) == [(2**61, 2**62)]
+    assert intersection([(0, 2**70)], [(5, 9)]) == [(5, 9)]  # beyond int64: merged one by one
+
+
 def test_coverage_of_a_window_is_covered_of_it() -> None:
     """Coverage (two binary searches and a running total) gives covered's sum over the spans of
     every window: windows inside a span, between spans, on their edges, around them all, empty."""
@@ -283,10 +304,14 @@ def test_coverage_of_a_window_is_covered_of_it() -> None:
         windows = [(lo, hi) for lo in edges for hi in edges] + [
             (rng.randrange(-50, 2_100), rng.randrange(-50, 2_100)) for _ in range(50)
         ]
-        for lo, hi in windows:
-            assert whole.within(lo, hi) == covered(spans, lo, hi), (spans, lo, hi)
-    assert Coverage([(0, 10), (20, 30)]).within(5, 25) == 10
-    assert Coverage([]).within(0, 100) == 0
+        assert whole.within_all([lo for lo, _ in windows], [hi for _, hi in windows]) == [
+            covered(spans, lo, hi) for lo, hi in windows
+        ], spans
+    assert Coverage([(0, 10), (20, 30)]).within_all([5], [25]) == [10]
+    assert Coverage([]).within_all([0, 5], [100, 2]) == [0, 0]
+    huge = Coverage([(0, 2**70)])  # beyond int64: window by window
+    assert huge.within_all([5, 2**69], [9, 2**71]) == [4, 2**70 - 2**69]
+    assert Coverage([(0, 10), (20, 30)]).within_all([5, -(2**70)], [25, 2**70]) == [10, 20]
 
 
 def _nsys_export(path: Path) -> Path:

@@ -37,6 +37,7 @@ from tracemerge.breakdown import covered
 from tracemerge.model import Identity
 
 FOREVER = 1 << 62  # the end of the idle time after a process's last step
+Entry = tuple[int, int, tuple]  # (entry, exit, collective id)
 
 
 @dataclass
@@ -46,6 +47,17 @@ class Timeline:
     collectives: list[tuple[int, int, str]] = field(default_factory=list)  # (start, end, kind)
     idle: list[tuple[int, int]] = field(default_factory=list)  # in and between its steps, after its last
     pieces: list[tuple[int, int, str]] = field(default_factory=list)  # (start, end, innermost phase)
+    # entries(role, window), kept: a step's holdup and its critical path ask for the same ones
+    _entered: dict[tuple, list[Entry]] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def entries(self, role: str, window: tuple[int, int]) -> list[Entry]:
+        """The collectives that start in ``window``, by end, each with an id shared by the k-th
+        of a kind in each window of one ``role`` (once the collectives are all noted)."""
+        key = (role, window)
+        found = self._entered.get(key)
+        if found is None:
+            found = self._entered[key] = _entries(role, window, self.collectives)
+        return found
 
     def idle_within(self, lo: int, hi: int) -> int:
         """Idle time between ``lo`` and ``hi``."""
@@ -95,7 +107,7 @@ def holdup(
     roles = [i.role for i in ids]
     late = max(range(len(ids)), key=lambda n: (win[n][0], -n))
     last = max(range(len(ids)), key=lambda n: (win[n][1], -n))
-    entered = [_entries(roles[n], win[n], timelines[ids[n]]) for n in range(len(ids))]
+    entered = [timelines[ids[n]].entries(roles[n], win[n]) for n in range(len(ids))]
     arrivals = _last_arrivals(entered)
     waited = [0] * len(ids)
     for n, mine in enumerate(entered):
@@ -118,13 +130,8 @@ def holdup(
     return Holdup(start_skew, end_skew, ids[late], ids[critical], waited[critical], phase)
 
 
-Entry = tuple[int, int, tuple]  # (entry, exit, collective id)
-
-
-def _entries(role: str, window: tuple[int, int], timeline: Timeline) -> list[Entry]:
-    """A process's collectives that start in its window, by end, each with an id shared by the
-    k-th of a kind in each window of one role."""
-    found = timeline.collectives
+def _entries(role: str, window: tuple[int, int], found: list[tuple[int, int, str]]) -> list[Entry]:
+    """:meth:`Timeline.entries` of the collectives ``found`` (sorted by start)."""
     lo, hi = bisect.bisect_left(found, (window[0],)), bisect.bisect_left(found, (window[1],))
     seen: Counter[str] = Counter()
     mine = []

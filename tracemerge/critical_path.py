@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from tracemerge.breakdown import covered
-from tracemerge.critical import Timeline, _entries, _last_arrivals, order_key
+from tracemerge.critical import Timeline, _last_arrivals, order_key
 from tracemerge.model import Identity
 
 COMPUTE, COMMUNICATION, HOST, IDLE_BOUND = "compute", "communication", "host", "idle"
@@ -105,7 +105,7 @@ class _Walk:
         self.step, self.ids, self.windows, self.timelines = step, ids, windows, timelines
         self.devices, self.idle, self.first = devices, idle_name, first
         self.lo = min(a for a, _ in windows.values())
-        entered = [_entries(i.role, windows[i], timelines[i]) for i in ids]
+        entered = [timelines[i].entries(i.role, windows[i]) for i in ids]
         self.arrivals = _last_arrivals(entered)
         self.spans = [_Collectives(found) for found in entered]
         # A process's pieces in its window, and its phases' ends, made when the walk first needs

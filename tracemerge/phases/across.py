@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from tracemerge.breakdown import Breakdown, Coverage, intersection, step_breakdown, waits
+from tracemerge.breakdown import Breakdown, Coverage, intersection, step_breakdowns, waits
 from tracemerge.critical import Holdup, holdup
 from tracemerge.critical_path import Devices, Segment, step_path
 from tracemerge.model import Identity
@@ -45,10 +45,8 @@ def device_breakdown(
     for ident, found in windows.items():
         compute, comm = devices[ident]
         unions = Coverage(compute), Coverage(comm), Coverage(intersection(compute, comm))
-        out[ident] = [
-            (step, step_breakdown((a, b), *unions, wait))
-            for (step, a, b), wait in zip(found, waited[ident], strict=True)
-        ]
+        numbers = step_breakdowns([(a, b) for _, a, b in found], *unions, waited[ident])
+        out[ident] = [(step, n) for (step, _, _), n in zip(found, numbers, strict=True)]
     return out
 
 
