@@ -32,6 +32,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import itemgetter
 
 from tracemerge.breakdown import covered
 from tracemerge.model import Identity
@@ -56,8 +57,12 @@ class Timeline:
         key = (role, window)
         found = self._entered.get(key)
         if found is None:
-            found = self._entered[key] = _entries(role, window, self.collectives)
+            found = self._entered[key] = _entries(role, window, self.collectives, self._collective_starts)
         return found
+
+    @cached_property
+    def _collective_starts(self) -> list[int]:
+        return [a for a, _, _ in self.collectives]
 
     def idle_within(self, lo: int, hi: int) -> int:
         """Idle time between ``lo`` and ``hi``."""
@@ -130,15 +135,20 @@ def holdup(
     return Holdup(start_skew, end_skew, ids[late], ids[critical], waited[critical], phase)
 
 
-def _entries(role: str, window: tuple[int, int], found: list[tuple[int, int, str]]) -> list[Entry]:
-    """:meth:`Timeline.entries` of the collectives ``found`` (sorted by start)."""
-    lo, hi = bisect.bisect_left(found, (window[0],)), bisect.bisect_left(found, (window[1],))
-    seen: Counter[str] = Counter()
+def _entries(role: str, window: tuple[int, int], found: list[tuple[int, int, str]], starts: list[int]) -> list[Entry]:
+    """:meth:`Timeline.entries` of the collectives ``found`` (sorted by start, ``starts`` theirs)."""
+    lo, hi = bisect.bisect_left(starts, window[0]), bisect.bisect_left(starts, window[1])
+    seen: dict[str, int] = {}
     mine = []
     for a, b, kind in found[lo:hi]:
-        mine.append((a, b, (role, kind, seen[kind])))
-        seen[kind] += 1
-    return sorted(mine, key=lambda e: (e[1], e[0]))
+        k = seen.get(kind, 0)
+        mine.append((a, b, (role, kind, k)))
+        seen[kind] = k + 1
+    mine.sort(key=_BY_END)
+    return mine
+
+
+_BY_END = itemgetter(1, 0)
 
 
 def _last_arrivals(entered: list[list[Entry]]) -> dict[tuple, tuple[int, int]]:
