@@ -288,6 +288,7 @@ def test_intersection_is_what_both_lists_cover() -> None:
         assert intersection(x, y) == union([(p, p + 1) for p in both]), (x, y)
     assert intersection([(0, 10), (20, 30)], [(10, 20)]) == []  # edges touch: nothing shared
     assert intersection([(0, 10)], [(5, 5)]) == []  # an empty span covers nothing
+    assert intersection([(7, 8)], [(0, 10), (11, 5), (12, 20)]) == [(7, 8)]  # nor does a reversed one
     assert intersection([(0, 2**62)], [(2**61, 2**62 + 5)]) == [(2**61, 2**62)]
     assert intersection([(0, 2**70)], [(5, 9)]) == [(5, 9)]  # beyond int64: merged one by one
 

@@ -171,6 +171,9 @@ def intersection(x: list[tuple[int, int]], y: list[tuple[int, int]]) -> list[tup
         ys, ye = _int64_columns(y)
     except OverflowError:  # beyond int64 (no trace's times are): the merge, one pair at a time
         return _merged_intersection(x, y)
+    # An empty or reversed span shares nothing, and left in it would unsort the ends searched.
+    if not (ye > ys).all():
+        ys, ye = ys[ye > ys], ye[ye > ys]
     first = np.searchsorted(ye, xs, "right")
     counts = np.maximum(np.searchsorted(ys, xe, "left") - first, 0)
     xi = np.repeat(np.arange(len(xs)), counts)

@@ -60,6 +60,10 @@ class Timeline:
             found = self._entered[key] = _entries(role, window, self.collectives, self._collective_starts)
         return found
 
+    def forget_entries(self) -> None:
+        """Drops the kept :meth:`entries` (once the holdups and critical paths are made)."""
+        self._entered.clear()
+
     @cached_property
     def _collective_starts(self) -> list[int]:
         return [a for a, _, _ in self.collectives]

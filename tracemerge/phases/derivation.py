@@ -131,6 +131,8 @@ def _derive(
     units = {i: (merged(d[DEVICE_COMPUTE]), merged(d[DEVICE_COMM])) for i, d in devices.items()}
     model.breakdown = device_breakdown(model.processes, units, collectives)
     model.critical_path = critical_paths(model.processes, units, first_events(scans, offsets, keep))
+    for proc in model.processes.values():
+        proc.timeline.forget_entries()  # (kept for the holdups and the critical paths alone)
     if steps_kept is not None and not model.steps:
         model.processes.clear()  # nothing of the run is kept
     return model
