@@ -103,34 +103,30 @@ def covered(spans: list[tuple[int, int]], lo: int, hi: int) -> int:
 class Coverage:
     """:func:`covered` of many windows over one sorted, disjoint span list: each window in two
     binary searches over the spans' starts and ends and a running total of their lengths, however
-    many spans it holds; the searches of many windows done at once on int64 columns (Python
-    lists, window by window, when a time is beyond int64, which no trace's is)."""
+    many spans it holds, the searches of all the windows at once on int64 columns (:func:`covered`
+    window by window when a time is beyond int64, which no trace's is)."""
 
-    __slots__ = ("before", "ends", "starts")
+    __slots__ = ("before", "ends", "spans", "starts")
 
     def __init__(self, spans: list[tuple[int, int]]) -> None:
+        self.spans = spans
         try:
-            starts, ends = _int64_columns(spans)
+            self.starts, self.ends = _covering_columns(spans)
         except OverflowError:
-            starts, ends = _columns(spans)
-            kept = [(a, b) for a, b in zip(starts, ends, strict=True) if b > a]  # an empty span covers nothing
-            self.starts, self.ends = [a for a, _ in kept], [b for _, b in kept]
-            self.before = [0, *itertools.accumulate(b - a for a, b in kept)]  # length of the spans before k
+            self.starts = self.ends = None
             return
-        kept = ends > starts  # an empty or reversed span covers nothing
-        if not kept.all():
-            starts, ends = starts[kept], ends[kept]
-        self.starts, self.ends = starts, ends
-        self.before = np.concatenate(([0], np.cumsum(ends - starts)))
+        self.before = np.concatenate(([0], np.cumsum(self.ends - self.starts)))  # length of the spans before k
 
     def within_all(self, lo: list[int], hi: list[int]) -> list[int]:
         """How much of each window [lo[k], hi[k]) the spans cover."""
-        if isinstance(self.starts, list):
-            return list(map(self._within_one, lo, hi))
-        try:
-            los, his = np.array(lo, np.int64), np.array(hi, np.int64)
-        except OverflowError:
-            return list(map(self._within_one, lo, hi))
+        fits = self.starts is not None
+        if fits:
+            try:
+                los, his = np.array(lo, np.int64), np.array(hi, np.int64)
+            except OverflowError:
+                fits = False
+        if not fits:
+            return [covered(self.spans, a, b) for a, b in zip(lo, hi, strict=True)]
         starts, ends, count = self.starts, self.ends, len(self.starts)
         first = np.searchsorted(ends, los, "right")  # the first span ending after lo
         stop = np.searchsorted(starts, his, "left")  # the first span starting at or after hi
@@ -139,22 +135,6 @@ class Coverage:
             total -= np.maximum(los - starts[np.minimum(first, count - 1)], 0)  # only the first begins before lo
             total -= np.maximum(ends[np.maximum(stop - 1, 0)] - his, 0)  # only the last ends after hi
         return np.where((his > los) & (first < stop), total, 0).tolist()
-
-    def _within_one(self, lo: int, hi: int) -> int:
-        """How much of [lo, hi) the spans cover, by Python's bisect, on any integers."""
-        if hi <= lo:
-            return 0
-        starts, ends, before = (c if isinstance(c, list) else c.tolist() for c in (self.starts, self.ends, self.before))
-        first = bisect.bisect_right(ends, lo)
-        stop = bisect.bisect_left(starts, hi)
-        if first >= stop:
-            return 0
-        total = before[stop] - before[first]
-        if starts[first] < lo:
-            total -= lo - starts[first]
-        if ends[stop - 1] > hi:
-            total -= ends[stop - 1] - hi
-        return total
 
 
 def intersection(x: list[tuple[int, int]], y: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -167,13 +147,10 @@ def intersection(x: list[tuple[int, int]], y: list[tuple[int, int]]) -> list[tup
     if not x or not y:
         return []
     try:
-        xs, xe = _int64_columns(x)
-        ys, ye = _int64_columns(y)
+        xs, xe = _covering_columns(x)
+        ys, ye = _covering_columns(y)
     except OverflowError:  # beyond int64 (no trace's times are): the merge, one pair at a time
         return _merged_intersection(x, y)
-    # An empty or reversed span shares nothing, and left in it would unsort the ends searched.
-    if not (ye > ys).all():
-        ys, ye = ys[ye > ys], ye[ye > ys]
     first = np.searchsorted(ye, xs, "right")
     counts = np.maximum(np.searchsorted(ys, xe, "left") - first, 0)
     xi = np.repeat(np.arange(len(xs)), counts)
@@ -183,9 +160,13 @@ def intersection(x: list[tuple[int, int]], y: list[tuple[int, int]]) -> list[tup
     return list(zip(a[keep].tolist(), b[keep].tolist(), strict=True))
 
 
-def _int64_columns(spans: list[tuple[int, int]]) -> np.ndarray:
-    """The spans' starts and ends as two int64 rows (OverflowError beyond int64)."""
-    return np.fromiter(itertools.chain.from_iterable(spans), np.int64, 2 * len(spans)).reshape(-1, 2).T
+def _covering_columns(spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """The starts and the ends of the spans that cover something, as int64 columns: an empty or
+    reversed span covers nothing, and left in a sorted list it would unsort the ends searched
+    (OverflowError beyond int64)."""
+    starts, ends = np.fromiter(itertools.chain.from_iterable(spans), np.int64, 2 * len(spans)).reshape(-1, 2).T
+    kept = ends > starts
+    return (starts, ends) if kept.all() else (starts[kept], ends[kept])
 
 
 def _merged_intersection(x: list[tuple[int, int]], y: list[tuple[int, int]]) -> list[tuple[int, int]]:
