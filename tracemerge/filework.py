@@ -9,7 +9,6 @@ kept, with the plan.
 
 from __future__ import annotations
 
-import gc
 import io
 import os
 import sqlite3
@@ -25,6 +24,7 @@ from tracemerge.discover import Candidate
 from tracemerge.errors import InputError, NotATrace, shown
 from tracemerge.event_store import DEFAULT_BUDGET, threads_in_order
 from tracemerge.evidence import EvidenceNotes
+from tracemerge.gc_pause import no_cyclic_gc
 from tracemerge.layout import FileLayout
 from tracemerge.layout_types import Encoder, LayoutResult
 from tracemerge.model import UNIX_EPOCH, ClockDomain, Identity, SourceData, ThreadInfo
@@ -129,6 +129,7 @@ class _NoOutput:
     def close(self) -> None: ...
 
 
+@no_cyclic_gc()
 def process_file(job: FileJob) -> FileOutcome:
     """Read one file, lay it out, encode it into ``job.chunk``; summarise it for the plan.
 
@@ -136,10 +137,6 @@ def process_file(job: FileJob) -> FileOutcome:
     holds, a structure nested beyond reason, more than memory allows) is skipped with the reason:
     the rest of the run is merged.
     """
-    # Millions of short-lived tuples and no reference cycles: the cyclic collector would cost a
-    # third of the time here, scanning them again and again.
-    enabled = gc.isenabled()
-    gc.disable()
     try:
         return _process_file(job)
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError, MemoryError) as exc:
@@ -153,9 +150,6 @@ def process_file(job: FileJob) -> FileOutcome:
         if exc.filename is None or os.fspath(exc.filename) != os.fspath(job.candidate.path):
             raise
         return FileOutcome(job.candidate, skipped=f"{shown(job.candidate.path)}: cannot read: {exc.strerror or exc}")
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _layout_files(chunk: Path) -> tuple[Path, Path]:

@@ -15,7 +15,6 @@ from them :mod:`tracemerge.phases.tracks`.
 from __future__ import annotations
 
 import bisect
-import gc
 import heapq
 import itertools
 from collections import Counter, defaultdict
@@ -26,6 +25,7 @@ from tracemerge.anchors import COLLECTIVE, DEVICE_COMM, DEVICE_COMPUTE, PHASE, S
 from tracemerge.breakdown import merged
 from tracemerge.critical import FOREVER
 from tracemerge.critical_path import first_events
+from tracemerge.gc_pause import no_cyclic_gc
 from tracemerge.model import Identity
 from tracemerge.phases.across import critical_paths, device_breakdown, pipeline, step_holdups
 from tracemerge.phases.model import (
@@ -63,6 +63,7 @@ def attach_scalars(model: PhaseModel, files: Iterable[StepScalars], dropped: Los
 Marks = dict[Identity, dict[str, list[tuple[str, int, int]]]]
 
 
+@no_cyclic_gc()  # millions of span tuples held at once, no reference cycles
 def derive(
     scans: Iterable[HasMarks],
     offsets: dict[Path, int],
@@ -72,24 +73,6 @@ def derive(
 ) -> PhaseModel:
     """Phases and steps of every process ``keep`` keeps, on the aligned timeline (file time +
     its offset)."""
-    # Millions of span tuples held at once and no reference cycles: the cyclic collector would
-    # scan them again and again (a fifth of the time of 64 ranks × 1,000 steps).
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return _derive(scans, offsets, presets, steps_kept, keep)
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _derive(
-    scans: Iterable[HasMarks],
-    offsets: dict[Path, int],
-    presets: tuple[Preset, ...],
-    steps_kept: frozenset[int] | None,
-    keep: Callable[[Identity], bool] | None,
-) -> PhaseModel:
     devices: dict[Identity, dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
     scans = list(scans)
     phase_marks, step_marks, collectives = _gather(scans, offsets, keep, devices)
