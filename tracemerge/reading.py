@@ -67,7 +67,8 @@ def asked_of(
     runner = executor if executor is not None else local_executor(jobs)
     # The CPUs this process may use (its affinity), not the machine's: the cores left over read the
     # parts of large files, and a process pinned to 2 of 64 CPUs must not fork 32 readers.
-    cores = 0 if executor is not None or jobs == 1 else min(jobs or usable_cores(), usable_cores())
+    usable = usable_cores() if executor is None and jobs != 1 else 0
+    cores = min(jobs or usable, usable)
     return runner, Asked(writer, selection, clocks, phase_rules, metrics_map, memory_budget, cores)
 
 

@@ -33,7 +33,8 @@ from tracemerge.stats import Losses
 
 # A part holds at least this many bytes: a file of two parts' worth is read in parts when the
 # merge leaves cores idle. Below that, forking a reader and handing its part over cost about what
-# the second core saves (a 23 MB Kineto rank on 2 cores, in two parts: wall -8%, CPU +12%).
+# the second core saves (on 2 cores, a 23 MB Kineto rank in two parts: wall -5.5%, CPU +17%; a
+# 64 MB one: wall -20%, CPU +6%; bench/RESULTS.md, third round).
 PART_MIN = 8 << 20
 _SEARCH = 4 << 20  # bytes searched for a boundary after a cut's nominal place
 
