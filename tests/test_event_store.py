@@ -3,11 +3,13 @@ and the layout that puts them together with the read options."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import numpy as np
 
 from tracemerge.anchors import DEVICE_COMPUTE, MAX_MARKS, collective_tag
+from tracemerge.breakdown import merged
 from tracemerge.event_store import EventStore, threads_in_order
 from tracemerge.evidence import EvidenceNotes
 from tracemerge.executors import ForkedPartReads
@@ -94,3 +96,41 @@ def test_read_options_travel_with_the_parts_of_a_file(tmp_path: Path) -> None:
     part = FileLayout.for_part(recipe, 2)
     assert part.options is options
     assert part.ordinal() == 2 << 44
+
+
+def test_a_part_s_notes_absorbed_give_the_union_and_caps_of_one_read() -> None:
+    """Device activity absorbed a part at a time is the union noting each span would give;
+    other marks keep their cap per thread across the parts."""
+    rng = random.Random(5)
+    spans = sorted((a, a + rng.randrange(1, 40)) for a in (rng.randrange(10**6) for _ in range(5000)))
+    tag = collective_tag(ALLREDUCE)
+    assert tag is not None
+    whole, parts = EvidenceNotes(), EvidenceNotes()
+    for a, b in spans:
+        whole.mark(DEVICE_COMPUTE, "p", 7, a, b)
+    for n in range(MAX_MARKS + 5):
+        whole.mark(tag, "p", 1, n, n + 1)
+    cut = len(spans) // 3
+    for piece, marks in ((spans[:cut], range(0, 40)), (spans[cut:], range(40, MAX_MARKS + 5))):
+        part = EvidenceNotes()
+        for a, b in piece:
+            part.mark(DEVICE_COMPUTE, "p", 7, a, b)
+        for n in marks:
+            part.mark(tag, "p", 1, n, n + 1)
+        parts.absorb(part.marks, part.marks_over)
+    key = (DEVICE_COMPUTE, "p", 7)
+    assert merged(parts.marks[key]) == merged(whole.marks[key]) == _union(spans)
+    assert parts.marks[(tag, "p", 1)] == whole.marks[(tag, "p", 1)]
+    assert parts.marks_over == whole.marks_over == {"collective": 5}
+
+
+def _union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The union of ``spans``, point by point."""
+    points = sorted({t for a, b in spans for t in range(a, b)})
+    out: list[tuple[int, int]] = []
+    for t in points:
+        if out and out[-1][1] == t:
+            out[-1] = (out[-1][0], t + 1)
+        else:
+            out.append((t, t + 1))
+    return out

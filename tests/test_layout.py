@@ -242,3 +242,22 @@ def test_distinct_is_the_sorted_set_of_the_values() -> None:
             found = entries.distinct(values)
             assert found.tolist() == sorted(set(values.tolist()))
             assert found.dtype == dtype
+
+
+def test_placeholders_give_way_to_the_names_they_stand_for() -> None:
+    """A part's bodies, each opening with a placeholder, get the prefix the placeholder numbers
+    (through the part's own numbering), the bytes after it untouched, bytes past the bodies
+    left out."""
+    rng = random.Random(11)
+    names = [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 6))) for _ in range(40)]
+    numbering = np.array(rng.sample(range(40), 40), np.int64)  # the part's placeholder -> the file's name
+    table = entries.byte_table(names)
+    for count in [0, 1, 7, 3000]:
+        picks = [rng.randrange(40) for _ in range(count)]
+        rests = [bytes(rng.randrange(256) for _ in range(rng.randrange(0, 30))) for _ in range(count)]
+        bodies = b"".join(b"\xff" + p.to_bytes(3, "little") + r for p, r in zip(picks, rests, strict=True))
+        lengths = np.array([entries.PLACEHOLDER + len(r) for r in rests], np.int64)
+        joined, sizes = entries.with_prefixes(bodies + b"past", lengths, numbering, table)
+        expected = [names[int(numbering[p])] + r for p, r in zip(picks, rests, strict=True)]
+        assert joined == b"".join(expected)
+        assert sizes.tolist() == [len(e) for e in expected]

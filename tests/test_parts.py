@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
+import signal
 from pathlib import Path
 
 import pytest
 
+from tracemerge.errors import FatalError
+from tracemerge.executors import ForkedPartReads
 from tracemerge.pipeline import merge
 from tracemerge.sources import common, json_segments
 
@@ -212,3 +216,46 @@ def test_a_gzipped_file_is_read_whole(tmp_path: Path, small_parts: list) -> None
     (run / "rank0.pt.trace.json.gz").write_bytes(gzip.compress(('{"traceEvents": [\n' + lines + "\n]}").encode()))
     merge([run], tmp_path / "parts.pftrace", jobs=4)
     assert small_parts == [False]
+
+
+def _part(n: int, how: str, folder: Path) -> int:
+    """A part reader's stand-in: notes its pid, then returns, raises, or dies as ``how`` says."""
+    (folder / f"{n}.pid").write_text(str(os.getpid()))
+    if how == "raise":
+        raise ValueError(f"part {n} is damaged")
+    if how == "die":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return n
+
+
+def _readers_left(folder: Path) -> list[int]:
+    """The readers noted in ``folder`` not yet waited for (none once a map returns or raises)."""
+    left = []
+    for noted in folder.glob("*.pid"):
+        pid = int(noted.read_text())
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # waited for already
+            continue
+        left.append(pid)
+    return left
+
+
+def test_forked_readers_return_in_order_and_leave_no_process(tmp_path: Path) -> None:
+    assert ForkedPartReads(3).map(_part, [(n, "return", tmp_path) for n in range(3)]) == [0, 1, 2]
+    pids = {int(p.read_text()) for p in tmp_path.glob("*.pid")}
+    assert len(pids) == 3 and os.getpid() not in pids  # each in a process of its own
+    assert _readers_left(tmp_path) == []
+
+
+def test_a_reader_s_exception_is_raised_here_as_it_was(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="part 1 is damaged"):
+        ForkedPartReads(2).map(_part, [(0, "return", tmp_path), (1, "raise", tmp_path)])
+    assert len(list(tmp_path.glob("*.pid"))) == 2 and _readers_left(tmp_path) == []
+
+
+def test_a_reader_killed_fails_the_read_in_one_line(tmp_path: Path) -> None:
+    tasks = [(0, "die", tmp_path), (1, "return", tmp_path), (2, "return", tmp_path)]
+    with pytest.raises(FatalError, match="a process reading part of a large file was killed by signal 9"):
+        ForkedPartReads(3).map(_part, tasks)
+    assert _readers_left(tmp_path) == []

@@ -6,11 +6,13 @@ import io
 import json
 
 import numpy as np
+import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
 
 from tracemerge.layout_types import Items
 from tracemerge.model import FlowPhase
 from tracemerge.plan import CounterTrack, ThreadTrack
+from tracemerge.writers import perfetto
 from tracemerge.writers.perfetto import SEQUENCE_CLOCK, UnitEncoder
 
 TRACK = ThreadTrack(uuid=2**63 - 5, pid=1, tid=10001, name="t", order=0, process_uuid=7)
@@ -130,3 +132,39 @@ def test_the_default_track_is_named_once_on_the_sequence() -> None:
     assert first.trace_packet_defaults.timestamp_clock_id == SEQUENCE_CLOCK
     assert not first.track_event.HasField("track_uuid") and not instant.track_event.HasField("track_uuid")
     assert second.track_event.track_uuid == 42
+
+
+def _batches(enc: UnitEncoder, count: int) -> None:
+    """``count`` batches of slices and their ENDs on TRACK, a name new to the sequence in each."""
+    for k in range(count):
+        stamps = list(range(1_000_000 * k, 1_000_000 * k + 3000, 3))
+        bodies = [enc.prefix(f"op{k}", "cpu") + enc.args(b'{"k":%d}' % n) for n in range(len(stamps))]
+        enc.ends([TRACK], np.zeros(len(stamps), np.int64), np.array(stamps, np.int64) + 2)
+        enc.items([TRACK], items(stamps, [2] * len(stamps), bodies), False)
+        enc.counter(COUNTER, stamps[0], k)
+
+
+def test_packing_ahead_writes_the_bytes_packing_in_turn_writes() -> None:
+    written = []
+    for ahead in (False, True):
+        out = io.BytesIO()
+        enc = UnitEncoder(77, out, ahead=ahead)
+        _batches(enc, 6)
+        enc.close()
+        written.append(out.getvalue())
+    assert written[0] == written[1]
+    trace = official.Trace()
+    trace.ParseFromString(written[1])
+    assert len(trace.packet) == 6 * (1000 + 1000 + 1)
+
+
+def test_a_failure_packing_ahead_is_raised_by_the_encoder(monkeypatch) -> None:
+    def broken(*args) -> bytes:
+        raise MemoryError("no room to pack")
+
+    enc = UnitEncoder(77, io.BytesIO(), ahead=True)
+    _batches(enc, 1)  # the first packet is written apart, the rest packed ahead
+    monkeypatch.setattr(perfetto, "pack_events", broken)
+    with pytest.raises(MemoryError, match="no room to pack"):  # at the encoder's next write
+        _batches(enc, 1)
+        enc.close()

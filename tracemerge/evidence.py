@@ -74,8 +74,16 @@ class EvidenceNotes:
         compact(found, self._merged_sizes, key)
 
     def absorb(self, marks: Marks, marks_over: Counter[str]) -> None:
-        """The notes of a part of the file read apart, after those before."""
-        for (tag, origin, thread), found in marks.items():
+        """The notes of a part of the file read apart, after those before. A part's device
+        activity is a union already: its spans join this one's whole (the union is the same as
+        if they had come one by one, and a 23 MB rank's part holds ten thousand)."""
+        for key, found in marks.items():
+            tag, origin, thread = key
+            if tag.startswith(DEVICE):
+                mine = self.marks.setdefault(key, [])
+                mine.extend(found)
+                compact(mine, self._merged_sizes, key)
+                continue
             for start, end in found:
                 self.mark(tag, origin, thread, start, end)
         self.marks_over.update(marks_over)

@@ -165,7 +165,8 @@ def _process_file(job: FileJob) -> FileOutcome:
     with ExitStack() as stack:
         if job.writer and job.chunk is not None:
             out = stack.enter_context(job.chunk.open("wb"))
-            enc = WRITERS[job.writer].unit_encoder(job.sequence_id, out)
+            # A core left idle for the file (its parts would be read at once) packs ahead too.
+            enc = WRITERS[job.writer].unit_encoder(job.sequence_id, out, ahead=job.read.parts is not None)
         elif keep_layout:  # bodies as the writer encodes them; nothing is written yet
             enc = WRITERS[job.keep_layout].unit_encoder(job.sequence_id, io.BytesIO())
         else:

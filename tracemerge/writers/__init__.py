@@ -23,7 +23,8 @@ class Writer:
 
     name: str
     extensions: tuple[str, ...]
-    unit_encoder: Callable[[int, BinaryIO], Encoder]
+    # (sequence id, out, ahead=False): ``ahead`` when a core is idle for the encoder to use
+    unit_encoder: Callable[..., Encoder]
     write_header: Callable[[BinaryIO, MergePlan, list[ThreadTrack]], None]
     write_footer: Callable[[BinaryIO, MergePlan], None]
     prologue: Callable[[UnitPlan, int], bytes]

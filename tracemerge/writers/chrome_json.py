@@ -55,8 +55,8 @@ class UnitEncoder:
     flows_bind_by_order = True  # a flow event binds to the slice on top of its thread's stack
     ends_apart = False  # complete events carry their duration
 
-    def __init__(self, sequence_id: int, out: BinaryIO) -> None:
-        self.write = out.write
+    def __init__(self, sequence_id: int, out: BinaryIO, ahead: bool = False) -> None:
+        self.write = out.write  # (``ahead``: events are written as they come; nothing to pack)
 
     def prefix(self, name: str, cat: str) -> bytes:
         return b',"name":' + orjson.dumps(name) + (b',"cat":' + orjson.dumps(cat) if cat else b"")

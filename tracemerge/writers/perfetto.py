@@ -9,6 +9,7 @@ sequence: this module's :class:`UnitEncoder` encodes one file's chunk.
 from __future__ import annotations
 
 import struct
+import threading
 from typing import Any, BinaryIO
 
 import msgspec
@@ -94,8 +95,12 @@ class UnitEncoder:
     flows_bind_by_order = False  # flows are bound by id, wherever the slices are in the file
     ends_apart = True
 
-    def __init__(self, sequence_id: int, out: BinaryIO) -> None:
+    def __init__(self, sequence_id: int, out: BinaryIO, ahead: bool = False) -> None:
         self.out = out
+        # ``ahead`` (a core is idle): each batch's packets are packed in a thread of their own
+        # while the layout works the next batch out, and written in order (see _Packing).
+        self.ahead = ahead
+        self._packing: _Packing | None = None
         seq = _K_SEQ + _varint(sequence_id)
         self.head = seq + _K_FLAGS + _varint(_NEEDS)
         # Packet bytes: key and length, head and timestamp key, timestamp, track-event key and
@@ -141,11 +146,23 @@ class UnitEncoder:
             )
             stamps = stamps[1:]
             parts = [(lengths[1:], data[size:]) for (lengths, data), size in zip(parts, sizes, strict=True)]
-        if len(stamps):
+        if not len(stamps):
+            return
+        if not self.ahead:
             self.out.write(pack_events(self.stamped_head, stamps, parts))
+            return
+        self._written()
+        self._packing = _Packing(self.stamped_head, stamps, parts)
+
+    def _written(self) -> None:
+        """What the packing thread was given, written once it is done."""
+        if self._packing is not None:
+            packing, self._packing = self._packing, None
+            self.out.write(packing.result())
 
     def _write_first(self, ts: int, event: bytes) -> None:
         """A packet that also starts the sequence or carries newly interned names."""
+        self._written()
         head = self.head
         if self.first_head is not None:
             head, self.first_head = self.first_head + _field(_K_DEFAULTS, self.defaults), None
@@ -262,9 +279,35 @@ class UnitEncoder:
 
     def close(self) -> None:
         self.flush()
+        self._written()
         if self.interned and self.first_head is None:  # names of events that were all dropped
             self.out.write(_packet(self.head + _field(_K_INTERNED, b"".join(self.interned))))
             self.interned.clear()
+
+
+class _Packing(threading.Thread):
+    """:func:`pack_events` of one batch, in a thread of its own: most of its time is spent in
+    numpy, which lets the layout's thread go on (on 2 cores, two threads packing take 0.6 of the
+    time one takes to pack their batches one after the other)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(daemon=True)
+        self.args = args
+        self.packed = b""
+        self.error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.packed = pack_events(*self.args)
+        except BaseException as exc:  # raised in the layout's thread, by result()
+            self.error = exc
+
+    def result(self) -> bytes:
+        self.join()
+        if self.error is not None:
+            raise self.error
+        return self.packed
 
 
 def pack_events(stamped_head: bytes, stamps: np.ndarray, parts: list[tuple[np.ndarray, bytes]]) -> bytes:
