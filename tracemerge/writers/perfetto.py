@@ -22,7 +22,7 @@ from tracemerge.model import FlowPhase
 from tracemerge.plan import CounterTrack, ThreadTrack
 from tracemerge.units import plain_json
 from tracemerge.writers import perfetto_trace_pb2 as pb
-from tracemerge.writers.perfetto_wire import _field, _packet, _put_varints, _varint, _varint_sizes
+from tracemerge.writers.perfetto_wire import _SMALL_VARINTS, _field, _packet, _put_varints, _varint, _varint_sizes
 
 _CLEARED = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 _NEEDS = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
@@ -191,7 +191,8 @@ class UnitEncoder:
     # ``args_heads[len(text)] + text`` is the annotation of an args text known to need no
     # rewriting (:meth:`args` checks): the layout's hot path uses it without a call.
     args_heads = tuple(
-        _K_ANNOTATION + _varint(3 + len(_varint(n)) + n) + _ARGS_NAME + b"\x4a" + _varint(n) for n in range(4096)
+        _K_ANNOTATION + _SMALL_VARINTS[3 + len(v) + n] + _ARGS_NAME + b"\x4a" + v
+        for n, v in enumerate(_SMALL_VARINTS[:4096])  # each n's varint, looked up
     )
 
     def args(self, text: bytes) -> bytes:
