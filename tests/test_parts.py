@@ -8,6 +8,7 @@ clock evidence) are read in several parts, each kind straddling the cuts.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import random
@@ -20,6 +21,7 @@ from tracemerge.errors import FatalError
 from tracemerge.executors import ForkedPartReads
 from tracemerge.pipeline import merge
 from tracemerge.sources import common, json_segments
+from tracemerge.sources.json_text import EVENT_BOUNDARY
 
 T0 = 1_700_000_000_000  # µs from baseTimeNanoseconds
 
@@ -259,3 +261,20 @@ def test_a_reader_killed_fails_the_read_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(FatalError, match="a process reading part of a large file was killed by signal 9"):
         ForkedPartReads(3).map(_part, tasks)
     assert _readers_left(tmp_path) == []
+
+
+def test_a_cut_lands_on_the_first_boundary_read_a_little_at_a_time(monkeypatch) -> None:
+    """The boundary after a cut's place is the first in the searched window, though the window
+    is read in growing pieces and a boundary's spaces straddle them."""
+    monkeypatch.setattr(json_segments, "_FIRST_LOOK", 16)
+    monkeypatch.setattr(json_segments, "_SEARCH", 4096)
+    rng = random.Random(9)
+    pieces = []
+    for n in range(300):
+        pieces.append(json.dumps({"name": "x" * rng.randrange(0, 60), "n": n}))
+        pieces.append(" " * rng.choice((0, 1, 5, 40)) + "," + "\n" * rng.choice((0, 1, 30)))
+    data = ("[" + "".join(pieces) + "{}]").encode()
+    for at in range(0, len(data), 7):
+        found = EVENT_BOUNDARY.search(data[at : at + 4096])
+        expected = None if found is None else at + found.end() - 1
+        assert json_segments._boundary_after(io.BytesIO(data), at) == expected, at

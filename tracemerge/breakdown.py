@@ -40,17 +40,7 @@ def merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def _joined(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """:func:`merged`, the spans sorted and joined: on int64 columns when there are many (a 23 MB
-    rank's kernels join in 3 ms rather than 20), one by one when a time is beyond int64 or a
-    span is reversed (kept as it is, as the walk below keeps it)."""
-    if len(spans) >= _JOINED_ON_COLUMNS:
-        try:
-            starts, ends = _columns_of(spans)
-        except OverflowError:
-            pass
-        else:
-            if (ends >= starts).all():
-                return joined_columns(starts, ends)
+    """:func:`merged`, the spans sorted and joined one by one."""
     out: list[tuple[int, int]] = []
     for a, b in sorted(spans):
         if out and a <= out[-1][1]:
@@ -59,29 +49,6 @@ def _joined(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             out.append((a, b))
     return out
-
-
-# From this many spans on, joining them on columns is the faster.
-_JOINED_ON_COLUMNS = 64
-_INT64 = np.iinfo(np.int64)
-
-
-def _columns_of(spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
-    """The spans' starts and ends as int64 columns (OverflowError beyond int64)."""
-    starts, ends = np.fromiter(itertools.chain.from_iterable(spans), np.int64, 2 * len(spans)).reshape(-1, 2).T
-    return starts, ends
-
-
-def joined_columns(starts: np.ndarray, ends: np.ndarray) -> list[tuple[int, int]]:
-    """Spans given as columns (none reversed), sorted and those that touch or overlap joined."""
-    if not len(starts):
-        return []
-    order = np.argsort(starts, kind="stable")
-    starts, reach = starts[order], np.maximum.accumulate(ends[order])
-    breaks = np.flatnonzero(starts[1:] > reach[:-1]) + 1
-    firsts = np.concatenate(([0], breaks))
-    lasts = np.concatenate((breaks - 1, [len(starts) - 1]))
-    return list(zip(starts[firsts].tolist(), reach[lasts].tolist(), strict=True))
 
 
 def _already_merged(spans: list[tuple[int, int]]) -> bool:
@@ -118,20 +85,6 @@ def compact(found: list[tuple[int, int]], sizes: dict, key: object) -> None:
     if len(found) >= 2 * sizes.get(key, 0) + COMPACT_AFTER:
         found[:] = _joined(found)  # a tail added since the last merge: seldom merged already
         sizes[key] = len(found)
-
-
-def shifted(spans: list[tuple[int, int]], by: int) -> list[tuple[int, int]]:
-    """The spans moved by ``by`` (on int64 columns when there are many and they fit)."""
-    if by and len(spans) >= _JOINED_ON_COLUMNS:
-        try:
-            starts, ends = _columns_of(spans)
-        except OverflowError:
-            pass
-        else:
-            low, high = int(min(starts.min(), ends.min())) + by, int(max(starts.max(), ends.max())) + by
-            if _INT64.min <= low and high <= _INT64.max:  # the sums fit too
-                return list(zip((starts + by).tolist(), (ends + by).tolist(), strict=True))
-    return [(a + by, b + by) for a, b in spans] if by else list(spans)
 
 
 def covered(spans: list[tuple[int, int]], lo: int, hi: int) -> int:
@@ -211,7 +164,7 @@ def _covering_columns(spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndar
     """The starts and the ends of the spans that cover something, as int64 columns: an empty or
     reversed span covers nothing, and left in a sorted list it would unsort the ends searched
     (OverflowError beyond int64)."""
-    starts, ends = _columns_of(spans)
+    starts, ends = np.fromiter(itertools.chain.from_iterable(spans), np.int64, 2 * len(spans)).reshape(-1, 2).T
     kept = ends > starts
     return (starts, ends) if kept.all() else (starts[kept], ends[kept])
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from tracemerge.anchors import DEVICE, MAX_MARKS, MAX_PHASE_MARKS, PHASE, STEP
-from tracemerge.breakdown import add_span, compact, joined_columns
+from tracemerge.breakdown import add_span, compact
 from tracemerge.model import OriginKey, ThreadKey
 
 Marks = dict[tuple[str, OriginKey, ThreadKey], list[tuple[int, int]]]
@@ -61,11 +61,16 @@ class EvidenceNotes:
         numpy first: only the batch's union is handed to :meth:`mark`."""
         if not len(starts):
             return
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], np.maximum.accumulate(ends[order])
+        breaks = np.flatnonzero(starts[1:] > ends[:-1]) + 1
+        firsts = np.concatenate(([0], breaks))
+        lasts = np.concatenate((breaks - 1, [len(starts) - 1]))
         key = (tag, origin, thread)
         found = self.marks.get(key)
         if found is None:
             found = self.marks[key] = []
-        found.extend(joined_columns(starts, ends))
+        found.extend(zip(starts[firsts].tolist(), ends[lasts].tolist(), strict=True))
         compact(found, self._merged_sizes, key)
 
     def absorb(self, marks: Marks, marks_over: Counter[str]) -> None:

@@ -175,7 +175,8 @@ class FileLayout(EventStore):
         first appearance (as a read of the whole file encodes them); ordinals go on after the
         parts'."""
         # Straight from the encoder: nothing more is read into this layout to use a cache, and
-        # asking whether each name is evidence (what the cache checks first) costs 15 ms a file.
+        # asking whether each name is evidence (what the cache checks first) took 10 ms for the
+        # 840 names of a 23 MB rank.
         self.part_prefixes = byte_table([self.enc.prefix(name, cat) for name, cat in self.part_names])
         self.count_ordinals_from(self.parts_taken << 44)
 

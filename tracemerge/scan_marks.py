@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tracemerge.anchors import DEVICE, phase_tag, step_tag
-from tracemerge.breakdown import merged, shifted
+from tracemerge.breakdown import merged
 from tracemerge.layouts import PathFacts
 from tracemerge.model import Identity
 from tracemerge.phases.rules import NAMED_STEPS, VERL
@@ -30,7 +30,7 @@ def process_marks(
         ident = identity_of(origin)
         if tag.startswith(DEVICE):
             mine = best[ident].get(tag, [])
-            best[ident][tag] = merged([*mine, *shifted(found, origin_ns)])
+            best[ident][tag] = merged([*mine, *((a + origin_ns, b + origin_ns) for a, b in found)])
             continue
         found = sorted((a + origin_ns, b + origin_ns) for a, b in found)
         sequential = all(found[n][0] >= found[n - 1][1] for n in range(1, len(found)))

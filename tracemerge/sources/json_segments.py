@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from tracemerge.layout import FileLayout, PlaceholderEncoder
 from tracemerge.read_options import PartReads
@@ -37,6 +37,7 @@ from tracemerge.stats import Losses
 # 64 MB one: wall -20%, CPU +6%; bench/RESULTS.md, third round).
 PART_MIN = 8 << 20
 _SEARCH = 4 << 20  # bytes searched for a boundary after a cut's nominal place
+_FIRST_LOOK = 64 << 10  # bytes read first (then four times more each time)
 
 
 @dataclass
@@ -68,18 +69,37 @@ def spans(path: Path, count: int) -> list[tuple[int, int | None]] | None:
                 return None
             cuts = []
             for k in range(1, count):
-                at = size * k // count
-                f.seek(at)
-                found = EVENT_BOUNDARY.search(f.read(_SEARCH))
-                if found is None:
+                cut = _boundary_after(f, size * k // count)
+                if cut is None:
                     return None
-                cuts.append(at + found.end() - 1)  # the next event's ``{``
+                cuts.append(cut)
     except OSError:
         return None
     if cuts != sorted(set(cuts)):
         return None
     starts = [0, *cuts]
     return list(zip(starts, [*cuts, None], strict=True))
+
+
+def _boundary_after(f: BinaryIO, at: int) -> int | None:
+    """Where the first event starting after byte ``at`` begins (its ``{``), searched for up to
+    _SEARCH bytes on: a little first, as it is seldom far (reading the 4 MB at once cost 15 ms
+    of a 23 MB rank's merge)."""
+    f.seek(at)
+    text, step = b"", _FIRST_LOOK
+    while len(text) < _SEARCH:
+        more = f.read(min(step, _SEARCH - len(text)))
+        if not more:
+            break
+        text += more
+        # Searched from the start again: a boundary may straddle two reads. The first found in
+        # what is read so far is the first in the whole window (none can start before it and
+        # end after: its braces and comma are not whitespace).
+        found = EVENT_BOUNDARY.search(text)
+        if found is not None:
+            return at + found.end() - 1  # the next event's ``{``
+        step *= 4
+    return None
 
 
 def read_in_parts(
