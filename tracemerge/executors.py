@@ -43,7 +43,7 @@ class ForkedPartReads:
 
     def map(self, read: Callable[..., Any], tasks: list[tuple]) -> list[Any]:
         readers: list[tuple[int, int | None]] = []  # (pid, pipe) of each reader not yet waited for
-        sent: list[tuple[bytes, int]] = []
+        results = []
         try:
             for task in tasks:
                 readers.append(_fork_reader(read, task))
@@ -55,11 +55,12 @@ class ForkedPartReads:
                     payload = pipe.read()
                 _, status = os.waitpid(pid, 0)
                 readers.pop(0)
-                sent.append((payload, os.waitstatus_to_exitcode(status)))
+                # Taken in while the others may still read; a failure ends them (see finally).
+                results.append(_returned(payload, os.waitstatus_to_exitcode(status)))
         finally:
             for pid, fd in readers:  # the read failed or was stopped: end those left
                 _end_reader(pid, fd)
-        return [_returned(payload, code) for payload, code in sent]
+        return results
 
 
 def _fork_reader(read: Callable[..., Any], task: tuple) -> tuple[int, int]:
