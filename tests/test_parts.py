@@ -164,14 +164,15 @@ def test_parts_give_the_bytes_of_one_read(tmp_path: Path, small_parts: list, see
     assert sorted(p.name for p in tmp_path.iterdir()) == ["parts" + ext, "run", "whole" + ext]  # no run file left
 
 
-def test_a_cut_file_read_in_parts_loses_what_one_read_loses(tmp_path: Path, small_parts: list) -> None:
+@pytest.mark.parametrize("eighths", [1, 3, 7])  # in the first part (read here), in another, in the last
+def test_a_cut_file_read_in_parts_loses_what_one_read_loses(tmp_path: Path, small_parts: list, eighths: int) -> None:
     """Damage in a part: the parts after it are not taken, as one read stops there."""
     run = tmp_path / "run"
     run.mkdir()
     src = run / "rank0.pt.trace.json"
     _write(src, _events(4))
     text = src.read_bytes()
-    at = text.index(b",\n", len(text) * 3 // 8) + 2  # between two events, away from the cuts
+    at = text.index(b",\n", len(text) * eighths // 8) + 2  # between two events, away from the cuts
     src.write_bytes(text[:at] + b'{"ph": "X", "name": oops},\n' + text[at:])
     whole, parts = _merged_whole_and_in_parts(run, tmp_path)
     assert small_parts == [True]
@@ -244,22 +245,33 @@ def _readers_left(folder: Path) -> list[int]:
 
 
 def test_forked_readers_return_in_order_and_leave_no_process(tmp_path: Path) -> None:
-    assert ForkedPartReads(3).map(_part, [(n, "return", tmp_path) for n in range(3)]) == [0, 1, 2]
+    tasks = [(n, "return", tmp_path) for n in range(1, 4)]
+    here, found = ForkedPartReads(4).map(_part, tasks, here=lambda: os.getpid())
+    assert here == os.getpid() and found == [1, 2, 3]
     pids = {int(p.read_text()) for p in tmp_path.glob("*.pid")}
     assert len(pids) == 3 and os.getpid() not in pids  # each in a process of its own
     assert _readers_left(tmp_path) == []
 
 
 def test_a_reader_s_exception_is_raised_here_as_it_was(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="part 1 is damaged"):
-        ForkedPartReads(2).map(_part, [(0, "return", tmp_path), (1, "raise", tmp_path)])
+    with pytest.raises(ValueError, match="part 2 is damaged"):
+        ForkedPartReads(3).map(_part, [(1, "return", tmp_path), (2, "raise", tmp_path)], here=lambda: 0)
     assert len(list(tmp_path.glob("*.pid"))) == 2 and _readers_left(tmp_path) == []
 
 
 def test_a_reader_killed_fails_the_read_in_one_line(tmp_path: Path) -> None:
-    tasks = [(0, "die", tmp_path), (1, "return", tmp_path), (2, "return", tmp_path)]
+    tasks = [(1, "die", tmp_path), (2, "return", tmp_path), (3, "return", tmp_path)]
     with pytest.raises(FatalError, match="a process reading part of a large file was killed by signal 9"):
-        ForkedPartReads(3).map(_part, tasks)
+        ForkedPartReads(4).map(_part, tasks, here=lambda: 0)
+    assert _readers_left(tmp_path) == []
+
+
+def test_a_failure_here_ends_the_readers(tmp_path: Path) -> None:
+    def here() -> None:
+        raise MemoryError("no room for the first part")
+
+    with pytest.raises(MemoryError, match="no room for the first part"):
+        ForkedPartReads(3).map(_part, [(1, "return", tmp_path), (2, "return", tmp_path)], here=here)
     assert _readers_left(tmp_path) == []
 
 

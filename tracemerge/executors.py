@@ -33,20 +33,21 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class ForkedPartReads:
     """A large file's parts read at once, each in a process forked from the one reading the file
-    (they start from its state: the file's layout as the read began), the first part too, so that
-    the reading process keeps nothing of reading; picklable, so a worker process can use it.
+    (they start from its state: the file's layout as the read began) while that one reads its
+    own part; picklable, so a worker process can use it.
 
     A bare fork and a pipe per part: the readers of a pool started 25-30 ms after it was asked
     for them, forked ones 3-10 ms, on a read of a third of a second (a 23 MB rank)."""
 
     workers: int
 
-    def map(self, read: Callable[..., Any], tasks: list[tuple]) -> list[Any]:
+    def map(self, read: Callable[..., Any], tasks: list[tuple], here: Callable[[], Any]) -> tuple[Any, list[Any]]:
         readers: list[tuple[int, int | None]] = []  # (pid, pipe) of each reader not yet waited for
         results = []
         try:
             for task in tasks:
                 readers.append(_fork_reader(read, task))
+            mine = here()
             while readers:
                 pid, fd = readers[0]
                 assert fd is not None
@@ -60,7 +61,7 @@ class ForkedPartReads:
         finally:
             for pid, fd in readers:  # the read failed or was stopped: end those left
                 _end_reader(pid, fd)
-        return results
+        return mine, results
 
 
 def _fork_reader(read: Callable[..., Any], task: tuple) -> tuple[int, int]:

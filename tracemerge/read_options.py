@@ -15,8 +15,9 @@ class PartReads(Protocol):
 
     workers: int  # how many parts at once, the one reading the file's own included
 
-    def map(self, read: Callable[..., Any], tasks: list[tuple]) -> list[Any]:
-        """``read(*task)`` of every task, at once; the results in the tasks' order."""
+    def map(self, read: Callable[..., Any], tasks: list[tuple], here: Callable[[], Any]) -> tuple[Any, list[Any]]:
+        """``read(*task)`` of every task, at once, and ``here()`` in this process meanwhile;
+        what ``here`` returned and the tasks' results in their order."""
         ...
 
 

@@ -1,11 +1,13 @@
 """A large Chrome JSON file read in parts, by several processes at once.
 
 A plain (not gzipped) file of at least two PART_MIN is cut where one event of its array ends
-and the next begins; each part is read where the executor's ``PartReads`` runs it (locally, a
-process of its own: :class:`~tracemerge.executors.ForkedPartReads`) into a layout and a reader of
-its own, exactly as a read of the whole file reads those bytes, except that names and categories
-are written as placeholders (the interning order is the whole file's, known only once every part
-is read). The parts are then handed, in file order, to the file's own layout and reader
+and the next begins. The first part is read by the process reading the file, into the file's own
+layout and reader, as a read of the whole file begins. Each other part is read meanwhile where
+the executor's ``PartReads`` runs it (locally, a process of its own:
+:class:`~tracemerge.executors.ForkedPartReads`) into a layout and a reader of its own, exactly as
+a read of the whole file reads those bytes, except that names and categories are written as
+placeholders (the interning order is the whole file's, known only once every part is read). These
+parts are then handed, in file order, to the file's layout and reader
 (:meth:`~tracemerge.layout.FileLayout.absorb_part`, :meth:`~tracemerge.sources.chrome_events.
 ChromeEvents.absorb`), which end up as one read would have left them: the same entries in the
 same order, ordinals in file order, names interned in order of first appearance. So the output is
@@ -105,10 +107,10 @@ def _boundary_after(f: BinaryIO, at: int) -> int | None:
 def read_in_parts(
     path: Path, reader: ChromeEvents, struct: type, lenient: type, reads: PartReads
 ) -> tuple[dict[str, Any], Damage | None, Losses] | None:
-    """Reads the file in parts into ``reader`` (and its layout), the parts read at once where the
-    executor says (``reads``); returns the keys around the event array, the damage that stopped
-    the read if any, and what the stream counted; None, having read nothing, when the file is to
-    be read whole."""
+    """Reads the file in parts into ``reader`` (and its layout): the first here, straight into
+    them, the others at once where the executor says (``reads``); returns the keys around the
+    event array, the damage that stopped the read if any, and what the stream counted; None,
+    having kept nothing, when the file is to be read whole."""
     found = spans(path, reads.workers)
     if found is None:
         return None
@@ -117,19 +119,27 @@ def read_in_parts(
     recipe = layout.part_recipe(path)
     if recipe is None:
         return None
-    parts = reads.map(_read_part, [(recipe, k, span, struct, lenient) for k, span in enumerate(found)])
-    if any(part.whole for part in parts):
-        layout.discard_parts(recipe, len(parts))
+    # The other parts' readers start from this layout as the read begins: asked for first.
+    first, parts = reads.map(
+        _read_part,
+        [(recipe, k, span, struct, lenient) for k, span in enumerate(found) if k],
+        here=lambda: _read(Part(0), EventStream(path, struct, lenient, found[0]), reader),
+    )
+    if first.whole or any(part.whole for part in parts):
+        layout.discard_parts(recipe, len(found))
+        layout.reset()  # what the first part left
+        reader.__init__(layout)  # type: ignore[misc]
         return None
-    meta: dict[str, Any] = {}
-    notes = Losses()
-    damage = None
+    meta, notes, damage = dict(first.meta), Losses(), first.damage
+    notes.update(first.notes)
+    if damage is not None:  # a read of the whole file stops there: the first part is that read
+        return meta, damage, notes
     for part in parts:
         layout.absorb_part(part.index, part.layout)
         reader.absorb(part.reader)
         meta.update(part.meta)
         notes.update(part.notes)
-        if part.damage is not None:  # a read of the whole file stops there
+        if part.damage is not None:
             damage = part.damage
             break
     layout.intern_parts()
@@ -137,11 +147,19 @@ def read_in_parts(
 
 
 def _read_part(recipe: dict, index: int, span: tuple[int, int | None], struct: type, lenient: type) -> Part:
-    """One part read into a layout and a reader of its own."""
+    """One part read into a layout and a reader of its own, handed over as their state."""
     layout = FileLayout.for_part(recipe, index)
     reader = ChromeEvents(layout)
-    stream = EventStream(recipe["path"], struct, lenient, span)
-    part = Part(index)
+    part = _read(Part(index), EventStream(recipe["path"], struct, lenient, span), reader)
+    if not part.whole:
+        part.layout = layout.part_state()
+        part.reader = reader.part_state()
+    return part
+
+
+def _read(part: Part, stream: EventStream, reader: ChromeEvents) -> Part:
+    """``stream`` (one part) read into ``reader``; ``part`` says how it went."""
+    layout = reader.layout
     try:
         for batch in stream.batches():
             reader.add_batch(batch, plain_text=stream.plain_text, bind_ids=stream.bind_ids)
@@ -152,8 +170,6 @@ def _read_part(recipe: dict, index: int, span: tuple[int, int | None], struct: t
     except SegmentCut as exc:
         part.whole = str(exc)
         return part
-    part.layout = layout.part_state()
-    part.reader = reader.part_state()
     part.meta, part.notes, part.damage = stream.meta, stream.notes, stream.damage
     return part
 
