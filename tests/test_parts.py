@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tracemerge import evidence, executors
 from tracemerge.errors import FatalError
 from tracemerge.executors import ForkedPartReads
 from tracemerge.pipeline import merge
@@ -221,9 +222,8 @@ def test_a_gzipped_file_is_read_whole(tmp_path: Path, small_parts: list) -> None
     assert small_parts == [False]
 
 
-def _part(n: int, how: str, folder: Path) -> int:
-    """A part reader's stand-in: notes its pid, then returns, raises, or dies as ``how`` says."""
-    (folder / f"{n}.pid").write_text(str(os.getpid()))
+def _part(n: int, how: str) -> int:
+    """A part reader's stand-in: returns, raises, or dies as ``how`` says."""
     if how == "raise":
         raise ValueError(f"part {n} is damaged")
     if how == "die":
@@ -231,48 +231,60 @@ def _part(n: int, how: str, folder: Path) -> int:
     return n
 
 
-def _readers_left(folder: Path) -> list[int]:
-    """The readers noted in ``folder`` not yet waited for (none once a map returns or raises)."""
-    left = []
-    for noted in folder.glob("*.pid"):
-        pid = int(noted.read_text())
+@pytest.fixture
+def forked(monkeypatch) -> list[int]:
+    """The pids of the readers forked, as the parent forks them."""
+    pids: list[int] = []
+    real = executors._fork_reader
+
+    def noted(*args):
+        pid, fd = real(*args)
+        pids.append(pid)
+        return pid, fd
+
+    monkeypatch.setattr(executors, "_fork_reader", noted)
+    return pids
+
+
+def _waited_for(pids: list[int]) -> bool:
+    """Whether every one of ``pids`` was waited for (none left running or a zombie)."""
+    for pid in pids:
         try:
             os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:  # waited for already
+        except ChildProcessError:
             continue
-        left.append(pid)
-    return left
+        return False
+    return True
 
 
-def test_forked_readers_return_in_order_and_leave_no_process(tmp_path: Path) -> None:
-    tasks = [(n, "return", tmp_path) for n in range(1, 4)]
+def test_forked_readers_return_in_order_and_leave_no_process(forked: list[int]) -> None:
+    tasks = [(n, "return") for n in range(1, 4)]
     here, found = ForkedPartReads(4).map(_part, tasks, here=lambda: os.getpid())
     assert here == os.getpid() and found == [1, 2, 3]
-    pids = {int(p.read_text()) for p in tmp_path.glob("*.pid")}
-    assert len(pids) == 3 and os.getpid() not in pids  # each in a process of its own
-    assert _readers_left(tmp_path) == []
+    assert len(set(forked)) == 3 and os.getpid() not in forked  # each in a process of its own
+    assert _waited_for(forked)
 
 
-def test_a_reader_s_exception_is_raised_here_as_it_was(tmp_path: Path) -> None:
+def test_a_reader_s_exception_is_raised_here_as_it_was(forked: list[int]) -> None:
     with pytest.raises(ValueError, match="part 2 is damaged"):
-        ForkedPartReads(3).map(_part, [(1, "return", tmp_path), (2, "raise", tmp_path)], here=lambda: 0)
-    assert len(list(tmp_path.glob("*.pid"))) == 2 and _readers_left(tmp_path) == []
+        ForkedPartReads(3).map(_part, [(1, "return"), (2, "raise")], here=lambda: 0)
+    assert len(forked) == 2 and _waited_for(forked)
 
 
-def test_a_reader_killed_fails_the_read_in_one_line(tmp_path: Path) -> None:
-    tasks = [(1, "die", tmp_path), (2, "return", tmp_path), (3, "return", tmp_path)]
+def test_a_reader_killed_fails_the_read_in_one_line(forked: list[int]) -> None:
+    tasks = [(1, "die"), (2, "return"), (3, "return")]
     with pytest.raises(FatalError, match="a process reading part of a large file was killed by signal 9"):
         ForkedPartReads(4).map(_part, tasks, here=lambda: 0)
-    assert _readers_left(tmp_path) == []
+    assert len(forked) == 3 and _waited_for(forked)
 
 
-def test_a_failure_here_ends_the_readers(tmp_path: Path) -> None:
+def test_a_failure_here_ends_the_readers(forked: list[int]) -> None:
     def here() -> None:
         raise MemoryError("no room for the first part")
 
     with pytest.raises(MemoryError, match="no room for the first part"):
-        ForkedPartReads(3).map(_part, [(1, "return", tmp_path), (2, "return", tmp_path)], here=here)
-    assert _readers_left(tmp_path) == []
+        ForkedPartReads(3).map(_part, [(1, "return"), (2, "return")], here=here)
+    assert len(forked) == 2 and _waited_for(forked)
 
 
 def test_a_cut_lands_on_the_first_boundary_read_a_little_at_a_time(monkeypatch) -> None:
@@ -290,3 +302,22 @@ def test_a_cut_lands_on_the_first_boundary_read_a_little_at_a_time(monkeypatch) 
         found = EVENT_BOUNDARY.search(data[at : at + 4096])
         expected = None if found is None else at + found.end() - 1
         assert json_segments._boundary_after(io.BytesIO(data), at) == expected, at
+
+
+def test_a_whole_read_after_the_first_part_counts_what_one_read_counts(
+    tmp_path: Path, small_parts: list, monkeypatch
+) -> None:
+    """The first part read here, then a cut inside a string: the file is read again whole, and
+    the marks its first read counted beyond the cap are not counted twice."""
+    monkeypatch.setattr(evidence, "MAX_MARKS", 10)
+    run = tmp_path / "run"
+    run.mkdir()
+    kernel = {"ph": "X", "name": "ncclDevKernel_AllReduce_Sum_f32", "cat": "kernel", "pid": 0, "tid": 7, "dur": 2}
+    events = [{**kernel, "ts": n * 10} for n in range(30)]
+    trap = "}, {" * 3000
+    events += [{"ph": "X", "name": "big", "pid": 1, "tid": 1, "ts": n, "dur": 1, "args": {"s": trap}} for n in range(4)]
+    _write(run / "rank0.pt.trace.json", events)
+    whole, parts = _merged_whole_and_in_parts(run, tmp_path)
+    assert small_parts == [False]
+    [over] = [reason for reason in whole.dropped if "beyond the cap" in reason]
+    assert parts.dropped == whole.dropped and whole.dropped[over] == 20

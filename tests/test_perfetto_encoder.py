@@ -144,7 +144,15 @@ def _batches(enc: UnitEncoder, count: int) -> None:
         enc.counter(COUNTER, stamps[0], k)
 
 
-def test_packing_ahead_writes_the_bytes_packing_in_turn_writes() -> None:
+def test_packing_ahead_writes_the_bytes_packing_in_turn_writes(monkeypatch) -> None:
+    started = []
+
+    class Noted(perfetto._Packing):
+        def start(self) -> None:
+            started.append(self)
+            super().start()
+
+    monkeypatch.setattr(perfetto, "_Packing", Noted)
     written = []
     for ahead in (False, True):
         out = io.BytesIO()
@@ -153,6 +161,7 @@ def test_packing_ahead_writes_the_bytes_packing_in_turn_writes() -> None:
         enc.close()
         written.append(out.getvalue())
     assert written[0] == written[1]
+    assert started and not any(thread.is_alive() for thread in started)  # packed ahead, each joined
     trace = official.Trace()
     trace.ParseFromString(written[1])
     assert len(trace.packet) == 6 * (1000 + 1000 + 1)

@@ -89,8 +89,10 @@ class EvidenceNotes:
         self.marks_over.update(marks_over)
 
     def clear(self) -> None:
-        """Forget every mark (the source reads the file again)."""
+        """Forget every mark, and what was counted beyond the caps (the source reads the file
+        again: counted twice otherwise)."""
         self.marks.clear()
+        self.marks_over.clear()
         self._merged_sizes.clear()
 
     def regroup(self, origin_of: Callable[[OriginKey, ThreadKey], OriginKey]) -> None:

@@ -11,7 +11,7 @@ events out (:func:`tracemerge.lay_out.lay_out`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -174,15 +174,16 @@ class FileLayout(EventStore):
         """Once every part is in: the names of all, encoded by this layout's writer in order of
         first appearance (as a read of the whole file encodes them); ordinals go on after the
         parts'."""
-        # Straight from the encoder: nothing more is read into this layout to use a cache, and
-        # asking whether each name is evidence (what the cache checks first) took 10 ms for the
-        # 840 names of a 23 MB rank.
+        # Straight from the encoder, not through the cache of prefixes: these names come once
+        # each, and asking whether each is evidence (what caching them checks first) took 10 ms
+        # for the 840 names of a 23 MB rank.
         self.part_prefixes = byte_table([self.enc.prefix(name, cat) for name, cat in self.part_names])
         self.count_ordinals_from(self.parts_taken << 44)
 
-    def discard_parts(self, recipe: dict[str, Any], count: int) -> None:
-        """The run files of parts not taken (the file is read whole instead)."""
-        for index in range(count):
+    def discard_parts(self, recipe: dict[str, Any], indexes: Iterable[int]) -> None:
+        """The run files of the parts ``indexes``, not taken (the file is read whole instead, or
+        a read stopped at damage before them)."""
+        for index in indexes:
             (recipe["directory"] / f"{recipe['name']}.{index}.runs").unlink(missing_ok=True)
 
     # -- the lay-out ---------------------------------------------------------------------------

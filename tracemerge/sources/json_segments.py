@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from tracemerge.errors import FatalError, shown
 from tracemerge.layout import FileLayout, PlaceholderEncoder
 from tracemerge.read_options import PartReads
 from tracemerge.sources.base import GZIP_MAGIC, UTF8_BOM
@@ -110,7 +111,7 @@ def read_in_parts(
     """Reads the file in parts into ``reader`` (and its layout): the first here, straight into
     them, the others at once where the executor says (``reads``); returns the keys around the
     event array, the damage that stopped the read if any, and what the stream counted; None,
-    having kept nothing, when the file is to be read whole."""
+    its events and marks forgotten, when the file is to be read whole."""
     found = spans(path, reads.workers)
     if found is None:
         return None
@@ -120,29 +121,35 @@ def read_in_parts(
     if recipe is None:
         return None
     # The other parts' readers start from this layout as the read begins: asked for first.
-    first, parts = reads.map(
-        _read_part,
-        [(recipe, k, span, struct, lenient) for k, span in enumerate(found) if k],
-        here=lambda: _read(Part(0), EventStream(path, struct, lenient, found[0]), reader),
-    )
+    try:
+        first, parts = reads.map(
+            _read_part,
+            [(recipe, k, span, struct, lenient) for k, span in enumerate(found) if k],
+            here=lambda: _read(Part(0), EventStream(path, struct, lenient, found[0]), reader),
+        )
+    except FatalError as exc:  # a reader killed: say which file it was reading
+        raise FatalError(f"{shown(path)}: {exc}") from None
     if first.whole or any(part.whole for part in parts):
-        layout.discard_parts(recipe, len(found))
-        layout.reset()  # what the first part left
+        layout.discard_parts(recipe, range(len(found)))
+        layout.reset()  # what the first part left (the encoder's names stay, in the same order)
         reader.__init__(layout)  # type: ignore[misc]
         return None
     meta, notes, damage = dict(first.meta), Losses(), first.damage
     notes.update(first.notes)
-    if damage is not None:  # a read of the whole file stops there: the first part is that read
-        return meta, damage, notes
-    for part in parts:
-        layout.absorb_part(part.index, part.layout)
-        reader.absorb(part.reader)
-        meta.update(part.meta)
-        notes.update(part.notes)
-        if part.damage is not None:
-            damage = part.damage
-            break
-    layout.intern_parts()
+    taken = 1
+    if damage is None:  # else a read of the whole file stops there: the first part is that read
+        for part in parts:
+            layout.absorb_part(part.index, part.layout)
+            reader.absorb(part.reader)
+            meta.update(part.meta)
+            notes.update(part.notes)
+            taken += 1
+            if part.damage is not None:
+                damage = part.damage
+                break
+    layout.discard_parts(recipe, range(taken, len(found)))
+    if taken > 1:
+        layout.intern_parts()
     return meta, damage, notes
 
 
