@@ -312,6 +312,12 @@ class ChromeEvents(EventKinds, BoundFlows, ThreadNames):
                 return
             self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, "X event with unreadable dur")
 
+    def start_over(self) -> None:
+        """Forget what was read, the layout's events and marks too: the file is read again (the
+        encoder's names stay, interned in the order a new read meets them)."""
+        self.layout.reset()
+        self.__init__(self.layout, self.to_ns)  # type: ignore[misc]
+
     # -- a file read in parts (tracemerge.sources.json_segments) -----------------------------
 
     def part_state(self) -> dict[str, Any]:

@@ -208,8 +208,7 @@ def read_events(
     try:
         return _stream(path, reader, struct, lenient)
     except NeedsExactTimes:
-        reader.layout.reset()
-        reader.__init__(reader.layout)  # type: ignore[misc]
+        reader.start_over()
         return _stream(path, reader, ExactEvent, ExactEvent)
 
 

@@ -131,8 +131,7 @@ def read_in_parts(
         raise FatalError(f"{shown(path)}: {exc}") from None
     if first.whole or any(part.whole for part in parts):
         layout.discard_parts(recipe, range(len(found)))
-        layout.reset()  # what the first part left (the encoder's names stay, in the same order)
-        reader.__init__(layout)  # type: ignore[misc]
+        reader.start_over()  # what the first part left
         return None
     meta, notes, damage = dict(first.meta), Losses(), first.damage
     notes.update(first.notes)
