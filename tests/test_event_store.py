@@ -7,6 +7,7 @@ import random
 from pathlib import Path
 
 import numpy as np
+from expected import union
 
 from tracemerge.anchors import DEVICE_COMPUTE, MAX_MARKS, collective_tag
 from tracemerge.breakdown import merged
@@ -119,18 +120,6 @@ def test_a_part_s_notes_absorbed_give_the_union_and_caps_of_one_read() -> None:
             part.mark(tag, "p", 1, n, n + 1)
         parts.absorb(part.marks, part.marks_over)
     key = (DEVICE_COMPUTE, "p", 7)
-    assert merged(parts.marks[key]) == merged(whole.marks[key]) == _union(spans)
+    assert merged(parts.marks[key]) == merged(whole.marks[key]) == union(spans)
     assert parts.marks[(tag, "p", 1)] == whole.marks[(tag, "p", 1)]
     assert parts.marks_over == whole.marks_over == {"collective": 5}
-
-
-def _union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The union of ``spans``, point by point."""
-    points = sorted({t for a, b in spans for t in range(a, b)})
-    out: list[tuple[int, int]] = []
-    for t in points:
-        if out and out[-1][1] == t:
-            out[-1] = (out[-1][0], t + 1)
-        else:
-            out.append((t, t + 1))
-    return out
