@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
+from typing import ClassVar
 
 import numpy as np
 import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
 
+from tracemerge.errors import FatalError
 from tracemerge.layout_types import Items
 from tracemerge.model import FlowPhase
 from tracemerge.plan import CounterTrack, ThreadTrack
 from tracemerge.writers import perfetto
+from tracemerge.writers.packing import ForkedPacker
 from tracemerge.writers.perfetto import SEQUENCE_CLOCK, UnitEncoder
 
 TRACK = ThreadTrack(uuid=2**63 - 5, pid=1, tid=10001, name="t", order=0, process_uuid=7)
@@ -144,36 +149,103 @@ def _batches(enc: UnitEncoder, count: int) -> None:
         enc.counter(COUNTER, stamps[0], k)
 
 
-def test_packing_ahead_writes_the_bytes_packing_in_turn_writes(monkeypatch) -> None:
-    started = []
+class _NotedPacker(ForkedPacker):
+    """A packer that notes the pid of each process it forks."""
 
-    class Noted(perfetto._Packing):
-        def start(self) -> None:
-            started.append(self)
-            super().start()
+    pids: ClassVar[list[int]] = []
 
-    monkeypatch.setattr(perfetto, "_Packing", Noted)
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.pids.append(self.pid)
+
+
+def _reaped(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+def test_packing_ahead_writes_the_bytes_packing_in_turn_writes(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(_NotedPacker, "pids", [])
+    monkeypatch.setattr(perfetto, "ForkedPacker", _NotedPacker)
     written = []
     for ahead in (False, True):
-        out = io.BytesIO()
-        enc = UnitEncoder(77, out, ahead=ahead)
-        _batches(enc, 6)
-        enc.close()
-        written.append(out.getvalue())
+        path = tmp_path / f"{ahead}.bin"
+        with path.open("wb") as out:
+            out.write(b"before")  # what the chunk held already stays first
+            enc = UnitEncoder(77, out, ahead=ahead)
+            _batches(enc, 6)
+            enc.close()
+        written.append(path.read_bytes())
     assert written[0] == written[1]
-    assert started and not any(thread.is_alive() for thread in started)  # packed ahead, each joined
+    (pid,) = _NotedPacker.pids  # one process packed the batches ahead, and was waited for
+    assert pid != os.getpid() and _reaped(pid)
     trace = official.Trace()
-    trace.ParseFromString(written[1])
+    trace.ParseFromString(written[1][len(b"before") :])
     assert len(trace.packet) == 6 * (1000 + 1000 + 1)
 
 
-def test_a_failure_packing_ahead_is_raised_by_the_encoder(monkeypatch) -> None:
+def test_packing_ahead_into_memory_packs_in_turn(monkeypatch) -> None:
+    monkeypatch.setattr(_NotedPacker, "pids", [])
+    monkeypatch.setattr(perfetto, "ForkedPacker", _NotedPacker)
+    outs = [io.BytesIO(), io.BytesIO()]
+    for ahead, out in zip((False, True), outs, strict=True):
+        enc = UnitEncoder(77, out, ahead=ahead)
+        _batches(enc, 2)
+        enc.close()
+    assert outs[0].getvalue() == outs[1].getvalue()
+    assert _NotedPacker.pids == []  # no other process can write to memory
+
+
+def test_a_failure_packing_ahead_is_raised_by_the_encoder(tmp_path, monkeypatch) -> None:
     def broken(*args) -> bytes:
         raise MemoryError("no room to pack")
 
-    enc = UnitEncoder(77, io.BytesIO(), ahead=True)
-    _batches(enc, 1)  # the first packet is written apart, the rest packed ahead
+    monkeypatch.setattr(_NotedPacker, "pids", [])
+    monkeypatch.setattr(perfetto, "ForkedPacker", _NotedPacker)
     monkeypatch.setattr(perfetto, "pack_events", broken)
-    with pytest.raises(MemoryError, match="no room to pack"):  # at the encoder's next write
-        _batches(enc, 1)
-        enc.close()
+    with (tmp_path / "chunk").open("wb") as out:
+        enc = UnitEncoder(77, out, ahead=True)
+        with pytest.raises(MemoryError, match="no room to pack"):  # at the next write, or at close
+            _batches(enc, 3)
+            enc.close()
+    (pid,) = _NotedPacker.pids
+    assert _reaped(pid)
+
+
+def test_a_packer_killed_fails_in_one_line(tmp_path) -> None:
+    with (tmp_path / "chunk").open("wb") as out:
+        packer = ForkedPacker(out, lambda data: data)
+        packer.pack(b"x")
+        os.kill(packer.pid, signal.SIGKILL)
+        pid = packer.pid
+        with pytest.raises(FatalError, match=r"^the process packing a file's events was killed by signal 9 before"):
+            for _ in range(64):  # the pipe takes a few before it breaks
+                packer.pack(b"y" * 65536)
+            packer.close()
+    assert _reaped(pid)
+
+
+def test_a_packer_given_up_is_stopped_and_its_writes_left(tmp_path) -> None:
+    with (tmp_path / "chunk").open("wb") as out:
+        out.write(b"head")
+        packer = ForkedPacker(out, lambda data: data * 2)
+        packer.write(b"raw")
+        packer.pack(b"ab")
+        pid = packer.pid
+        packer.end()
+        packer.end()  # once is enough
+    assert _reaped(pid)
+    assert (tmp_path / "chunk").read_bytes() in (b"head", b"headraw", b"headrawabab")
+
+
+def test_a_packer_writes_in_the_order_given(tmp_path) -> None:
+    with (tmp_path / "chunk").open("wb") as out:
+        packer = ForkedPacker(out, lambda data, times: data * times)
+        for k in range(50):
+            packer.write(b"<%d>" % k)
+            packer.pack(b"%d," % k, k % 3)
+        packer.close()
+    assert (tmp_path / "chunk").read_bytes() == b"".join(b"<%d>" % k + b"%d," % k * (k % 3) for k in range(50))

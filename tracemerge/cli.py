@@ -289,6 +289,9 @@ _stop = Stopped.on_signal
 
 
 def main() -> None:
+    # numpy's BLAS would start a thread per core as numpy is imported, which spin for a while
+    # (0.1 s of CPU at each start on 2 cores); nothing here multiplies matrices.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _stop)
     try:

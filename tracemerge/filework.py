@@ -21,7 +21,7 @@ from typing import Any
 
 from tracemerge.anchors import Watch
 from tracemerge.discover import Candidate
-from tracemerge.errors import InputError, NotATrace, shown
+from tracemerge.errors import FatalError, InputError, NotATrace, shown
 from tracemerge.event_store import DEFAULT_BUDGET, threads_in_order
 from tracemerge.evidence import EvidenceNotes
 from tracemerge.gc_pause import no_cyclic_gc
@@ -167,6 +167,7 @@ def _process_file(job: FileJob) -> FileOutcome:
             out = stack.enter_context(job.chunk.open("wb"))
             # A core left idle for the file (its parts would be read at once) packs ahead too.
             enc = WRITERS[job.writer].unit_encoder(job.sequence_id, out, ahead=job.read.parts is not None)
+            stack.callback(enc.end)  # its packing process stopped if the file is given up
         elif keep_layout:  # bodies as the writer encodes them; nothing is written yet
             enc = WRITERS[job.keep_layout].unit_encoder(job.sequence_id, io.BytesIO())
         else:
@@ -186,13 +187,18 @@ def _process_file(job: FileJob) -> FileOutcome:
                 found = identities[origin] = resolve_identity(origin, data, cand.facts)
             return found
 
-        result = _lay_out_read(job, layout, identity_of, keep_layout)
-        enc.close()
-    if result.ts_min is None:
+        try:
+            result = _lay_out_read(job, layout, identity_of, keep_layout)
+            # Scanned while a packing process may still write the last batches.
+            scan = None if result.ts_min is None else _scan(job, data, layout.notes, result, identities, identity_of)
+            enc.close()
+        except FatalError as exc:  # the process packing its events killed: say which file
+            raise FatalError(f"{shown(cand.path)}: {exc}") from None
+    if scan is None:
         if data.step_values:
             return FileOutcome(cand, scalars=StepScalars(cand.path, data.step_values, data.dropped))
         return FileOutcome(cand, skipped=f"{shown(cand.path)}: no events{_what_was_there(data.dropped)}")
-    return FileOutcome(cand, scan=_scan(job, data, layout.notes, result, identities, identity_of))
+    return FileOutcome(cand, scan=scan)
 
 
 def _new_layout(job: FileJob, enc: Encoder, keep_layout: bool) -> FileLayout:

@@ -119,6 +119,9 @@ class UnitEncoder:
     def close(self) -> None:
         """Every event was written as it came."""
 
+    def end(self) -> None:
+        """Nothing runs beside it to stop."""
+
 
 def _meta(name: str, pid: int, tid: int | None, args: dict) -> bytes:
     tid_part = b',"tid":%d' % tid if tid is not None else b""
