@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -310,6 +311,11 @@ def main() -> None:
             raise
         _say(f"internal error: {type(exc).__name__}: {exc} (set TRACEMERGE_DEBUG=1 for a traceback)")
         sys.exit(EXIT_FATAL)
+    finally:
+        # The work is done and the process exits: the interpreter's exit would run the cyclic
+        # collector over what is still alive several times as it tears the modules down (0.1 s
+        # after merging a 23 MB rank); frozen, it is left to the exit alone.
+        gc.freeze()
 
 
 @app.command(short_help="Where each step's time went, and who held it up.")
