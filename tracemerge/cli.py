@@ -1,7 +1,5 @@
 """Command line: ``tracemerge PATH... -o OUT`` (the ``merge`` command is the default)."""
 
-from __future__ import annotations
-
 import gc
 import os
 import signal
@@ -205,7 +203,7 @@ def merge(
         raise typer.BadParameter(str(exc)) from None
     with engine.progress_bar(enabled=not quiet) as on_progress:
 
-        def show(r: RunReport) -> None:
+        def show(r: "RunReport") -> None:
             if not quiet:
                 on_progress.pause()
                 _err(engine.format_found(r))
@@ -244,7 +242,7 @@ def _selection(
     window: str | None,
     min_dur: str | None,
     keep_zero_counters: bool,
-) -> Selection:
+) -> "Selection":
     """What to keep, from --roles, --ranks, --where, --window, --min-dur, --keep-zero-counters."""
     if min_dur is not None and engine.parse_duration(min_dur) < 0:
         raise ValueError(f"--min-dur: {min_dur!r} is negative")
@@ -265,7 +263,7 @@ def _placement(sync: list[str] | None, offset: list[str] | None, offsets_file: P
     return engine.AlignOptions(enabled=not no_align, offsets=rules, sync=tuple(sync or ()))
 
 
-def _said(result: RunReport, report: Path | None, summary: bool, quiet: bool) -> int:
+def _said(result: "RunReport", report: Path | None, summary: bool, quiet: bool) -> int:
     """The run report written (--report) and printed (--summary, the outcome); the exit status."""
     report_failed = False
     if report is not None:

@@ -1,7 +1,5 @@
 """``tracemerge diff BASE NEW`` and the regression gate ``summary --baseline`` shares with it."""
 
-from __future__ import annotations
-
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -20,7 +18,7 @@ def _say(message: str) -> None:
     typer.echo(message, err=True)
 
 
-def load(path: Path, phase_rules: PhaseOptions) -> dict:
+def load(path: Path, phase_rules: "PhaseOptions") -> dict:
     """The phase summary of a run directory (merged now), a trace tracemerge wrote or a summary JSON
     file; exits 1 (or the status of a damaged trace) with one line when there is none."""
     if not path.exists():

@@ -2,8 +2,6 @@
 (serve it to the Perfetto UI) and ``scrape`` (record /metrics pages). :mod:`tracemerge.cli`
 registers them."""
 
-from __future__ import annotations
-
 import signal
 import threading
 from pathlib import Path
