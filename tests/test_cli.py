@@ -165,9 +165,11 @@ def test_internal_error_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None
     monkeypatch.delenv("TRACEMERGE_DEBUG", raising=False)
     monkeypatch.setattr(sys, "argv", ["tracemerge", str(tmp_path), "-o", str(tmp_path / "m.pftrace")])
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main()
-    gc.unfreeze()  # main() leaves the collector frozen for the exit; this process goes on
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main()
+    finally:
+        gc.unfreeze()  # main() leaves the collector frozen for the exit; this process goes on
     assert exit_info.value.code == 1
     err = capsys.readouterr().err.splitlines()
     assert err[-1] == "tracemerge: internal error: RuntimeError: kaboom (set TRACEMERGE_DEBUG=1 for a traceback)"
@@ -179,10 +181,12 @@ def test_main_leaves_what_is_alive_to_the_exit(monkeypatch) -> None:
     monkeypatch.setattr(sys, "argv", ["tracemerge", "--version"])
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
     gc.unfreeze()
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main()
-    frozen = gc.get_freeze_count()
-    gc.unfreeze()
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main()
+        frozen = gc.get_freeze_count()
+    finally:
+        gc.unfreeze()
     assert exit_info.value.code == 0 and frozen > 0
 
 

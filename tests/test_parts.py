@@ -17,12 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from tracemerge import evidence, executors
+from tracemerge import evidence, executors, filework
 from tracemerge.errors import FatalError
 from tracemerge.executors import ForkedPartReads
+from tracemerge.layout import FileLayout
 from tracemerge.pipeline import merge
 from tracemerge.sources import common, json_segments
 from tracemerge.sources.json_text import EVENT_BOUNDARY
+from tracemerge.writers import packing, perfetto
 
 T0 = 1_700_000_000_000  # µs from baseTimeNanoseconds
 
@@ -321,3 +323,66 @@ def test_a_whole_read_after_the_first_part_counts_what_one_read_counts(
     assert small_parts == [False]
     [over] = [reason for reason in whole.dropped if "beyond the cap" in reason]
     assert parts.dropped == whole.dropped and whole.dropped[over] == 20
+
+
+@pytest.fixture
+def packers(monkeypatch) -> list[int]:
+    """Every file packs ahead where a core is idle for it, whatever its size; returns the pids
+    of the packing processes, as they are forked."""
+    monkeypatch.setattr(filework, "PACK_AHEAD_MIN", 0)
+    pids: list[int] = []
+    real = packing.ForkedPacker.__init__
+
+    def noted(self, *args) -> None:
+        real(self, *args)
+        pids.append(self.pid)
+
+    monkeypatch.setattr(packing.ForkedPacker, "__init__", noted)
+    return pids
+
+
+def test_a_file_packed_ahead_gives_the_bytes_of_one_process(tmp_path: Path, small_parts: list, packers: list) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    _write(run / "rank0.pt.trace.json", _events(4))
+    merge([run], tmp_path / "whole.pftrace", jobs=1)
+    assert packers == []  # no core left over
+    merge([run], tmp_path / "ahead.pftrace", jobs=4)
+    assert len(packers) == 1 and _waited_for(packers)
+    assert (tmp_path / "ahead.pftrace").read_bytes() == (tmp_path / "whole.pftrace").read_bytes()
+
+
+def test_a_file_given_up_in_its_layout_stops_its_packer(
+    tmp_path: Path, small_parts: list, packers: list, monkeypatch
+) -> None:
+    def broken(*args, **kwargs):
+        raise ValueError("no layout")
+
+    run = tmp_path / "run"
+    run.mkdir()
+    _write(run / "rank0.pt.trace.json", _events(5))
+    monkeypatch.setattr(FileLayout, "finish", broken)
+    with pytest.raises(FatalError, match=r"rank0\.pt\.trace\.json: cannot be read \(ValueError: no layout\)"):
+        merge([run], tmp_path / "out.pftrace", jobs=4)
+    assert len(packers) == 1 and _waited_for(packers)
+
+
+def _killed(*args) -> bytes:
+    os.kill(os.getpid(), signal.SIGKILL)
+    return b""
+
+
+def test_a_packer_killed_fails_the_merge_naming_the_file(
+    tmp_path: Path, small_parts: list, packers: list, monkeypatch
+) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    _write(run / "rank0.pt.trace.json", _events(6))
+    monkeypatch.setattr(perfetto, "pack_events", _killed)  # the packer dies on its first batch
+    with pytest.raises(FatalError) as failed:
+        merge([run], tmp_path / "out.pftrace", jobs=4)
+    assert str(failed.value).endswith(
+        "rank0.pt.trace.json: the process packing a file's events was killed by signal 9 before it was done"
+    )
+    assert len(packers) == 1 and _waited_for(packers)
+    assert not (tmp_path / "out.pftrace").exists()

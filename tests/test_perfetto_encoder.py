@@ -6,6 +6,7 @@ import io
 import json
 import os
 import signal
+import time
 from typing import ClassVar
 
 import numpy as np
@@ -16,7 +17,7 @@ from tracemerge.errors import FatalError
 from tracemerge.layout_types import Items
 from tracemerge.model import FlowPhase
 from tracemerge.plan import CounterTrack, ThreadTrack
-from tracemerge.writers import perfetto
+from tracemerge.writers import packing, perfetto
 from tracemerge.writers.packing import ForkedPacker
 from tracemerge.writers.perfetto import SEQUENCE_CLOCK, UnitEncoder
 
@@ -221,24 +222,95 @@ def test_a_packer_killed_fails_in_one_line(tmp_path) -> None:
         packer.pack(b"x")
         os.kill(packer.pid, signal.SIGKILL)
         pid = packer.pid
-        with pytest.raises(FatalError, match=r"^the process packing a file's events was killed by signal 9 before"):
+        with pytest.raises(FatalError) as failed:
             for _ in range(64):  # the pipe takes a few before it breaks
                 packer.pack(b"y" * 65536)
             packer.close()
+    assert str(failed.value) == "the process packing a file's events was killed by signal 9 before it was done"
     assert _reaped(pid)
 
 
-def test_a_packer_given_up_is_stopped_and_its_writes_left(tmp_path) -> None:
+def _sleeping(data: bytes) -> bytes:
+    time.sleep(60)
+    return data
+
+
+def test_a_packer_given_up_is_killed_not_waited_for(tmp_path) -> None:
     with (tmp_path / "chunk").open("wb") as out:
         out.write(b"head")
-        packer = ForkedPacker(out, lambda data: data * 2)
+        packer = ForkedPacker(out, _sleeping)
+        packer.pack(b"ab" * 100_000)  # the child sleeps on it
         packer.write(b"raw")
-        packer.pack(b"ab")
         pid = packer.pid
+        started = time.monotonic()
         packer.end()
         packer.end()  # once is enough
+        assert time.monotonic() - started < 10
     assert _reaped(pid)
-    assert (tmp_path / "chunk").read_bytes() in (b"head", b"headraw", b"headrawabab")
+    assert (tmp_path / "chunk").read_bytes() == b"head"  # nothing it had left was written
+
+
+def _huge_failure(data: bytes) -> bytes:
+    raise ValueError("z" * (1 << 20))  # pickled, larger than a pipe holds
+
+
+def test_a_failure_larger_than_a_pipe_is_raised_not_waited_on(tmp_path) -> None:
+    def stuck(signum, frame):
+        raise TimeoutError("the packer and its parent wait on each other")
+
+    before = signal.signal(signal.SIGALRM, stuck)
+    signal.alarm(30)
+    try:
+        with (tmp_path / "chunk").open("wb") as out:
+            packer = ForkedPacker(out, _huge_failure)
+            pid = packer.pid
+            with pytest.raises(ValueError, match=r"^z+$"):
+                for _ in range(100):
+                    packer.pack(b"q" * 65536)
+                packer.close()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
+    assert _reaped(pid)
+
+
+class TwoArgumentError(Exception):
+    """An exception whose class takes other arguments than its pickle gives it back."""
+
+    def __init__(self, what: str, where: int) -> None:
+        super().__init__(f"{what} at {where}")
+
+
+def _odd_failure(data: bytes) -> bytes:
+    raise TwoArgumentError("no room", 7)
+
+
+def test_a_failure_that_cannot_be_built_again_is_raised_as_its_text(tmp_path) -> None:
+    with (tmp_path / "chunk").open("wb") as out:
+        packer = ForkedPacker(out, _odd_failure)
+        packer.pack(b"x")
+        with pytest.raises(RuntimeError, match=r"^TwoArgumentError: no room at 7$"):
+            packer.close()
+
+
+def test_no_process_to_fork_packs_in_place(tmp_path, monkeypatch) -> None:
+    def no_fork() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    fds = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    written = []
+    for refuse in (False, True):
+        if refuse:
+            monkeypatch.setattr(packing.os, "fork", no_fork)
+        path = tmp_path / f"{refuse}.bin"
+        with path.open("wb") as out:
+            enc = UnitEncoder(77, out, ahead=True)
+            _batches(enc, 2)
+            enc.close()
+        written.append(path.read_bytes())
+    assert written[0] == written[1]
+    if fds is not None:
+        assert len(os.listdir("/proc/self/fd")) == fds  # the pipes of the fork that failed closed
 
 
 def test_a_packer_writes_in_the_order_given(tmp_path) -> None:

@@ -11,7 +11,6 @@ names. Nothing else in the pipeline knows which executor runs. The Ray one lives
 from __future__ import annotations
 
 import os
-import pickle
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import suppress
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from tracemerge.discover import Discovery, discover
 from tracemerge.errors import FatalError
 from tracemerge.filework import FileJob, FileOutcome, process_file
+from tracemerge.forked import sent_error, sent_result, taken_in
 from tracemerge.read_options import PartReads
 from tracemerge.worker_signals import worker_signals
 
@@ -77,12 +77,9 @@ def _fork_reader(read: Callable[..., Any], task: tuple) -> tuple[int, int]:
         os.close(rfd)
         worker_signals()
         try:
-            payload = pickle.dumps((True, read(*task)), pickle.HIGHEST_PROTOCOL)
+            payload = sent_result(read(*task))
         except Exception as exc:  # raised again in the parent, as a pool would
-            try:
-                payload = pickle.dumps((False, exc), pickle.HIGHEST_PROTOCOL)
-            except Exception:  # an exception that does not pickle: its type and message
-                payload = pickle.dumps((False, RuntimeError(f"{type(exc).__name__}: {exc}")))
+            payload = sent_error(exc)
         with os.fdopen(wfd, "wb") as out:
             out.write(payload)
         status = 0
@@ -92,13 +89,7 @@ def _fork_reader(read: Callable[..., Any], task: tuple) -> tuple[int, int]:
 
 def _returned(payload: bytes, code: int) -> Any:
     """What a reader returned (its exception raised here), from what it sent and its exit code."""
-    if code != 0 or not payload:
-        how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
-        raise FatalError(f"a process reading part of a large file {how} before it was done")
-    done, value = pickle.loads(payload)
-    if not done:
-        raise value
-    return value
+    return taken_in(payload, code, "a process reading part of a large file")
 
 
 def _end_reader(pid: int, fd: int | None) -> None:

@@ -47,6 +47,9 @@ from tracemerge.writers import WRITERS
 # Without a clock of their own, µs timestamps at least this large are Unix-epoch time (1973 on).
 EPOCH_FLOOR_NS = 10**17
 RELATIVE_NO_ANCHOR = ClockDomain("relative µs, no wall-clock anchor", anchored=False)
+# A file this large (more than a batch of 16,384 packets, about 1.5 MB of Kineto JSON) is worth
+# a process packing its packets ahead: below, there is nothing to overlap.
+PACK_AHEAD_MIN = 2 << 20
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,13 @@ def process_file(job: FileJob) -> FileOutcome:
         return FileOutcome(job.candidate, skipped=f"{shown(job.candidate.path)}: cannot read: {exc.strerror or exc}")
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # gone: the read says so
+        return 0
+
+
 def _layout_files(chunk: Path) -> tuple[Path, Path]:
     """Where a kept layout lies: its index and its run file."""
     return chunk.with_suffix(".layout"), chunk.with_suffix(".runs")
@@ -166,7 +176,8 @@ def _process_file(job: FileJob) -> FileOutcome:
         if job.writer and job.chunk is not None:
             out = stack.enter_context(job.chunk.open("wb"))
             # A core left idle for the file (its parts would be read at once) packs ahead too.
-            enc = WRITERS[job.writer].unit_encoder(job.sequence_id, out, ahead=job.read.parts is not None)
+            ahead = job.read.parts is not None and _size(cand.path) >= PACK_AHEAD_MIN
+            enc = WRITERS[job.writer].unit_encoder(job.sequence_id, out, ahead=ahead)
             stack.callback(enc.end)  # its packing process stopped if the file is given up
         elif keep_layout:  # bodies as the writer encodes them; nothing is written yet
             enc = WRITERS[job.keep_layout].unit_encoder(job.sequence_id, io.BytesIO())
@@ -192,7 +203,7 @@ def _process_file(job: FileJob) -> FileOutcome:
             # Scanned while a packing process may still write the last batches.
             scan = None if result.ts_min is None else _scan(job, data, layout.notes, result, identities, identity_of)
             enc.close()
-        except FatalError as exc:  # the process packing its events killed: say which file
+        except FatalError as exc:  # only the process packing its events fails so here: say which file
             raise FatalError(f"{shown(cand.path)}: {exc}") from None
     if scan is None:
         if data.step_values:

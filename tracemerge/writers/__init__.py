@@ -23,7 +23,8 @@ class Writer:
 
     name: str
     extensions: tuple[str, ...]
-    # (sequence id, out, ahead=False): ``ahead`` when a core is idle for the encoder to use
+    # (sequence id, out, ahead=False): ``ahead`` when a core is idle for the encoder to use;
+    # the encoder's ``close()`` ends the chunk, ``end()`` stops what it runs beside (a file given up)
     unit_encoder: Callable[..., Encoder]
     write_header: Callable[[BinaryIO, MergePlan, list[ThreadTrack]], None]
     write_footer: Callable[[BinaryIO, MergePlan], None]

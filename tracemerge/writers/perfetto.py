@@ -9,7 +9,9 @@ sequence: this module's :class:`UnitEncoder` encodes one file's chunk.
 from __future__ import annotations
 
 import io
+import os
 import struct
+from contextlib import suppress
 from typing import Any, BinaryIO
 
 import msgspec
@@ -100,8 +102,10 @@ class UnitEncoder:
         self.out = out
         # ``ahead`` (a core is idle, ``out`` a file): the batches' packets are packed and written
         # by a process of its own while the layout works the next batch out (see ForkedPacker).
-        self.ahead = ahead and _is_file(out)
         self._packer: ForkedPacker | None = None
+        if ahead and _is_file(out):
+            with suppress(OSError):  # no process to fork: packed here
+                self._packer = ForkedPacker(out, pack_events)
         seq = _K_SEQ + _varint(sequence_id)
         self.head = seq + _K_FLAGS + _varint(_NEEDS)
         # Packet bytes: key and length, head and timestamp key, timestamp, track-event key and
@@ -149,12 +153,10 @@ class UnitEncoder:
             parts = [(lengths[1:], data[size:]) for (lengths, data), size in zip(parts, sizes, strict=True)]
         if not len(stamps):
             return
-        if not self.ahead:
+        if self._packer is not None:
+            self._packer.pack(self.stamped_head, stamps, parts)
+        else:
             self.out.write(pack_events(self.stamped_head, stamps, parts))
-            return
-        if self._packer is None:  # forked once the read is done and the first packet written
-            self._packer = ForkedPacker(self.out, pack_events)
-        self._packer.pack(self.stamped_head, stamps, parts)
 
     def _put(self, data: bytes) -> None:
         """``data`` written after what was sent before it."""
@@ -295,7 +297,11 @@ class UnitEncoder:
 
 
 def _is_file(out: BinaryIO) -> bool:
-    """Whether ``out`` writes to a file descriptor another process can write to."""
+    """Whether ``out`` writes to a file descriptor another process can write to, where processes
+    can be forked (``out`` is a plain binary file or in memory: a compressing wrapper's
+    descriptor is not where its bytes go, and none is given here)."""
+    if not hasattr(os, "fork"):
+        return False
     try:
         out.fileno()
     except (OSError, io.UnsupportedOperation, AttributeError):
