@@ -11,9 +11,7 @@ names. Nothing else in the pipeline knows which executor runs. The Ray one lives
 from __future__ import annotations
 
 import os
-import signal
 from collections.abc import Callable, Iterator
-from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -21,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tracemerge.discover import Discovery, discover
 from tracemerge.errors import FatalError
-from tracemerge.filework import FileJob, FileOutcome, process_file
-from tracemerge.forked import sent_error, sent_result, taken_in
+from tracemerge.filework import FileJob, FileOutcome, input_bytes, process_file
+from tracemerge.forked import sent_error, sent_result, stop, taken_in
 from tracemerge.read_options import PartReads
 from tracemerge.worker_signals import worker_signals
 
@@ -95,10 +93,7 @@ def _returned(payload: bytes, code: int) -> Any:
 def _end_reader(pid: int, fd: int | None) -> None:
     if fd is not None:
         os.close(fd)
-    with suppress(OSError):
-        os.kill(pid, signal.SIGKILL)
-    with suppress(OSError):
-        os.waitpid(pid, 0)
+    stop(pid)
 
 
 # With jobs=0 (automatic), inputs smaller than this are merged in-process: a pool costs more than it saves.
@@ -197,20 +192,14 @@ def _largest_first(pool: ProcessPoolExecutor, jobs: list[FileJob]) -> Iterator[F
     """``process_file`` of each job in ``pool``, yielded in the jobs' order but started largest
     input first: a large file started last would keep one worker busy while the others idle."""
     futures: dict[int, Future[FileOutcome]] = {}
-    for n in sorted(range(len(jobs)), key=lambda n: -_size(jobs[n])):
+    for n in sorted(range(len(jobs)), key=lambda n: -input_bytes(jobs[n])):
         futures[n] = pool.submit(process_file, jobs[n])
     for n in range(len(jobs)):
         yield futures.pop(n).result()
 
 
-def _size(job: FileJob) -> int:
-    with suppress(OSError):
-        return job.candidate.path.stat().st_size
-    return 0
-
-
 def _auto_workers(jobs: list[FileJob]) -> int:
-    total = sum(map(_size, jobs))
+    total = sum(map(input_bytes, jobs))
     return usable_cores() if total >= PARALLEL_MIN_BYTES else 1
 
 

@@ -153,12 +153,15 @@ def process_file(job: FileJob) -> FileOutcome:
         if exc.filename is None or os.fspath(exc.filename) != os.fspath(job.candidate.path):
             raise
         return FileOutcome(job.candidate, skipped=f"{shown(job.candidate.path)}: cannot read: {exc.strerror or exc}")
+    except FatalError as exc:  # a process the file's work forked died (a part reader, its packer)
+        raise FatalError(f"{shown(job.candidate.path)}: {exc}") from None
 
 
-def _size(path: Path) -> int:
+def input_bytes(job: FileJob) -> int:
+    """The size of the job's file (0 when it is gone: its read says so)."""
     try:
-        return path.stat().st_size
-    except OSError:  # gone: the read says so
+        return job.candidate.path.stat().st_size
+    except OSError:
         return 0
 
 
@@ -176,7 +179,7 @@ def _process_file(job: FileJob) -> FileOutcome:
         if job.writer and job.chunk is not None:
             out = stack.enter_context(job.chunk.open("wb"))
             # A core left idle for the file (its parts would be read at once) packs ahead too.
-            ahead = job.read.parts is not None and _size(cand.path) >= PACK_AHEAD_MIN
+            ahead = job.read.parts is not None and input_bytes(job) >= PACK_AHEAD_MIN
             enc = WRITERS[job.writer].unit_encoder(job.sequence_id, out, ahead=ahead)
             stack.callback(enc.end)  # its packing process stopped if the file is given up
         elif keep_layout:  # bodies as the writer encodes them; nothing is written yet
@@ -198,13 +201,10 @@ def _process_file(job: FileJob) -> FileOutcome:
                 found = identities[origin] = resolve_identity(origin, data, cand.facts)
             return found
 
-        try:
-            result = _lay_out_read(job, layout, identity_of, keep_layout)
-            # Scanned while a packing process may still write the last batches.
-            scan = None if result.ts_min is None else _scan(job, data, layout.notes, result, identities, identity_of)
-            enc.close()
-        except FatalError as exc:  # only the process packing its events fails so here: say which file
-            raise FatalError(f"{shown(cand.path)}: {exc}") from None
+        result = _lay_out_read(job, layout, identity_of, keep_layout)
+        # Scanned while a packing process may still write the last batches.
+        scan = None if result.ts_min is None else _scan(job, data, layout.notes, result, identities, identity_of)
+        enc.close()
     if scan is None:
         if data.step_values:
             return FileOutcome(cand, scalars=StepScalars(cand.path, data.step_values, data.dropped))

@@ -1,4 +1,5 @@
-"""What a forked helper process sends back when it is done, and how its parent takes it in.
+"""What a forked helper process sends back when it is done, how its parent takes it in, and
+how the parent stops it when the work is given up.
 
 A part reader (:class:`~tracemerge.executors.ForkedPartReads`) and a packer
 (:class:`~tracemerge.writers.packing.ForkedPacker`) both end by pickling their result or the
@@ -8,7 +9,10 @@ for the child, and returns the result or raises the exception as a process pool 
 
 from __future__ import annotations
 
+import os
 import pickle
+import signal
+from contextlib import suppress
 from typing import Any
 
 from tracemerge.errors import FatalError
@@ -47,4 +51,12 @@ def taken_in(payload: bytes, exit_code: int, who: str) -> Any:
     return value
 
 
-__all__ = ["sent_error", "sent_result", "taken_in"]
+def stop(pid: int) -> None:
+    """The child ``pid`` killed, if it still runs, and waited for."""
+    with suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+    with suppress(OSError):
+        os.waitpid(pid, 0)
+
+
+__all__ = ["sent_error", "sent_result", "stop", "taken_in"]

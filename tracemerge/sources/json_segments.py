@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from tracemerge.errors import FatalError, shown
 from tracemerge.layout import FileLayout, PlaceholderEncoder
 from tracemerge.read_options import PartReads
 from tracemerge.sources.base import GZIP_MAGIC, UTF8_BOM
@@ -121,31 +120,29 @@ def read_in_parts(
     if recipe is None:
         return None
     # The other parts' readers start from this layout as the read begins: asked for first.
-    try:
-        first, parts = reads.map(
-            _read_part,
-            [(recipe, k, span, struct, lenient) for k, span in enumerate(found) if k],
-            here=lambda: _read(Part(0), EventStream(path, struct, lenient, found[0]), reader),
-        )
-    except FatalError as exc:  # a reader killed: say which file it was reading
-        raise FatalError(f"{shown(path)}: {exc}") from None
-    if first.whole or any(part.whole for part in parts):
+    first, others = reads.map(
+        _read_part,
+        [(recipe, k, span, struct, lenient) for k, span in enumerate(found) if k],
+        here=lambda: _read(Part(0), EventStream(path, struct, lenient, found[0]), reader),
+    )
+    parts = [first, *others]
+    if any(part.whole for part in parts):
         layout.discard_parts(recipe, range(len(found)))
         reader.start_over()  # what the first part left
         return None
-    meta, notes, damage = dict(first.meta), Losses(), first.damage
-    notes.update(first.notes)
-    taken = 1
-    if damage is None:  # else a read of the whole file stops there: the first part is that read
-        for part in parts:
+    meta: dict[str, Any] = {}
+    notes = Losses()
+    damage, taken = None, 0
+    for part in parts:
+        if part.index:  # the first was read straight into them
             layout.absorb_part(part.index, part.layout)
             reader.absorb(part.reader)
-            meta.update(part.meta)
-            notes.update(part.notes)
-            taken += 1
-            if part.damage is not None:
-                damage = part.damage
-                break
+        meta.update(part.meta)
+        notes.update(part.notes)
+        taken += 1
+        if part.damage is not None:  # a read of the whole file stops there
+            damage = part.damage
+            break
     layout.discard_parts(recipe, range(taken, len(found)))
     if taken > 1:
         layout.intern_parts()

@@ -15,12 +15,11 @@ from __future__ import annotations
 import fcntl
 import os
 import pickle
-import signal
 from collections.abc import Callable
 from contextlib import suppress
 from typing import Any, BinaryIO
 
-from tracemerge.forked import sent_error, sent_result, taken_in
+from tracemerge.forked import sent_error, sent_result, stop, taken_in
 from tracemerge.worker_signals import worker_signals
 
 _PIPE_BYTES = 1 << 20  # a batch's bodies go through in few turns (the default pipe holds 64 kB)
@@ -94,18 +93,15 @@ class ForkedPacker:
         """The child stopped and reaped if it still runs (the file was given up)."""
         if not self.pid:
             return
-        with suppress(OSError):  # first: closing the pipe could wait for the child to read it
-            os.kill(self.pid, signal.SIGKILL)
+        stop(self.pid)  # first: closing the pipe could wait for the child to read it
+        self.pid = 0
         if self._requests is not None:
-            with suppress(OSError):
+            with suppress(OSError):  # what it held is for no one now
                 self._requests.close()
             self._requests = None
         if self._status >= 0:
             os.close(self._status)
             self._status = -1
-        with suppress(OSError):
-            os.waitpid(self.pid, 0)
-        self.pid = 0
 
 
 def _serve(requests_fd: int, status_fd: int, out_fd: int, pack: Callable[..., bytes], parents: tuple) -> None:
