@@ -3,6 +3,7 @@ and the layout that puts them together with the read options."""
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -123,3 +124,25 @@ def test_a_part_s_notes_absorbed_give_the_union_and_caps_of_one_read() -> None:
     assert merged(parts.marks[key]) == merged(whole.marks[key]) == union(spans)
     assert parts.marks[(tag, "p", 1)] == whole.marks[(tag, "p", 1)]
     assert parts.marks_over == whole.marks_over == {"collective": 5}
+
+
+def test_part_run_files_are_named_apart_in_processes_forked_alike(tmp_path: Path) -> None:
+    """A pool's workers share the work directory, and a layout made the same way in each can sit
+    at the same address: its parts' run files are still named apart."""
+    layout = FileLayout(_Names(), spill_dir=tmp_path)  # type: ignore[arg-type]
+    here = layout.part_recipe(tmp_path / "trace.json")
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if not pid:  # the same object, at the same address, in another process
+        try:
+            theirs = layout.part_recipe(tmp_path / "trace.json")
+            os.write(write_end, theirs["name"].encode() if theirs else b"")
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        theirs = pipe.read().decode()
+    os.waitpid(pid, 0)
+    assert here is not None and theirs
+    assert here["name"] != theirs
+    assert here["name"] == f".tracemerge-part-{os.getpid()}-{id(layout):x}"

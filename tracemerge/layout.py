@@ -11,6 +11,7 @@ events out (:func:`tracemerge.lay_out.lay_out`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,9 @@ class FileLayout(EventStore):
             "kind": type(self.enc),
             "budget": self.budget,
             "directory": self.store.directory,
-            "name": f".tracemerge-part-{id(self):x}",
+            # Unique in the work directory, which processes forked alike share (a pool's workers
+            # reading large files in parts): the same object can have the same id() in each.
+            "name": f".tracemerge-part-{os.getpid()}-{id(self):x}",
             "watch": self.notes.watch,
             "options": self.options,
         }
