@@ -3,6 +3,7 @@ array, gzip streams, and files that end early."""
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 from pathlib import Path
@@ -120,6 +121,60 @@ def test_events_before_damage_inside_a_batch_are_kept(tmp_path: Path, monkeypatc
     assert got == [e["name"] for e in EVENTS[:100]]
     assert stream.damage is not None and stream.damage.reason == "invalid JSON (invalid character)"
     assert stream.damage.where == where(text, bad)
+
+
+def serialized_config_events(objects: int) -> list[dict]:
+    """Events around one whose arg is serialized JSON: a string holding ``objects`` times what
+    an event boundary looks like (``}, {``)."""
+    config = json.dumps([{"k": n} for n in range(objects)])
+    events: list[dict] = [{"ph": "X", "name": f"n{n}"} for n in range(400)]
+    events.insert(200, {"ph": "i", "name": "config", "args": {"config": config}})
+    return events
+
+
+@pytest.mark.parametrize("block", [1000, 1 << 16])
+def test_boundaries_inside_strings_cost_one_more_decode_each_batch_not_one_each(
+    tmp_path: Path, monkeypatch, block: int
+) -> None:
+    """A string holding thousands of ``}, {`` (longer than a block, too) is stepped over at once:
+    the decodes grow with the batches, not with the boundaries the string holds."""
+    monkeypatch.setattr(json_stream, "BLOCK", block)
+    events = serialized_config_events(20_000)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    decodes = 0
+    decode = EventStream._decode
+
+    def counted(self: EventStream, doc: bytes) -> list:
+        nonlocal decodes
+        decodes += 1
+        if decodes > 2000:  # stepping back over each ``}, {`` would take 20,000 and more
+            raise AssertionError("decoded once per boundary inside a string")
+        return decode(self, doc)
+
+    monkeypatch.setattr(EventStream, "_decode", counted)
+    got, stream = names(path)
+    assert got == [e["name"] for e in events]
+    assert stream.damage is None
+    batches = path.stat().st_size // block + 1
+    assert decodes <= 3 * batches
+
+
+def test_a_failed_decode_leaves_no_cycle_for_the_paused_collector(tmp_path: Path, monkeypatch) -> None:
+    """The read runs with the cyclic collector off: a decode error must not stay alive (with the
+    batch's text) in a cycle through the frame that raised it again."""
+    monkeypatch.setattr(json_stream, "BLOCK", 1000)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"traceEvents": serialized_config_events(3_000)}))
+    gc.collect()
+    gc.disable()
+    try:
+        got, _ = names(path)
+        alive = [o for o in gc.get_objects() if isinstance(o, msgspec.DecodeError)]
+    finally:
+        gc.enable()
+    assert len(got) == 401
+    assert alive == []
 
 
 KINETO_TAIL = '"traceName": "/tmp/t.json", "displayTimeUnit": "ms", "baseTimeNanoseconds": 1700000000000000000'

@@ -62,26 +62,32 @@ class BatchDecoding:
             if self._lenient is None:
                 raise
         except msgspec.DecodeError as exc:
-            return self._decode_malformed(doc, exc)
+            events = self._decode_malformed(doc, exc)
+            if events is None:
+                raise
+            return events
         try:
             return self._lenient.decode(doc)
         except msgspec.ValidationError:  # an element that is not an object
             return self._objects_only(doc)
 
-    def _decode_malformed(self, doc: bytes, exc: msgspec.DecodeError) -> list:
-        """A batch msgspec cannot read: lone surrogate escapes become U+FFFD; what Python's own
-        json writes and reads (NaN, Infinity) and text with a bad UTF-8 byte are read as Python
-        reads them (the bad byte as U+FFFD) rather than lose the file."""
+    def _decode_malformed(self, doc: bytes, exc: msgspec.DecodeError) -> list | None:
+        """A batch msgspec cannot read (``exc``): lone surrogate escapes become U+FFFD; what
+        Python's own json writes and reads (NaN, Infinity) and text with a bad UTF-8 byte are read
+        as Python reads them (the bad byte as U+FFFD) rather than lose the file. None: not JSON
+        after all, ``exc`` stands (the caller raises it again, from its ``except``: raised from
+        here, the traceback would hold this frame and the frame ``exc``, a cycle that the read,
+        its cyclic collector paused, would keep with the batch's text, once per failed cut)."""
         mended = _without_lone_surrogates(doc)
         if mended is not doc:  # (msgspec may call such an escape truncated input)
             return self._decode(mended)
         if _truncated(exc) or self._lenient_type is None:
-            raise exc
+            return None
         text = doc.decode("utf-8", "replace")
         try:
             values = json.loads(text, parse_float=_NumberText) if self._text_fields else json.loads(text)
         except ValueError:
-            raise exc from None
+            return None
         self.plain_text = False
         events = [self._from_python(v) for v in values if type(v) is dict]
         return self._noted(events, Counter(_kind(v) for v in values if type(v) is not dict))
@@ -92,7 +98,10 @@ class BatchDecoding:
         try:
             elements = _ELEMENTS.decode(doc)
         except msgspec.DecodeError as exc:
-            return self._decode_malformed(doc, exc)
+            found = self._decode_malformed(doc, exc)
+            if found is None:
+                raise
+            return found
         events, others = [], Counter()
         for element in elements:
             text = bytes(element)

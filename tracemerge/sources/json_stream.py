@@ -40,6 +40,7 @@ from tracemerge.sources.json_text import (
     _closed_array,
     _closes_early,
     _last_boundary,
+    _last_boundary_outside_strings,
     _pos,
     _reason,
     _truncated,
@@ -288,9 +289,10 @@ class EventStream(BatchDecoding, ArrayTail):
         """Events of ``buf[:cut + 1]``, cut earlier when that boundary lies inside a string or
         after damage; None when no boundary before ``cut`` ends an event; Damage when the first
         event is damaged; _ArrayEnds when the array closes before ``cut``."""
-        damage = None
+        damage, scanned = None, False
         while True:
             doc = b"".join((b"[", memoryview(buf)[: cut + 1], b"]"))  # one copy of the block, not three
+            inside_string = False
             try:
                 return self._decode(doc), cut + 1
             except msgspec.DecodeError as exc:
@@ -300,7 +302,15 @@ class EventStream(BatchDecoding, ArrayTail):
                         raise _ArrayEnds from None
                     at = _pos(exc, doc) - 1
                     damage = Damage(f"invalid JSON ({_reason(exc)})", self._where(buf, at))
-            earlier = _last_boundary(buf, 0, at)
+                else:
+                    inside_string = damage is None and not scanned
+            if inside_string:
+                # Straight to the last boundary outside the strings: stepping back one ``}, {`` at
+                # a time decodes the batch again for each that a string holds.
+                scanned = True
+                earlier = _last_boundary_outside_strings(buf, cut - 1)
+            else:
+                earlier = _last_boundary(buf, 0, at)
             if earlier is None:
                 if damage is not None:
                     raise damage

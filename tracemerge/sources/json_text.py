@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from tracemerge.bounds import cut_deep_or_fail
+from tracemerge.bounds import JSON_STRING, cut_deep_or_fail
 
 # Where one event of an array ends and the next begins: ``}``, a comma, ``{``.
 EVENT_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
@@ -220,6 +220,24 @@ def _last_boundary(buf: bytes, lo: int = 0, hi: int | None = None) -> int | None
         hi = a + 64  # overlap the windows so that a boundary on the edge is found
         window *= 2
     return None
+
+
+# A JSON string (or the one the text ends inside), or an event boundary outside any string.
+_STRING_OR_BOUNDARY = re.compile(JSON_STRING + rb"|\}\s*,\s*\{", re.S)
+
+
+def _last_boundary_outside_strings(buf: bytes, at_most: int) -> int | None:
+    """Offset of the ``}`` of the last event boundary at or before ``at_most`` that no string
+    holds, reading ``buf`` from its start (outside any string: where an event begins). One pass,
+    however many ``}, {`` the strings hold (serialized JSON in an arg, say)."""
+    last = None
+    for found in _STRING_OR_BOUNDARY.finditer(buf):
+        at = found.start()
+        if at > at_most:
+            break
+        if buf[at] == 0x7D:  # ``}``
+            last = at
+    return last
 
 
 def _truncated(exc: msgspec.DecodeError) -> bool:
