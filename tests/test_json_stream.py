@@ -160,6 +160,29 @@ def test_boundaries_inside_strings_cost_one_more_decode_each_batch_not_one_each(
     assert decodes <= 3 * batches
 
 
+def test_an_event_of_many_blocks_is_read_on_in_doublings(tmp_path: Path, monkeypatch) -> None:
+    """One event of 300 blocks (a long arg holding ``}, {``): the buffer doubles until it holds
+    the event, so that it is looked through about log2(300) times, not 300."""
+    monkeypatch.setattr(json_stream, "BLOCK", 1000)
+    config = json.dumps([{"k": n} for n in range(30_000)])
+    events = [{"ph": "X", "name": "a"}, {"ph": "i", "name": "config", "args": {"config": config}}, {"name": "b"}]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    assert path.stat().st_size > 300 * 1000
+    decodes = 0
+    decode = EventStream._decode
+
+    def counted(self: EventStream, doc: bytes) -> list:
+        nonlocal decodes
+        decodes += 1
+        return decode(self, doc)
+
+    monkeypatch.setattr(EventStream, "_decode", counted)
+    got, stream = names(path)
+    assert got == ["a", "config", "b"] and stream.damage is None
+    assert decodes <= 2 * 10  # each doubling: its failed cut and the jump past it
+
+
 def test_a_failed_decode_leaves_no_cycle_for_the_paused_collector(tmp_path: Path, monkeypatch) -> None:
     """The read runs with the cyclic collector off: a decode error must not stay alive (with the
     batch's text) in a cycle through the frame that raised it again."""

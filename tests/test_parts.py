@@ -23,7 +23,7 @@ from tracemerge.executors import ForkedPartReads
 from tracemerge.layout import FileLayout
 from tracemerge.pipeline import merge
 from tracemerge.sources import common, json_segments
-from tracemerge.sources.json_text import EVENT_BOUNDARY
+from tracemerge.sources.json_text import KEYED_BOUNDARY
 from tracemerge.writers import packing, perfetto
 
 T0 = 1_700_000_000_000  # µs from baseTimeNanoseconds
@@ -301,9 +301,18 @@ def test_a_cut_lands_on_the_first_boundary_read_a_little_at_a_time(monkeypatch) 
         pieces.append(" " * rng.choice((0, 1, 5, 40)) + "," + "\n" * rng.choice((0, 1, 30)))
     data = ("[" + "".join(pieces) + "{}]").encode()
     for at in range(0, len(data), 7):
-        found = EVENT_BOUNDARY.search(data[at : at + 4096])
+        found = KEYED_BOUNDARY.search(data[at : at + 4096])
         expected = None if found is None else at + found.end() - 1
         assert json_segments._boundary_after(io.BytesIO(data), at) == expected, at
+
+
+def test_a_cut_steps_over_the_boundaries_a_string_holds() -> None:
+    """Serialized JSON in an arg holds ``}, {`` at every object: a part starts at the next event
+    after it, not inside the string."""
+    config = json.dumps([{"k": n} for n in range(200)])
+    data = json.dumps([{"name": "a"}, {"name": "config", "args": {"config": config}}, {"name": "b"}]).encode()
+    inside = data.index(b"}, {", data.index(b'"config": "'))
+    assert json_segments._boundary_after(io.BytesIO(data), inside) == data.index(b'{"name": "b"}')
 
 
 def test_a_whole_read_after_the_first_part_counts_what_one_read_counts(

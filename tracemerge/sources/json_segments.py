@@ -30,7 +30,7 @@ from tracemerge.sources.base import GZIP_MAGIC, UTF8_BOM
 from tracemerge.sources.chrome_events import ChromeEvents
 from tracemerge.sources.chrome_schema import NeedsExactTimes
 from tracemerge.sources.json_stream import Damage, EventStream, SegmentCut
-from tracemerge.sources.json_text import EVENT_BOUNDARY
+from tracemerge.sources.json_text import KEYED_BOUNDARY
 from tracemerge.stats import Losses
 
 # A part holds at least this many bytes: a file of two parts' worth is read in parts when the
@@ -97,7 +97,7 @@ def _boundary_after(f: BinaryIO, at: int) -> int | None:
         # Searched from the start again: a boundary may straddle two reads. The first found in
         # what is read so far is the first in the whole window (none can start before it and
         # end after: its braces and comma are not whitespace).
-        found = EVENT_BOUNDARY.search(text)
+        found = KEYED_BOUNDARY.search(text)  # not one that a string holds, as far as can be told
         if found is not None:
             return at + found.end() - 1  # the next event's ``{``
         step *= 4

@@ -37,6 +37,7 @@ from tracemerge.sources.json_decode import BatchDecoding
 from tracemerge.sources.json_tail import ArrayTail
 from tracemerge.sources.json_text import (
     _WS,
+    KEYED_BOUNDARY,
     _closed_array,
     _closes_early,
     _last_boundary,
@@ -139,6 +140,18 @@ def _blocks(path: Path) -> Iterator[bytes]:
                 yield tail
 
 
+def _doubled(buf: bytes, blocks: Iterator[bytes]) -> tuple[bytes, bool]:
+    """``buf`` and as many bytes again from ``blocks`` (at least a block); and whether they ran out."""
+    pieces, size = [buf], len(buf)
+    while size < 2 * len(buf) or len(pieces) == 1:
+        more = next(blocks, None)
+        if more is None:
+            return b"".join(pieces), True
+        pieces.append(more)
+        size += len(more)
+    return b"".join(pieces), False
+
+
 class EventStream(BatchDecoding, ArrayTail):
     """Batches of decoded events of one file, then the keys around the event array.
 
@@ -221,12 +234,9 @@ class EventStream(BatchDecoding, ArrayTail):
             except _ArrayEnds:  # the boundary found lies after the array (in the keys or bytes after it)
                 yield from self._finish(buf, blocks)
                 return
-            if decoded is None:  # not one whole event yet: read on
-                more = next(blocks, None)
-                if more is None:
-                    eof = True
-                else:
-                    buf += more
+            if decoded is None:  # not one whole event yet: read on, as much again (one event of
+                # many blocks, a long string in its args, then costs a pass per doubling, not per block)
+                buf, eof = _doubled(buf, blocks)
                 continue
             events, used = decoded
             yield events
@@ -289,7 +299,7 @@ class EventStream(BatchDecoding, ArrayTail):
         """Events of ``buf[:cut + 1]``, cut earlier when that boundary lies inside a string or
         after damage; None when no boundary before ``cut`` ends an event; Damage when the first
         event is damaged; _ArrayEnds when the array closes before ``cut``."""
-        damage, scanned = None, False
+        damage, jumps = None, 0
         while True:
             doc = b"".join((b"[", memoryview(buf)[: cut + 1], b"]"))  # one copy of the block, not three
             inside_string = False
@@ -303,12 +313,16 @@ class EventStream(BatchDecoding, ArrayTail):
                     at = _pos(exc, doc) - 1
                     damage = Damage(f"invalid JSON ({_reason(exc)})", self._where(buf, at))
                 else:
-                    inside_string = damage is None and not scanned
-            if inside_string:
-                # Straight to the last boundary outside the strings: stepping back one ``}, {`` at
-                # a time decodes the batch again for each that a string holds.
-                scanned = True
-                earlier = _last_boundary_outside_strings(buf, cut - 1)
+                    inside_string = damage is None
+            # Stepping back one ``}, {`` at a time would decode the batch again for each that a
+            # string holds: first to the last one before a key, then to the last one outside the
+            # strings (a pass over their tokens), and only then one at a time.
+            if inside_string and jumps < 2:
+                jumps += 1
+                earlier = _last_boundary(buf, 0, cut, KEYED_BOUNDARY) if jumps == 1 else None
+                if earlier is None:  # none before a key, or that one lay in a string too
+                    jumps = 2
+                    earlier = _last_boundary_outside_strings(buf, cut - 1)
             else:
                 earlier = _last_boundary(buf, 0, at)
             if earlier is None:

@@ -22,6 +22,9 @@ from tracemerge.bounds import JSON_STRING, cut_deep_or_fail
 
 # Where one event of an array ends and the next begins: ``}``, a comma, ``{``.
 EVENT_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+# Such a boundary with the next event's first key after it: one that a string holds is rare, as
+# its quote would be escaped there (serialized JSON in an arg: ``}, {\"k\": 1``).
+KEYED_BOUNDARY = re.compile(rb'\}\s*,\s*\{(?=\s*")')
 _WS = b" \t\r\n"
 # Each element of an array, its text kept: finds where an array ends, whatever its elements hold.
 _ELEMENTS = msgspec.json.Decoder(list[msgspec.Raw])
@@ -204,14 +207,16 @@ def replaced_surrogates(value: Any) -> Any:
     return value
 
 
-def _last_boundary(buf: bytes, lo: int = 0, hi: int | None = None) -> int | None:
-    """Offset of the ``}`` of the last event boundary in ``buf[lo:hi]``."""
+def _last_boundary(
+    buf: bytes, lo: int = 0, hi: int | None = None, boundary: re.Pattern[bytes] = EVENT_BOUNDARY
+) -> int | None:
+    """Offset of the ``}`` of the last event boundary (``boundary``) in ``buf[lo:hi]``."""
     hi = len(buf) if hi is None else hi
     window = 1 << 16
     while hi > lo:
         a = max(lo, hi - window)
         last = None
-        for last in EVENT_BOUNDARY.finditer(buf, a, hi):  # noqa: B007 - the last match is wanted
+        for last in boundary.finditer(buf, a, hi):  # noqa: B007 - the last match is wanted
             pass
         if last is not None:
             return last.start()
