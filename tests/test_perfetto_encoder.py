@@ -12,10 +12,12 @@ from typing import ClassVar
 import numpy as np
 import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
+from readback import read_pftrace
 
 from tracemerge.errors import FatalError
 from tracemerge.layout_types import Items
 from tracemerge.model import FlowPhase
+from tracemerge.pipeline import merge
 from tracemerge.plan import CounterTrack, ThreadTrack
 from tracemerge.writers import packing, perfetto
 from tracemerge.writers.packing import ForkedPacker
@@ -321,3 +323,27 @@ def test_a_packer_writes_in_the_order_given(tmp_path) -> None:
             packer.pack(b"%d," % k, k % 3)
         packer.close()
     assert (tmp_path / "chunk").read_bytes() == b"".join(b"<%d>" % k + b"%d," % k * (k % 3) for k in range(50))
+
+
+def test_many_small_threads_are_packed_a_batch_at_a_time(tmp_path, monkeypatch) -> None:
+    """3,000 threads of one slice each: their packets packed together (a pack per thread cost
+    0.3 ms of numpy each), and every slice on its own thread, at its own time."""
+    events = [{"ph": "X", "name": "k", "pid": 1, "tid": t, "ts": 10 + t, "dur": 1} for t in range(3000)]
+    path = tmp_path / "threads.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    packs = []
+    pack = perfetto.pack_events
+
+    def counted(head: bytes, stamps: np.ndarray, parts: list) -> bytes:
+        packs.append((head, len(stamps)))
+        return pack(head, stamps, parts)
+
+    monkeypatch.setattr(perfetto, "pack_events", counted)
+    merge([path], tmp_path / "out.pftrace", jobs=1)
+    rb = read_pftrace(tmp_path / "out.pftrace")
+    # The file's sequence is 2 (1 carries the descriptors): its 6,000 packets (a BEGIN and an
+    # END per slice) in one pack, but the first, which carries the interned names.
+    assert [n for head, n in packs if head.startswith(b"P\x02")] == [5999]
+    slices = sorted((s.ts, s.dur, s.track) for s in rb.slices if s.name == "k")
+    assert [(ts - slices[0][0], dur) for ts, dur, _ in slices] == [(1000 * t, 1000) for t in range(3000)]
+    assert len({track for _, _, track in slices}) == 3000
