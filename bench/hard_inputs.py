@@ -65,7 +65,14 @@ def _run(env: dict[str, str], trace: Path, out: Path, timeout: float, memory: in
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
     start = time.perf_counter()
-    child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=limited)
+    child = subprocess.Popen(
+        command,
+        env=env,
+        cwd=out.parent,  # not this folder: ``python -m`` would import the package here first
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=limited,
+    )
     while True:  # os.wait4 gives this child's own peak RSS
         pid, status, usage = os.wait4(child.pid, os.WNOHANG)
         if pid:
