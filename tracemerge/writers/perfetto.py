@@ -127,6 +127,7 @@ class UnitEncoder:
         self._last_tails: tuple[list, tuple[int, int | None], tuple] | None = None
 
     batch = 1 << 14
+    packed_alone = 512  # packets: a write at least this large is packed by itself (see _write)
 
     def flush(self) -> None:
         times, events = self.times, self.events
@@ -156,8 +157,13 @@ class UnitEncoder:
             parts = [(lengths[1:], data[size:]) for (lengths, data), size in zip(parts, sizes, strict=True)]
         if not len(stamps):
             return
-        # Packed a batch at a time: a thread of a few events (thousands of them in some traces)
-        # is too small for numpy to pay (0.3 ms a pack, whatever its size).
+        # Small writes are packed together: a thread of a few events (thousands of them in some
+        # traces) is too small for numpy to pay (0.3 ms a pack, whatever its size). Others are
+        # packed at once, so that a packing process has them as early as they are written.
+        if len(stamps) >= self.packed_alone:
+            self._pack_pending()
+            self._pack(stamps, parts)
+            return
         self._pending.append((stamps, parts))
         self._pending_packets += len(stamps)
         if self._pending_packets >= self.batch:
@@ -168,7 +174,9 @@ class UnitEncoder:
         if not pending:
             return
         self._pending, self._pending_packets = [], 0
-        stamps, parts = pending[0] if len(pending) == 1 else _joined_writes(pending)
+        self._pack(*(pending[0] if len(pending) == 1 else _joined_writes(pending)))
+
+    def _pack(self, stamps: np.ndarray, parts: list[tuple[np.ndarray, bytes]]) -> None:
         if self._packer is not None:
             self._packer.pack(self.stamped_head, stamps, parts)
         else:
