@@ -8,8 +8,11 @@ each batch is decoded by msgspec into typed structs. The keys around the array (
 the batches are consumed.
 
 A batch ends at a ``}`` followed by ``,`` and ``{`` (white space allowed between). Such a sequence
-inside a string makes the batch end inside that string; the decoder then reports truncated input,
-and the batch is cut at an earlier boundary instead, its remainder going to the next batch. When
+inside a string (serialized JSON in an arg holds one per object) makes the batch end inside that
+string; the decoder then reports truncated input, and the batch is cut at an earlier boundary
+instead, its remainder going to the next batch: the last one followed by a key, else the last one
+outside the strings, found in one pass whatever the strings hold. A buffer without a whole event
+yet is read on until it doubles. When
 the boundary lies after the array's ``]`` (in a list among the keys after it, or in a second document
 after the JSON), the array's last events are decoded with those keys and the bytes after the JSON
 are read through, counted and not kept, however long they run. A file
