@@ -8,9 +8,10 @@ command as a child process, the commands interleaved (each repeat starting one c
 ``--repeat`` times each; it reports the median wall time, CPU time (user + system, children
 included) and peak RSS (largest process, from wait4), the output size, and ratios against
 ``viztracer --combine`` (the baseline; run where viztracer is installed). The machine may be
-shared: compare ratios from one run, not seconds across runs. ``--against DIR`` (a folder holding another copy of the ``tracemerge/``
-package, e.g. a ``git worktree`` of an earlier commit) times that copy's ``-o .pftrace`` merge
-too, interleaved with the others: a before-and-after from one run.
+shared: compare ratios from one run, not seconds across runs. ``--against DIR`` (a folder
+holding another copy of the ``tracemerge/`` package, e.g. a ``git worktree`` of an earlier
+commit) times that copy's ``-o .pftrace`` merge too, interleaved with the others: a
+before-and-after from one run.
 
 Suites:
   main     8 ranks × 23 MB of each workload shape (make_workload.py --kind): Kineto (GPU streams,
