@@ -21,7 +21,6 @@ shown as such. ``--against DIR`` runs another copy of the package (a folder hold
 from __future__ import annotations
 
 import argparse
-import compileall
 import json
 import os
 import resource
@@ -32,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from run import compile_package
+from run import package_copies
 
 
 def _serialized_args(path: Path, objects: int) -> None:
@@ -94,12 +93,7 @@ def main() -> None:
     parser.add_argument("--against", type=Path, help="a folder holding another tracemerge package, run alternately")
     parser.add_argument("--rank", type=Path, help="a real rank's Kineto JSON, to put a long serialized arg into")
     args = parser.parse_args()
-    compile_package()
-    here = str(Path(__file__).resolve().parent.parent)
-    copies = {"this": dict(os.environ, PYTHONPATH=here)}
-    if args.against is not None:
-        copies["against"] = dict(os.environ, PYTHONPATH=str(args.against.resolve()))
-        compileall.compile_dir(args.against.resolve() / "tracemerge", quiet=1)
+    copies = package_copies(args.against)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         shapes: dict[str, Path] = {}

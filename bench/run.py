@@ -176,6 +176,17 @@ def compile_package() -> None:
     compileall.compile_dir(Path(tracemerge.__file__).parent, quiet=1)
 
 
+def package_copies(against: Path | None) -> dict[str, dict[str, str]]:
+    """The environments that run this package ("this") and, given ``against`` (a folder holding
+    another copy of ``tracemerge/``), that copy ("against"); each copy compiled first."""
+    compile_package()
+    copies = {"this": dict(os.environ, PYTHONPATH=str(HERE.parent))}
+    if against is not None:
+        copies["against"] = dict(os.environ, PYTHONPATH=str(against.resolve()))
+        compileall.compile_dir(against.resolve() / "tracemerge", quiet=1)
+    return copies
+
+
 # The workloads of the main suite, and whether viztracer --combine reads them.
 KINDS = {"kineto": True, "epoch": True, "ascend": False, "areal": False}
 

@@ -14,8 +14,6 @@ installed copy has it.
 from __future__ import annotations
 
 import argparse
-import compileall
-import os
 import statistics
 import subprocess
 import sys
@@ -24,7 +22,7 @@ import time
 from importlib.metadata import version
 from pathlib import Path
 
-from run import compile_package
+from run import package_copies
 
 SMALL = Path(__file__).resolve().parent.parent / "fixtures" / "kineto_gpu" / "rank0.pt.trace.json"
 
@@ -44,12 +42,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--against", type=Path, help="a folder holding another tracemerge package, timed alternately")
     args = parser.parse_args()
-    compile_package()
-    here = str(Path(__file__).resolve().parent.parent)
-    copies = {"this": dict(os.environ, PYTHONPATH=here)}
-    if args.against is not None:
-        copies["against"] = dict(os.environ, PYTHONPATH=str(args.against.resolve()))
-        compileall.compile_dir(args.against.resolve() / "tracemerge", quiet=1)
+    copies = package_copies(args.against)
     with tempfile.TemporaryDirectory() as tmp:
         commands = {
             "--version": [sys.executable, "-m", "tracemerge", "--version"],
