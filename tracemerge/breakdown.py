@@ -20,8 +20,8 @@ import bisect
 import itertools
 import operator
 from collections import defaultdict
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from tracemerge.entries import ranks
@@ -183,8 +183,7 @@ def _merged_intersection(x: list[tuple[int, int]], y: list[tuple[int, int]]) -> 
     return out
 
 
-@dataclass(frozen=True)
-class Breakdown:
+class Breakdown(msgspec.Struct, frozen=True):
     """One process's numbers in one step (ns)."""
 
     wall: int

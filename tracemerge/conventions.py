@@ -11,7 +11,8 @@ replica's folder. Each convention names the framework source it follows.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+import msgspec
 
 # verl's discrete-mode stages (file-name scopes, and the stage folders of older verl and of verl on
 # Ascend) and the phase each is, as the verl phase preset names it. ``train`` is a whole step.
@@ -41,8 +42,7 @@ STAGE_ROLES = {"update_actor": "actor", "old_log_prob": "actor", "ref": "ref", "
 STAGE_ROLES |= {"values": "critic", "generate": "rollout"}
 
 
-@dataclass(frozen=True)
-class Convention:
+class Convention(msgspec.Struct, frozen=True):
     """One framework's naming rule: ``file`` must match the whole file name; ``folder``, matched
     against the name of the folder holding it, adds what that folder says. Named groups: role,
     rank, step, stage, world, tp, pp, dp, cp, ep, replica, local (a rank inside an engine

@@ -30,9 +30,11 @@ from __future__ import annotations
 import bisect
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from functools import cached_property
 from operator import itemgetter
+
+import msgspec
+from msgspec import field
 
 from tracemerge.breakdown import covered
 from tracemerge.model import Identity
@@ -41,15 +43,12 @@ FOREVER = 1 << 62  # the end of the idle time after a process's last step
 Entry = tuple[int, int, tuple]  # (entry, exit, collective id)
 
 
-@dataclass
-class Timeline:
+class Timeline(msgspec.Struct, dict=True):  # (a __dict__ for the cached properties)
     """What one process did, on the aligned timeline, each list sorted by start."""
 
     collectives: list[tuple[int, int, str]] = field(default_factory=list)  # (start, end, kind)
     idle: list[tuple[int, int]] = field(default_factory=list)  # in and between its steps, after its last
     pieces: list[tuple[int, int, str]] = field(default_factory=list)  # (start, end, innermost phase)
-    # entries(role, window), kept: a step's holdup and its critical path ask for the same ones
-    _entered: dict[tuple, list[Entry]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def entries(self, role: str, window: tuple[int, int]) -> list[Entry]:
         """The collectives that start in ``window``, by end, each with an id shared by the k-th
@@ -59,6 +58,11 @@ class Timeline:
         if found is None:
             found = self._entered[key] = _entries(role, window, self.collectives, self._collective_starts)
         return found
+
+    @cached_property
+    def _entered(self) -> dict[tuple, list[Entry]]:
+        """entries(role, window), kept: a step's holdup and its critical path ask for the same ones."""
+        return {}
 
     def forget_entries(self) -> None:
         """Drops the kept :meth:`entries` (once the holdups and critical paths are made)."""
@@ -90,8 +94,7 @@ class Timeline:
         return found
 
 
-@dataclass(frozen=True)
-class Holdup:
+class Holdup(msgspec.Struct, frozen=True):
     """One group's skews, the process that started last and the critical one."""
 
     start_skew: int

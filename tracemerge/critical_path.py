@@ -34,7 +34,8 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+
+import msgspec
 
 from tracemerge.breakdown import covered
 from tracemerge.critical import Timeline, _last_arrivals, order_key
@@ -46,8 +47,7 @@ NOT_PROFILED = "not profiled"
 EARLIER_STEP = "earlier step"
 
 
-@dataclass(frozen=True)
-class Segment:
+class Segment(msgspec.Struct, frozen=True):
     """One piece of a step's critical path (ns, aligned)."""
 
     step: int

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass, replace
 from pathlib import Path
+
+import msgspec
+from msgspec.structs import replace
 
 from tracemerge.errors import FatalError, InputError, shown
 from tracemerge.layouts import PathFacts, generic_facts, join_frontends, needs_export, path_facts
 from tracemerge.sources import FORMATS, SourceFormat, read_head
 
 
-@dataclass(frozen=True)
-class Candidate:
+class Candidate(msgspec.Struct, frozen=True):
     """A file some format claims, with what its path says about its role and rank."""
 
     path: Path
@@ -30,8 +31,7 @@ class Candidate:
         return self.facts.rank
 
 
-@dataclass(frozen=True)
-class Discovery:
+class Discovery(msgspec.Struct, frozen=True):
     candidates: list[Candidate]
     skipped: list[InputError]  # unusable: named, with the reason
     ignored: list[Path]  # met while walking a directory; not a trace

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
+
+import msgspec
 
 from tracemerge.discover import Discovery, discover
 from tracemerge.errors import FatalError
@@ -28,8 +29,7 @@ if TYPE_CHECKING:
     from concurrent.futures import Future, ProcessPoolExecutor
 
 
-@dataclass(frozen=True)
-class ForkedPartReads:
+class ForkedPartReads(msgspec.Struct, frozen=True):
     """A large file's parts read at once, each in a process forked from the one reading the file
     (they start from its state: the file's layout as the read began) while that one reads its
     own part; picklable, so a worker process can use it.

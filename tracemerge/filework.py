@@ -15,9 +15,12 @@ import sqlite3
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import msgspec
+from msgspec import field
+from msgspec.structs import replace
 
 from tracemerge.anchors import Watch
 from tracemerge.discover import Candidate
@@ -52,8 +55,7 @@ RELATIVE_NO_ANCHOR = ClockDomain("relative µs, no wall-clock anchor", anchored=
 PACK_AHEAD_MIN = 2 << 20
 
 
-@dataclass(frozen=True)
-class FileJob:
+class FileJob(msgspec.Struct, frozen=True):
     """What processing one file needs besides the file: all of it small and picklable."""
 
     candidate: Candidate
@@ -79,8 +81,7 @@ class FileJob:
     saved: FileScan | None = None
 
 
-@dataclass
-class FileOutcome:
+class FileOutcome(msgspec.Struct):
     """What processing one file gave: a summary, or why the file is not used."""
 
     candidate: Candidate

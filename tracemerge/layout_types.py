@@ -8,10 +8,11 @@ Kept apart from :mod:`tracemerge.layout` so that the modules that work a file ou
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 from typing import Protocol
 
+import msgspec
 import numpy as np
+from msgspec import field
 
 from tracemerge.model import Identity, ThreadKey
 from tracemerge.plan import CounterTrack, ThreadTrack
@@ -19,8 +20,7 @@ from tracemerge.report import EventCounts
 from tracemerge.stats import Losses
 
 
-@dataclass
-class Items:
+class Items(msgspec.Struct):
     """Slices and instants of one thread for the encoder, in the order they are to be written:
     per item its lane (an index into the tracks handed over with it), its timestamp and
     duration, whether it is an instant, its body (``bodies`` holds them joined, ``lengths``
@@ -77,8 +77,7 @@ class Tracks(Protocol):
     def counter(self, ident: Identity, key: ThreadKey, name: str) -> CounterTrack: ...
 
 
-@dataclass
-class LayoutResult:
+class LayoutResult(msgspec.Struct):
     """What laying out one file produced: counts read and written, lanes opened, losses."""
 
     read: dict[Identity, EventCounts] = field(default_factory=lambda: defaultdict(EventCounts))

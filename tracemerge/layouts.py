@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
 from pathlib import Path
+
+import msgspec
+from msgspec.structs import replace
 
 from tracemerge.conventions import (
     CONVENTIONS,
@@ -84,8 +86,7 @@ COORDINATES = ("tp", "pp", "dp", "cp", "ep")  # parallel coordinates
 COORDINATE_ORDER = (*COORDINATES, "replica", "world")  # the order they are shown in
 
 
-@dataclass(frozen=True)
-class PathFacts:
+class PathFacts(msgspec.Struct, frozen=True):
     """What a trace's path says of the process that wrote it (None where it says nothing)."""
 
     role: str | None = None

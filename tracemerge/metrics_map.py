@@ -11,15 +11,15 @@ A TOML file of ``[[process]]`` entries, first match wins::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from tracemerge.model import as_rank
 from tracemerge.tomlfile import read_toml
 
 
-@dataclass(frozen=True)
-class Placement:
+class Placement(msgspec.Struct, frozen=True):
     """A ``--metrics-map`` entry: series whose labels include ``labels`` belong to role/rank."""
 
     labels: tuple[tuple[str, str], ...]
@@ -27,8 +27,7 @@ class Placement:
     rank: int | None
 
 
-@dataclass(frozen=True)
-class MetricsMap:
+class MetricsMap(msgspec.Struct, frozen=True):
     placements: tuple[Placement, ...] = ()
 
     def place(self, labels: Mapping[str, str]) -> Placement | None:

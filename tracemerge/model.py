@@ -8,10 +8,12 @@ that build events one by one use :class:`Event`. Nothing here knows about output
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
+
+import msgspec
+from msgspec import field
 
 from tracemerge.stats import Losses
 
@@ -42,8 +44,7 @@ OriginKey = tuple
 NO_ORIGIN: OriginKey = (None, None)
 
 
-@dataclass(slots=True)
-class Event:
+class Event(msgspec.Struct):
     """One input event, normalized.
 
     ``ts`` and ``dur`` are integer nanoseconds in the source's clock domain. For counters ``name``
@@ -66,8 +67,7 @@ class Event:
     flow_next: bool = False
 
 
-@dataclass(frozen=True)
-class ClockDomain:
+class ClockDomain(msgspec.Struct, frozen=True):
     """The time base of a source's timestamps.
 
     ``anchored`` sources carry Unix-epoch time and can be placed on the common timeline as they
@@ -82,16 +82,14 @@ class ClockDomain:
 UNIX_EPOCH = ClockDomain("unix epoch", anchored=True)
 
 
-@dataclass
-class ThreadInfo:
+class ThreadInfo(msgspec.Struct):
     """Display facts about a source thread: its name and where it sorts inside its process."""
 
     name: str
     sort_key: tuple = ()
 
 
-@dataclass
-class SourceData:
+class SourceData(msgspec.Struct):
     """What a source says about one file once it has handed over its events.
 
     ``clock`` None means the clock is told by the magnitude of the timestamps (Unix-epoch µs, or a
@@ -123,8 +121,7 @@ class SourceData:
     step_values: dict[int, dict[str, float]] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Identity:
+class Identity(msgspec.Struct, frozen=True):
     """A process in the merged trace: one role and rank of the training job.
 
     ``tag`` separates sources whose rank could not be determined (one process per file then).

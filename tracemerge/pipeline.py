@@ -23,8 +23,9 @@ import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
-from dataclasses import replace
 from pathlib import Path
+
+from msgspec.structs import replace
 
 from tracemerge.clock import AUTOMATIC, AlignOptions
 from tracemerge.clock.offsets import unmatched

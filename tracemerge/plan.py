@@ -12,8 +12,10 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
+from msgspec import field
 
 from tracemerge.clock import Alignment
 from tracemerge.layouts import PathFacts, role_sort_key
@@ -28,8 +30,7 @@ def stable_id(*parts: object) -> int:
     return (int.from_bytes(digest, "little") & ((1 << 63) - 1)) or 1
 
 
-@dataclass
-class FileScan:
+class FileScan(msgspec.Struct):
     """What one file holds, in the terms the plan needs; gathered while the file is encoded."""
 
     path: Path
@@ -63,8 +64,7 @@ class FileScan:
     series_descriptions: dict[str, str] = field(default_factory=dict)  # counter title -> full name
 
 
-@dataclass(frozen=True)
-class ProcessTrack:
+class ProcessTrack(msgspec.Struct, frozen=True):
     identity: Identity
     uuid: int
     pid: int
@@ -80,8 +80,7 @@ class ProcessTrack:
         return is_first(self.identity)
 
 
-@dataclass(frozen=True)
-class ThreadTrack:
+class ThreadTrack(msgspec.Struct, frozen=True):
     """A thread (or device stream) track; ``lane`` > 0 marks an overlap lane beside thread ``parent``.
 
     ``as_thread``: `.pftrace` writes it as a thread of its process (pid, ``tid``), else as a track
@@ -99,8 +98,7 @@ class ThreadTrack:
     as_thread: bool = False
 
 
-@dataclass(frozen=True)
-class CounterTrack:
+class CounterTrack(msgspec.Struct, frozen=True):
     uuid: int
     pid: int
     name: str
@@ -115,8 +113,7 @@ CLOCK_NOTE = "clock alignment"
 SUMMARY_NOTE = "phase summary"  # an instant on the Pipeline group whose arg "summary" holds the numbers
 
 
-@dataclass(frozen=True)
-class ClockNote:
+class ClockNote(msgspec.Struct, frozen=True):
     """How a file was placed, shown in the trace: an instant on its process at its first event."""
 
     process_uuid: int
@@ -125,8 +122,7 @@ class ClockNote:
     args: dict[str, str | int]
 
 
-@dataclass(frozen=True)
-class UnitPlan:
+class UnitPlan(msgspec.Struct, frozen=True):
     """All that encoding one file needs."""
 
     path: Path
@@ -145,8 +141,7 @@ def flow_id_base(sequence_id: int) -> int:
     return sequence_id << 32
 
 
-@dataclass
-class MergePlan:
+class MergePlan(msgspec.Struct):
     units: list[UnitPlan]
     processes: list[ProcessTrack]
     threads: list[ThreadTrack]

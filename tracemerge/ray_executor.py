@@ -25,11 +25,13 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import ray
+from msgspec import field
+from msgspec.structs import replace
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from tracemerge.discover import Candidate, Discovery, discover
@@ -41,8 +43,7 @@ from tracemerge.filework import FileJob, FileOutcome, process_file
 WalkKey = tuple[int, tuple[tuple[int, str], ...]]
 
 
-@dataclass(frozen=True)
-class NodeFiles:
+class NodeFiles(msgspec.Struct, frozen=True):
     """What one node found under the inputs it has."""
 
     candidates: list[Candidate]
@@ -119,15 +120,13 @@ _process_on_node = ray.remote(process_on_node)
 _remove_folder = ray.remote(remove_folder)
 
 
-@dataclass
-class _Node:
+class _Node(msgspec.Struct):
     id: str
     label: str
     cpus: float
 
 
-@dataclass
-class _Placed:
+class _Placed(msgspec.Struct):
     """Where a file is read: its node, and the other nodes that hold the same file."""
 
     node: str

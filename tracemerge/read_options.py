@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
+
+import msgspec
 
 from tracemerge.metrics_map import NO_MAP, MetricsMap
 
@@ -21,8 +22,7 @@ class PartReads(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class ReadOptions:
+class ReadOptions(msgspec.Struct, frozen=True):
     """One file's read options; sources reach them as ``layout.options``."""
 
     metrics_map: MetricsMap = NO_MAP  # where metric series go when their labels do not say

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
+
+import msgspec
+from msgspec.structs import replace
 
 from tracemerge.clock import AlignOptions, align
 from tracemerge.discover import Candidate
@@ -37,8 +39,7 @@ from tracemerge.stats import Losses
 from tracemerge.writers import Writer
 
 
-@dataclass(frozen=True)
-class Asked:
+class Asked(msgspec.Struct, frozen=True):
     """What a merge (or a summary) was asked, as its stages use it."""
 
     writer: Writer | None  # None: the files are read for their summaries only, nothing is encoded
@@ -72,8 +73,7 @@ def asked_of(
     return runner, Asked(writer, selection, clocks, phase_rules, metrics_map, memory_budget, cores)
 
 
-@dataclass
-class FirstRead:
+class FirstRead(msgspec.Struct):
     """Every file read once: its job, the summaries, and the plan and phases made of them."""
 
     jobs: dict[Path, FileJob]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
+from msgspec import field
 
 from tracemerge.errors import shown
 from tracemerge.exit_status import EXIT_INCOMPLETE, EXIT_OK
@@ -20,8 +21,7 @@ _NOT_EVENTS = frozenset({Stat.VALUE_TOO_DEEP, Stat.CLOCK_ANCHOR_UNREADABLE})
 IGNORED_SHOWN = 10  # files that are not traces named on stderr (the report lists them all)
 
 
-@dataclass
-class EventCounts:
+class EventCounts(msgspec.Struct):
     """Events per output kind. ``flows`` counts flow links (an s→f arrow is one link)."""
 
     slices: int = 0
@@ -43,8 +43,7 @@ class EventCounts:
         return {"slices": self.slices, "instants": self.instants, "counters": self.counters, "flows": self.flows}
 
 
-@dataclass
-class ProcessReport:
+class ProcessReport(msgspec.Struct):
     """One (role, rank) process of the merged trace."""
 
     label: str
@@ -58,8 +57,7 @@ class ProcessReport:
     written: EventCounts = field(default_factory=EventCounts)
 
 
-@dataclass
-class RunReport:
+class RunReport(msgspec.Struct):
     output: Path | None = None
     format: str = ""
     processes: list[ProcessReport] = field(default_factory=list)

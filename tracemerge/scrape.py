@@ -27,9 +27,11 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
+
+import msgspec
+from msgspec import field
 
 from tracemerge.errors import TracemergeError, shown
 from tracemerge.output import check_output, write_whole
@@ -43,8 +45,7 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _HEADERS = {"Accept": "text/plain;version=0.0.4;q=1, */*;q=0.1", "User-Agent": "tracemerge-scrape"}
 
 
-@dataclass
-class ScrapeResult:
+class ScrapeResult(msgspec.Struct):
     written: Counter[str] = field(default_factory=Counter)  # scrapes per URL
     failed: Counter[str] = field(default_factory=Counter)
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from collections.abc import Iterable
-from dataclasses import dataclass
 from decimal import Decimal
+
+import msgspec
 
 from tracemerge.layouts import COORDINATES, PathFacts
 from tracemerge.model import Identity
@@ -148,8 +149,7 @@ def parse_roles(text: str) -> frozenset[str]:
     return roles
 
 
-@dataclass(frozen=True)
-class Selection:
+class Selection(msgspec.Struct, frozen=True):
     """What to keep. ``window`` is in ns after the run start."""
 
     roles: frozenset[str] | None = None
@@ -183,8 +183,7 @@ class Selection:
 EVERYTHING = Selection()
 
 
-@dataclass(frozen=True)
-class TimeFilter:
+class TimeFilter(msgspec.Struct, frozen=True):
     """A file's share of a selection, in its own timestamps: keep slices of at least ``min_dur``
     that share time with [lo, hi], and instants and counter samples within it."""
 

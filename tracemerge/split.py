@@ -16,8 +16,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
 from pathlib import Path
+
+import msgspec
+from msgspec.structs import replace
 
 from tracemerge.errors import FatalError, shown
 from tracemerge.phases.derived_unit import DERIVED_FORMAT
@@ -32,8 +34,7 @@ PIPELINE_PART = "pipeline"
 UNKNOWN_HOST = "unknown-host"
 
 
-@dataclass(frozen=True)
-class Part:
+class Part(msgspec.Struct, frozen=True):
     group: str
     units: list[UnitPlan]
     window: tuple[int | None, int | None] | None = None  # ns after the run start (step-window)

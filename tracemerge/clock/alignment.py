@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from pathlib import Path
+
+import msgspec
+from msgspec.structs import replace
 
 from tracemerge.anchors import COLLECTIVE, SESSION, SYNC, sync_presets
 from tracemerge.clock.matching import Anchor, Evidence, estimate, sync_text
@@ -50,8 +52,7 @@ MTIME_SLACK_NS = 3600 * 10**9
 EVIDENCE = (COLLECTIVE, SESSION, SYNC)
 
 
-@dataclass
-class _Group:
+class _Group(msgspec.Struct):
     key: tuple
     label: str
     scans: list

@@ -7,8 +7,9 @@ is weighed; every other file of the run is placed as usual.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from tracemerge.model import Identity
 from tracemerge.select import parse_duration
@@ -18,8 +19,7 @@ from tracemerge.tomlfile import read_toml
 MAX_OFFSET_NS = 100 * 365 * 86_400 * 10**9
 
 
-@dataclass(frozen=True)
-class ManualOffset:
+class ManualOffset(msgspec.Struct, frozen=True):
     """``--offset ROLE[/RANK]=±DURATION``: shift the files of that role (and rank) by ``ns``."""
 
     role: str

@@ -4,9 +4,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+import msgspec
+from msgspec import field
 
 from tracemerge.clock.offsets import ManualOffset
 from tracemerge.model import ClockDomain, Identity
@@ -24,8 +26,7 @@ class HasClock(Protocol):
     identities: dict
 
 
-@dataclass(frozen=True)
-class AlignOptions:
+class AlignOptions(msgspec.Struct, frozen=True):
     enabled: bool = True  # False: --no-align, every file keeps its raw clock
     offsets: tuple[ManualOffset, ...] = ()
     sync: tuple[str, ...] = ()  # --sync: span names that start at one instant in every process
@@ -37,8 +38,7 @@ class AlignOptions:
 AUTOMATIC = AlignOptions()
 
 
-@dataclass
-class SourceClock:
+class SourceClock(msgspec.Struct):
     """How one file was placed on the trace's timeline."""
 
     path: Path
@@ -65,8 +65,7 @@ class SourceClock:
         }
 
 
-@dataclass
-class Alignment:
+class Alignment(msgspec.Struct):
     offsets: dict[Path, int]
     base_ns: int  # the trace's time zero, on the aligned timeline
     wall_clock: bool  # whether that timeline is Unix-epoch time

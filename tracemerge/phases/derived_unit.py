@@ -4,9 +4,10 @@ the output: a summary the plan takes like a file's, and a chunk encoded like a f
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from msgspec.structs import replace
 
 from tracemerge.clock.placement import Alignment
 from tracemerge.clock.unaligned import unaligned

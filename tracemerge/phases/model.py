@@ -5,9 +5,11 @@ path), as :mod:`tracemerge.phases.derivation` makes it and the summary and track
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+import msgspec
+from msgspec import field
 
 from tracemerge.breakdown import Breakdown
 from tracemerge.critical import Holdup, Timeline
@@ -23,16 +25,14 @@ class HasMarks(Protocol):
     marks: dict[Identity, dict[str, list[tuple[int, int]]]]
 
 
-@dataclass
-class Occurrence:
+class Occurrence(msgspec.Struct):
     phase: str
     start: int
     end: int
     step: int | None = None  # the step its start falls in
 
 
-@dataclass
-class Step:
+class Step(msgspec.Struct):
     step: int
     start: int
     end: int
@@ -44,8 +44,7 @@ class Step:
         return self.end - self.start
 
 
-@dataclass
-class ProcessPhases:
+class ProcessPhases(msgspec.Struct):
     preset: str
     occurrences: list[Occurrence] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
@@ -53,8 +52,7 @@ class ProcessPhases:
     timeline: Timeline = field(default_factory=Timeline)
 
 
-@dataclass
-class PipelineSlice:
+class PipelineSlice(msgspec.Struct):
     """One phase of one step across a role's ranks: first start to last end."""
 
     phase: str
@@ -66,8 +64,7 @@ class PipelineSlice:
     ranks: int
 
 
-@dataclass
-class StepScalars:
+class StepScalars(msgspec.Struct):
     """A file of step-keyed values (tracker scalars): step -> name -> value."""
 
     path: Path
@@ -75,8 +72,7 @@ class StepScalars:
     dropped: Losses = field(default_factory=Losses)
 
 
-@dataclass
-class PhaseModel:
+class PhaseModel(msgspec.Struct):
     preset: str  # the presets used, as the processes chose them ("" when no phase was found)
     processes: dict[Identity, ProcessPhases]
     steps: list[tuple[int, int, int]]  # job steps: (step, start, end)

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from tracemerge.anchors import phase_tag, preset_sync_tag, step_tag
 from tracemerge.tomlfile import read_toml
@@ -32,16 +33,14 @@ TORCH_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 TORCH_STEPS, NAMED_STEPS = "torch", "name"
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(msgspec.Struct, frozen=True):
     pattern: re.Pattern[str]
     phase: str | None  # None: the event's own name
     role: str | None = None
     exact: str | None = None  # the one name the pattern matches, when it is written as that name
 
 
-@dataclass(frozen=True)
-class Preset:
+class Preset(msgspec.Struct, frozen=True):
     name: str
     phases: tuple[Rule, ...]
     steps: tuple[Rule, ...] = ()
@@ -141,8 +140,7 @@ PRESETS = {p.name: p for p in (VERL, AREAL, SKYRL)}
 AUTO = "auto"
 
 
-@dataclass(frozen=True)
-class PhaseOptions:
+class PhaseOptions(msgspec.Struct, frozen=True):
     """Phase rules noted while reading (every preset: the best is chosen), and ``--steps``."""
 
     presets: tuple[Preset, ...] = tuple(PRESETS.values())

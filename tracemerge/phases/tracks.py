@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+
+import msgspec
+from msgspec import field
 
 from tracemerge.breakdown import worst
 from tracemerge.critical import FOREVER, Holdup, order_key
@@ -218,8 +220,7 @@ def _holdup_args(p: PipelineSlice) -> dict:
     }
 
 
-@dataclass
-class Row:
+class Row(msgspec.Struct):
     """One row of a role: the slices placed on it (as drawn) and their bounds, to test nesting."""
 
     placed: list[tuple[PipelineSlice, int, int]] = field(default_factory=list)

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any, Protocol
+
+import msgspec
 
 from tracemerge.model import Event, Kind
 from tracemerge.sources.ascend_layout import COUNTER_ORDER, OTHER_COUNTER_ORDER
@@ -65,8 +66,7 @@ class Names(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class CounterTable:
+class CounterTable(msgspec.Struct, frozen=True):
     process: str  # the text export's process, which names the counter track
     samples: Callable[[dict[str, Any], Names], Iterator[Sample]]
 

@@ -8,11 +8,11 @@ Bare msprof runs are ``PROF_*`` directories. The text and DB readers share these
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import orjson
+from msgspec.structs import replace
 
 from tracemerge.bounds import TOO_DEEP, cut_deep
 from tracemerge.errors import InputError, NotATrace, shown

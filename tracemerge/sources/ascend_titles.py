@@ -26,9 +26,10 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
+
+import msgspec
 
 from tracemerge.layout import FileLayout
 from tracemerge.model import ThreadKey
@@ -41,8 +42,7 @@ FRACTION_KEYS = frozenset({"Hit Rate(%)"})
 ZERO_SERIES = "counter series zero throughout the file, left out (--keep-zero-counters keeps them)"
 
 
-@dataclass(frozen=True)
-class _Rule:
+class _Rule(msgspec.Struct, frozen=True):
     process: str | None  # only counters of this process (msprof's), else any
     name: re.Pattern[str]
     key: re.Pattern[str]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from tracemerge.errors import InputError
 from tracemerge.layouts import PathFacts
@@ -22,8 +23,7 @@ HEAD_BYTES = 64 * 1024
 MAX_WHOLE_FILE = 4 << 30
 
 
-@dataclass(frozen=True)
-class SourceFormat:
+class SourceFormat(msgspec.Struct, frozen=True):
     """An input format.
 
     ``claims(path, head)`` looks at the file name and the first (decompressed) bytes and says

@@ -20,9 +20,11 @@ read whole instead, as it would have been.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
+
+import msgspec
+from msgspec import field
 
 from tracemerge.layout import FileLayout, PlaceholderEncoder
 from tracemerge.read_options import PartReads
@@ -42,8 +44,7 @@ _SEARCH = 4 << 20  # bytes searched for a boundary after a cut's nominal place
 _FIRST_LOOK = 64 << 10  # bytes read first (then four times more each time)
 
 
-@dataclass
-class Part:
+class Part(msgspec.Struct):
     """What reading one part left: its layout's buffers and its reader's state (see the module)."""
 
     index: int

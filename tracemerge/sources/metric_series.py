@@ -23,8 +23,9 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from tracemerge.layout import FileLayout
 from tracemerge.model import UNIX_EPOCH, Event, Kind, SourceData, ThreadInfo, as_rank
@@ -93,8 +94,7 @@ def _base(metric: str) -> str:
     return known_name(metric).removesuffix("_total")
 
 
-@dataclass(frozen=True)
-class Series:
+class Series(msgspec.Struct, frozen=True):
     metric: str
     labels: tuple[tuple[str, str], ...]
     kind: str  # "counter" (cumulative: drawn as a rate) or "gauge"

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
+from msgspec import field
 
 from tracemerge.report import format_table
 from tracemerge.viewer.trace_processor import TraceProcessor
@@ -20,8 +22,7 @@ _SLICE_OWNER = (
 )
 
 
-@dataclass
-class ProcessCounts:
+class ProcessCounts(msgspec.Struct):
     pid: int
     name: str
     tracks: int = 0  # tracks holding slices (threads, streams, the process's own)
@@ -30,8 +31,7 @@ class ProcessCounts:
     flows: int = 0
 
 
-@dataclass
-class CheckResult:
+class CheckResult(msgspec.Struct):
     path: Path
     problems: list[dict[str, Any]] = field(default_factory=list)  # error/data_loss stats > 0
     notes: list[dict[str, Any]] = field(default_factory=list)  # info stats > 0

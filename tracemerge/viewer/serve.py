@@ -16,10 +16,11 @@ from __future__ import annotations
 import os
 import threading
 import urllib.parse
-from dataclasses import dataclass
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+import msgspec
 
 PERFETTO_UI = "https://ui.perfetto.dev"
 DEFAULT_PORT = 9001
@@ -129,8 +130,7 @@ class _Server(ThreadingHTTPServer):
         closed, quietly; the server goes on."""
 
 
-@dataclass
-class TraceServer:
+class TraceServer(msgspec.Struct):
     """A running server; ``url`` opens the trace in the UI."""
 
     server: ThreadingHTTPServer

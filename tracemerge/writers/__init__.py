@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
+
+import msgspec
+from msgspec.structs import replace
 
 from tracemerge.layout_types import Encoder
 from tracemerge.plan import MergePlan, ThreadTrack, UnitPlan
 from tracemerge.writers import chrome_json, perfetto, perfetto_tracks
 
 
-@dataclass(frozen=True)
-class Writer:
+class Writer(msgspec.Struct, frozen=True):
     """An output format: a per-file encoder, and what goes around and between the encoded files.
 
     ``one_pass`` formats encode a file before the plan exists (events refer to content-derived
