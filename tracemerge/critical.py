@@ -115,6 +115,8 @@ def holdup(
     """The :class:`Holdup` of one group: each process's window and timeline (see the module).
     Processes are numbered in role and rank order: on a tie, the lower number is named."""
     ids = sorted(windows, key=order_key)
+    if len(ids) == 1:  # (the common case of one process, at a fraction of the cost)
+        return _alone(ids[0], windows[ids[0]], timelines[ids[0]], idle_name)
     win = [windows[i] for i in ids]
     roles = [i.role for i in ids]
     late = max(range(len(ids)), key=lambda n: (win[n][0], -n))
@@ -134,12 +136,22 @@ def holdup(
     time_on = [sum(b - a for a, b in path.get(n, ())) for n in range(len(ids))]
     time_on[stop] += win[stop][0] - min(w[0] for n, w in enumerate(win) if roles[n] == roles[stop])
     critical = min(range(len(ids)), key=lambda n: (-time_on[n], n != last, n))
-    ran = timelines[ids[critical]].ran(path.get(critical, []))
-    ran.pop(idle_name, None)
-    phase = min(ran, key=lambda name: (-ran[name], name)) if ran else None
+    phase = _longest(timelines[ids[critical]].ran(path.get(critical, [])), idle_name)
     start_skew = win[late][0] - min(w[0] for w in win)
     end_skew = win[last][1] - min(w[1] for w in win)
     return Holdup(start_skew, end_skew, ids[late], ids[critical], waited[critical], phase)
+
+
+def _alone(ident: Identity, window: tuple[int, int], timeline: Timeline, idle_name: str) -> Holdup:
+    """The :class:`Holdup` of a group of one process: no skew, no wait, the critical path its
+    whole window."""
+    return Holdup(0, 0, ident, ident, 0, _longest(timeline.ran([window]), idle_name))
+
+
+def _longest(ran: Counter[str], idle_name: str) -> str | None:
+    """The phase run longest (the first by name on a tie), idle aside."""
+    ran.pop(idle_name, None)
+    return min(ran, key=lambda name: (-ran[name], name)) if ran else None
 
 
 def _entries(role: str, window: tuple[int, int], found: list[tuple[int, int, str]], starts: list[int]) -> list[Entry]:
