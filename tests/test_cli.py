@@ -196,12 +196,44 @@ def test_python_dash_m_and_version() -> None:
     assert done.stdout.strip().startswith("tracemerge ")
 
 
-def _modules_after(*args: str) -> set[str]:
-    """The modules a ``tracemerge ARGS`` run has loaded when it ends (in a fresh interpreter)."""
+@pytest.mark.parametrize(
+    ("status", "code", "err"), [("None", 0, ""), ("3", 3, ""), ("'no such run'", 1, "no such run\n")]
+)
+def test_the_process_ends_with_the_command_status_after_its_exit_handlers(status, code, err) -> None:
+    """``leave_after`` (the entry point's end): the command's status, what it printed and the
+    exit handlers' output flushed, and nothing run after it."""
     script = (
-        "import runpy, sys\n"
+        "import atexit, sys\n"
+        "from tracemerge.exit_status import leave_after\n"
+        "atexit.register(print, 'handler ran')\n"
+        "def command():\n    print('written', end=' ')\n"
+        f"    sys.exit({status})\n"
+        "leave_after(command)\n"
+        "print('after')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == (code, "written handler ran\n", err)
+
+
+def test_the_process_waits_for_a_thread_still_running() -> None:
+    script = (
+        "import threading, time\n"
+        "from tracemerge.exit_status import leave_after\n"
+        "def late():\n    time.sleep(0.2)\n    print('thread done', flush=True)\n"
+        "leave_after(lambda: threading.Thread(target=late).start())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (0, "thread done\n")
+
+
+def _modules_after(*args: str) -> set[str]:
+    """The modules a ``tracemerge ARGS`` run has loaded when it ends (in a fresh interpreter;
+    ``main``, as ``run`` would leave no time to list them)."""
+    script = (
+        "import sys\n"
         f"sys.argv = ['tracemerge', *{list(args)!r}]\n"
-        "try:\n    runpy.run_module('tracemerge', run_name='__main__')\n"
+        "from tracemerge import cli\n"
+        "try:\n    cli.main()\n"
         "except SystemExit as done:\n    assert done.code in (0, None), done.code\n"
         "print(' '.join(sorted(sys.modules)))\n"
     )

@@ -5,14 +5,14 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 
 import typer
 from typer.core import TyperGroup
 
 from tracemerge import __version__, cli_diff, cli_tools, engine
 from tracemerge.errors import Stopped, TracemergeError, shown
-from tracemerge.exit_status import EXIT_FATAL, EXIT_INCOMPLETE, EXIT_OK
+from tracemerge.exit_status import EXIT_FATAL, EXIT_INCOMPLETE, EXIT_OK, leave_after
 
 if TYPE_CHECKING:
     from tracemerge.report import RunReport
@@ -285,6 +285,12 @@ def _said(result: "RunReport", report: Path | None, summary: bool, quiet: bool) 
 
 _Stopped = Stopped
 _stop = Stopped.on_signal
+
+
+def run() -> NoReturn:
+    """The command's entry point (``tracemerge``, ``python -m tracemerge``): :func:`main`, and the
+    process ends with its status (:func:`~tracemerge.exit_status.leave_after`)."""
+    leave_after(main)
 
 
 def main() -> None:
