@@ -9,16 +9,16 @@ from typing import Any
 
 from tracemerge.bounds import MAX_DEPTH
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 
 def read_toml(path: Path) -> dict[str, Any]:
     """The file's tables; ValueError naming the file when it cannot be read or is not TOML. A
     value nested more than MAX_DEPTH levels deep is refused as the readers refuse any value they
     cannot take (one line naming the file and the line; no TOML reader follows it)."""
+    # Imported here: most runs read no TOML, and the reader costs 3 ms of every start-up.
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
     try:
         text = path.read_text(encoding="utf-8")
         _check_depth(path, text)
