@@ -245,7 +245,13 @@ def test_version_and_help_load_the_command_line_alone() -> None:
     """Start-up: ``--version`` and ``--help`` import typer and the command line's own few modules,
     not the engine, numpy, the JSON libraries or protobuf."""
     light = {"tracemerge", "tracemerge.cli", "tracemerge.cli_diff", "tracemerge.cli_tools"}
-    light |= {"tracemerge.engine", "tracemerge.errors", "tracemerge.exit_status", "tracemerge.lazy"}
+    light |= {
+        "tracemerge.engine",
+        "tracemerge.errors",
+        "tracemerge.exit_status",
+        "tracemerge.lazy",
+        "tracemerge.gc_pause",
+    }
     for flag in ("--version", "--help"):
         loaded = _modules_after(flag)
         assert {m for m in loaded if m.split(".")[0] == "tracemerge"} == light, flag
@@ -283,3 +289,19 @@ def test_what_perfetto_ignores_too_is_counted_but_not_a_loss(tmp_path: Path) -> 
             "more": 0,
         }
     }
+
+
+def test_loading_the_engine_runs_no_collection_and_leaves_the_collector_on() -> None:
+    """The engine's modules are imported with the cyclic collector off, then kept out of its
+    passes: their objects hold no garbage cycles."""
+    script = (
+        "import gc\n"
+        "from tracemerge import engine\n"
+        "runs = []\n"
+        "gc.callbacks.append(lambda phase, info: phase == 'start' and runs.append(info['generation']))\n"
+        "engine.merge\n"
+        "gc.callbacks.clear()\n"
+        "print(len(runs), gc.isenabled(), gc.get_freeze_count() > 10000)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["0", "True", "True"]
