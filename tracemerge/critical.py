@@ -173,6 +173,8 @@ _BY_END = itemgetter(1, 0)
 def _last_arrivals(entered: list[list[Entry]]) -> dict[tuple, tuple[int, int]]:
     """Per collective that more than one process was in at one instant: the process entering it
     last (the lowest numbered on a tie), and when."""
+    if len(entered) < 2:  # one process waits on no one
+        return {}
     members: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
     exits: dict[tuple, int] = {}
     for n, mine in enumerate(entered):

@@ -106,7 +106,7 @@ class _Walk:
         self.devices, self.idle, self.first = devices, idle_name, first
         self.lo = min(a for a, _ in windows.values())
         entered = [timelines[i].entries(i.role, windows[i]) for i in ids]
-        self.arrivals = _last_arrivals(entered) if len(ids) > 1 else {}  # (one process waits on no one)
+        self.arrivals = _last_arrivals(entered)
         self.spans = [_Collectives(found) for found in entered]
         # A process's pieces in its window, and its phases' ends, made when the walk first needs
         # them: most walks visit a few of the step's processes.
