@@ -158,6 +158,49 @@ def test_scrape_stops_at_once_while_a_target_trickles(targets: tuple[str, str], 
     assert not [p for p in written if p.is_file() and p.suffix != ".prom"]  # no temporary left
 
 
+_SIGNAL_AT_EACH_LINE = """
+import signal, sys
+from pathlib import Path
+from tracemerge.scrape import scrape, stop_on_signals
+
+url, out, runs = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+lines = fire_at = 0
+
+def signal_at_a_line(frame, event, arg):
+    global lines
+    if event == "line":
+        lines += 1
+        if lines == fire_at:
+            signal.raise_signal(signal.SIGINT)  # its handler runs here, before the line
+    return signal_at_a_line
+
+for fire_at in range(1, runs + 1):
+    lines = 0
+    with stop_on_signals(signal.SIGINT) as stop:
+        sys.settrace(signal_at_a_line)
+        scrape([url], out, 0.01, stop=stop)
+        sys.settrace(None)
+    print(fire_at, flush=True)
+"""
+
+
+def test_scrape_stops_whichever_line_the_signal_arrives_at(targets: tuple[str, str], tmp_path: Path) -> None:
+    """The stop's handler runs on the main thread between two of its lines, whichever they are:
+    the 300 runs each get the signal at the next line of the main thread (the scrape's loop,
+    starting fetches, waiting for a tick: about two ticks' worth). A handler setting a
+    threading.Event would hang for good at the lines where the loop's wait holds the event's lock."""
+    _, other = targets
+    runs = 300
+    done = subprocess.run(
+        [sys.executable, "-c", _SIGNAL_AT_EACH_LINE, f"{other}/metrics", str(tmp_path), str(runs)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(n) for n in range(1, runs + 1)]
+
+
 @pytest.mark.parametrize(
     ("urls", "message"),
     [

@@ -123,18 +123,14 @@ def scrape(
             raise ValueError("--count: must be at least 1")
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    stop = threading.Event()
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        if not quiet:
-            _err(f"scraping {len(targets)} URL(s) every {every} into {shown(output)} (Ctrl+C stops)")
-        result = engine.scrape(targets, output, period, count=count, stop=stop, on_error=_say)
+        with engine.stop_on_signals(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as stop:
+            if not quiet:
+                _err(f"scraping {len(targets)} URL(s) every {every} into {shown(output)} (Ctrl+C stops)")
+            result = engine.scrape(targets, output, period, count=count, stop=stop, on_error=_say)
     except OSError as exc:
         _say(f"error: {shown(output)}: cannot write ({exc.strerror or exc})")
         raise typer.Exit(EXIT_FATAL) from None
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
     written = sum(result.written.values())
     if not quiet:
         failed = sum(result.failed.values())

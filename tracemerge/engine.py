@@ -48,6 +48,7 @@ _HOME = {
     "check_kind": "tracemerge.split",
     "check_targets": "tracemerge.scrape",
     "scrape": "tracemerge.scrape",
+    "stop_on_signals": "tracemerge.scrape",
     "summarize": "tracemerge.summarize",
     "NOT_A_SUMMARY": "tracemerge.viewer.damage",
     "Unreadable": "tracemerge.viewer.damage",

@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import http.client
 import re
+import signal
 import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
-from contextlib import suppress
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import urljoin, urlsplit
 
 import msgspec
@@ -43,6 +45,40 @@ MAX_REDIRECTS = 5
 STOP_WAIT = 1.0  # seconds a stop waits for fetches under way to end
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _HEADERS = {"Accept": "text/plain;version=0.0.4;q=1, */*;q=0.1", "User-Agent": "tracemerge-scrape"}
+
+
+class Stop(Protocol):
+    """What ends a scrape once set: a :class:`threading.Event`, or a :class:`SignalStop`."""
+
+    def is_set(self) -> bool: ...
+
+
+class SignalStop:
+    """A stop that signal handlers set. Setting it takes no lock, unlike ``threading.Event.set``:
+    a handler runs on the main thread between two of its instructions, possibly while that thread
+    holds the event's own lock (inside ``Event.wait``), and would then wait for itself forever."""
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self, *_signal: object) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
+@contextmanager
+def stop_on_signals(*signums: int) -> Iterator[SignalStop]:
+    """A :class:`SignalStop` that these signals set while in the block; their handlers before it
+    are back after it."""
+    stop = SignalStop()
+    previous = {signum: signal.signal(signum, stop.set) for signum in signums}
+    try:
+        yield stop
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 class ScrapeResult(msgspec.Struct):
@@ -244,13 +280,13 @@ def scrape(
     every: float,
     *,
     count: int | None = None,
-    stop: threading.Event | None = None,
+    stop: Stop | None = None,
     timeout: float | None = None,
     on_error: Callable[[str], None] = lambda _msg: None,
 ) -> ScrapeResult:
     """Scrape every URL each ``every`` seconds until each has been fetched ``count`` times (a
     fetch still under way at a tick misses it) or ``stop`` is set."""
-    stop = stop or threading.Event()
+    stop = stop if stop is not None else SignalStop()
     run = _Run(out_dir, timeout if timeout is not None else max(every, 1.0), on_error)
     targets = [_Target(url) for url in urls]
     tick = time.monotonic()
@@ -267,7 +303,9 @@ def scrape(
             run.police(targets)
             if count is not None and all(t.attempts >= count and not t.pending for t in targets):
                 break
-            stop.wait(max(0.0, min(tick - time.monotonic(), 0.05)))
+            # A sleep, not stop.wait: a signal handler on this thread may set the stop (see
+            # SignalStop); one set elsewhere is seen within 50 ms.
+            time.sleep(max(0.0, min(tick - time.monotonic(), 0.05)))
     finally:
         run.close(targets)
     if run.fatal is not None:
