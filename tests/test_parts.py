@@ -228,6 +228,8 @@ def _part(n: int, how: str) -> int:
     """A part reader's stand-in: returns, raises, or dies as ``how`` says."""
     if how == "raise":
         raise ValueError(f"part {n} is damaged")
+    if how == "fatal":
+        raise FatalError(f"part {n} is damaged")
     if how == "die":
         os.kill(os.getpid(), signal.SIGKILL)
     return n
@@ -268,9 +270,25 @@ def test_forked_readers_return_in_order_and_leave_no_process(forked: list[int]) 
 
 
 def test_a_reader_s_exception_is_raised_here_as_it_was(forked: list[int]) -> None:
-    with pytest.raises(ValueError, match="part 2 is damaged"):
+    with pytest.raises(ValueError, match="part 2 is damaged") as raised:
         ForkedPartReads(3).map(_part, [(1, "return"), (2, "raise")], here=lambda: 0)
     assert len(forked) == 2 and _waited_for(forked)
+    # A bug's traceback in the reader comes with it: where the reader raised it, not only here.
+    (note,) = raised.value.__notes__
+    lines = note.splitlines()
+    assert lines[0] == f"in the helper process {forked[1]}:"
+    assert lines[-3:] == [
+        f'  File "{__file__}", line {_part.__code__.co_firstlineno + 3}, in _part',
+        '    raise ValueError(f"part {n} is damaged")',
+        "ValueError: part 2 is damaged",
+    ]
+
+
+def test_an_input_error_in_a_reader_comes_without_a_traceback(forked: list[int]) -> None:
+    """What is wrong with the input is said in one line, with no note of where in the code."""
+    with pytest.raises(FatalError, match="part 2 is damaged") as raised:
+        ForkedPartReads(3).map(_part, [(1, "return"), (2, "fatal")], here=lambda: 0)
+    assert not hasattr(raised.value, "__notes__")
 
 
 def test_a_reader_killed_fails_the_read_in_one_line(forked: list[int]) -> None:

@@ -15,7 +15,7 @@ import signal
 from contextlib import suppress
 from typing import Any
 
-from tracemerge.errors import FatalError
+from tracemerge.errors import FatalError, TracemergeError
 
 
 def sent_result(value: Any) -> bytes:
@@ -26,12 +26,21 @@ def sent_result(value: Any) -> bytes:
 def sent_error(exc: Exception) -> bytes:
     """What a child sends when it failed: ``exc``, raised again in the parent, or its type and
     message when the parent could not build it again (it does not pickle, or its class takes
-    other arguments than its pickle gives)."""
+    other arguments than its pickle gives). A bug (any error but a TracemergeError, which says
+    what is wrong with the input) carries the child's traceback as a note, which the parent's
+    traceback shows (``TRACEMERGE_DEBUG=1``): its own ends where it raised it again."""
+    if not isinstance(exc, TracemergeError):
+        import traceback  # only on this path: a merge's start does not load it
+
+        exc.add_note(f"in the helper process {os.getpid()}:\n" + "".join(traceback.format_exception(exc)).rstrip())
     try:
         payload = pickle.dumps((False, exc), pickle.HIGHEST_PROTOCOL)
         pickle.loads(payload)
     except Exception:
-        payload = pickle.dumps((False, RuntimeError(f"{type(exc).__name__}: {exc}")), pickle.HIGHEST_PROTOCOL)
+        bare = RuntimeError(f"{type(exc).__name__}: {exc}")
+        for note in getattr(exc, "__notes__", ()):
+            bare.add_note(note)
+        payload = pickle.dumps((False, bare), pickle.HIGHEST_PROTOCOL)
     return payload
 
 
