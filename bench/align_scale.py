@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracemerge.clock import AlignOptions, align
-from tracemerge.model import UNIX_EPOCH, ClockDomain, Identity
-from tracemerge.plan import identity_sort_key
+from tracemerge.core.model import UNIX_EPOCH, ClockDomain, Identity
+from tracemerge.plan.types import identity_sort_key
 
 BASE_NS = 1_780_000_000_000_000_000
 

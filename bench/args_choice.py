@@ -16,7 +16,7 @@ from pathlib import Path
 
 import msgspec
 
-from tracemerge.units import plain_json
+from tracemerge.core.units import plain_json
 from tracemerge.writers.perfetto import UnitEncoder
 from tracemerge.writers.perfetto_wire import _field, _varint
 

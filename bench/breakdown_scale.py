@@ -3,7 +3,7 @@ on two streams and 4 all-reduces, as the marks a read notes (merged unions per p
 
     python bench/breakdown_scale.py [RANKS] [STEPS]
 
-Times the noting of the spans (tracemerge.breakdown.add_span, as the layout does per device
+Times the noting of the spans (tracemerge.analysis.device_time.add_span, as the layout does per device
 thread), deriving the steps with their breakdown (tracemerge.phases.derive) and the summary's rows,
 and checks compute + communication + free = wall on every row.
 """
@@ -15,12 +15,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracemerge.anchors import DEVICE_COMM, DEVICE_COMPUTE, step_tag
-from tracemerge.breakdown import add_span, merged
-from tracemerge.model import Identity
+from tracemerge.analysis.device_time import add_span, merged
+from tracemerge.analysis.steps import summary
+from tracemerge.core.model import Identity
+from tracemerge.evidence.anchors import DEVICE_COMM, DEVICE_COMPUTE, step_tag
 from tracemerge.phases import derive
 from tracemerge.phases.rules import TORCH_STEPS
-from tracemerge.phases.step_summary import summary
 
 STEP_NS = 10_000_000
 KERNELS, COLLECTIVES = 40, 4

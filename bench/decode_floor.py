@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 
-from tracemerge.sources.chrome_schema import TraceEvent
+from tracemerge.sources.chrome.schema import TraceEvent
 
 
 class Trace(msgspec.Struct):

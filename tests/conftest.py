@@ -6,10 +6,10 @@ from typing import NoReturn
 
 import pytest
 
-from tracemerge import spill
 from tracemerge.pipeline import merge
-from tracemerge.report import RunReport
-from tracemerge.sources import json_stream
+from tracemerge.report.run_report import RunReport
+from tracemerge.sources.json import stream as json_stream
+from tracemerge.store import spill
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

@@ -14,9 +14,9 @@ from conftest import FIXTURES
 from readback import read_chrome_json, read_pftrace
 from typer.testing import CliRunner
 
-from tracemerge import cli
-from tracemerge.anchors import Watch
+from tracemerge.cli import main as cli
 from tracemerge.clock import AlignOptions
+from tracemerge.evidence.anchors import Watch
 from tracemerge.phases.rules import AREAL, PRESETS, PhaseOptions, PhaseRules, resolve
 from tracemerge.pipeline import merge
 

@@ -14,7 +14,7 @@ from expected import exact_ns, load_json
 from readback import Readback, read_chrome_json, read_pftrace
 from typer.testing import CliRunner
 
-from tracemerge import cli
+from tracemerge.cli import main as cli
 from tracemerge.pipeline import merge
 from tracemerge.select import EVERYTHING, Selection
 
@@ -418,7 +418,7 @@ def test_msprof_json_beside_trace_view_is_claimed_and_reported_not_read(tmp_path
 
 
 def test_msprof_tx_and_step_trace_files_are_parts_of_msprof_json(tmp_path: Path) -> None:
-    from tracemerge.discover import recognise
+    from tracemerge.discovery.discover import recognise
 
     prof = copy_prof(tmp_path)
     out = prof / "mindstudio_profiler_output"

@@ -1,4 +1,4 @@
-"""The Ascend DB reader's joins (tracemerge.sources.ascend_db_links): integer columns that answer
+"""The Ascend DB reader's joins (tracemerge.sources.ascend.db_links): integer columns that answer
 as the dict of lists they replace, whatever is added; and the reader's flows through them."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
+from tracemerge.core.stats import Stat
 from tracemerge.pipeline import merge
-from tracemerge.sources.ascend_db_links import Groups, Once
-from tracemerge.stats import Stat
+from tracemerge.sources.ascend.db_links import Groups, Once
 
 RUN = "host_101_20260101000000000_ascend_pt"
 

@@ -13,7 +13,7 @@ from conftest import FIXTURES
 from readback import read_pftrace
 from typer.testing import CliRunner
 
-from tracemerge import cli
+from tracemerge.cli import main as cli
 from tracemerge.pipeline import merge
 
 ASCEND = FIXTURES / "ascend"

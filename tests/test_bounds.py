@@ -17,12 +17,12 @@ import pytest
 from conftest import FIXTURES
 from readback import read_pftrace
 
-from tracemerge.bounds import MAX_DEPTH, TOO_DEEP, cut_deep
-from tracemerge.errors import FatalError
-from tracemerge.nesting import lanes, parents
+from tracemerge.core.bounds import MAX_DEPTH, TOO_DEEP, cut_deep
+from tracemerge.core.errors import FatalError
+from tracemerge.core.stats import Losses, Stat
+from tracemerge.layout.nesting import lanes, parents
 from tracemerge.pipeline import merge
-from tracemerge.sources.prometheus_text import parse_snapshot
-from tracemerge.stats import Losses, Stat
+from tracemerge.sources.metrics.exposition import parse_snapshot
 
 T0_US = 1_700_000_000_000_000
 
@@ -106,7 +106,7 @@ def test_deep_lines_and_deep_run_metadata_lose_only_the_value(tmp_path: Path) ->
 def test_option_files_nested_too_deep_are_refused_in_one_line(tmp_path: Path, option: str) -> None:
     from typer.testing import CliRunner
 
-    from tracemerge import cli
+    from tracemerge.cli import main as cli
     from tracemerge.clock import load_offsets
     from tracemerge.metrics_map import load_metrics_map
     from tracemerge.phases.rules import load_rules
@@ -191,7 +191,7 @@ def test_time_text_with_a_huge_exponent_in_every_text_time_reader(tmp_path: Path
 def test_integers_beyond_64_bits_are_written_exactly(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from tracemerge import cli
+    from tracemerge.cli import main as cli
 
     rank = 2**64 + 5
     run = tmp_path / "run"

@@ -1,4 +1,4 @@
-"""Device time per rank and step (tracemerge.breakdown): compute, exposed communication, overlap,
+"""Device time per rank and step (tracemerge.analysis.device_time): compute, exposed communication, overlap,
 free time and wait, on traces whose device work is known to the nanosecond, and on the GPU
 fixtures with the numbers computed here from the input files."""
 
@@ -20,9 +20,9 @@ from conftest import FIXTURES
 from expected import union
 from typer.testing import CliRunner
 
-from tracemerge import cli
-from tracemerge.breakdown import COMPACT_AFTER, Coverage, add_span, covered, intersection, merged
-from tracemerge.phases import step_summary
+from tracemerge.analysis import steps as step_summary
+from tracemerge.analysis.device_time import COMPACT_AFTER, Coverage, add_span, covered, intersection, merged
+from tracemerge.cli import main as cli
 
 runner = CliRunner()
 US = 1_000

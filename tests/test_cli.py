@@ -13,7 +13,7 @@ from builders import kineto
 from conftest import FIXTURES
 from typer.testing import CliRunner
 
-from tracemerge import cli
+from tracemerge.cli import main as cli
 
 runner = CliRunner()
 
@@ -161,7 +161,7 @@ def test_internal_error_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None
     def boom(*_a, **_k):
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr("tracemerge.layout.FileLayout.finish", boom)
+    monkeypatch.setattr("tracemerge.store.file_layout.FileLayout.finish", boom)
     monkeypatch.delenv("TRACEMERGE_DEBUG", raising=False)
     monkeypatch.setattr(sys, "argv", ["tracemerge", str(tmp_path), "-o", str(tmp_path / "m.pftrace")])
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
@@ -204,7 +204,7 @@ def test_the_process_ends_with_the_command_status_after_its_exit_handlers(status
     exit handlers' output flushed, and nothing run after it."""
     script = (
         "import atexit, sys\n"
-        "from tracemerge.exit_status import leave_after\n"
+        "from tracemerge.core.exit_status import leave_after\n"
         "atexit.register(print, 'handler ran')\n"
         "def command():\n    print('written', end=' ')\n"
         f"    sys.exit({status})\n"
@@ -218,7 +218,7 @@ def test_the_process_ends_with_the_command_status_after_its_exit_handlers(status
 def test_the_process_waits_for_a_thread_still_running() -> None:
     script = (
         "import threading, time\n"
-        "from tracemerge.exit_status import leave_after\n"
+        "from tracemerge.core.exit_status import leave_after\n"
         "def late():\n    time.sleep(0.2)\n    print('thread done', flush=True)\n"
         "leave_after(lambda: threading.Thread(target=late).start())\n"
     )
@@ -232,7 +232,7 @@ def _modules_after(*args: str) -> set[str]:
     script = (
         "import sys\n"
         f"sys.argv = ['tracemerge', *{list(args)!r}]\n"
-        "from tracemerge import cli\n"
+        "from tracemerge.cli import main as cli\n"
         "try:\n    cli.main()\n"
         "except SystemExit as done:\n    assert done.code in (0, None), done.code\n"
         "print(' '.join(sorted(sys.modules)))\n"
@@ -244,13 +244,14 @@ def _modules_after(*args: str) -> set[str]:
 def test_version_and_help_load_the_command_line_alone() -> None:
     """Start-up: ``--version`` and ``--help`` import typer and the command line's own few modules,
     not the engine, numpy, the JSON libraries or protobuf."""
-    light = {"tracemerge", "tracemerge.cli", "tracemerge.cli_diff", "tracemerge.cli_tools"}
+    light = {"tracemerge", "tracemerge.cli", "tracemerge.cli.main", "tracemerge.cli.diff", "tracemerge.cli.tools"}
     light |= {
-        "tracemerge.engine",
-        "tracemerge.errors",
-        "tracemerge.exit_status",
-        "tracemerge.lazy",
-        "tracemerge.gc_pause",
+        "tracemerge.cli.engine",
+        "tracemerge.core",
+        "tracemerge.core.errors",
+        "tracemerge.core.exit_status",
+        "tracemerge.core.lazy",
+        "tracemerge.core.gc_pause",
     }
     for flag in ("--version", "--help"):
         loaded = _modules_after(flag)
@@ -265,7 +266,7 @@ def test_a_merge_in_one_process_loads_no_pool_and_no_diff(tmp_path: Path) -> Non
     loaded = _modules_after(str(FIXTURES / "kineto_gpu" / "rank0.pt.trace.json"), "-o", str(out), "-q")
     assert out.stat().st_size > 0
     assert "tracemerge.pipeline" in loaded and "numpy" in loaded
-    assert not loaded & {"multiprocessing", "concurrent.futures.process", "tracemerge.diff", "numpy.ma"}
+    assert not loaded & {"multiprocessing", "concurrent.futures.process", "tracemerge.compare.diff", "numpy.ma"}
 
 
 def test_what_perfetto_ignores_too_is_counted_but_not_a_loss(tmp_path: Path) -> None:
@@ -296,7 +297,7 @@ def test_loading_the_engine_runs_no_collection_and_leaves_the_collector_on() -> 
     passes: their objects hold no garbage cycles."""
     script = (
         "import gc\n"
-        "from tracemerge import engine\n"
+        "from tracemerge.cli import engine\n"
         "runs = []\n"
         "gc.callbacks.append(lambda phase, info: phase == 'start' and runs.append(info['generation']))\n"
         "engine.merge\n"

@@ -16,7 +16,7 @@ from expected import exact_ns, load_json
 from readback import read_chrome_json, read_pftrace
 from typer.testing import CliRunner
 
-from tracemerge import cli
+from tracemerge.cli import main as cli
 from tracemerge.clock import AlignOptions, ManualOffset, load_offsets, parse_offset
 from tracemerge.pipeline import merge
 

@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from readback import read_pftrace
 
+from tracemerge.core.units import us_to_ns
 from tracemerge.pipeline import merge
-from tracemerge.sources import chrome_events as chrome_reader
-from tracemerge.sources import jsonl
-from tracemerge.sources.column_times import INEXACT, text_micros_to_ns
-from tracemerge.units import us_to_ns
+from tracemerge.sources.chrome import events as chrome_reader
+from tracemerge.sources.chrome.column_times import INEXACT, text_micros_to_ns
+from tracemerge.sources.spans import jsonl
 
 EPOCH_US = 1_790_000_000_000_000  # integer µs since the epoch, as older Kineto writes them
 

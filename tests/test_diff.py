@@ -13,9 +13,9 @@ import pytest
 from conftest import FIXTURES
 from typer.testing import CliRunner
 
-from tracemerge import cli
-from tracemerge.diff import compare, format_diff, parse_threshold, regressions
-from tracemerge.exit_status import EXIT_REGRESSION
+from tracemerge.cli import main as cli
+from tracemerge.compare.diff import compare, format_diff, parse_threshold, regressions
+from tracemerge.core.exit_status import EXIT_REGRESSION
 from tracemerge.pipeline import merge
 
 PHASES = FIXTURES / "phases"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from builders import EPOCH_US, areal_jsonl, kineto
 
-from tracemerge.discover import discover, path_hints
+from tracemerge.discovery.discover import discover, path_hints
 from tracemerge.pipeline import merge
 
 

@@ -10,15 +10,15 @@ from pathlib import Path
 import numpy as np
 from expected import union
 
-from tracemerge.anchors import DEVICE_COMPUTE, MAX_MARKS, collective_tag
-from tracemerge.breakdown import merged
-from tracemerge.event_store import EventStore, threads_in_order
-from tracemerge.evidence import EvidenceNotes
-from tracemerge.executors import ForkedPartReads
-from tracemerge.layout import FileLayout
+from tracemerge.analysis.device_time import merged
+from tracemerge.core.model import Event, Kind
+from tracemerge.evidence.anchors import DEVICE_COMPUTE, MAX_MARKS, collective_tag
+from tracemerge.evidence.notes import EvidenceNotes
 from tracemerge.metrics_map import MetricsMap
-from tracemerge.model import Event, Kind
-from tracemerge.read_options import ReadOptions
+from tracemerge.run.executors import ForkedPartReads
+from tracemerge.store.event_store import EventStore, threads_in_order
+from tracemerge.store.file_layout import FileLayout
+from tracemerge.store.read_options import ReadOptions
 
 ALLREDUCE = "ncclDevKernel_AllReduce_Sum_f32"
 

@@ -15,7 +15,7 @@ from expected import kineto_file
 from readback import read_chrome_json, read_pftrace
 from typer.testing import CliRunner
 
-from tracemerge import cli
+from tracemerge.cli import main as cli
 from tracemerge.pipeline import merge
 
 FRAMEWORKS = FIXTURES / "frameworks"

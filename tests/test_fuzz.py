@@ -21,9 +21,9 @@ from conftest import FIXTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracemerge.errors import FatalError
+from tracemerge.core.errors import FatalError
+from tracemerge.core.stats import Stat
 from tracemerge.pipeline import merge
-from tracemerge.stats import Stat
 
 EXAMPLES = int(os.environ.get("TRACEMERGE_FUZZ_EXAMPLES", "40"))
 SAMPLES = {
@@ -245,7 +245,7 @@ def test_names_in_a_db_schema_never_lose_the_db(
 
     from hypothesis import assume
 
-    from tracemerge.sources.sqlite_guard import quote
+    from tracemerge.sources.sqlite.guard import quote
 
     tmp = tmp_path_factory.mktemp("dbname")
     run = tmp / "run"
@@ -351,7 +351,7 @@ def test_option_values_on_the_command_line_merge_or_are_one_line(
 ) -> None:
     from typer.testing import CliRunner
 
-    from tracemerge import cli
+    from tracemerge.cli import main as cli
 
     value = {"--offset": f"rank={text}", "--where": f"dp={text}"}.get(option, text)
     out = tmp_path_factory.mktemp("opt") / "o.pftrace"

@@ -7,9 +7,9 @@ import gc
 
 import pytest
 
-from tracemerge import filework
-from tracemerge.gc_pause import no_cyclic_gc
+from tracemerge.core.gc_pause import no_cyclic_gc
 from tracemerge.phases import derivation
+from tracemerge.run import filework
 
 
 def test_off_inside_then_as_it_was() -> None:

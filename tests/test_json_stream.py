@@ -12,11 +12,11 @@ import msgspec
 import pytest
 from readback import read_pftrace
 
+from tracemerge.core.stats import Losses, Stat
 from tracemerge.pipeline import merge
-from tracemerge.sources import json_stream
-from tracemerge.sources.chrome_schema import LenientEvent, TraceEvent
-from tracemerge.sources.json_stream import EventStream
-from tracemerge.stats import Losses, Stat
+from tracemerge.sources.chrome.schema import LenientEvent, TraceEvent
+from tracemerge.sources.json import stream as json_stream
+from tracemerge.sources.json.stream import EventStream
 
 
 class Ev(msgspec.Struct):

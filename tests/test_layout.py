@@ -22,8 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from readback import read_pftrace
 
-from tracemerge import column_blocks, entries, nesting, thread_walk
+from tracemerge.layout import nesting, thread_walk
 from tracemerge.pipeline import merge
+from tracemerge.store import column_blocks, entries
 
 T0 = 1_700_000_000_000_000  # µs, so that the output has a wall clock
 

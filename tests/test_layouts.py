@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tracemerge.layouts import (
+from tracemerge.naming.paths import (
     PathFacts,
     ascend_run_facts,
     join_frontends,

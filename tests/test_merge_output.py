@@ -11,7 +11,7 @@ from expected import FIXTURE_RUNS, Expected, fixture_expectations, kineto_file
 from readback import Readback, read_chrome_json, read_pftrace
 
 from tracemerge.pipeline import merge
-from tracemerge.sources import json_stream
+from tracemerge.sources.json import stream as json_stream
 
 FORMATS = {".pftrace": read_pftrace, ".json": read_chrome_json, ".json.gz": read_chrome_json}
 
@@ -137,9 +137,9 @@ def test_a_pool_starts_the_largest_file_first_and_yields_in_the_jobs_order(tmp_p
     pool largest first, and their outcomes still come back in the jobs' order."""
     from concurrent.futures import Future
 
-    from tracemerge import executors
-    from tracemerge.discover import discover
-    from tracemerge.filework import FileJob
+    from tracemerge.discovery.discover import discover
+    from tracemerge.run import executors
+    from tracemerge.run.filework import FileJob
 
     sizes = {"a.pt.trace.json": 10, "b.pt.trace.json": 300, "c.pt.trace.json": 40, "d.pt.trace.json": 300}
     for name, n in sizes.items():
@@ -176,7 +176,7 @@ def test_spilling_to_disk_writes_the_same_bytes(tmp_path: Path, ext: str, monkey
 def test_narrow_track_ids_that_collide_are_encoded_again_wide(tmp_path: Path, monkeypatch) -> None:
     """Track uuids are 35-bit hashes; when two collide, every file is encoded again with 63-bit
     ones. Forced here with 2-bit hashes: the content is what the fixture holds all the same."""
-    from tracemerge import plan
+    from tracemerge.plan import types as plan
 
     monkeypatch.setattr(plan, "NARROW_ID_BITS", 2)
     out = tmp_path / "merged.pftrace"

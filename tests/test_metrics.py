@@ -12,7 +12,7 @@ import pytest
 from conftest import FIXTURES
 from readback import read_chrome_json, read_pftrace
 
-from tracemerge.errors import FatalError
+from tracemerge.core.errors import FatalError
 from tracemerge.metrics_map import MetricsMap, load_metrics_map
 from tracemerge.pipeline import merge
 

@@ -17,13 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from tracemerge import evidence, executors, filework
-from tracemerge.errors import FatalError
-from tracemerge.executors import ForkedPartReads
-from tracemerge.layout import FileLayout
+from tracemerge.core.errors import FatalError
+from tracemerge.evidence import notes as evidence
 from tracemerge.pipeline import merge
-from tracemerge.sources import common, json_segments
-from tracemerge.sources.json_text import KEYED_BOUNDARY
+from tracemerge.run import executors, filework
+from tracemerge.run.executors import ForkedPartReads
+from tracemerge.sources.chrome import files as common
+from tracemerge.sources.json import segments as json_segments
+from tracemerge.sources.json.text import KEYED_BOUNDARY
+from tracemerge.store.file_layout import FileLayout
 from tracemerge.writers import packing, perfetto
 
 T0 = 1_700_000_000_000  # µs from baseTimeNanoseconds

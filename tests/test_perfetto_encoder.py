@@ -14,11 +14,11 @@ import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
 from readback import read_pftrace
 
-from tracemerge.errors import FatalError
-from tracemerge.layout_types import Items
-from tracemerge.model import FlowPhase
+from tracemerge.core.errors import FatalError
+from tracemerge.core.model import FlowPhase
+from tracemerge.layout.types import Items
 from tracemerge.pipeline import merge
-from tracemerge.plan import CounterTrack, ThreadTrack
+from tracemerge.plan.types import CounterTrack, ThreadTrack
 from tracemerge.writers import packing, perfetto
 from tracemerge.writers.packing import ForkedPacker
 from tracemerge.writers.perfetto import SEQUENCE_CLOCK, UnitEncoder

@@ -13,10 +13,10 @@ from expected import exact_ns, load_json
 from readback import read_chrome_json, read_pftrace
 from typer.testing import CliRunner
 
-from tracemerge import cli
+from tracemerge.cli import main as cli
 from tracemerge.phases.rules import PRESETS, PhaseOptions, load_rules, resolve
 from tracemerge.pipeline import merge
-from tracemerge.sources import chrome_events
+from tracemerge.sources.chrome import events as chrome_events
 
 PHASES = FIXTURES / "phases"
 READERS = {".pftrace": read_pftrace, ".json": read_chrome_json}

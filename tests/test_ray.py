@@ -27,7 +27,7 @@ except ImportError as exc:
 from readback import read_pftrace
 
 from tracemerge.pipeline import merge
-from tracemerge.ray_executor import RayExecutor
+from tracemerge.run.ray_executor import RayExecutor
 
 pytestmark = pytest.mark.ray
 
@@ -163,7 +163,7 @@ def test_shared_files_are_read_once_by_one_node_each(nodes: Nodes, tmp_path: Pat
 
 
 def _order(shared: Path, count: int) -> list[tuple[int, Path]]:
-    from tracemerge.discover import discover
+    from tracemerge.discovery.discover import discover
 
     return list(enumerate((c.path for c in discover([shared]).candidates), 1))[:count]
 
@@ -289,7 +289,7 @@ def _label(nodes: Nodes, name: str) -> str:
 def test_the_command_line_merges_on_the_cluster_it_is_given(nodes: Nodes, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from tracemerge.cli import app
+    from tracemerge.cli.main import app
 
     out = tmp_path / "cli.pftrace"
     result = CliRunner().invoke(app, ["traces", "-o", str(out), "-q", "--ray", nodes.cluster.address])
@@ -301,7 +301,7 @@ def test_the_command_line_merges_on_the_cluster_it_is_given(nodes: Nodes, tmp_pa
 def test_a_path_no_node_has_is_one_line_naming_it(nodes: Nodes, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from tracemerge.cli import app
+    from tracemerge.cli.main import app
 
     result = CliRunner().invoke(app, ["nowhere", "-o", str(tmp_path / "x.pftrace"), "--ray", nodes.cluster.address])
     assert result.exit_code == 1
@@ -314,7 +314,7 @@ def test_the_verl_recipe_merges_every_nodes_save_path(nodes: Nodes, tmp_path: Pa
     node's save_path merged where it lies, into the processes a local merge of all of them gives."""
     from typer.testing import CliRunner
 
-    from tracemerge.cli import app
+    from tracemerge.cli.main import app
 
     out = tmp_path / "verl.pftrace"
     report = tmp_path / "verl.report.json"

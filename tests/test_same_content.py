@@ -13,10 +13,10 @@ from expected import Expected, kineto_file
 from readback import Readback, read_chrome_json, read_pftrace
 from test_cli import run
 
-from tracemerge import same_content
+from tracemerge.discovery import same_content
+from tracemerge.discovery.same_content import same_content as copies
 from tracemerge.pipeline import merge
-from tracemerge.report import RunReport
-from tracemerge.same_content import same_content as copies
+from tracemerge.report.run_report import RunReport
 
 READ = {".pftrace": read_pftrace, ".json": read_chrome_json}
 RUN = FIXTURES / "kineto_gpu"

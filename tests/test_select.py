@@ -9,7 +9,7 @@ from conftest import FIXTURES
 from readback import read_chrome_json, read_pftrace
 from typer.testing import CliRunner
 
-from tracemerge import cli
+from tracemerge.cli import main as cli
 from tracemerge.pipeline import merge
 from tracemerge.select import Selection, parse_duration, parse_ranks, parse_window
 

@@ -11,8 +11,8 @@ import pytest
 from readback import Readback, read_chrome_json, read_pftrace
 from typer.testing import CliRunner
 
-from tracemerge.cli import app
-from tracemerge.errors import FatalError
+from tracemerge.cli.main import app
+from tracemerge.core.errors import FatalError
 from tracemerge.phases.rules import PhaseOptions, resolve
 from tracemerge.pipeline import merge
 from tracemerge.select import Selection

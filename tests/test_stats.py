@@ -1,4 +1,4 @@
-"""The statistics table (tracemerge.stats) and the reports made with it: every statistic declared
+"""The statistics table (tracemerge.core.stats) and the reports made with it: every statistic declared
 once with a severity and a description; every report, of every fixture and of hostile inputs,
 counts only declared statistics (no ``other``), each with its messages, and exact counts."""
 
@@ -14,11 +14,11 @@ from conftest import FIXTURES
 from test_fuzz import SAMPLES, _mutate
 from typer.testing import CliRunner
 
-from tracemerge.cli import app
-from tracemerge.errors import FatalError
+from tracemerge.cli.main import app
+from tracemerge.core.errors import FatalError
+from tracemerge.core.stats import MESSAGES_KEPT, Losses, Severity, Stat
 from tracemerge.pipeline import merge
-from tracemerge.report import RunReport, format_outcome
-from tracemerge.stats import MESSAGES_KEPT, Losses, Severity, Stat
+from tracemerge.report.run_report import RunReport, format_outcome
 
 DECLARED = {stat.value: stat for stat in Stat}
 

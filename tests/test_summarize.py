@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
+from tracemerge.analysis.summarize import summarize
 from tracemerge.clock import AlignOptions, parse_offset
 from tracemerge.phases.rules import PhaseOptions, resolve
 from tracemerge.pipeline import merge
-from tracemerge.report import RunReport
-from tracemerge.summarize import summarize
-from tracemerge.viewer.damage import stored_summary
+from tracemerge.readback.damage import stored_summary
+from tracemerge.report.run_report import RunReport
 
 RUNS = ["phases", "frameworks/verl", "frameworks/verl_old", "kineto_gpu", "ascend", "clock/gloo", "nsys/torchrun"]
 

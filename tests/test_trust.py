@@ -12,7 +12,7 @@ import pytest
 from conftest import FIXTURES
 from typer.testing import CliRunner
 
-from tracemerge import cli
+from tracemerge.cli import main as cli
 from tracemerge.pipeline import merge
 
 runner = CliRunner()
@@ -365,7 +365,7 @@ def test_a_gzip_bomb_is_refused_not_read(tmp_path: Path, monkeypatch) -> None:
 def test_a_file_that_changes_between_the_two_reads_is_left_out_not_fatal(tmp_path: Path, monkeypatch) -> None:
     """A file read twice (Chrome JSON with a selection of processes) that gains a thread in
     between cannot be encoded with its plan: it is left out and named, the rest is written."""
-    from tracemerge import executors
+    from tracemerge.run import executors
     from tracemerge.select import Selection
 
     run_dir = tmp_path / "run"
@@ -392,8 +392,8 @@ def test_a_file_that_changes_between_the_two_reads_is_left_out_not_fatal(tmp_pat
 
 
 def test_an_unwritable_output_is_found_before_any_input_is_read(tmp_path: Path, monkeypatch) -> None:
-    from tracemerge import executors
-    from tracemerge.errors import FatalError
+    from tracemerge.core.errors import FatalError
+    from tracemerge.run import executors
 
     def never(job):
         raise AssertionError(f"read {job.candidate.path} before checking the output")

@@ -15,10 +15,12 @@ import pytest
 from conftest import FIXTURES
 from typer.testing import CliRunner
 
-from tracemerge import cli, engine, executors, reading
+from tracemerge.cli import engine
+from tracemerge.cli import main as cli
 from tracemerge.clock import AUTOMATIC
 from tracemerge.metrics_map import NO_MAP
 from tracemerge.phases.rules import AUTO_PHASES
+from tracemerge.run import executors, reading
 from tracemerge.select import EVERYTHING
 
 runner = CliRunner()

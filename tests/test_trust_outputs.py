@@ -15,7 +15,7 @@ import pytest
 from conftest import FIXTURES
 from typer.testing import CliRunner
 
-from tracemerge import cli
+from tracemerge.cli import main as cli
 
 runner = CliRunner()
 

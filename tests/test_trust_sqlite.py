@@ -15,9 +15,9 @@ import pytest
 from conftest import FIXTURES
 from readback import read_pftrace
 
-from tracemerge.errors import Stopped
+from tracemerge.core.errors import Stopped
 from tracemerge.pipeline import merge
-from tracemerge.sources import sqlite_guard
+from tracemerge.sources.sqlite import guard as sqlite_guard
 
 ENDLESS = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM r) SELECT x FROM r"
 # Spliced into `select ... from "{table}"`, this name would join the table with an endless query.

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tracemerge.units import decimal_text_to_int, plain_json, seconds_to_ns, us_to_ns
+from tracemerge.core.units import decimal_text_to_int, plain_json, seconds_to_ns, us_to_ns
 
 
 @pytest.mark.parametrize(

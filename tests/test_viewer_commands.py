@@ -14,7 +14,7 @@ from conftest import FIXTURES
 from test_perfetto_conformance import open_trace_processor
 from typer.testing import CliRunner
 
-from tracemerge import cli
+from tracemerge.cli import main as cli
 from tracemerge.pipeline import merge
 
 runner = CliRunner()

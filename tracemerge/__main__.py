@@ -1,3 +1,3 @@
-from tracemerge.cli import run
+from tracemerge.cli.main import run
 
 run()

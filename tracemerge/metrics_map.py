@@ -15,8 +15,8 @@ from pathlib import Path
 
 import msgspec
 
-from tracemerge.model import as_rank
-from tracemerge.tomlfile import read_toml
+from tracemerge.core.model import as_rank
+from tracemerge.core.tomlfile import read_toml
 
 
 class Placement(msgspec.Struct, frozen=True):

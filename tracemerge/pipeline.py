@@ -1,12 +1,12 @@
 """The public entry point: ``merge(inputs, output)`` runs discover → read → align → lay out → write.
 
-Each file's heavy work is :func:`~tracemerge.filework.process_file`, a plain function of the file
-and a small :class:`~tracemerge.filework.FileJob`: it reads the file once, lays its events out and
-encodes them into a chunk of its own, and returns a :class:`~tracemerge.plan.FileScan` summary;
+Each file's heavy work is :func:`~tracemerge.run.filework.process_file`, a plain function of the file
+and a small :class:`~tracemerge.run.filework.FileJob`: it reads the file once, lays its events out and
+encodes them into a chunk of its own, and returns a :class:`~tracemerge.plan.types.FileScan` summary;
 the derived phase tracks are one more such unit (:mod:`tracemerge.phases.derived_unit`). The plan is then made from the
 summaries alone, and the output assembled from the chunks in a temporary file next to it, renamed
 into place only when whole. Where files are found and processed is the executor's business
-(:mod:`tracemerge.executors`: in-process, local worker processes, or the nodes of a Ray cluster
+(:mod:`tracemerge.run.executors`: in-process, local worker processes, or the nodes of a Ray cluster
 that hold them); the output is byte-identical whichever runs.
 
 Perfetto output needs one read per file: a chunk refers to tracks by content-derived uuids and
@@ -27,28 +27,28 @@ from pathlib import Path
 
 from msgspec.structs import replace
 
+from tracemerge.analysis.steps import stored, summary
 from tracemerge.clock import AUTOMATIC, AlignOptions
 from tracemerge.clock.offsets import unmatched
-from tracemerge.errors import FatalError, shown
-from tracemerge.executors import Executor
-from tracemerge.filework import FileOutcome
-from tracemerge.layout import DEFAULT_BUDGET
+from tracemerge.core.errors import FatalError, shown
+from tracemerge.core.stats import Stat
+from tracemerge.layout.thread_walk import FILTERED_TIME
 from tracemerge.metrics_map import NO_MAP, MetricsMap
-from tracemerge.outcomes import fill_report, note_json_precision
-from tracemerge.output import assemble, check_output, check_report, work_dir
 from tracemerge.phases.derived_unit import encode_derived, steps_window
 from tracemerge.phases.rules import AUTO_PHASES, PhaseOptions
-from tracemerge.phases.step_summary import stored, summary
-from tracemerge.plan import (
+from tracemerge.plan.types import (
     FileScan,
     UnitPlan,
 )
-from tracemerge.reading import Asked, FirstRead, Runner, asked_of, discover_inputs, read_all
-from tracemerge.report import RunReport
+from tracemerge.report.outcomes import fill_report, note_json_precision
+from tracemerge.report.run_report import RunReport
+from tracemerge.run.executors import Executor
+from tracemerge.run.filework import FileOutcome
+from tracemerge.run.output import assemble, check_output, check_report, work_dir
+from tracemerge.run.reading import Asked, FirstRead, Runner, asked_of, discover_inputs, read_all
+from tracemerge.run.split import Part, groups, step_windows, write_parts
 from tracemerge.select import EVERYTHING, Selection
-from tracemerge.split import Part, groups, step_windows, write_parts
-from tracemerge.stats import Stat
-from tracemerge.thread_walk import FILTERED_TIME
+from tracemerge.store.file_layout import DEFAULT_BUDGET
 from tracemerge.writers import Writer, writer_for
 
 BEFORE_1970 = "the run starts before 1970 on the wall clock (a negative epoch time, or an --offset)"
@@ -78,9 +78,9 @@ def merge(
     ``format`` is ``"perfetto"``, ``"json"`` or ``"json.gz"``; by default the output's extension
     decides (``.json``, ``.json.gz``, anything else Perfetto protobuf). ``jobs`` worker processes
     read and encode files in parallel (0: one per CPU when the inputs are large enough to gain);
-    ``executor`` (:mod:`tracemerge.executors`, e.g. a ``RayExecutor``) replaces them when given.
+    ``executor`` (:mod:`tracemerge.run.executors`, e.g. a ``RayExecutor``) replaces them when given.
     ``split_by`` (``"role"``, ``"host"`` or ``"step-window"``) writes one trace per group beside
-    ``output`` and an index of them instead of ``output`` itself (:mod:`tracemerge.split`).
+    ``output`` and an index of them instead of ``output`` itself (:mod:`tracemerge.run.split`).
     ``memory_budget`` is how many events a file's layout holds in memory before it spills them to
     a temporary file beside the output (about 100 bytes each). ``selection`` says which
     processes, time window and slice durations to keep (everything by default). ``clocks`` says
@@ -94,7 +94,7 @@ def merge(
     is refused before anything is read as the output would be, and when it is the output or an input.
     ``on_plan`` is called with the report of what was found before the output is assembled.
 
-    Raises :class:`~tracemerge.errors.FatalError` when no output can be produced; then nothing
+    Raises :class:`~tracemerge.core.errors.FatalError` when no output can be produced; then nothing
     is written. Files that cannot be used are listed in ``report.skipped`` and the run goes on.
     """
     started = time.perf_counter()

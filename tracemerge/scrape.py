@@ -3,7 +3,7 @@
 At every tick (``every`` seconds) each URL is fetched and its text written to
 ``DIR/<host_port>/<scrape time in Unix ns>.prom``, with a first line saying when and from where
 (``# tracemerge-scrape time_unix_ns=... url=...``): the format
-:mod:`tracemerge.sources.prometheus_text` reads. Each file is written to a new hidden temporary
+:mod:`tracemerge.sources.metrics.exposition` reads. Each file is written to a new hidden temporary
 name and renamed into place, so a reader never sees half a scrape.
 
 Targets are network peers and are not trusted:
@@ -35,9 +35,9 @@ from urllib.parse import urljoin, urlsplit
 import msgspec
 from msgspec import field
 
-from tracemerge.errors import TracemergeError, shown
-from tracemerge.output import check_output, write_whole
-from tracemerge.sources.prometheus_text import SCRAPE_HEADER, SUFFIX, instance_of
+from tracemerge.core.errors import TracemergeError, shown
+from tracemerge.run.output import check_output, write_whole
+from tracemerge.sources.metrics.exposition import SCRAPE_HEADER, SUFFIX, instance_of
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 MAX_PAGE_BYTES = 64 << 20  # an engine's /metrics page is kilobytes; more is not a metrics page

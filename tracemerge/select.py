@@ -15,8 +15,8 @@ from decimal import Decimal
 
 import msgspec
 
-from tracemerge.layouts import COORDINATES, PathFacts
-from tracemerge.model import Identity
+from tracemerge.core.model import Identity
+from tracemerge.naming.paths import COORDINATES, PathFacts
 
 # What --where and --split-by can select by: the parallel coordinates a file's name gives.
 WHERE_KEYS = (*COORDINATES, "replica")

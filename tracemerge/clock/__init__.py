@@ -2,7 +2,7 @@
 timestamps on one timeline, and how sure that is.
 
 Input: what each file's read noted (per file its clock, first timestamp, modification time, and
-per process the clock evidence of :mod:`tracemerge.anchors`: collectives, sync spans, sessions),
+per process the clock evidence of :mod:`tracemerge.evidence.anchors`: collectives, sync spans, sessions),
 with the options (``--no-align``, ``--offset``/``--offsets`` rules, ``--sync`` names, the phase
 presets whose own sync spans count). Output: each file's placement, an :class:`Alignment` (per
 file the offset added to its clock, the trace's time zero, whether that timeline is epoch time,

@@ -4,7 +4,7 @@ Files that share a clock form a group: the epoch-clock files of one host (ranks 
 one offset), or a single file (a per-process ``perf_counter`` origin, an epoch file whose host is
 not known). One epoch group is the reference (the one holding the first process in role/rank
 order); the others are placed against what is already placed, from the evidence noted while the
-files were read (:mod:`tracemerge.anchors`), best method first:
+files were read (:mod:`tracemerge.evidence.anchors`), best method first:
 
 * ``collectives``: the k-th collective of a kind ends at one instant on every rank that takes
   part. Each matched pair gives an offset (end against end) and a hard bound (neither rank can
@@ -31,11 +31,11 @@ from pathlib import Path
 import msgspec
 from msgspec.structs import replace
 
-from tracemerge.anchors import COLLECTIVE, SESSION, SYNC, sync_presets
 from tracemerge.clock.matching import Anchor, Evidence, estimate, sync_text
 from tracemerge.clock.offsets import ManualOffset, rule_for
 from tracemerge.clock.placement import Alignment, AlignOptions, HasClock, SourceClock
-from tracemerge.model import Identity
+from tracemerge.core.model import Identity
+from tracemerge.evidence.anchors import COLLECTIVE, SESSION, SYNC, sync_presets
 
 # Fewest matched collectives that place a clock (sync and session anchors: one is evidence).
 MIN_COLLECTIVES = 3

@@ -1,4 +1,4 @@
-"""How two files' clocks relate, from the evidence both noted while read (:mod:`tracemerge.anchors`).
+"""How two files' clocks relate, from the evidence both noted while read (:mod:`tracemerge.evidence.anchors`).
 
 Each pair of matched events gives an anchor: the offset that would put one file's clock on the
 other's, with hard bounds for collectives (neither rank ends before the other started).
@@ -14,8 +14,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Protocol
 
-from tracemerge.anchors import COLLECTIVE, SESSION, SYNC, sync_source
-from tracemerge.model import Identity
+from tracemerge.core.model import Identity
+from tracemerge.evidence.anchors import COLLECTIVE, SESSION, SYNC, sync_source
 
 # Matched pairs used per collective kind and pair of files: plenty for a median, spread over the run.
 MAX_PAIRS_PER_TAG = 256

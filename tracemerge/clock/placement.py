@@ -11,7 +11,7 @@ import msgspec
 from msgspec import field
 
 from tracemerge.clock.offsets import ManualOffset
-from tracemerge.model import ClockDomain, Identity
+from tracemerge.core.model import ClockDomain, Identity
 from tracemerge.phases.rules import PRESETS
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tracemerge.clock.placement import Alignment
-from tracemerge.model import Identity
+from tracemerge.core.model import Identity
 
 # SourceClock methods that place a file on no evidence of its clock: nothing relates it, or only its
 # modification time (its last event written about then, to within an hour).

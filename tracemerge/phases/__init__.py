@@ -12,14 +12,14 @@ Phases and Pipeline tracks drawn from it.
 * :func:`resolve`, :func:`load_rules` and :class:`PhaseOptions` choose the rules
   (:mod:`tracemerge.phases.rules`);
 * :func:`summary`, :func:`format_summary`, :func:`stored` and :func:`per_step` are its numbers as
-  printed and as a merged trace keeps them (:mod:`tracemerge.phases.step_summary`);
+  printed and as a merged trace keeps them (:mod:`tracemerge.analysis.steps`);
 * :mod:`tracemerge.phases.tracks` draws the tracks, and :mod:`tracemerge.phases.derived_unit`
   writes them as one more unit of the output (planning and encoding's business: not re-exported).
 """
 
 from __future__ import annotations
 
-from tracemerge.lazy import lazy_names
+from tracemerge.core.lazy import lazy_names
 
 # Public name -> the module defining it, imported the first time the name is used: the command
 # line and the readers import the phase rules alone, and importing deriving and summarising with
@@ -39,10 +39,10 @@ _HOME = {
     "Preset": "tracemerge.phases.rules",
     "load_rules": "tracemerge.phases.rules",
     "resolve": "tracemerge.phases.rules",
-    "format_summary": "tracemerge.phases.step_summary",
-    "per_step": "tracemerge.phases.step_summary",
-    "stored": "tracemerge.phases.step_summary",
-    "summary": "tracemerge.phases.step_summary",
+    "format_summary": "tracemerge.analysis.steps",
+    "per_step": "tracemerge.analysis.steps",
+    "stored": "tracemerge.analysis.steps",
+    "summary": "tracemerge.analysis.steps",
 }
 
 __all__ = sorted(_HOME)

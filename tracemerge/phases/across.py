@@ -7,16 +7,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from tracemerge.breakdown import Breakdown, Coverage, intersection, step_breakdowns, waits
-from tracemerge.critical import Holdup, holdup
-from tracemerge.critical_path import Devices, Segment, step_path
-from tracemerge.model import Identity
+from tracemerge.analysis.critical_path import Devices, Segment, step_path
+from tracemerge.analysis.device_time import Breakdown, Coverage, intersection, step_breakdowns, waits
+from tracemerge.analysis.holdups import Holdup, holdup
+from tracemerge.core.model import Identity
 from tracemerge.phases.model import IDLE, Occurrence, PipelineSlice, ProcessPhases
 
 
 def pipeline(processes: dict[Identity, ProcessPhases]) -> dict[str, list[PipelineSlice]]:
     """Per role, per step and phase: first start to last end across the role's ranks, and who
-    held it up (:func:`tracemerge.critical.holdup` of the ranks' spans of it)."""
+    held it up (:func:`tracemerge.analysis.holdups.holdup` of the ranks' spans of it)."""
     groups: dict[tuple[str, int, str], dict[Identity, list[Occurrence]]] = defaultdict(lambda: defaultdict(list))
     for ident, proc in processes.items():
         for o in proc.occurrences:
@@ -38,7 +38,7 @@ def device_breakdown(
     collectives: dict[Identity, list[tuple[int, int, str]]],
 ) -> dict[Identity, list[tuple[int, Breakdown]]]:
     """Per process with device activity, per step (in its order): compute, exposed communication,
-    overlap, free time and wait (:mod:`tracemerge.breakdown`); linear in the spans once sorted."""
+    overlap, free time and wait (:mod:`tracemerge.analysis.device_time`); linear in the spans once sorted."""
     windows = {i: [(st.step, st.start, st.end) for st in p.steps] for i, p in processes.items() if i in devices}
     waited = waits(windows, {i: sorted(collectives.get(i, ())) for i in windows})
     out: dict[Identity, list[tuple[int, Breakdown]]] = {}

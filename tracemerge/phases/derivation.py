@@ -7,8 +7,8 @@ without any step marker counts a step from each start of the phase a process run
 Within a step, time belongs to the innermost phase running (a phase nested in another takes
 its time from it) and the rest is ``idle``: per process and step, phase times plus idle time
 equal the step's time, to the nanosecond. Per step, and per role, step and phase, who started
-last and who held the others up is :mod:`tracemerge.critical`'s (from the collectives each process
-took part in). The summary of the numbers is :mod:`tracemerge.phases.step_summary`; the tracks drawn
+last and who held the others up is :mod:`tracemerge.analysis.holdups`'s (from the collectives each process
+took part in). The summary of the numbers is :mod:`tracemerge.analysis.steps`; the tracks drawn
 from them :mod:`tracemerge.phases.tracks`.
 """
 
@@ -21,12 +21,13 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from tracemerge.anchors import COLLECTIVE, DEVICE_COMM, DEVICE_COMPUTE, PHASE, STEP, preferred_preset
-from tracemerge.breakdown import merged
-from tracemerge.critical import FOREVER
-from tracemerge.critical_path import first_events
-from tracemerge.gc_pause import no_cyclic_gc
-from tracemerge.model import Identity
+from tracemerge.analysis.critical_path import first_events
+from tracemerge.analysis.device_time import merged
+from tracemerge.analysis.holdups import FOREVER
+from tracemerge.core.gc_pause import no_cyclic_gc
+from tracemerge.core.model import Identity
+from tracemerge.core.stats import Losses, Stat
+from tracemerge.evidence.anchors import COLLECTIVE, DEVICE_COMM, DEVICE_COMPUTE, PHASE, STEP, preferred_preset
 from tracemerge.phases.across import critical_paths, device_breakdown, pipeline, step_holdups
 from tracemerge.phases.model import (
     IDLE,
@@ -38,7 +39,6 @@ from tracemerge.phases.model import (
     StepScalars,
 )
 from tracemerge.phases.rules import MSTX, NAMED_STEPS, TORCH_STEPS, Preset
-from tracemerge.stats import Losses, Stat
 
 UNPLACED_SCALARS = "tracker scalars of steps the merged trace has no step for"
 REPEATED_SCALARS = "tracker scalar given again for one step (the first kept)"

@@ -11,22 +11,22 @@ from msgspec.structs import replace
 
 from tracemerge.clock.placement import Alignment
 from tracemerge.clock.unaligned import unaligned
-from tracemerge.errors import FatalError
-from tracemerge.filework import RELATIVE_NO_ANCHOR
-from tracemerge.layout import FileLayout
-from tracemerge.layouts import role_sort_key
-from tracemerge.model import UNIX_EPOCH, Identity
+from tracemerge.core.errors import FatalError
+from tracemerge.core.model import UNIX_EPOCH, Identity
+from tracemerge.naming.paths import role_sort_key
 from tracemerge.phases.model import PhaseModel
 from tracemerge.phases.tracks import events as phase_events
 from tracemerge.phases.tracks import scalar_series, track_infos
-from tracemerge.plan import (
+from tracemerge.plan.types import (
     FileScan,
     LocalTracks,
     MergePlan,
     PlannedTracks,
     flow_id_base,
 )
+from tracemerge.run.filework import RELATIVE_NO_ANCHOR
 from tracemerge.select import Selection, format_numbers
+from tracemerge.store.file_layout import FileLayout
 from tracemerge.writers import WRITERS, Writer
 
 # The FileScan format of the derived unit (what a split's index leaves out of its inputs).

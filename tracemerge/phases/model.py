@@ -11,11 +11,11 @@ from typing import Protocol
 import msgspec
 from msgspec import field
 
-from tracemerge.breakdown import Breakdown
-from tracemerge.critical import Holdup, Timeline
-from tracemerge.critical_path import Segment
-from tracemerge.model import Identity
-from tracemerge.stats import Losses
+from tracemerge.analysis.critical_path import Segment
+from tracemerge.analysis.device_time import Breakdown
+from tracemerge.analysis.holdups import Holdup, Timeline
+from tracemerge.core.model import Identity
+from tracemerge.core.stats import Losses
 
 IDLE = "idle"
 
@@ -85,9 +85,9 @@ class PhaseModel(msgspec.Struct):
     unaligned: dict[Identity, list[str]] = field(default_factory=dict)
     span: tuple[int, int] | None = None  # the run's first and last event (aligned)
     active: dict[Identity, int] = field(default_factory=dict)  # per process: first to last event
-    # Per process with device activity, per step: its device time (tracemerge.breakdown).
+    # Per process with device activity, per step: its device time (tracemerge.analysis.device_time).
     breakdown: dict[Identity, list[tuple[int, Breakdown]]] = field(default_factory=dict)
-    # Per job step, in step order: its critical path across roles and ranks (tracemerge.critical_path).
+    # Per job step, in step order: its critical path across roles and ranks (tracemerge.analysis.critical_path).
     critical_path: list[Segment] = field(default_factory=list)
 
     @property

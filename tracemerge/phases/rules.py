@@ -2,7 +2,7 @@
 
 Phase rules turn event names into phases (``generate``, ``old_log_prob``, ``update_actor``, …)
 and step markers. Every preset's rules are applied while the files are read (as marks, see
-:mod:`tracemerge.anchors`); :mod:`tracemerge.phases` then chooses, per process, the preset whose
+:mod:`tracemerge.evidence.anchors`); :mod:`tracemerge.phases` then chooses, per process, the preset whose
 phases occur most, unless one is named with ``--phases``. A rules file is TOML::
 
     [[phase]]
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import msgspec
 
-from tracemerge.anchors import phase_tag, preset_sync_tag, step_tag
-from tracemerge.tomlfile import read_toml
+from tracemerge.core.tomlfile import read_toml
+from tracemerge.evidence.anchors import phase_tag, preset_sync_tag, step_tag
 
 MSTX = "mstx"  # Ascend MSTX ranges: phases named after the range (noted by the Ascend readers)
 TORCH_STEP = re.compile(r"^ProfilerStep#(\d+)$")
@@ -190,7 +190,7 @@ class PhaseRules:
     """Event name -> the phase, step and sync tags every preset gives it (applied while reading).
 
     Role filters are applied later, when the marks are known to belong to a process; so is
-    whether a preset's sync spans are evidence (:func:`tracemerge.anchors.sync_presets`)."""
+    whether a preset's sync spans are evidence (:func:`tracemerge.evidence.anchors.sync_presets`)."""
 
     def __init__(self, presets: Iterable[Preset]) -> None:
         self.presets = tuple(presets)

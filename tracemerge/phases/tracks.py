@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterator
 import msgspec
 from msgspec import field
 
-from tracemerge.breakdown import worst
-from tracemerge.critical import FOREVER, Holdup, order_key
-from tracemerge.model import Event, Identity, Kind, ThreadInfo
+from tracemerge.analysis.device_time import worst
+from tracemerge.analysis.holdups import FOREVER, Holdup, order_key
+from tracemerge.core.model import Event, Identity, Kind, ThreadInfo
 from tracemerge.phases.model import IDLE, PhaseModel, PipelineSlice
 
 PIPELINE = Identity("", None, "Pipeline")  # the top-level group: job steps and per-role phases
@@ -88,7 +88,7 @@ def device_thread(role: str) -> tuple:
 
 
 def _device_events(model: PhaseModel) -> Iterator[Event]:
-    """Per role of several ranks, its worst rank's device time (:mod:`tracemerge.breakdown`): a
+    """Per role of several ranks, its worst rank's device time (:mod:`tracemerge.analysis.device_time`): a
     slice over each of its steps, named by the shares, the numbers as args."""
     for role, ident in worst(model.breakdown).items():
         for st, (step, b) in zip(model.processes[ident].steps, model.breakdown[ident], strict=True):

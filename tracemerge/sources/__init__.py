@@ -6,16 +6,16 @@ A new format is a new module with a :class:`~tracemerge.sources.base.SourceForma
 
 from __future__ import annotations
 
-from tracemerge.sources.areal_sessions import AREAL_SESSIONS
-from tracemerge.sources.ascend_db import ASCEND_DB
-from tracemerge.sources.ascend_text import ASCEND_TEXT
+from tracemerge.sources.ascend.db import ASCEND_DB
+from tracemerge.sources.ascend.text import ASCEND_TEXT
 from tracemerge.sources.base import SourceFormat, read_bytes, read_head
-from tracemerge.sources.chrome_json import CHROME_JSON
-from tracemerge.sources.jsonl import JSONL_SPANS
-from tracemerge.sources.nsys_db import NSYS_DB
-from tracemerge.sources.prometheus_range import PROMETHEUS_QUERY
-from tracemerge.sources.prometheus_text import PROMETHEUS_SNAPSHOTS, PROMETHEUS_TEXT
-from tracemerge.sources.tracker_scalars import TRACKER_SCALARS
+from tracemerge.sources.chrome.format import CHROME_JSON
+from tracemerge.sources.metrics.exposition import PROMETHEUS_SNAPSHOTS, PROMETHEUS_TEXT
+from tracemerge.sources.metrics.query_range import PROMETHEUS_QUERY
+from tracemerge.sources.nsys.db import NSYS_DB
+from tracemerge.sources.spans.areal_sessions import AREAL_SESSIONS
+from tracemerge.sources.spans.jsonl import JSONL_SPANS
+from tracemerge.sources.spans.tracker_scalars import TRACKER_SCALARS
 
 FORMATS: tuple[SourceFormat, ...] = (
     ASCEND_TEXT,

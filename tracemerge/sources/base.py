@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from tracemerge.errors import InputError
-from tracemerge.layouts import PathFacts
-from tracemerge.model import SourceData
+from tracemerge.core.errors import InputError
+from tracemerge.core.model import SourceData
+from tracemerge.naming.paths import PathFacts
 
 if TYPE_CHECKING:
-    from tracemerge.layout import FileLayout
+    from tracemerge.store.file_layout import FileLayout
 
 GZIP_MAGIC = b"\x1f\x8b"
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -29,7 +29,7 @@ class SourceFormat(msgspec.Struct, frozen=True):
     ``claims(path, head)`` looks at the file name and the first (decompressed) bytes and says
     whether the file is this format's; it must be cheap and must not raise. ``read(path, layout)``
     reads the file once, handing every event to ``layout`` (a
-    :class:`~tracemerge.layout.FileLayout`); it raises :class:`~tracemerge.errors.InputError` for a
+    :class:`~tracemerge.store.file_layout.FileLayout`); it raises :class:`~tracemerge.core.errors.InputError` for a
     file it cannot use.
     Formats whose inputs are directory trees can say where role and rank come from (``hints``)
     and which directories hold nothing to merge (``unusable_dir``), so these are reported.
@@ -39,7 +39,7 @@ class SourceFormat(msgspec.Struct, frozen=True):
     claims: Callable[[Path, bytes], bool]
     read: Callable[[Path, FileLayout], SourceData]
     # (path, the input root it was found under) -> what the path says of its process; default:
-    # tracemerge.layouts.path_facts
+    # tracemerge.naming.paths.path_facts
     hints: Callable[[Path, Path], PathFacts] | None = None
     # A directory this format recognises but cannot use (raw data, say) -> the reason; else None.
     unusable_dir: Callable[[Path], str | None] | None = None

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 from msgspec import field
 
-from tracemerge.report import format_table
+from tracemerge.report.run_report import format_table
 from tracemerge.viewer.trace_processor import TraceProcessor
 
 # Per-process counts as trace_processor attributes them: thread tracks (and tracks under them)

@@ -1,4 +1,4 @@
-"""Output formats, all fed by the same laid-out event stream (:mod:`tracemerge.layout`)."""
+"""Output formats, all fed by the same laid-out event stream (:mod:`tracemerge.store.file_layout`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import BinaryIO
 import msgspec
 from msgspec.structs import replace
 
-from tracemerge.layout_types import Encoder
-from tracemerge.plan import MergePlan, ThreadTrack, UnitPlan
+from tracemerge.layout.types import Encoder
+from tracemerge.plan.types import MergePlan, ThreadTrack, UnitPlan
 from tracemerge.writers import chrome_json, perfetto, perfetto_tracks
 
 

@@ -19,10 +19,10 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from tracemerge.layout_types import Items
-from tracemerge.model import FlowPhase
-from tracemerge.plan import CLOCK_NOTE, SUMMARY_NOTE, CounterTrack, MergePlan, ThreadTrack
-from tracemerge.report import json_bytes
+from tracemerge.core.model import FlowPhase
+from tracemerge.layout.types import Items
+from tracemerge.plan.types import CLOCK_NOTE, SUMMARY_NOTE, CounterTrack, MergePlan, ThreadTrack
+from tracemerge.report.run_report import json_bytes
 
 _OPTS = orjson.OPT_NON_STR_KEYS
 

@@ -18,11 +18,11 @@ import msgspec
 import numpy as np
 import orjson
 
-from tracemerge.entries import byte_table, gathered, interleaved
-from tracemerge.layout import Items
-from tracemerge.model import FlowPhase
-from tracemerge.plan import CounterTrack, ThreadTrack
-from tracemerge.units import plain_json
+from tracemerge.core.model import FlowPhase
+from tracemerge.core.units import plain_json
+from tracemerge.plan.types import CounterTrack, ThreadTrack
+from tracemerge.store.entries import byte_table, gathered, interleaved
+from tracemerge.store.file_layout import Items
 from tracemerge.writers import perfetto_trace_pb2 as pb
 from tracemerge.writers.packing import ForkedPacker
 from tracemerge.writers.perfetto_wire import _SMALL_VARINTS, _field, _packet, _put_varints, _varint, _varint_sizes

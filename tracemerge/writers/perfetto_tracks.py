@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import BinaryIO
 
-from tracemerge.plan import CLOCK_NOTE, SUMMARY_NOTE, MergePlan, ThreadTrack, UnitPlan, stable_id
-from tracemerge.report import json_bytes
+from tracemerge.plan.types import CLOCK_NOTE, SUMMARY_NOTE, MergePlan, ThreadTrack, UnitPlan, stable_id
+from tracemerge.report.run_report import json_bytes
 from tracemerge.writers import perfetto_trace_pb2 as pb
 from tracemerge.writers.perfetto import _INSTANT, _INT64_MAX, _INT64_MIN, SEQUENCE_CLOCK
 from tracemerge.writers.perfetto_wire import _packet, write_packet

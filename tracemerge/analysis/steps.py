@@ -1,0 +1,367 @@
+"""Where each RL step's time went, and who held it up: the numbers of a
+:class:`~tracemerge.phases.PhaseModel`, per step (wall time, the critical process and phase, the
+process that started last, skews: :mod:`tracemerge.analysis.holdups`) and per role and phase (total,
+share of the role's step time, the rank holding it up most, idle), the tables printed, and the
+readable form a merged trace keeps."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+
+from tracemerge.analysis.holdups import order_key
+from tracemerge.core.model import Identity
+from tracemerge.naming.paths import role_sort_key
+from tracemerge.phases.model import IDLE, PhaseModel, PipelineSlice, ProcessPhases
+from tracemerge.phases.tracks import brief
+from tracemerge.report.run_report import format_duration, format_table
+
+PERCENTILES_FROM = 5  # ranks a role needs for its p50 and p90 to mean something
+SHARE_OF = "the role's step time (each rank's steps, summed over its ranks)"
+STORED_STEPS = 20  # steps the trace's own summary lists (the longest, in step order)
+# Rows of the breakdown and segments of the critical path the trace's own summary keeps: 64 ranks
+# × 1000 steps worth of each, whole steps in step order; how many were left out is said beside.
+STORED_ROWS = 64 * 1000
+CAPPED = ("breakdown", "critical_path")
+
+
+def summary(model: PhaseModel, labels: dict[Identity, str] | None = None) -> dict:
+    """The per-step rows (``steps``), the per-role numbers in pipeline order (``roles``), the
+    processes placed without clock evidence, and each rank's per-step accounting."""
+
+    def name(ident: Identity) -> str:
+        return (labels or {}).get(ident, ident.label)
+
+    out: dict = {
+        "preset": model.preset,
+        "steps": _steps(model, name),
+        "share_of": SHARE_OF,
+        "roles": _roles(model),
+        "unaligned": [i.label for i in sorted(model.unaligned, key=lambda i: (role_sort_key(i.role), i.rank or 0))],
+        "processes": [],
+        "breakdown": _breakdown_rows(model),
+        "critical_path": [
+            {
+                "step": seg.step,
+                "role": seg.ident.role,
+                "rank": seg.ident.rank,
+                "process": name(seg.ident),
+                "phase": seg.phase,
+                "start_ns": seg.start,
+                "end_ns": seg.end,
+                "bound_by": seg.bound_by,
+            }
+            for seg in model.critical_path
+        ],
+    }
+    for ident, proc in model.processes.items():
+        out["processes"].append(
+            {
+                "process": name(ident),
+                "role": ident.role,
+                "rank": ident.rank,
+                "preset": proc.preset,
+                "steps": [
+                    {"step": st.step, "dur_ns": st.dur, "idle_ns": st.idle, "phases_ns": dict(st.phases)}
+                    for st in proc.steps
+                ],
+            }
+        )
+    return out
+
+
+def _breakdown_rows(model: PhaseModel) -> list[dict]:
+    """Each process's device time per step (:mod:`tracemerge.analysis.device_time`), in role and rank order."""
+    rows = []
+    for ident in sorted(model.breakdown, key=lambda i: (role_sort_key(i.role), *order_key(i)[1:])):
+        for step, b in model.breakdown[ident]:
+            row = {"role": ident.role, "rank": ident.rank, "step": step, "wall_ns": b.wall}
+            row.update({"compute_ns": b.compute, "communication_ns": b.communication})
+            row.update({"overlapped_ns": b.overlapped, "free_ns": b.free, "wait_ns": b.wait})
+            rows.append(row)
+    return rows
+
+
+def _steps(model: PhaseModel, name: Callable[[Identity], str]) -> list[dict]:
+    rows = []
+    for step, a, b in model.steps:
+        held = model.holdups.get(step)
+        row = {"step": step, "start_ns": a, "end_ns": b, "wall_ns": b - a}
+        if held is not None:
+            c, late = held.critical, held.late
+            row["start_skew_ns"], row["end_skew_ns"] = held.start_skew, held.end_skew
+            row["critical"] = {"role": c.role, "rank": c.rank, "phase": held.phase, "ns": held.waited}
+            row["critical"]["process"] = name(c)
+            row["late"] = {"role": late.role, "rank": late.rank, "process": name(late), "ns": held.start_skew}
+        rows.append(row)
+    return rows
+
+
+def _roles(model: PhaseModel) -> dict[str, dict]:
+    by_role: dict[str, dict[Identity, ProcessPhases]] = defaultdict(dict)
+    for ident, proc in model.processes.items():
+        by_role[ident.role][ident] = proc
+    quiet: dict[str, list[int]] = defaultdict(list)  # roles without phases: each rank's active time
+    for ident, active in model.active.items():
+        if ident.role not in by_role:
+            quiet[ident.role].append(active)
+    out: dict[str, dict] = {}
+    if not by_role:
+        return out  # no phases anywhere: nothing to set the quiet roles beside
+    for role in sorted({*by_role, *quiet}, key=role_sort_key):
+        if role in quiet:
+            out[role] = {"ranks": len(quiet[role]), "active_ns": sum(quiet[role]), "phases": {}}
+        else:
+            out[role] = _role(by_role[role], model.roles.get(role, []))
+    return out
+
+
+def _role(procs: dict[Identity, ProcessPhases], slices: list[PipelineSlice]) -> dict:
+    """A role's numbers: per phase, total, share, per-rank mean (and p50, p90 from 5 ranks), max,
+    the rank holding it up most and the one starting it last most; its idle time."""
+    step_total = sum(st.dur for p in procs.values() for st in p.steps)
+    idle_total = sum(st.idle for p in procs.values() for st in p.steps)
+    names = sorted({ph for p in procs.values() for st in p.steps for ph in st.phases})
+    phases = {}
+    for name in names:
+        values = sorted(sum(st.phases.get(name, 0) for st in p.steps) for p in procs.values())
+        many = len(values) >= PERCENTILES_FROM
+        phases[name] = {
+            "total_ns": sum(values),
+            "share": sum(values) / step_total if step_total else 0.0,
+            "mean_ns": round(statistics.fmean(values)),
+            "p50_ns": _quantile(values, 0.5) if many else None,
+            "p90_ns": _quantile(values, 0.9) if many else None,
+            "max_ns": values[-1],
+            **_held_up(s for s in slices if s.phase == name),
+        }
+    phases = dict(sorted(phases.items(), key=lambda kv: (-kv[1]["total_ns"], kv[0])))
+    return {
+        "ranks": len(procs),
+        "step_ns": step_total,
+        "idle_ns": idle_total,
+        "idle_fraction": idle_total / step_total if step_total else 0.0,
+        "phases": phases,
+    }
+
+
+def _held_up(slices: Iterable[PipelineSlice]) -> dict:
+    """Over a role's steps of one phase: the rank the others waited on most (in total, then in
+    most steps), and the one that started it last most, by how much in all."""
+    waited: Counter[Identity] = Counter()
+    critical: Counter[Identity] = Counter()
+    late_by: Counter[Identity] = Counter()
+    late: Counter[Identity] = Counter()
+    for s in slices:
+        waited[s.holdup.critical] += s.holdup.waited
+        critical[s.holdup.critical] += 1
+        late_by[s.holdup.late] += s.holdup.start_skew
+        late[s.holdup.late] += 1
+    out = {}
+    for key, ns, steps in (("critical", waited, critical), ("late", late_by, late)):
+        who = min(steps, key=lambda i: (-ns[i], -steps[i], order_key(i)), default=None)
+        out[key] = None if who is None else {"rank": who.rank, "process": who.label, "ns": ns[who], "steps": steps[who]}
+    return out
+
+
+def _quantile(values: list[int], q: float) -> int:
+    """Nearest-rank quantile of sorted ``values``."""
+    rank = max(1, -(-len(values) * q // 1))
+    return values[int(rank) - 1]
+
+
+def per_step(numbers: dict) -> bool:
+    """Whether ``numbers`` has the per-step rows (a trace an older tracemerge wrote has not)."""
+    return all(isinstance(s, dict) for s in numbers.get("steps", ()))
+
+
+def format_summary(numbers: dict) -> str:
+    """The terminal tables of :func:`summary`: one row per step, then per role and phase."""
+    if not numbers["roles"] or not numbers["steps"]:
+        return "\n".join(["phases: none found (name a preset or a rules file with --phases)", *_warning(numbers)])
+    steps = numbers["steps"]
+    preset = numbers["preset"] or "none: steps only"
+    head = [f"phases ({preset}), {len(steps)} step(s)", *_warning(numbers)]
+    device = [_breakdown_table(numbers["breakdown"])] if numbers.get("breakdown") else []
+    longest = _longest_segments(numbers.get("critical_path") or [])
+    left = _left_out_lines(numbers.get("left_out") or {})
+    return "\n".join([*head, _step_table(steps, longest), "", _role_table(numbers), *device, *left])
+
+
+def _longest_segments(segments: list[dict]) -> dict[int, dict]:
+    """Per step, the longest segment of its critical path (the earliest on a tie)."""
+    out: dict[int, dict] = {}
+    for seg in segments:
+        found = out.get(seg["step"])
+        if found is None or seg["end_ns"] - seg["start_ns"] > found["end_ns"] - found["start_ns"]:
+            out[seg["step"]] = seg
+    return out
+
+
+def _segment_text(seg: dict | None) -> str:
+    """``actor · rank 1 · update_actor, 35.0 ms (compute)``."""
+    if seg is None:
+        return "-"
+    where = seg.get("process") or seg["role"] or "-"
+    return f"{where} · {seg['phase']}, {brief(seg['end_ns'] - seg['start_ns'])} ({seg['bound_by']})"
+
+
+def _warning(numbers: dict) -> list[str]:
+    found = numbers.get("unaligned") or []
+    if not found:
+        return []
+    n = len(found)
+    return [f"⚠ {n} process{'es' if n > 1 else ''} unaligned (placed without clock evidence): {', '.join(found)}"]
+
+
+def _step_table(steps: list[dict], longest: dict[int, dict] | None = None) -> str:
+    head = ("step", "wall", "critical: process · phase", "waited on it", "started last", "start skew", "end skew")
+    rows = [(*head, "longest on the critical path")]
+    for s in steps:
+        c, late = s.get("critical"), s.get("late")
+        rows.append(
+            (
+                str(s["step"]),
+                format_duration(s["wall_ns"]),
+                f"{c['process']} · {c['phase']}" if c and c["phase"] else (c["process"] if c else "-"),
+                format_duration(c["ns"]) if c else "-",
+                late["process"] if late and late["ns"] else "-",  # all started at once: nobody late
+                format_duration(s["start_skew_ns"]) if late else "-",
+                format_duration(s["end_skew_ns"]) if late else "-",
+                _segment_text((longest or {}).get(s["step"])),
+            )
+        )
+    return format_table(rows, left=frozenset({2, 4, 7}))
+
+
+def _role_table(numbers: dict) -> str:
+    many = any(r["ranks"] >= PERCENTILES_FROM for r in numbers["roles"].values())
+    head = ["role", "ranks", "phase", "total", "share", "mean/rank", "max/rank"]
+    head += ["p50", "p90"] if many else []
+    rows = [(*head, "held up by", "started last")]
+    for role, r in numbers["roles"].items():
+        lead = (role or "-", str(r["ranks"]))
+        if "active_ns" in r:  # a role without phases
+            rows.append((*lead, "(no phases: active)", format_duration(r["active_ns"]), *[""] * (len(head) - 2)))
+            continue
+        for name, p in r["phases"].items():
+            pct = [format_duration(p[k]) if p[k] is not None else "" for k in ("p50_ns", "p90_ns")] if many else []
+            rows.append(
+                (
+                    *lead,
+                    name,
+                    format_duration(p["total_ns"]),
+                    f"{100 * p['share']:.1f}%",
+                    format_duration(p["mean_ns"]),
+                    format_duration(p["max_ns"]),
+                    *pct,
+                    _who(p["critical"], r["ranks"], waited=True),
+                    _who(p["late"], r["ranks"], waited=False),
+                )
+            )
+        idle = (*lead, IDLE, format_duration(r["idle_ns"]), f"{100 * r['idle_fraction']:.1f}%")
+        rows.append((*idle, *[""] * (len(rows[0]) - len(idle))))
+    title = f"per role, in pipeline order; share: of {SHARE_OF}"
+    return title + "\n" + format_table(rows, left=frozenset({0, 2, len(rows[0]) - 2, len(rows[0]) - 1}))
+
+
+BREAKDOWN_PARTS = ("wall", "compute", "communication", "overlapped", "free", "wait")
+
+
+def _breakdown_table(rows: list[dict]) -> str:
+    """Per role: each part of the device time per rank and step, the mean over its ranks' steps
+    and the worst rank (the most exposed communication and free time over its steps)."""
+    by_role: dict[str, dict] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        by_role[r["role"]][r["rank"]].append(r)
+    table = [("role", "ranks", "", *BREAKDOWN_PARTS)]
+    for role, ranks in by_role.items():
+        steps = [r for found in ranks.values() for r in found]
+        mean = [format_duration(round(statistics.fmean(r[f"{p}_ns"] for r in steps))) for p in BREAKDOWN_PARTS]
+        table.append((role or "-", str(len(ranks)), "mean per step", *mean))
+        worst = max(ranks, key=lambda k: (sum(r["communication_ns"] + r["free_ns"] for r in ranks[k]), -(k or 0)))
+        found = ranks[worst]
+        sums = [format_duration(round(statistics.fmean(r[f"{p}_ns"] for r in found))) for p in BREAKDOWN_PARTS]
+        table.append(("", "", f"worst: rank {worst}" if worst is not None else "worst: (no rank)", *sums))
+    title = "device time per rank and step: compute + communication (exposed) + free = wall; overlapped: compute"
+    title += " during communication; wait: in collectives, for the last rank to enter"
+    return "\n" + title + "\n" + format_table(table, left=frozenset({0, 2}))
+
+
+def _who(found: dict | None, ranks: int, waited: bool) -> str:
+    """``rank 1: 6.2 ms waited, 2 step(s)``; ``-`` for a role of one rank, or when no one waited
+    (started later)."""
+    if found is None or ranks < 2 or not found["ns"]:
+        return "-"
+    name = f"rank {found['rank']}" if found["rank"] is not None else found["process"].partition(" · ")[2]
+    return f"{name}: {brief(found['ns'])} {'waited' if waited else 'late'}, {found['steps']} step(s)"
+
+
+def stored(numbers: dict) -> dict:
+    """The summary a merged trace keeps (the ``phase summary`` instant on the Pipeline group): a
+    line per step (the longest :data:`STORED_STEPS`) and per role, as a person reads them, and the
+    numbers themselves as one JSON text (for ``tracemerge summary TRACE``)."""
+    steps = numbers["steps"]
+    shown = sorted(sorted(steps, key=lambda s: -s["wall_ns"])[:STORED_STEPS], key=lambda s: s["step"])
+    lines = [_step_line(s) for s in shown]
+    if len(shown) < len(steps):
+        lines.append(f"the {len(shown)} longest of {len(steps)} steps; `tracemerge summary` lists them all")
+    out: dict = {"steps": lines, "roles": [_role_line(role, r) for role, r in numbers["roles"].items()]}
+    if numbers.get("unaligned"):
+        out["unaligned"] = _warning(numbers)[0]
+    numbers = capped(numbers, STORED_ROWS)
+    if numbers.get("left_out"):
+        out["left_out"] = _left_out_lines(numbers["left_out"])
+    out["numbers"] = json.dumps(numbers, separators=(",", ":"))
+    return out
+
+
+def capped(numbers: dict, limit: int) -> dict:
+    """``numbers`` with at most ``limit`` rows of each list of :data:`CAPPED`: the rows of whole
+    steps, in step order; per list cut, ``left_out`` says how many rows and steps were left out."""
+    out = dict(numbers)
+    for key in CAPPED:
+        rows = numbers.get(key) or []
+        if len(rows) <= limit:
+            continue
+        per_step: Counter[int] = Counter(r["step"] for r in rows)
+        kept, total = set(), 0
+        for step in sorted(per_step):
+            if total + per_step[step] > limit:
+                break
+            kept.add(step)
+            total += per_step[step]
+        out[key] = [r for r in rows if r["step"] in kept]
+        left = {"rows": len(rows) - total, "steps": len(per_step) - len(kept), "limit": limit}
+        out["left_out"] = {**out.get("left_out", {}), key: left}
+    return out
+
+
+def _left_out_lines(left_out: dict) -> list[str]:
+    """``breakdown: 1,200 rows of 10 steps left out (at most 64,000 kept, whole steps in order)``."""
+    return [
+        f"{key}: {n['rows']:,} rows of {n['steps']:,} step(s) left out (at most {n['limit']:,} kept, whole steps"
+        " in step order); `tracemerge summary RUN_DIR` lists them all"
+        for key, n in left_out.items()
+    ]
+
+
+def _step_line(s: dict) -> str:
+    text = f"step {s['step']}: {brief(s['wall_ns'])}"
+    c, late = s.get("critical"), s.get("late")
+    if c:
+        where = f"{c['process']} · {c['phase']}" if c["phase"] else c["process"]
+        text += f"; held up by {where} ({brief(c['ns'])} waited on it)"
+    if late and late["ns"]:
+        text += f"; started last: {late['process']}, {brief(late['ns'])} after the first"
+    return text
+
+
+def _role_line(role: str, r: dict) -> str:
+    name = f"{role or '(no role)'} ({r['ranks']} rank{'s' if r['ranks'] > 1 else ''})"
+    if "active_ns" in r:
+        return f"{name}: no phases; active {brief(r['active_ns'])} (first to last event, summed over ranks)"
+    shares = [f"{ph} {100 * p['share']:.1f}%" for ph, p in r["phases"].items()]
+    return f"{name}: " + ", ".join([*shares, f"idle {100 * r['idle_fraction']:.1f}%"]) + " of its step time"

@@ -1,0 +1,399 @@
+"""Command line: ``tracemerge PATH... -o OUT`` (the ``merge`` command is the default)."""
+
+import gc
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
+
+import typer
+from typer.core import TyperGroup
+
+from tracemerge import __version__
+from tracemerge.cli import diff as cli_diff
+from tracemerge.cli import engine
+from tracemerge.cli import tools as cli_tools
+from tracemerge.core.errors import Stopped, TracemergeError, shown
+from tracemerge.core.exit_status import EXIT_FATAL, EXIT_INCOMPLETE, EXIT_OK, leave_after
+
+if TYPE_CHECKING:
+    from tracemerge.report.run_report import RunReport
+    from tracemerge.select import Selection
+
+# The usage errors of the click typer runs on (typer 0.28 carries a copy of its own).
+_CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
+class _DefaultToMerge(TyperGroup):
+    """Lets ``tracemerge ./runs -o x`` mean ``tracemerge merge ./runs -o x``."""
+
+    def parse_args(self, ctx, args):  # type: ignore[no-untyped-def]
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+            args = ["merge", *args]
+        # A bare --ray (last, or before another option) starts a Ray instance here.
+        args = [
+            "--ray=local" if a == "--ray" and (n + 1 == len(args) or args[n + 1].startswith("-")) else a
+            for n, a in enumerate(args)
+        ]
+        return super().parse_args(ctx, args)
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):  # type: ignore[no-untyped-def,override]
+        """Usage errors in one line, ``tracemerge: error: <what is wrong>`` (exit 2)."""
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except _CLICK_ERROR as exc:
+            if not exc.format_message():  # no arguments at all: the help, as click shows it
+                exc.show()
+                sys.exit(exc.exit_code)
+            bare = isinstance(exc, typer.BadParameter) and exc.param is None and exc.param_hint is None
+            _say(f"error: {shown(' '.join((exc.message if bare else exc.format_message()).split()))}")
+            sys.exit(exc.exit_code)
+        sys.exit(code if isinstance(code, int) else EXIT_OK)
+
+
+# The placement and phase options a merge and ``summary`` share.
+SyncOption = Annotated[
+    Optional[list[str]],
+    typer.Option("--sync", help="A span that starts at one instant in every process having it (repeatable)."),
+]
+OffsetOption = Annotated[
+    Optional[list[str]],
+    typer.Option("--offset", help="Shift a role or rank by hand, e.g. actor/3=+1.5ms (repeatable)."),
+]
+OffsetsFileOption = Annotated[
+    Optional[Path], typer.Option("--offsets", help='TOML file: an offsets table of "actor/3" = "+1.5ms".')
+]
+NoAlignOption = Annotated[bool, typer.Option("--no-align", help="Keep every file's raw clock.")]
+# (None is auto: the rules are loaded when a command runs, not at every start.)
+PhasesOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--phases",
+        show_default=False,
+        help="Phase rules: auto (the default), verl, areal, skyrl, or a TOML rules file.",
+    ),
+]
+
+app = typer.Typer(
+    cls=_DefaultToMerge,
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    # Plain help text: rich's renderer costs more start-up than the rest of the command line.
+    rich_markup_mode=None,
+    help="Merge the traces of a distributed training run into one Perfetto trace.",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"tracemerge {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Merge the traces of a distributed training run into one Perfetto trace.
+
+    Exit status: 0 merged everything; 3 merged, but files were skipped or events dropped
+    (listed on stderr); 1 nothing written; 2 bad usage. `check` exits 3 when Perfetto reports
+    import errors or data losses.
+    """
+
+
+def _err(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+def _say(message: str) -> None:
+    _err(f"tracemerge: {message}")
+
+
+@app.command(short_help="Merge traces into one clock-aligned trace (the default command).")
+def merge(
+    inputs: Annotated[list[Path], typer.Argument(help="Trace files or directories (searched recursively).")],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Output file: .pftrace, .pftrace.gz, .json or .json.gz.")
+    ],
+    format: Annotated[
+        Optional[str],
+        typer.Option("--format", "-f", help="perfetto, perfetto.gz, json or json.gz (default: from -o)."),
+    ] = None,
+    report: Annotated[
+        Optional[Path], typer.Option("--report", help="Also write the run report as JSON to this file.")
+    ] = None,
+    jobs: Annotated[
+        int, typer.Option("--jobs", "-j", help="Worker processes reading and encoding files (0: automatic).")
+    ] = 0,
+    ray: Annotated[
+        Optional[str],
+        typer.Option(
+            "--ray",
+            metavar="[ADDRESS]",
+            help="Find and process files on the nodes of a Ray cluster: auto, HOST:PORT, ray://HOST:10001; "
+            "alone, a Ray instance started here.",
+        ),
+    ] = None,
+    split_by: Annotated[
+        Optional[str],
+        typer.Option(
+            "--split-by",
+            help="One trace per role, host, step-window or coordinate (dp, tp, ...), and an index.",
+        ),
+    ] = None,
+    roles: Annotated[Optional[str], typer.Option("--roles", help="Keep only these roles, e.g. actor,rollout.")] = None,
+    ranks: Annotated[Optional[str], typer.Option("--ranks", help="Keep only these ranks, e.g. 0-7,12.")] = None,
+    where: Annotated[
+        Optional[list[str]],
+        typer.Option("--where", help="Keep processes whose file names give these coordinates, e.g. dp=0 (repeatable)."),
+    ] = None,
+    window: Annotated[
+        Optional[str],
+        typer.Option("--window", help="Keep START:END after the run start, e.g. 10s:25s, 500ms:, :2min."),
+    ] = None,
+    min_dur: Annotated[
+        Optional[str], typer.Option("--min-dur", help="Leave out slices shorter than this, e.g. 10us.")
+    ] = None,
+    keep_zero_counters: Annotated[
+        bool,
+        typer.Option("--keep-zero-counters", help="Keep Ascend counter tracks whose every value is 0 (left out)."),
+    ] = False,
+    sync: SyncOption = None,
+    offset: OffsetOption = None,
+    offsets_file: OffsetsFileOption = None,
+    no_align: NoAlignOption = False,
+    phases: PhasesOption = None,
+    steps: Annotated[
+        Optional[str], typer.Option("--steps", help="Keep only these RL steps (and their phases), e.g. 3-5.")
+    ] = None,
+    summary: Annotated[bool, typer.Option("--summary", help="Print where each step's time went, per role.")] = False,
+    metrics_map_file: Annotated[
+        Optional[Path],
+        typer.Option("--metrics-map", help="TOML file placing metric series by label under a role/rank."),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Let -o replace one of the inputs.")] = False,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Write nothing if any file is skipped or any input event lost.")
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print errors only.")] = False,
+) -> None:
+    """Merge traces into one clock-aligned trace with a process per role and rank."""
+    notes = []
+    try:
+        if jobs < 0:
+            raise ValueError(f"--jobs: {jobs} is not a number of processes (0: one per CPU when it pays)")
+        cores = engine.usable_cores()
+        if jobs > cores and ray is None:
+            notes.append(f"--jobs {jobs}: this machine gives it {cores} CPUs; {cores} processes used")
+            jobs = cores
+        selection = _selection(roles, ranks, where, window, min_dur, keep_zero_counters)
+        if format is not None and format not in engine.WRITERS:
+            raise ValueError(f"--format: unknown output format {format!r} (choose from {', '.join(engine.WRITERS)})")
+        clocks = _placement(sync, offset, offsets_file, no_align)
+        steps_kept = engine.parse_ranks(steps, "--steps") if steps is not None else None
+        phase_rules = engine.PhaseOptions(engine.resolve(phases), steps_kept)
+        if split_by is not None:
+            engine.check_kind(split_by)
+        metrics_map = engine.load_metrics_map(metrics_map_file) if metrics_map_file is not None else engine.NO_MAP
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    with engine.progress_bar(enabled=not quiet) as on_progress:
+
+        def show(r: "RunReport") -> None:
+            if not quiet:
+                on_progress.pause()
+                _err(engine.format_found(r))
+                _err(engine.format_alignment(r))
+
+        try:
+            result = engine.merge(
+                inputs,
+                output,
+                format=format,
+                jobs=jobs,
+                executor=engine.ray_executor(ray) if ray is not None else None,
+                split_by=split_by,
+                selection=selection,
+                clocks=clocks,
+                phase_rules=phase_rules,
+                metrics_map=metrics_map,
+                force=force,
+                strict=strict,
+                also_writes=(report,) if report is not None else (),
+                on_plan=show,
+                on_progress=on_progress,
+            )
+        except (TracemergeError, OSError) as exc:
+            on_progress.pause()
+            _say(f"error: {exc}")
+            raise typer.Exit(EXIT_FATAL) from None
+    result.notes.extend(notes)
+    raise typer.Exit(_said(result, report, summary, quiet))
+
+
+def _selection(
+    roles: str | None,
+    ranks: str | None,
+    where: list[str] | None,
+    window: str | None,
+    min_dur: str | None,
+    keep_zero_counters: bool,
+) -> "Selection":
+    """What to keep, from --roles, --ranks, --where, --window, --min-dur, --keep-zero-counters."""
+    if min_dur is not None and engine.parse_duration(min_dur) < 0:
+        raise ValueError(f"--min-dur: {min_dur!r} is negative")
+    return engine.Selection(
+        roles=engine.parse_roles(roles) if roles is not None else None,
+        ranks=engine.parse_ranks(ranks) if ranks is not None else None,
+        where=engine.parse_where(where or []),
+        window=engine.parse_window(window) if window is not None else None,
+        min_dur=engine.parse_duration(min_dur) if min_dur is not None else 0,
+        keep_zero_counters=keep_zero_counters,
+    )
+
+
+def _placement(sync: list[str] | None, offset: list[str] | None, offsets_file: Path | None, no_align: bool) -> Any:
+    """How files are placed, from --sync, --offset, --offsets and --no-align (an AlignOptions)."""
+    rules = engine.load_offsets(offsets_file) if offsets_file is not None else ()
+    rules += tuple(engine.parse_offset(text) for text in offset or ())
+    return engine.AlignOptions(enabled=not no_align, offsets=rules, sync=tuple(sync or ()))
+
+
+def _said(result: "RunReport", report: Path | None, summary: bool, quiet: bool) -> int:
+    """The run report written (--report) and printed (--summary, the outcome); the exit status."""
+    report_failed = False
+    if report is not None:
+        try:
+            engine.write_whole(report, engine.json_bytes(result.as_dict()))
+        except OSError as exc:
+            # The trace is written whole: the run is incomplete, not failed; no part of a report is left.
+            _say(f"error: cannot write report {shown(report)}: {exc.strerror or exc}")
+            report_failed = True
+    outcome = engine.format_outcome(result)
+    if summary:
+        typer.echo(engine.format_summary(result.phases))
+    if not quiet:
+        _err(outcome)
+    elif result.exit_code:
+        _err("\n".join(line for line in outcome.splitlines()[1:]))
+    return result.exit_code or (EXIT_INCOMPLETE if report_failed else EXIT_OK)
+
+
+_Stopped = Stopped
+_stop = Stopped.on_signal
+
+
+def run() -> NoReturn:
+    """The command's entry point (``tracemerge``, ``python -m tracemerge``): :func:`main`, and the
+    process ends with its status (:func:`~tracemerge.core.exit_status.leave_after`)."""
+    leave_after(main)
+
+
+def main() -> None:
+    # numpy's BLAS would start a thread per core as numpy is imported, which spin for a while
+    # (0.1 s of CPU at each start on 2 cores); nothing here multiplies matrices.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _stop)
+    try:
+        app()
+    except _Stopped as stopped:
+        if stopped.signum == signal.SIGINT:
+            _say("interrupted")
+        else:
+            _say(f"stopped by {signal.Signals(stopped.signum).name}")
+        sys.exit(128 + stopped.signum)
+    except KeyboardInterrupt:
+        _say("interrupted")
+        sys.exit(130)
+    except Exception as exc:  # a bug: say so in one line, keep the traceback for those who ask
+        if os.environ.get("TRACEMERGE_DEBUG"):
+            raise
+        _say(f"internal error: {type(exc).__name__}: {exc} (set TRACEMERGE_DEBUG=1 for a traceback)")
+        sys.exit(EXIT_FATAL)
+    finally:
+        # The work is done and the process exits: the interpreter's exit would run the cyclic
+        # collector over what is still alive several times as it tears the modules down (0.1 s
+        # after merging a 23 MB rank); frozen, it is left to the exit alone.
+        gc.freeze()
+
+
+@app.command(short_help="Where each step's time went, and who held it up.")
+def summary(
+    path: Annotated[Path, typer.Argument(help="A run directory (merged now) or a trace tracemerge wrote.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the numbers as one JSON document.")] = False,
+    phases: PhasesOption = None,
+    sync: SyncOption = None,
+    offset: OffsetOption = None,
+    offsets_file: OffsetsFileOption = None,
+    no_align: NoAlignOption = False,
+    baseline: Annotated[
+        Optional[Path], typer.Option("--baseline", help="Compare with this run, trace or summary JSON (as diff).")
+    ] = None,
+    fail_over: Annotated[
+        Optional[str], typer.Option("--fail-over", help="With --baseline: exit 4 on growth over this (e.g. 10%).")
+    ] = None,
+) -> None:
+    """Per step: wall time, who held it up and who started last; per role and phase: total, share, idle.
+
+    A run directory is read and summarized without writing a trace, placed as a merge places it
+    (--sync, --offset, --offsets, --no-align); a trace keeps the summary of its own merge.
+    """
+    threshold = cli_diff.threshold_of(fail_over)
+    if threshold is not None and baseline is None:
+        raise typer.BadParameter("--fail-over gates on a --baseline: name one")
+    if not path.exists():
+        _say(f"error: {path}: no such file or directory")
+        raise typer.Exit(EXIT_FATAL)
+    try:
+        phase_rules = engine.PhaseOptions(engine.resolve(phases))
+        clocks = _placement(sync, offset, offsets_file, no_align)
+        if not path.is_dir() and (clocks.offsets or sync or no_align):
+            raise ValueError("--sync, --offset, --offsets and --no-align place a run directory, not a merged trace")
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    try:
+        if path.is_dir():
+            numbers = engine.summarize([path], phase_rules=phase_rules, clocks=clocks)
+        else:
+            numbers = engine.stored_summary(path)
+            if numbers is None:
+                _say(f"error: {path}: holds no phase summary (merge the run with tracemerge)")
+                raise typer.Exit(EXIT_FATAL)
+            if not as_json and not engine.per_step(numbers):
+                _say(f"error: {path}: an older tracemerge wrote its summary (--json prints it; merge the run again)")
+                raise typer.Exit(EXIT_FATAL)
+    except engine.Unreadable as exc:
+        _say(f"error: {exc}")
+        raise typer.Exit(exc.status) from None
+    except (TracemergeError, OSError, ValueError) as exc:
+        _say(f"error: {exc}")
+        raise typer.Exit(EXIT_FATAL) from None
+    if baseline is not None:  # the summary, then the comparison with the baseline (and its gate)
+        if not numbers.get("roles") or not numbers.get("steps"):
+            _say(f"error: {shown(path)}: holds no phase summary with steps to compare")
+            raise typer.Exit(EXIT_FATAL)
+        base = cli_diff.load(baseline, phase_rules)
+        if not as_json:
+            typer.echo(engine.format_summary(numbers) + "\n")
+        raise typer.Exit(cli_diff.report(base, numbers, threshold, as_json, extra={"summary": numbers}))
+    try:
+        text = engine.json_bytes(numbers).decode() if as_json else engine.format_summary(numbers)
+    except engine.NOT_A_SUMMARY as exc:  # a summary of another shape than tracemerge writes
+        _say(f"error: {shown(path)}: its phase summary cannot be read ({type(exc).__name__})")
+        raise typer.Exit(EXIT_FATAL) from None
+    typer.echo(text)
+
+
+# check, open and scrape: tracemerge.cli.tools, registered here after merge and summary.
+app.command(short_help="Load a trace into trace_processor: import stats and counts.")(cli_tools.check)
+app.command(name="open", short_help="Serve a trace to the Perfetto UI until Ctrl+C.")(cli_tools.open_)
+app.command(short_help="Record Prometheus /metrics pages during a run.")(cli_tools.scrape)
+app.command(short_help="Compare two runs; with --fail-over, a regression gate.")(cli_diff.diff)

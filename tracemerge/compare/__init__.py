@@ -1,0 +1,1 @@
+"""Two runs compared: ``tracemerge diff`` and the regression gate, as library calls."""

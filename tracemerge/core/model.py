@@ -1,0 +1,146 @@
+"""The normalized event model every source produces and every later stage consumes.
+
+A source reads one file, handing its events to the file's layout (:mod:`tracemerge.store.file_layout`) as
+it goes, with timestamps in integer nanoseconds of the file's own clock; it returns a
+:class:`SourceData` that says what that clock is and names the threads the events sit on. Sources
+that build events one by one use :class:`Event`. Nothing here knows about output formats.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from msgspec import field
+
+from tracemerge.core.stats import Losses
+
+
+class Kind(IntEnum):
+    """What an event becomes in the output."""
+
+    SLICE = 0
+    INSTANT = 1
+    COUNTER = 2
+    FLOW = 3
+
+
+class FlowPhase(IntEnum):
+    """Position of a flow point in its chain (Chrome's s / t / f)."""
+
+    START = 0
+    STEP = 1
+    END = 2
+
+
+# A source-local thread identity, e.g. ("cpu", pid, tid) or ("device", "GPU 0", stream).
+ThreadKey = tuple
+# Who produced an event, as far as the file itself says: (role or None, rank or None); metric
+# series add a third part, the tag of a process without a rank (its instance, or "Metrics").
+OriginKey = tuple
+
+NO_ORIGIN: OriginKey = (None, None)
+
+
+class Event(msgspec.Struct):
+    """One input event, normalized.
+
+    ``ts`` and ``dur`` are integer nanoseconds in the source's clock domain. For counters ``name``
+    is the series name and ``value`` the sample. For flow points ``flow_id`` is the source-local
+    id (unique only within the file) and ``flow_next`` says the point binds to the next slice that
+    starts on its thread rather than to the enclosing one.
+    """
+
+    kind: Kind
+    ts: int
+    thread: ThreadKey
+    name: str = ""
+    cat: str = ""
+    dur: int = 0
+    args: dict[str, Any] | None = None
+    origin: OriginKey = NO_ORIGIN
+    value: float | int = 0
+    flow_id: Any = None
+    flow_phase: FlowPhase = FlowPhase.START
+    flow_next: bool = False
+
+
+class ClockDomain(msgspec.Struct, frozen=True):
+    """The time base of a source's timestamps.
+
+    ``anchored`` sources carry Unix-epoch time and can be placed on the common timeline as they
+    are; unanchored ones (a per-process monotonic origin with no wall-clock reading) need an
+    offset chosen by :mod:`tracemerge.clock`.
+    """
+
+    name: str
+    anchored: bool
+
+
+UNIX_EPOCH = ClockDomain("unix epoch", anchored=True)
+
+
+class ThreadInfo(msgspec.Struct):
+    """Display facts about a source thread: its name and where it sorts inside its process."""
+
+    name: str
+    sort_key: tuple = ()
+
+
+class SourceData(msgspec.Struct):
+    """What a source says about one file once it has handed over its events.
+
+    ``clock`` None means the clock is told by the magnitude of the timestamps (Unix-epoch µs, or a
+    relative origin). ``origin_ns`` is added to the file's timestamps to give its clock's time.
+    """
+
+    path: Path
+    format: str
+    clock: ClockDomain | None
+    threads: dict[ThreadKey, ThreadInfo]
+    origin_ns: int = 0
+    # With ``clock`` None: the clock when the times are not at Unix-epoch magnitude.
+    relative_clock: ClockDomain | None = None
+    # What the file itself says about who wrote it; used when events carry no origin of their own.
+    role_hint: str | None = None
+    rank_hint: int | None = None
+    # The machine that wrote the file, when the file or its name says: files of one host share a clock.
+    host: str | None = None
+    # What names the file's process when no rank is known (default: the file name); an Ascend run
+    # directory's name, since every run's file is called trace_view.json.
+    tag_hint: str | None = None
+    # Input events that could not be kept, per statistic.
+    dropped: Losses = field(default_factory=Losses)
+    # Input records consumed as metadata (names, sort indexes): they are not events.
+    metadata_records: int = 0
+    # A counter series whose title is short: title -> its full name (the track's description).
+    series_descriptions: dict[str, str] = field(default_factory=dict)
+    # Values keyed by RL step rather than time (tracker scalars): step -> name -> value.
+    step_values: dict[int, dict[str, float]] = field(default_factory=dict)
+
+
+class Identity(msgspec.Struct, frozen=True):
+    """A process in the merged trace: one role and rank of the training job.
+
+    ``tag`` separates sources whose rank could not be determined (one process per file then).
+    """
+
+    role: str
+    rank: int | None
+    tag: str = ""
+
+    @property
+    def label(self) -> str:
+        who = f"rank {self.rank}" if self.rank is not None else (self.tag or "rank ?")
+        return f"{self.role} · {who}" if self.role else who
+
+
+def as_rank(value: Any) -> int | None:
+    """A rank from an int or a numeric string; None for anything else."""
+    if type(value) is int and value >= 0:
+        return value
+    if type(value) is str and value.strip().isdigit():
+        return int(value)
+    return None

@@ -1,0 +1,1 @@
+"""The discover stage: the trace files under the given paths, their formats, and copies read once."""

@@ -1,0 +1,103 @@
+"""The evidence notes a file's read leaves: marks ``(start, end)`` per (tag, origin, thread).
+
+Which event names are evidence, and under which tags, a :class:`~tracemerge.evidence.anchors.Watch` says
+(:mod:`tracemerge.evidence.anchors` describes the kinds); :class:`EvidenceNotes` keeps what sources note
+of them, in the file's own timestamps, capped per tag and thread.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+
+from tracemerge.analysis.device_time import add_span, compact
+from tracemerge.core.model import OriginKey, ThreadKey
+from tracemerge.evidence.anchors import DEVICE, MAX_MARKS, MAX_PHASE_MARKS, PHASE, STEP
+
+Marks = dict[tuple[str, OriginKey, ThreadKey], list[tuple[int, int]]]
+
+
+class EvidenceNotes:
+    """Clock anchors, phase marks and device activity noted while one file is read."""
+
+    def __init__(self, watch: Callable[[str], tuple[str, ...]] | None = None) -> None:
+        self.watch = watch
+        self.tags: dict[str, tuple[str, ...]] = {}  # per event name, what ``watch`` says of it
+        self.marks: Marks = {}
+        self.marks_over: Counter[str] = Counter()  # per kind of evidence, marks beyond the cap
+        self._merged_sizes: dict = {}  # device marks: each union's length when last merged
+
+    def tag(self, name: str) -> tuple[str, ...]:
+        """The evidence tags of events named ``name`` (see :mod:`tracemerge.evidence.anchors`)."""
+        try:
+            return self.tags[name]
+        except KeyError:
+            found = self.tags[name] = self.watch(name) if self.watch is not None else ()
+            return found
+
+    def note(self, name: str, origin: OriginKey, thread: ThreadKey, start: int, dur: int) -> None:
+        """Keep a slice as evidence when its name is watched."""
+        for tag in self.tag(name):
+            self.mark(tag, origin, thread, start, start + dur)
+
+    def mark(self, tag: str, origin: OriginKey, thread: ThreadKey, start: int, end: int) -> None:
+        """Clock evidence: an instant range under ``tag``, in the file's own timestamps."""
+        found = self.marks.get((tag, origin, thread))
+        if found is None:
+            found = self.marks[(tag, origin, thread)] = []
+        if tag.startswith(DEVICE):  # device activity: a union of spans, merged as they come
+            add_span(found, start, end, self._merged_sizes, (tag, origin, thread))
+            return
+        limit = MAX_PHASE_MARKS if tag.startswith((PHASE, STEP)) else MAX_MARKS
+        if len(found) < limit:
+            found.append((start, end))
+        else:
+            self.marks_over[tag.partition(" ")[0]] += 1
+
+    def mark_device(self, tag: str, origin: OriginKey, thread: ThreadKey, starts: np.ndarray, ends: np.ndarray) -> None:
+        """Device activity of a batch of one thread's rows (``tag``: compute or comm), merged in
+        numpy first: only the batch's union is handed to :meth:`mark`."""
+        if not len(starts):
+            return
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], np.maximum.accumulate(ends[order])
+        breaks = np.flatnonzero(starts[1:] > ends[:-1]) + 1
+        firsts = np.concatenate(([0], breaks))
+        lasts = np.concatenate((breaks - 1, [len(starts) - 1]))
+        key = (tag, origin, thread)
+        found = self.marks.get(key)
+        if found is None:
+            found = self.marks[key] = []
+        found.extend(zip(starts[firsts].tolist(), ends[lasts].tolist(), strict=True))
+        compact(found, self._merged_sizes, key)
+
+    def absorb(self, marks: Marks, marks_over: Counter[str]) -> None:
+        """The notes of a part of the file read apart, after those before. A part's device
+        activity is a union already: its spans join this one's whole (the union is the same as
+        if they had come one by one, and a 23 MB rank's part holds ten thousand)."""
+        for key, found in marks.items():
+            tag, origin, thread = key
+            if tag.startswith(DEVICE):
+                mine = self.marks.setdefault(key, [])
+                mine.extend(found)
+                compact(mine, self._merged_sizes, key)
+                continue
+            for start, end in found:
+                self.mark(tag, origin, thread, start, end)
+        self.marks_over.update(marks_over)
+
+    def clear(self) -> None:
+        """Forget every mark, and what was counted beyond the caps (the source reads the file
+        again: counted twice otherwise)."""
+        self.marks.clear()
+        self.marks_over.clear()
+        self._merged_sizes.clear()
+
+    def regroup(self, origin_of: Callable[[OriginKey, ThreadKey], OriginKey]) -> None:
+        """Re-key the marks by the origins known once the whole file is read."""
+        marks: Marks = {}
+        for (tag, origin, thread), found in self.marks.items():
+            marks.setdefault((tag, origin_of(origin, thread), thread), []).extend(found)
+        self.marks = marks

@@ -1,0 +1,187 @@
+"""Flow points bound to their slices: the first half of :mod:`tracemerge.layout.flows.numbering`.
+
+Each thread's points are taken in (time, phase, ordinal) order and bound to the innermost slice
+enclosing them on their thread (or, for a Chrome ``f`` without ``bp: "e"``, to the next slice
+starting there: :mod:`tracemerge.layout.flows.targets`), one run of its entries apart in time after
+another; every file's points end up as columns, with their namespace (origin, cat, name)
+numbered in the order of first appearance.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from tracemerge.core.model import OriginKey, ThreadKey
+from tracemerge.layout.flows.targets import targets
+from tracemerge.layout.nesting import SLICE, overlapping, parents, walk_order
+from tracemerge.store.entries import PointKeys, ThreadEntries, ThreadPoints, distinct
+from tracemerge.store.spill import RunStore
+
+# Each thread's flow points, in the order the threads were first met in the file.
+PointsInOrder = list[tuple[tuple[OriginKey, ThreadKey], ThreadPoints]]
+
+
+class Points:
+    """Every flow point of a file, bound, as columns (see :func:`bound_points`)."""
+
+    def __init__(self) -> None:
+        self.threads: list[tuple[OriginKey, ThreadKey]] = []
+        self.origins: list[OriginKey] = []  # per namespace: an (origin, cat, name)
+        self.parts: dict[str, list[np.ndarray]] = defaultdict(list)
+
+    def add(self, **columns: np.ndarray) -> None:
+        for name, values in columns.items():
+            self.parts[name].append(values)
+
+    def take(self, name: str, keep: bool = False) -> np.ndarray:
+        """One column, whole; its parts let go unless ``keep``."""
+        parts = self.parts[name] if keep else self.parts.pop(name)
+        if len(parts) > 1:
+            parts[:] = [np.concatenate(parts)]
+        return parts[0]
+
+
+def bound_points(
+    threads: PointsInOrder,
+    entries_of: dict[tuple[OriginKey, ThreadKey], ThreadEntries],
+    point_keys: PointKeys,
+    store: RunStore,
+    with_durations: bool,
+) -> Points | None:
+    """Each thread's points in (time, phase, ordinal) order with the slice each binds to (its
+    start, its ordinal or -1 for none, and with ``with_durations`` its negated duration) and its
+    namespace, numbered in the order of first appearance."""
+    found = Points()
+    namespaces: dict[tuple, int] = {}
+    for (origin, thread), pts in threads:
+        if not pts.total:
+            continue
+        cols = pts.columns(store)
+        order = np.lexsort((cols["ordinals"], cols["phases"], cols["ts"]))
+        ts = cols["ts"][order]
+        bound = _Bound(len(ts), with_durations)
+        entries = entries_of.get((origin, thread))
+        bind_next = cols["bind_next"][order]
+        for rows, lo, hi in _point_ranges(entries, store, ts):
+            starts, negdurs, ordinals = _slices(entries, store, rows)
+            bound.bind(starts, negdurs, ordinals, ts, bind_next, lo, hi)
+        found.add(
+            ts=ts,
+            phase=cols["phases"][order],
+            fid=cols["fids"][order],
+            fid_kind=cols["fid_kinds"][order],
+            ns=_namespaces(namespaces, found.origins, origin, cols["pairs"][order], point_keys),
+            thread=np.full(len(ts), len(found.threads), np.int32),
+            **bound.columns(),
+        )
+        del cols, order, bound
+        found.threads.append((origin, thread))
+    if not found.threads:
+        return None
+    _rank_other_ids(found, point_keys)
+    return found
+
+
+def _point_ranges(
+    entries: ThreadEntries | None, store: RunStore, ts: np.ndarray
+) -> list[tuple[tuple[int, int] | None, int, int]]:
+    """The thread's runs of entries apart in time (:meth:`ThreadEntries.chunks`), each with the
+    range of points (in time order) that bind within it: from its earliest start to the next's."""
+    chunks = entries.chunks(store) if entries is not None and entries.total else []
+    if not chunks:
+        return [(None, 0, len(ts))]
+    cuts = [0, *np.searchsorted(ts, [earliest for _, _, earliest in chunks[1:]], "left").tolist(), len(ts)]
+    return [((lo, hi), cuts[k], cuts[k + 1]) for k, (lo, hi, _) in enumerate(chunks)]
+
+
+class _Bound:
+    """The slices a thread's points bind to, found one run of blocks at a time; a point bound to
+    the next slice that finds none in its run takes the first slice of the next run."""
+
+    def __init__(self, n: int, with_durations: bool) -> None:
+        self.target = np.full(n, -1, np.int64)
+        self.target_start = np.zeros(n, np.int64)
+        self.target_negdur = np.zeros(n, np.int64) if with_durations else None
+        self.waiting = np.empty(0, np.int64)  # points bound to a next slice their run lacks
+
+    def bind(
+        self,
+        starts: np.ndarray,
+        negdurs: np.ndarray,
+        ordinals: np.ndarray,
+        ts: np.ndarray,
+        bind_next: np.ndarray,
+        lo: int,
+        hi: int,
+    ) -> None:
+        if len(starts) and len(self.waiting):
+            self._set(self.waiting, starts[:1], negdurs[:1], ordinals[:1], np.zeros(len(self.waiting), np.int64))
+            self.waiting = self.waiting[:0]
+        if lo == hi:
+            return
+        ends = starts - negdurs
+        parent = parents(starts, ends)
+        nests = not overlapping(starts, ends, parent).any()
+        at = targets(starts, ends, parent if nests else None, ts[lo:hi], bind_next[lo:hi])
+        points = np.arange(lo, hi)
+        found = at < len(starts)
+        self._set(points[found], starts, negdurs, ordinals, at[found])
+        self.waiting = points[~found & (bind_next[lo:hi] != 0)]
+
+    def _set(
+        self, points: np.ndarray, starts: np.ndarray, negdurs: np.ndarray, ordinals: np.ndarray, at: np.ndarray
+    ) -> None:
+        self.target[points] = ordinals[at]
+        self.target_start[points] = starts[at]
+        if self.target_negdur is not None:
+            self.target_negdur[points] = negdurs[at]
+
+    def columns(self) -> dict[str, np.ndarray]:
+        found = {"target": self.target, "target_start": self.target_start}
+        if self.target_negdur is not None:
+            found["target_negdur"] = self.target_negdur
+        return found
+
+
+def _slices(entries: ThreadEntries | None, store: RunStore, rows: tuple[int, int] | None) -> tuple[np.ndarray, ...]:
+    """A thread's slices of some rows in the walk's order: starts, negated durations, ordinals."""
+    if rows is None:
+        empty = np.empty(0, np.int64)
+        return empty, empty, empty
+    assert entries is not None
+    keys = entries.keys(store, rows)
+    order = walk_order(keys["starts"], keys["negdurs"], keys["kinds"], keys["ordinals"])
+    order = order[keys["kinds"][order] == SLICE]
+    return keys["starts"][order], keys["negdurs"][order], keys["ordinals"][order]
+
+
+def _namespaces(
+    namespaces: dict[tuple, int], origins: list[OriginKey], origin: OriginKey, pairs: np.ndarray, keys: PointKeys
+) -> np.ndarray:
+    """Each point's namespace (its origin, cat and name), numbered in order of first appearance."""
+    found, firsts = np.unique(pairs, return_index=True)
+    lookup = np.empty(int(found.max()) + 1, np.int32)
+    for pair in found[np.argsort(firsts)].tolist():
+        cat, name = keys.pair_list[pair]
+        ns = namespaces.get((origin, cat, name))
+        if ns is None:
+            ns = namespaces[(origin, cat, name)] = len(origins)
+            origins.append(origin)
+        lookup[pair] = ns
+    return lookup[pairs]
+
+
+def _rank_other_ids(points: Points, keys: PointKeys) -> None:
+    """Ids that are not int64 sort among themselves by their text, as written."""
+    fids, kinds = points.take("fid"), points.take("fid_kind")
+    others = kinds == 1
+    if others.any():
+        used = distinct(fids[others])
+        by_text = sorted(used.tolist(), key=lambda code: repr(keys.id_list[code]))
+        rank = np.empty(int(used.max()) + 1, np.int64)
+        rank[by_text] = np.arange(len(by_text))
+        fids = fids.copy()
+        fids[others] = rank[fids[others]]
+    points.parts["fid"], points.parts["fid_kind"] = [fids], [kinds]

@@ -1,0 +1,336 @@
+"""How the frameworks name their traces, declared once: roles, and what a file's path says of the
+process that wrote it (role, rank, step, stage, parallel coordinates).
+
+Everything here and in :mod:`tracemerge.naming.conventions` (each framework's name patterns) is data
+read by two small functions: :func:`path_facts` for one path and :func:`join_frontends` for the
+few facts that need the other files of a run. Discovery, the Ascend run reader and the process
+order all use it; no other module lists role words or name patterns. Each convention names the
+framework source it follows; ``tests/test_layouts.py`` holds real file names of each and what
+they must become.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import msgspec
+from msgspec.structs import replace
+
+from tracemerge.naming.conventions import (
+    CONVENTIONS,
+    ENGINE_STAGE,
+    ENGINES,
+    NEEDS_EXPORT,
+    REPLICA_FOLDER,
+    STAGE_PHASES,
+    STAGE_ROLES,
+    VERL_ASCEND_RUN,
+    VERL_OLD,
+    VERL_RELOCATED,
+    VLLM_WORKER_OLD,
+    WHOLE_STEP_SCOPES,
+    Convention,
+)
+
+# -- roles -----------------------------------------------------------------------------------------
+# Role words in the order an RL step runs through them: generation, reward, reference, critic,
+# actor/trainer, then the job's controllers. A role met that is in no group sorts after them all,
+# alphabetically. Hybrid verl workers (actor, rollout and ref in one process) generate first.
+ROLE_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("rollout", "generator", "generation", "inference", "sampler", "eval-rollout", "env"),
+    ("actor-rollout-ref", "actor_rollout_ref", "actor-rollout", "actor_rollout"),
+    ("reward", "rm", "reward-model"),
+    ("ref", "reference", "teacher"),
+    ("critic", "value-model", "value"),
+    ("actor", "policy", "learner", "trainer", "language-model"),
+    ("master", "driver", "controller"),
+)
+ROLE_WORDS = frozenset(word for group in ROLE_GROUPS for word in group)
+_ROLE_RANK = {word: (g, n) for g, group in enumerate(ROLE_GROUPS) for n, word in enumerate(group)}
+
+
+def role_sort_key(role: str) -> tuple:
+    """Where a role's processes sort: pipeline order, unknown roles after, alphabetically."""
+    low = role.lower()
+    return (*_ROLE_RANK[low], "") if low in _ROLE_RANK else (len(ROLE_GROUPS), 0, low)
+
+
+# Folders that hold traces without naming a role (the role is the folder below them).
+CONTAINER_DIRS = frozenset(
+    {
+        "perf_tracer",
+        "session_tracer",
+        "logs",
+        "log",
+        "traces",
+        "trace",
+        "profile",
+        "profiles",
+        "profiler",
+        "profiling",
+        "outputs",
+        "output",
+        "tb",
+        "tensorboard",
+        "torch_profile",
+        "save_path",
+        "nsight",  # Ray's logs/nsight/: the nsys reports of its workers
+    }
+)
+
+# -- what a path says ------------------------------------------------------------------------------
+
+COORDINATES = ("tp", "pp", "dp", "cp", "ep")  # parallel coordinates
+COORDINATE_ORDER = (*COORDINATES, "replica", "world")  # the order they are shown in
+
+
+class PathFacts(msgspec.Struct, frozen=True):
+    """What a trace's path says of the process that wrote it (None where it says nothing)."""
+
+    role: str | None = None
+    rank: int | None = None  # the global rank
+    label: str | None = None  # names the process where no global rank is known (an engine replica's GPU)
+    step: int | None = None  # the RL step the file holds (verl counts from 1, as its trackers do)
+    stage: str | None = None  # a discrete-mode stage: the file is that phase
+    coords: tuple[tuple[str, int], ...] = ()  # (("tp", 0), ("pp", 0), ("dp", 1), ("cp", 0)), world, replica
+    convention: str = ""  # the naming convention that matched ("" for the generic reading)
+    names_win: bool = False  # what the name says of the process wins over what the file says
+    frontend: bool = False  # a replica's CPU frontend: joins the process of the replica's first GPU
+    # An engine GPU trace whose name gives no local rank: its label when the file states its
+    # (engine-local) rank, with that rank in place of {}.
+    file_rank_label: str | None = None
+
+    @property
+    def stage_role(self) -> str | None:
+        """The role that runs this file's stage, when the stage says."""
+        return STAGE_ROLES.get(self.phase or "")
+
+    @property
+    def phase(self) -> str | None:
+        """The phase a discrete-mode stage file is, over its whole extent."""
+        if self.stage is None or self.stage in WHOLE_STEP_SCOPES:
+            return None
+        return STAGE_PHASES.get(self.stage, self.stage.replace("-", "_"))
+
+    def coord(self, name: str) -> int | None:
+        return dict(self.coords).get(name)
+
+
+_RANK_WORD = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
+_RANK_SUFFIX = re.compile(r"-r(\d+)(?=[._-]|$)")
+
+
+def path_facts(path: Path, root: Path) -> PathFacts:
+    """What ``path`` (found under the input ``root``) says of its process: a framework's
+    convention where one matches, else the generic reading of role folders and rank words."""
+    dirs = _dirs_below(path, root)
+    name = path.name
+    # The folder holding the file speaks for it even when it is the folder given (a replica's,
+    # a stage's); the folders above are read only below the input.
+    folder = path.parent.name
+    replica = REPLICA_FOLDER.fullmatch(folder)
+    if replica is not None:
+        found = _engine_facts(name, int(replica.group("replica")), None)
+        if found is not None:
+            return found
+    for convention in CONVENTIONS:
+        m = convention.file.fullmatch(name)
+        if m is None:
+            continue
+        folder_match = None
+        if convention.folder is not None and _speaks(folder, bool(dirs)):
+            folder_match = convention.folder.fullmatch(folder)
+        if convention is VERL_RELOCATED:
+            rank = int(m.group("rank")) if m.group("rank") else None
+            found = _engine_facts(m.group("engine"), int(m.group("replica")), rank)
+            if found is not None:
+                return replace(found, convention=f"{VERL_RELOCATED.name}, {found.convention}")
+            continue
+        groups = {k: v for k, v in m.groupdict().items() if v is not None}
+        if folder_match is not None:
+            groups = {**{k: v for k, v in folder_match.groupdict().items() if v is not None}, **groups}
+        return _convention_facts(convention, groups, dirs)
+    return generic_facts(dirs, name)
+
+
+def _speaks(folder: str, below_input: bool) -> bool:
+    """Whether the folder holding a file names its stage or role: any folder below the input that
+    is no container; the folder given itself only when it reads like a stage or a role."""
+    low = folder.lower()
+    if not folder or low in CONTAINER_DIRS:
+        return False
+    return below_input or low in ROLE_WORDS or low in STAGE_PHASES
+
+
+def _convention_facts(convention: Convention, groups: dict[str, str], dirs: list[str]) -> PathFacts:
+    role, stage = groups.get("role"), groups.get("stage")
+    if convention is VERL_OLD and stage is not None:
+        if stage.lower() in ROLE_WORDS:
+            role, stage = role or stage, None  # a role folder, not a stage folder
+        dirs = dirs[:-1]  # the stage folder names no role
+    stage_role = STAGE_ROLES.get(STAGE_PHASES.get(stage or "", ""))
+    # A framework that names roles in its file names leaves the folders above its save_path to
+    # the user: one of them is a role only if it reads like one.
+    folder_role = next((d for d in reversed(dirs) if d.lower() in ROLE_WORDS), None)
+    if not convention.names_win:
+        folder_role = generic_facts(dirs, "").role
+    role = role or convention.role or stage_role or folder_role
+    coords = tuple((k, int(groups[k])) for k in (*COORDINATES, "world") if k in groups)
+    return PathFacts(
+        role=role,
+        rank=int(groups["rank"]) if "rank" in groups else None,
+        step=int(groups["step"]) if "step" in groups else None,
+        stage=stage,
+        coords=coords,
+        convention=convention.name,
+        names_win=convention.names_win,
+    )
+
+
+def _engine_facts(name: str, replica: int, rank: int | None) -> PathFacts | None:
+    """An engine file of rollout replica ``replica``: the process of one GPU (its global rank when
+    known, else replica and local rank), or the replica's frontend."""
+    for convention in ENGINES:
+        m = convention.file.fullmatch(name)
+        if m is None:
+            continue
+        groups = {k: v for k, v in m.groupdict().items() if v is not None}
+        coords = [("replica", replica)]
+        if "local" in groups:
+            coords.append(("tp", int(groups["local"])))
+        coords += [(k, int(groups[k])) for k in COORDINATES if k in groups]
+        label = file_rank_label = None
+        if rank is None:
+            shown = [f"{k} {v}" for k, v in coords[1:] if k == "tp" or v != 0]
+            label = " · ".join([f"replica {replica}", *shown])
+            if convention is VLLM_WORKER_OLD:  # the local rank is only in the file
+                label, file_rank_label = (
+                    f"replica {replica} · {groups['host']}_{groups['pid']}",
+                    f"replica {replica} · tp {{}}",
+                )
+        return PathFacts(
+            role="rollout",
+            rank=rank,
+            label=label,
+            # An engine is profiled while it generates: the capture is the replica's generation.
+            stage=ENGINE_STAGE,
+            coords=tuple(dict(coords).items()),
+            convention=convention.name,
+            names_win=True,
+            frontend=convention.frontend,
+            file_rank_label=file_rank_label,
+        )
+    return None
+
+
+def join_frontends(facts: dict[Path, PathFacts]) -> dict[Path, PathFacts]:
+    """A replica's frontend trace joins the process of the replica's first GPU (its lowest local
+    rank) in the same save_path; without a GPU trace of its replica it is ``replica <n> · frontend``."""
+    first_gpu: dict[tuple[Path, int], tuple[int, PathFacts]] = {}
+    for path, f in facts.items():
+        replica = f.coord("replica")
+        if replica is None or f.frontend:
+            continue
+        local = f.coord("tp")
+        if local is None:
+            continue  # its local rank is only in the file
+        key = (_save_path(path), replica)
+        if key not in first_gpu or local < first_gpu[key][0]:
+            first_gpu[key] = (local, f)
+    out = dict(facts)
+    for path, f in facts.items():
+        replica = f.coord("replica")
+        if not f.frontend or replica is None:
+            continue
+        gpu = first_gpu.get((_save_path(path), replica))
+        if gpu is None:
+            out[path] = replace(f, label=f"replica {replica} · frontend")
+        else:
+            out[path] = replace(f, rank=gpu[1].rank, label=gpu[1].label, coords=gpu[1].coords)
+    return out
+
+
+def _save_path(path: Path) -> Path:
+    """The save_path a replica's file belongs to (its folder's parent, or its folder once relocated)."""
+    return path.parent.parent if REPLICA_FOLDER.fullmatch(path.parent.name) else path.parent
+
+
+def generic_facts(dirs: Iterable[str], filename: str) -> PathFacts:
+    """Role and rank as role folders and rank words tell them, for names of no known convention."""
+    dirs = list(dirs)
+    return PathFacts(role=_role_from_path(dirs, filename), rank=_rank_from_path(dirs, filename))
+
+
+def ascend_run_facts(run: Path, root: Path) -> PathFacts:
+    """An Ascend run folder (``<host>_<pid>_<ts17>_ascend_pt`` or ``PROF_*``): verl writes it in
+    ``<save_path>/[<role or stage>/]``, older verl with a ``<step>/`` folder above the role. When
+    the run folder itself is given, the folder holding it names a role only if it reads like one."""
+    if run.resolve() == root.resolve():
+        above = [run.parent.name] if run.parent.name.lower() in ROLE_WORDS else []
+    else:
+        above = [root.name, *_dirs_below(run, root)]
+    role = stage = step = None
+    if above and above[-1].lower() in ROLE_WORDS:
+        role = above.pop()
+    elif above and (above[-1] in STAGE_PHASES or above[-1] in WHOLE_STEP_SCOPES):
+        stage = above.pop()
+    elif above and not above[-1].isdigit() and above[-1].lower() not in CONTAINER_DIRS and above[-1]:
+        role = above.pop()  # a folder named by the job: its role
+    if above and above[-1].isdigit():
+        step = int(above.pop())
+    convention = "verl Ascend" if VERL_ASCEND_RUN.fullmatch(run.name) else ""
+    facts = PathFacts(role=role, step=step, stage=stage, convention=convention)
+    return replace(facts, role=role or facts.stage_role)
+
+
+# ``{hostname}_{pid}`` then a timestamp: torch's tensorboard_trace_handler files
+# (``{worker}.{time_ns}.pt.trace.json``) and torch_npu run directories (``{worker}_{ts}_ascend_pt``).
+_WORKER_NAME = re.compile(r"^(?P<host>.+)_\d+[._]\d+(?:\.pt\.trace\.json(?:\.gz)?|_ascend_(?:pt|ms))$")
+
+
+def host_from_name(name: str) -> str | None:
+    """The host a trace file's or run folder's name gives, when it is ``{hostname}_{pid}…``."""
+    found = _WORKER_NAME.match(name)
+    return found.group("host") if found else None
+
+
+def needs_export(path: Path) -> str | None:
+    """Why a file a framework wrote cannot be read as it is, with the command that makes it readable."""
+    for suffix, reason in NEEDS_EXPORT.items():
+        if path.name.endswith(suffix):
+            return reason.format(stem=path.name[: -len(suffix)], name=path.name)
+    return None
+
+
+def _dirs_below(path: Path, root: Path) -> list[str]:
+    try:
+        return list(path.parent.relative_to(root).parts)
+    except ValueError:
+        return []
+
+
+def _role_from_path(dirs: list[str], filename: str) -> str | None:
+    for part in reversed(dirs):
+        if part.lower() in ROLE_WORDS:
+            return part
+    for part in dirs:
+        if part.lower() not in CONTAINER_DIRS and not _RANK_WORD.search(part) and not REPLICA_FOLDER.fullmatch(part):
+            return part
+    prefix = filename.split("_", 1)[0]
+    if prefix != filename and prefix.lower() in ROLE_WORDS:
+        return prefix
+    return None
+
+
+def _rank_from_path(dirs: list[str], filename: str) -> int | None:
+    for pattern in (_RANK_WORD, _RANK_SUFFIX):
+        m = pattern.search(filename)
+        if m:
+            return int(m.group(1))
+    for part in reversed(dirs):
+        m = _RANK_WORD.search(part)
+        if m:
+            return int(m.group(1))
+    return None

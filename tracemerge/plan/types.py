@@ -1,0 +1,282 @@
+"""The plan's types: what each file's read summarised (:class:`FileScan`), the merged trace's
+processes and tracks, and each file's small :class:`UnitPlan`, with the track ids every stage
+agrees on.
+
+:func:`tracemerge.plan.planner.make_plan` takes all summaries and fixes the merged trace's layout. A
+:class:`UnitPlan` is all a file's encode step needs: no other state is shared, so files can be
+encoded in any order, in worker processes or on other machines, and their outputs concatenated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import Counter
+from pathlib import Path
+
+import msgspec
+from msgspec import field
+
+from tracemerge.clock import Alignment
+from tracemerge.core.model import ClockDomain, Identity, OriginKey, SourceData, ThreadInfo, ThreadKey
+from tracemerge.core.stats import Losses
+from tracemerge.naming.paths import PathFacts, role_sort_key
+from tracemerge.report.run_report import EventCounts
+
+
+def stable_id(*parts: object) -> int:
+    """A 63-bit id that depends only on ``parts`` (same input, same id, on any machine)."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return (int.from_bytes(digest, "little") & ((1 << 63) - 1)) or 1
+
+
+class FileScan(msgspec.Struct):
+    """What one file holds, in the terms the plan needs; gathered while the file is encoded."""
+
+    path: Path
+    format: str
+    clock: ClockDomain
+    sequence_id: int
+    origin_ns: int  # added to the file's own timestamps to give its clock's time (Kineto's base time)
+    identities: dict[OriginKey, Identity]
+    counts: dict[Identity, EventCounts]
+    threads: dict[Identity, dict[ThreadKey, ThreadInfo]]
+    # (thread key, series name) -> the name of the source process it came from ("" for the main one)
+    counter_series: dict[Identity, dict[tuple[ThreadKey, str], str]]
+    ts_min: int | None  # origin_ns included
+    ts_max: int | None
+    local_min: int | None = None  # the file's own timestamps, before origin_ns
+    dropped: Losses = field(default_factory=Losses)
+    metadata_records: int = 0
+    # From encoding: what was written, the overlap lanes opened, and the salt the tracks used.
+    written: dict[Identity, EventCounts] = field(default_factory=dict)
+    lanes: list[ThreadTrack] = field(default_factory=list)
+    moved_to_lanes: int = 0
+    reversed_flows: int = 0
+    salts: dict[Identity, str] = field(default_factory=dict)
+    filtered: Counter[str] = field(default_factory=Counter)  # left out on request
+    # Clock evidence (see tracemerge.evidence.anchors): per process and tag, (start, end) on the file's
+    # clock (origin_ns included), in time order; the host that wrote the file; its mtime.
+    marks: dict[Identity, dict[str, list[tuple[int, int]]]] = field(default_factory=dict)
+    host: str | None = None
+    mtime_ns: int | None = None
+    facts: PathFacts = field(default_factory=PathFacts)  # what the file's path says (tracemerge.naming.paths)
+    series_descriptions: dict[str, str] = field(default_factory=dict)  # counter title -> full name
+
+
+class ProcessTrack(msgspec.Struct, frozen=True):
+    identity: Identity
+    uuid: int
+    pid: int
+    name: str
+    order: int
+    # What the process's file names say of its place in the job ("tp 0", "dp 1", "replica 3"):
+    # Perfetto's process labels, Chrome JSON's process_labels.
+    labels: tuple[str, ...] = ()
+
+    @property
+    def is_group(self) -> bool:
+        """A group of derived tracks (Pipeline), not a process of the job."""
+        return is_first(self.identity)
+
+
+class ThreadTrack(msgspec.Struct, frozen=True):
+    """A thread (or device stream) track; ``lane`` > 0 marks an overlap lane beside thread ``parent``.
+
+    ``as_thread``: `.pftrace` writes it as a thread of its process (pid, ``tid``), else as a track
+    of its process titled by its name alone (:mod:`tracemerge.plan.thread_ids` says which and why).
+    """
+
+    uuid: int
+    pid: int
+    tid: int
+    name: str
+    order: int
+    process_uuid: int
+    lane: int = 0
+    parent_uuid: int = 0
+    as_thread: bool = False
+
+
+class CounterTrack(msgspec.Struct, frozen=True):
+    uuid: int
+    pid: int
+    name: str
+    process_uuid: int
+    # Chrome JSON names a counter "<name> <arg key>"; these rebuild ``name`` that way.
+    json_name: str
+    json_key: str
+    description: str = ""  # the series's full name, where its title is short
+
+
+CLOCK_NOTE = "clock alignment"
+SUMMARY_NOTE = "phase summary"  # an instant on the Pipeline group whose arg "summary" holds the numbers
+
+
+class ClockNote(msgspec.Struct, frozen=True):
+    """How a file was placed, shown in the trace: an instant on its process at its first event."""
+
+    process_uuid: int
+    pid: int
+    ts: int  # trace time (ns after the trace's zero)
+    args: dict[str, str | int]
+
+
+class UnitPlan(msgspec.Struct, frozen=True):
+    """All that encoding one file needs."""
+
+    path: Path
+    format: str
+    sequence_id: int
+    shift_ns: int  # added to the file's own timestamps: origin plus clock offset minus the time base
+    flow_id_base: int
+    identities: dict[OriginKey, Identity]
+    threads: dict[tuple[Identity, ThreadKey], ThreadTrack]
+    counters: dict[tuple[Identity, ThreadKey, str], CounterTrack]
+    salts: dict[Identity, str] = field(default_factory=dict)
+
+
+def flow_id_base(sequence_id: int) -> int:
+    """Flow ids of a file's sequence: unique across the trace without knowing the other files."""
+    return sequence_id << 32
+
+
+class MergePlan(msgspec.Struct):
+    units: list[UnitPlan]
+    processes: list[ProcessTrack]
+    threads: list[ThreadTrack]
+    counters: list[CounterTrack]
+    base_ns: int
+    wall_clock: bool  # whether base_ns is a Unix-epoch time
+    offsets: dict[Path, int]
+    alignment: Alignment
+    clock_notes: list[ClockNote] = field(default_factory=list)
+    phase_summary: dict = field(default_factory=dict)  # tracemerge.analysis.steps.summary(), kept in the trace
+
+
+def resolve_identity(origin: OriginKey, data: SourceData, facts: PathFacts) -> Identity:
+    """Who wrote an event: the event's own role/rank first; then what the file says of itself,
+    then its path, except where a framework's naming convention says the name wins (an engine
+    trace holds its engine-local rank; the name its global rank or replica). Metric series say it
+    all themselves: their origin's third part is the tag of a process without a rank (the path
+    of a file of many engines' metrics says nothing of any one)."""
+    if len(origin) > 2:
+        return Identity(origin[0] or "", origin[1], "" if origin[1] is not None else origin[2])
+    label = None
+    if facts.names_win:
+        role = origin[0] or facts.role or data.role_hint or ""
+        rank = origin[1] if origin[1] is not None else facts.rank
+        label = facts.label
+        if rank is None and facts.file_rank_label is not None and data.rank_hint is not None:
+            label = facts.file_rank_label.format(data.rank_hint)
+        if rank is None and label is None:
+            rank = data.rank_hint
+    else:
+        role = origin[0] or data.role_hint or facts.role or ""
+        rank = next((r for r in (origin[1], data.rank_hint, facts.rank) if r is not None), None)
+    tag = "" if rank is not None else (label or data.tag_hint or data.path.name)
+    return Identity(role, rank, tag)
+
+
+# Track uuids are hashes of what the track is, so that a file can be encoded before the plan
+# exists. Every event names its track, so their size counts: 35 bits make 5-byte varints (63 bits
+# make 9). A plan whose uuids collide is made again with 63-bit ones (IdCollision).
+NARROW_ID_BITS = 35
+
+
+class IdCollision(Exception):
+    """Two tracks of the merged trace hashed to one narrow uuid."""
+
+
+def track_id(wide: bool, *parts: object) -> int:
+    uuid = stable_id(*parts)
+    return uuid if wide else (uuid & ((1 << NARROW_ID_BITS) - 1)) or 1
+
+
+def process_uuid(ident: Identity, wide: bool = False) -> int:
+    return track_id(wide, "process", ident.role, ident.rank, ident.tag)
+
+
+def thread_uuid(ident: Identity, key: ThreadKey, salt: str = "", wide: bool = False) -> int:
+    return track_id(wide, "thread", process_uuid(ident, wide), key, salt)
+
+
+def counter_uuid(ident: Identity, key: ThreadKey, name: str, wide: bool = False) -> int:
+    return track_id(wide, "counter", process_uuid(ident, wide), key, name)
+
+
+def lane_track(track: ThreadTrack, n: int) -> ThreadTrack:
+    """Overlap lane ``n`` beside ``track``."""
+    # Chrome JSON has no child tracks, so a lane there is a thread of its own: its tid is drawn
+    # from the upper half of the uint32 range, away from the planned tids.
+    tid = (1 << 31) | (stable_id("lane-tid", track.uuid, n) & 0x7FFFFFFF)
+    return ThreadTrack(
+        uuid=track_id(track.uuid >= 1 << NARROW_ID_BITS, "lane", track.uuid, n),
+        pid=track.pid,
+        tid=tid,
+        name=f"{track.name} (overlap {n})",
+        order=track.order,
+        process_uuid=track.process_uuid,
+        lane=n,
+        parent_uuid=track.uuid,
+    )
+
+
+class LocalTracks:
+    """Track identities a file can compute alone (Perfetto output): uuids derived from content.
+
+    Names, pids and tids are settled later by the plan and written in the descriptors; events
+    refer to tracks by uuid only. ``salts`` gives a file its own copy of a process's threads.
+    """
+
+    def __init__(self, salts: dict[Identity, str] | None = None, wide: bool = False) -> None:
+        self.salts = salts or {}
+        self.wide = wide
+        self._threads: dict[tuple[Identity, ThreadKey], ThreadTrack] = {}
+
+    def thread(self, ident: Identity, key: ThreadKey) -> ThreadTrack:
+        track = self._threads.get((ident, key))
+        if track is None:
+            uuid = thread_uuid(ident, key, self.salts.get(ident, ""), self.wide)
+            process = process_uuid(ident, self.wide)
+            track = self._threads[(ident, key)] = ThreadTrack(uuid, 0, 0, "", 0, process)
+        return track
+
+    def counter(self, ident: Identity, key: ThreadKey, name: str) -> CounterTrack:
+        uuid = counter_uuid(ident, key, name, self.wide)
+        return CounterTrack(uuid, 0, name, process_uuid(ident, self.wide), "", "")
+
+
+class PlannedTracks:
+    """Track identities from a :class:`UnitPlan` (Chrome JSON output: pids and tids are needed)."""
+
+    def __init__(self, unit: UnitPlan) -> None:
+        self.unit = unit
+
+    def thread(self, ident: Identity, key: ThreadKey) -> ThreadTrack:
+        return self.unit.threads[(ident, key)]
+
+    def counter(self, ident: Identity, key: ThreadKey, name: str) -> CounterTrack:
+        return self.unit.counters[(ident, key, name)]
+
+
+# The derived Pipeline group (tracemerge.phases.PIPELINE) comes before every process.
+FIRST_TAG = "Pipeline"
+
+
+def is_first(ident: Identity) -> bool:
+    return not ident.role and ident.rank is None and ident.tag == FIRST_TAG
+
+
+def identity_sort_key(ident: Identity) -> tuple:
+    if is_first(ident):
+        return ((-1,), False, 0, ())
+    return (role_sort_key(ident.role), ident.rank is None, ident.rank or 0, natural_key(ident.tag))
+
+
+def natural_key(text: str) -> tuple:
+    """``replica 10`` after ``replica 2``: the numbers in a text compared as numbers."""
+    return tuple(int(part) if part.isdigit() else part for part in _DIGITS.split(text))
+
+
+_DIGITS = re.compile(r"(\d+)")

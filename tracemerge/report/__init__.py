@@ -1,0 +1,1 @@
+"""The run report: what was found and written, and every loss under its named statistic."""

@@ -1,0 +1,116 @@
+"""The output file: what it may replace, where it is staged, and how it is assembled from the
+files' chunks, whole or not at all.
+
+Each file's events are encoded into a chunk of their own in a work directory beside the output;
+:func:`assemble` writes the header, each chunk behind its clock prologue, and the footer into a
+temporary file there, and renames it into place only when it is complete.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Collection
+from contextlib import ExitStack, suppress
+from pathlib import Path
+
+from tracemerge.core.errors import FatalError, shown
+from tracemerge.plan.types import FileScan, MergePlan, lane_track
+from tracemerge.writers import Writer
+
+
+def check_output(out_path: Path, named: set[Path], force: bool, taken: Collection[Path] = ()) -> None:
+    """Refuse an output that would destroy something: an input (one of ``named``, resolved; unless
+    ``force``), another output of the run (one of ``taken``, resolved: the --report), or anything
+    that is not a regular file we may write (a device, a FIFO, a symlink, a read-only file)."""
+    if os.path.lexists(out_path):  # first: a link is not followed (one naming itself has no end)
+        if out_path.is_symlink():
+            raise FatalError(f"{shown(out_path)}: is a symbolic link; not replacing it (name the file itself)")
+        if not out_path.is_file():
+            raise FatalError(f"{shown(out_path)}: is not a regular file; not replacing it")
+        if not out_path.stat().st_mode & 0o222:  # its mode, not access(): root may write anything
+            raise FatalError(f"{shown(out_path)}: is read-only; not replacing it")
+    if out_path.resolve() in taken:
+        raise FatalError(f"{shown(out_path)}: is another output of this run (the --report); not writing both to it")
+    if force:
+        return
+    if out_path.resolve() in named:
+        raise FatalError(f"{shown(out_path)}: is one of the inputs; not overwriting it (use --force to replace it)")
+
+
+def check_report(path: Path, out_path: Path, named: set[Path]) -> None:
+    """``--report``: refused where the output would be (a symbolic link, a device, a FIFO, a
+    read-only file), and when it is the output or one of the inputs (--force or not)."""
+    check_output(path, set(), force=True)
+    if path.resolve() == out_path.resolve():
+        raise FatalError(f"{shown(path)}: is also the output (-o); not writing the report over it")
+    if path.resolve() in named:
+        raise FatalError(f"{shown(path)}: is one of the inputs; not writing the report over it")
+
+
+def write_whole(path: Path, data: bytes) -> None:
+    """``data`` at ``path``, whole or not at all: written to a new hidden file beside it (created
+    here, never followed through a link), then renamed over it; on any failure nothing is left."""
+    for _ in range(100):
+        temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"no free temporary name beside {path}")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def work_dir(out_path: Path) -> Path:
+    out_dir = out_path.parent if str(out_path.parent) else Path(".")
+    if not out_dir.is_dir():
+        raise FatalError(f"{shown(out_path)}: output directory {out_dir} does not exist")
+    try:
+        return Path(tempfile.mkdtemp(prefix=".tracemerge-", dir=out_dir))
+    except OSError as exc:
+        raise FatalError(f"{shown(out_path)}: cannot write in {out_dir} ({exc.strerror or exc})") from None
+
+
+def assemble(
+    plan: MergePlan,
+    scans: list[FileScan],
+    writer: Writer,
+    out_path: Path,
+    work: Path,
+    chunk_of: dict[Path, Path],
+    keep: Path | None = None,
+) -> None:
+    """Writes the output: header, then per unit its clock prologue and chunk. Chunks are deleted
+    once copied (they are as large as the output), but ``keep``, which later parts use again."""
+    scan_of = {s.path: s for s in scans}
+    # Lanes opened while encoding carry no names yet: take them from their planned threads.
+    planned = {t.uuid: t for t in plan.threads}
+    lanes = [lane_track(planned[lane.parent_uuid], lane.lane) for u in plan.units for lane in scan_of[u.path].lanes]
+    assembled = work / "assembled"
+    with ExitStack() as stack:
+        raw = stack.enter_context(assembled.open("wb"))
+        out = raw
+        if writer.gzip:
+            out = stack.enter_context(gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=5, mtime=0))
+        writer.write_header(out, plan, lanes)
+        for unit in plan.units:
+            out.write(writer.prologue(unit, scan_of[unit.path].local_min or 0))
+            chunk = chunk_of[unit.path]
+            with chunk.open("rb") as f:
+                shutil.copyfileobj(f, out, 1 << 20)
+            if unit.path != keep:
+                chunk.unlink()
+        writer.write_footer(out, plan)
+    os.replace(assembled, out_path)

@@ -1,0 +1,1 @@
+"""Chrome trace-event JSON (torch.profiler / Kineto and others), normalised column by column."""

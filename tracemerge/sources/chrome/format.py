@@ -1,0 +1,83 @@
+"""torch.profiler (Kineto) and other Chrome trace-event JSON files (``.json``, ``.json.gz``).
+
+Accepts ``{"traceEvents": [...], ...}`` and bare event arrays, decoded in bounded batches
+(:mod:`tracemerge.sources.json.stream`). Timestamps are µs: relative to ``baseTimeNanoseconds``
+since torch 2.4 (Kineto writes it after the event array), absolute Unix µs before. The rank comes
+from ``distributedInfo.rank`` when the file has one.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from tracemerge.core.errors import InputError, NotATrace
+from tracemerge.core.model import ClockDomain, SourceData, as_rank
+from tracemerge.core.stats import Stat
+from tracemerge.core.units import checked_ns
+from tracemerge.sources.base import SourceFormat
+from tracemerge.sources.chrome.events import ChromeEvents
+from tracemerge.sources.chrome.files import host_of, read_events
+from tracemerge.sources.chrome.schema import LenientEvent, TraceEvent
+from tracemerge.store.file_layout import FileLayout
+
+NAME = "chrome-json"
+_EVENT_HINT = re.compile(rb'"ph"\s*:\s*"')
+
+KINETO_BASE = ClockDomain("unix epoch (baseTimeNanoseconds)", anchored=True)
+
+
+def claims(path: Path, head: bytes) -> bool:
+    text = head.lstrip()
+    if text.startswith(b"{"):
+        return b'"traceEvents"' in head or (b'"schemaVersion"' in head and path.name.endswith((".json", ".json.gz")))
+    if text.startswith(b"["):
+        return _EVENT_HINT.search(head) is not None
+    return False
+
+
+def read(path: Path, layout: FileLayout) -> SourceData:
+    reader = ChromeEvents(layout)
+    meta = read_events(path, reader, TraceEvent, LenientEvent, layout.options.parts)
+    produced = meta.get("metadata")
+    if type(produced) is dict and produced.get("producer") == "tracemerge":
+        raise NotATrace(path, "already a tracemerge output")
+    reader.finish()
+    base = meta.get("baseTimeNanoseconds")
+    if type(base) is str and base.isascii() and base.isdigit():  # some writers quote it
+        base = int(base)
+    clock: ClockDomain | None = None
+    origin = 0
+    if type(base) is int:
+        try:
+            clock, origin = KINETO_BASE, checked_ns(base)
+        except ValueError as exc:
+            raise InputError(path, f"baseTimeNanoseconds: {exc}") from None
+    elif "baseTimeNanoseconds" in meta:  # "12abc", 1.7e18 (no ns in a float), a list: said, not used
+        kind = {str: "text", float: "a float", list: "an array", dict: "an object"}.get(type(base), "null or a bool")
+        reader.dropped.add(
+            Stat.CLOCK_ANCHOR_UNREADABLE,
+            1,
+            f"baseTimeNanoseconds that is not an integer of ns ({kind}): the file is placed without it",
+        )
+    return SourceData(
+        path=path,
+        format=NAME,
+        clock=clock,
+        threads=reader.threads(),
+        origin_ns=origin,
+        rank_hint=_rank(meta.get("distributedInfo")),
+        host=host_of(meta.get("host_name", meta.get("hostName")), path.name),
+        dropped=reader.dropped,
+        metadata_records=reader.metadata_records,
+    )
+
+
+def _rank(info: Any) -> int | None:
+    if type(info) is dict:
+        return as_rank(info.get("rank"))
+    return None
+
+
+CHROME_JSON = SourceFormat(NAME, claims, read)

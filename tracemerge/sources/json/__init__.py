@@ -1,0 +1,1 @@
+"""JSON trace text read in bounded batches and parts, without decoding a file whole."""

@@ -1,0 +1,1 @@
+"""Engine metrics: Prometheus text, snapshots and query results as counter tracks."""

@@ -1,0 +1,1 @@
+"""Nsight Systems exports: host and device tables, NVTX ranges."""

@@ -1,0 +1,142 @@
+"""The NVTX ranges and marks of an Nsight Systems export, for its host reader
+(:class:`~tracemerge.sources.nsys.tables.NsysReader`).
+
+:class:`NvtxRanges` reads ``NVTX_EVENTS``: push/pop and start/end ranges as slices on the thread
+that opened them (a start/end range ending on another thread on its process's ``NVTX ranges across
+threads`` track, a range without an end as an instant), marks as instants, torch's ``emit_nvtx``
+texts named as Kineto names the op with its ids as args, and domain and category names from the
+rows that create them. Rows of other event types are counted by type (:meth:`~NvtxRanges.nvtx_counted`).
+It uses the reader's ``schema``, ``layout``, ``dropped``, ``nvtx_not_drawn``, ``_cpu`` and its row
+helpers (``has_columns``, ``string``, ``unresolved``, ``bad_time``, ``cpu``, ``track``, ``body``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from tracemerge.core.errors import shown
+from tracemerge.core.stats import Stat
+from tracemerge.sources.nsys.schema import NVTX, Source, present, tid_of
+
+# ENUM_NSYS_EVENT_TYPE: NVTX (and nvtxt) ranges and marks, and the rows that name domains and categories.
+PUSH_POP, START_END, MARKS = frozenset({59, 70}), frozenset({60, 71}), frozenset({34, 65})
+DRAWN = PUSH_POP | START_END | MARKS
+NAMING = {33: "category names", 64: "category names", 75: "domain creations", 76: "domain destructions"}
+DOMAIN_CREATE, CATEGORY_NAME = 75, 33
+PAYLOAD = ("uint64Value", "int64Value", "doubleValue", "uint32Value", "int32Value", "floatValue")
+# torch.autograd.profiler.emit_nvtx: "<name>[, seq = N], op_id = N[, sizes = [...]][, input_op_ids = [...]]"
+TORCH_OP = re.compile(
+    r"(?P<name>.*?)(?:, seq = (?P<seq>\d+))?, op_id = (?P<op_id>\d+)"
+    r"(?:, sizes = (?P<sizes>\[.*?\]))?(?:, input_op_ids = (?P<input_op_ids>.*))?",
+    re.S,
+)
+
+
+class NvtxRanges:
+    """NVTX_EVENTS read as one of the sources the host reader merges by start time."""
+
+    def _nvtx(self) -> Source | None:
+        if not self.has_columns(NVTX, "start", "eventType"):
+            return None
+        domains, categories = self._nvtx_names()
+        payload = [self.schema.column(NVTX, c) for c in PAYLOAD if self.schema.has(NVTX, c)]
+        extra = (f"coalesce({', '.join(payload)}, NULL)" if payload else "NULL",)
+        cols = ("start", "end", "eventType", "text", "textId", "globalTid", "endGlobalTid", "domainId", "category")
+        layout, heads, ordinal = self.layout, self.layout.args_heads, self.layout.ordinal
+        cpu, cats, not_drawn = self._cpu, {}, self.nvtx_not_drawn
+
+        def handle(row: tuple) -> None:
+            start, end, etype, text, text_id, gtid, end_gtid, domain, category, json_text, value = row
+            if etype not in DRAWN:
+                not_drawn[etype] += 1
+                return
+            if type(start) is not int or (end is not None and (type(end) is not int or end < start)):
+                self.bad_time(NVTX, start, end)
+                return
+            if type(text) is not str:
+                text = self._nvtx_text(text_id)
+            args: dict | None = None
+            data = b""
+            if ", op_id = " in text and (op := TORCH_OP.fullmatch(text)) is not None:
+                text, seq, op_id, sizes, inputs = op.groups()
+                if sizes is None and inputs is None:  # plain digits: the args text is written as is
+                    data = (f'{{"seq":{seq},"op_id":{op_id}}}' if seq else f'{{"op_id":{op_id}}}').encode()
+                else:
+                    args = {"seq": seq and int(seq), "op_id": int(op_id), "sizes": sizes, "input_op_ids": inputs}
+                    args = present(args)
+            cat = cats.get(domain)
+            if cat is None:
+                cat = cats[domain] = domains.get(domain) or ("nvtx" if not domain else f"nvtx domain {domain}")
+            if category is not None or value is not None or json_text is not None:
+                args = args or (orjson.loads(data) if data else {})
+                named = categories.get((domain, category), category)
+                args.update(present({"category": named, "payload": value, "json": json_text}))
+            track = cpu.get(gtid) or self.cpu(gtid)
+            if type(end_gtid) is int and end_gtid != gtid and etype in START_END:
+                track = self.track(("nvtx", track[1][1], None), track[1][1])
+                args = args or (orjson.loads(data) if data else {})
+                args["start thread"], args["end thread"] = tid_of(gtid), tid_of(end_gtid)
+            if end is None or etype in MARKS:
+                if etype not in MARKS:
+                    self.dropped.add(
+                        Stat.NSYS_RANGE_WITHOUT_END,
+                        1,
+                        "nsys NVTX range without an end (open when the capture stopped): drawn as an instant",
+                    )
+                kind, negdur = 1, 0
+            else:
+                kind, negdur = 0, start - end
+            prefix = layout.prefix(text, cat)
+            body = self.body(prefix, args) if args is not None else prefix + heads[len(data)] + data if data else prefix
+            track[2].append((start, negdur, kind, ordinal(), body))
+            if kind == 0 and layout.tags.get(text):
+                layout.note(text, track[0], track[1], start, -negdur)
+
+        return self.con.execute(self.schema.select(NVTX, (*cols, "jsonText"), extra=extra)), handle
+
+    def nvtx_counted(self) -> None:
+        """The NVTX rows not drawn, by event type."""
+        labels = self.schema.labels("ENUM_NSYS_EVENT_TYPE", {})
+        for etype, n in sorted(self.nvtx_not_drawn.items(), key=lambda kv: str(kv[0])):
+            if etype in NAMING:
+                self.dropped.add(
+                    Stat.NSYS_ROWS_NOT_DRAWN,
+                    n,
+                    f"nsys NVTX_EVENTS rows not drawn ({NAMING[etype]}, which name other rows)",
+                )
+            else:
+                label = shown(labels.get(etype, etype))
+                self.dropped.add(Stat.NSYS_ROWS_NOT_READ, n, f"nsys NVTX_EVENTS rows of event type {label} not read")
+
+    def _nvtx_text(self, text_id: Any) -> str:
+        """A range's registered string (``textId``), when it has no text of its own."""
+        text = self.string(text_id) if text_id is not None else None
+        if text is not None:
+            return text
+        if text_id is None:
+            self.dropped.add(
+                Stat.NSYS_TEXT_MISSING, 1, "nsys NVTX_EVENTS row without text (NULL text and textId): drawn unnamed"
+            )
+            return ""
+        self.unresolved(NVTX, "textId")
+        return f"string {text_id}"
+
+    def _nvtx_names(self) -> tuple[dict[Any, str], dict[tuple[Any, Any], str]]:
+        """Domain names (from their creation rows) and category names, by id."""
+        domains: dict[Any, str] = {}
+        categories: dict[tuple[Any, Any], str] = {}
+        tail = f' where "eventType" in ({DOMAIN_CREATE}, {CATEGORY_NAME})'
+        for etype, domain, category, text, text_id in self.schema.rows(
+            NVTX, ("eventType", "domainId", "category", "text", "textId"), tail
+        ):
+            name = text if type(text) is str else self.string(text_id) if text_id is not None else None
+            if name is None:
+                continue
+            if etype == DOMAIN_CREATE:
+                domains[domain] = name
+            else:
+                categories[(domain, category)] = name
+        return domains, categories

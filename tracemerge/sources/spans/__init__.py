@@ -1,0 +1,1 @@
+"""Span logs written by frameworks: role/rank JSONL, AReaL sessions, tracker scalars."""

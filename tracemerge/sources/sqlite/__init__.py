@@ -1,0 +1,1 @@
+"""SQLite inputs opened read-only and queried within budgets."""

@@ -1,0 +1,287 @@
+"""What a file's layout keeps of a thread while the file is read: columns, in the order read.
+
+Sources append entries ``(start, -dur, kind, ordinal, body)`` to a thread's
+:class:`ThreadEntries` (a list, so that appending costs one C call) and flow points ``(ts, phase,
+ordinal, key, bind_next)`` to its :class:`ThreadPoints`. Once many have gathered, or memory is
+short, the tuples are sealed into a :class:`Block` of numpy columns (the bodies joined into one
+bytes object beside them), and blocks spill to the file's :class:`~tracemerge.store.spill.RunStore` as
+plain bytes, the columns apart from the bodies: the walk reads a thread's columns whole and its
+bodies one block at a time, in the order they were read. Nothing is sorted here; storage order is
+the order of reading, which the walk relies on (see :mod:`tracemerge.store.file_layout`).
+"""
+
+from __future__ import annotations
+
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+
+from tracemerge.store.column_blocks import Block, Schema, _Columnar, concatenated
+from tracemerge.store.spill import RunStore
+
+# Rows a thread is worked out in at least, when it cuts apart in time (see ThreadEntries.chunks).
+CHUNK = 1 << 18
+
+ENTRY_SCHEMA: Schema = (
+    ("starts", np.int64),
+    ("negdurs", np.int64),
+    ("ordinals", np.int64),
+    ("lengths", np.int32),
+    ("kinds", np.int8),
+)
+# Flow points: ``pairs`` numbers the (cat, name) of the key, ``fids`` holds an id that is an int64
+# (``fid_kinds`` 0) or the number of another id (1), both given by a :class:`PointKeys`.
+POINT_SCHEMA: Schema = (
+    ("ts", np.int64),
+    ("ordinals", np.int64),
+    ("fids", np.int64),
+    ("pairs", np.int32),
+    ("phases", np.int8),
+    ("bind_next", np.int8),
+    ("fid_kinds", np.int8),
+)
+
+
+class ThreadEntries(_Columnar):
+    """A thread's slices and instants; sources append ``(start, -dur, kind, ordinal, body)``."""
+
+    __slots__ = ()
+    schema = ENTRY_SCHEMA
+
+    def _block(self, items: list[tuple]) -> Block:
+        return entry_block(items)
+
+    def keys(self, store: RunStore, rows: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
+        """The start, negated duration, kind and ordinal of every entry (of the rows
+        ``rows[0]``..``rows[1]`` when given), in storage order."""
+        names = ("starts", "negdurs", "kinds", "ordinals")
+        if rows is None:
+            return concatenated(self.sealed(), store, names)
+        parts = [{name: cols[name][lo:hi] for name in names} for cols, lo, hi in self.pieces(store, *rows)]
+        return {name: np.concatenate([part[name] for part in parts]) for name in names}
+
+    def pieces(self, store: RunStore, lo: int, hi: int, bodies: bool = False) -> list[tuple[Any, int, int]]:
+        """The blocks holding rows lo..hi, each as (its columns, or (columns, bodies, block)
+        with ``bodies``, and the range of it within)."""
+        found = []
+        first = 0
+        for block in self.sealed():
+            last = first + block.n
+            if last > lo and first < hi:
+                cols = block.columns(store)
+                got = (cols, block.body_bytes(store), block) if bodies else cols
+                found.append((got, max(lo - first, 0), min(hi, last) - first))
+            first = last
+            if first >= hi:
+                break
+        return found
+
+    def chunks(self, store: RunStore) -> list[tuple[int, int, int]]:
+        """The entries as runs apart in time, each (first row, end row, earliest start): every
+        entry of a run ends before any of a later one starts, so that each nests, ties and binds
+        flows on its own. A run is cut at the first row CHUNK rows on where that holds, so the
+        runs depend on the entries alone. A trace written in time order cuts into many; a slice
+        spanning the others makes them one."""
+        blocks = self.sealed()
+        total = sum(block.n for block in blocks)
+        if total <= CHUNK:
+            return [(0, total, self.span()[0])] if total else []
+        # The earliest start from each row on (read backwards), then the latest end before it.
+        after = np.empty(total, np.int64)
+        end = total
+        floor = np.iinfo(np.int64).max
+        for block in reversed(blocks):
+            starts = block.columns(store)["starts"]
+            after[end - block.n : end] = np.minimum(np.minimum.accumulate(starts[::-1])[::-1], floor)
+            floor = int(after[end - block.n])
+            end -= block.n
+        cuttable = np.zeros(total, bool)
+        reach = np.iinfo(np.int64).min
+        first = 0
+        for block in blocks:
+            cols = block.columns(store)
+            ends = np.maximum(np.maximum.accumulate(cols["starts"] - cols["negdurs"]), reach)
+            cuttable[first + 1 : first + block.n + 1] = (
+                ends[: total - first - 1] < after[first + 1 : first + block.n + 1]
+            )
+            reach = int(ends[-1])
+            first += block.n
+        at = np.flatnonzero(cuttable)
+        runs, lo = [], 0
+        while True:
+            k = int(np.searchsorted(at, lo + CHUNK))
+            if k == len(at):
+                break
+            runs.append((lo, int(at[k]), int(after[lo])))
+            lo = int(at[k])
+        runs.append((lo, total, int(after[lo])))
+        return runs
+
+    def span(self) -> tuple[int, int]:
+        """The earliest start and the latest end of the entries (there must be some)."""
+        blocks = [block for block in self.sealed() if block.n]
+        return min(block.lo for block in blocks), max(block.hi for block in blocks)
+
+
+def entry_block(items: list[tuple]) -> Block:
+    n = len(items)
+    bodies = list(map(_fifth, items))
+    cols = {
+        "starts": np.fromiter(map(_first, items), np.int64, n),
+        "negdurs": np.fromiter(map(_second, items), np.int64, n),
+        "kinds": np.fromiter(map(_third, items), np.int8, n),
+        "ordinals": np.fromiter(map(_fourth, items), np.int64, n),
+        "lengths": np.fromiter(map(len, bodies), np.int32, n),
+    }
+    return Block(ENTRY_SCHEMA, cols, b"".join(bodies))
+
+
+class PointKeys:
+    """Numbers for what flow points carry besides their times: each (cat, name) a pair number,
+    each id that is not an int64 a number of its own (the ids themselves kept for ordering)."""
+
+    def __init__(self) -> None:
+        self.pairs: dict[tuple[Any, Any], int] = {}
+        self.pair_list: list[tuple[Any, Any]] = []
+        self.ids: dict[Any, int] = {}
+        self.id_list: list[Any] = []
+
+    def pair(self, cat: Any, name: Any) -> int:
+        found = self.pairs.get((cat, name))
+        if found is None:
+            found = self.pairs[(cat, name)] = len(self.pair_list)
+            self.pair_list.append((cat, name))
+        return found
+
+    def other_id(self, fid: Any) -> int:
+        found = self.ids.get(fid)
+        if found is None:
+            found = self.ids[fid] = len(self.id_list)
+            self.id_list.append(fid)
+        return found
+
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+class ThreadPoints(_Columnar):
+    """A thread's flow points; sources append ``(ts, phase, ordinal, key, bind_next)`` where the
+    key is ``(cat, name, id)`` (or an id alone)."""
+
+    __slots__ = ("keys",)
+    schema = POINT_SCHEMA
+    _ordinal = staticmethod(itemgetter(2))
+
+    def __init__(self, keys: PointKeys) -> None:
+        super().__init__()
+        self.keys = keys
+
+    def _block(self, items: list[tuple]) -> Block:
+        n = len(items)
+        pairs = np.empty(n, np.int32)
+        fids = np.empty(n, np.int64)
+        fid_kinds = np.zeros(n, np.int8)
+        pair, other_id = self.keys.pair, self.keys.other_id
+        for i, key in enumerate(map(_fourth, items)):
+            cat, name, fid = key if type(key) is tuple and len(key) == 3 else ("", "", key)
+            pairs[i] = pair(cat, name)
+            if type(fid) is int and _INT64_MIN <= fid <= _INT64_MAX:
+                fids[i] = fid
+            else:
+                fids[i] = other_id(fid)
+                fid_kinds[i] = 1
+        cols = {
+            "ts": np.fromiter(map(_first, items), np.int64, n),
+            "ordinals": np.fromiter(map(_third, items), np.int64, n),
+            "fids": fids,
+            "pairs": pairs,
+            "phases": np.fromiter(map(_second, items), np.int8, n),
+            "bind_next": np.fromiter(map(_fifth, items), np.int8, n),
+            "fid_kinds": fid_kinds,
+        }
+        return Block(POINT_SCHEMA, cols)
+
+    def columns(self, store: RunStore) -> dict[str, np.ndarray]:
+        return concatenated(self.sealed(), store, (name for name, _ in POINT_SCHEMA))
+
+
+def ranks(counts: np.ndarray) -> np.ndarray:
+    """0, 1, ... counts[0] - 1, 0, 1, ... counts[1] - 1, ... joined."""
+    total = int(counts.sum())
+    return np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+
+
+def byte_table(items: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Byte strings as one table: their bytes joined, where each begins and how long each is (item
+    ``k`` of some positions is then ``gathered(blob, begins[k], lengths[k])``)."""
+    lengths = np.fromiter(map(len, items), np.int64, len(items))
+    return np.frombuffer(b"".join(items), np.uint8), np.cumsum(lengths) - lengths, lengths
+
+
+def equal_runs(values: np.ndarray) -> list[tuple[int, int]]:
+    """The (first, end) positions of each run of equal values (``values`` sorted or grouped)."""
+    cuts = (np.flatnonzero(values[1:] != values[:-1]) + 1).tolist()
+    return list(zip([0, *cuts], [*cuts, len(values)], strict=True)) if len(values) else []
+
+
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values, sorted: ``np.unique(values)`` without its masked-array check, which
+    imports numpy.ma (15 ms of every run's start-up)."""
+    ordered = np.sort(values)
+    if len(ordered) < 2:
+        return ordered
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+
+
+def gathered(data: bytes | np.ndarray, begins: np.ndarray, lengths: np.ndarray) -> bytes:
+    """The byte ranges [begin, begin + length) of ``data``, joined."""
+    total = int(lengths.sum())
+    if not total:
+        return b""
+    index = np.repeat(begins - (np.cumsum(lengths) - lengths), lengths) + np.arange(total)
+    source = data if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)
+    return source[index].tobytes()
+
+
+_first, _second, _third, _fourth, _fifth = (itemgetter(i) for i in range(5))
+
+
+def interleaved(sizes: list[np.ndarray], parts: list[np.ndarray | bytes]) -> np.ndarray:
+    """Per row, each part's share (``sizes[k][row]`` bytes of ``parts[k]``, in order), joined."""
+    count = len(sizes[0])
+    which = np.repeat(np.tile(np.arange(len(parts), dtype=np.uint8), count), np.stack(sizes, axis=1).ravel())
+    out = np.empty(len(which), np.uint8)
+    for k, data in enumerate(parts):
+        if len(data):
+            out[which == k] = data if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)
+    return out
+
+
+PLACEHOLDER = 4  # bytes: 0xff, then the index of a name and category (24 bits, little-endian)
+
+
+def with_prefixes(
+    bodies: bytes, lengths: np.ndarray, prefixes: np.ndarray, table: tuple[np.ndarray, np.ndarray, np.ndarray]
+) -> tuple[bytes, np.ndarray]:
+    """Bodies that begin with a placeholder, each with it replaced: placeholder ``i`` by the
+    prefix ``prefixes[i]`` of ``table`` (its bytes joined, where each begins, how long each is)."""
+    if not len(lengths):
+        return b"", lengths
+    data = np.frombuffer(bodies, np.uint8)
+    begins = np.cumsum(lengths) - lengths
+    local = (
+        data[begins + 1].astype(np.int64)
+        | data[begins + 2].astype(np.int64) << 8
+        | data[begins + 3].astype(np.int64) << 16
+    )
+    chosen = prefixes[local]
+    blob, starts, sizes = table
+    heads, rests = sizes[chosen], lengths - PLACEHOLDER
+    # What follows the placeholders is the bodies' bytes less theirs: taken by a mask, at a third
+    # of the cost of gathering the ranges by index (their bytes are most of the file's).
+    outside = np.ones(int(lengths.sum()), bool)
+    for k in range(PLACEHOLDER):
+        outside[begins + k] = False
+    joined = interleaved([heads, rests], [gathered(blob, starts[chosen], heads), data[: len(outside)][outside]])
+    return joined.tobytes(), heads + rests
