@@ -306,3 +306,11 @@ def test_loading_the_engine_runs_no_collection_and_leaves_the_collector_on() -> 
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["0", "True", "True"]
+
+
+def test_a_library_s_lazy_names_freeze_nothing_of_the_caller() -> None:
+    """Only the command line's table freezes what is alive (its process is its own): a library
+    caller's objects stay within the collector's reach after ``from tracemerge.phases import derive``."""
+    script = "import gc\nfrom tracemerge.phases import derive\nprint(gc.isenabled(), gc.get_freeze_count())\n"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["True", "0"]

@@ -59,4 +59,4 @@ _HOME = {
 __all__ = sorted(_HOME)
 
 
-__getattr__ = lazy_names(__name__, globals(), _HOME)
+__getattr__ = lazy_names(__name__, globals(), _HOME, freeze=True)
