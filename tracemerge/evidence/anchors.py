@@ -140,8 +140,3 @@ class Watch:
             tags = (*(t for t in tags if not t.startswith(SYNC + " ")), f"{SYNC} {name}")
         found = collective_tag(name)
         return (*tags, found) if found is not None else tags
-
-
-def kind_of(tag: str) -> str:
-    """The first word of a tag: collective, sync or session."""
-    return tag.partition(" ")[0]

@@ -94,11 +94,3 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
                 pass  # damaged: what came before is still the file's head
             data = out
     return data.removeprefix(UTF8_BOM)
-
-
-def line_col(data: bytes, pos: int) -> str:
-    """``line:col`` (1-based) of byte offset ``pos`` in ``data``."""
-    pos = max(0, min(pos, len(data)))
-    line = data.count(b"\n", 0, pos) + 1
-    col = pos - (data.rfind(b"\n", 0, pos) + 1) + 1
-    return f"{line}:{col}"
