@@ -318,7 +318,8 @@ _OPTION_TEXT = st.one_of(_NUMBER, _RANGES, st.text(max_size=40), st.builds(lambd
 @given(text=_OPTION_TEXT)
 def test_option_values_parse_or_say_why_in_bounded_time_and_memory(text: str) -> None:
     from tracemerge.clock import parse_offset
-    from tracemerge.select import MAX_DURATION_NS, parse_duration, parse_ranks, parse_where, parse_window
+    from tracemerge.core.units import MAX_DURATION_NS, parse_duration
+    from tracemerge.select import parse_ranks, parse_where, parse_window
 
     parsers = {
         "ranks": parse_ranks,

@@ -10,8 +10,9 @@ from readback import read_chrome_json, read_pftrace
 from typer.testing import CliRunner
 
 from tracemerge.cli import main as cli
+from tracemerge.core.units import parse_duration
 from tracemerge.pipeline import merge
-from tracemerge.select import Selection, parse_duration, parse_ranks, parse_window
+from tracemerge.select import Selection, parse_ranks, parse_window
 
 READ = {".pftrace": read_pftrace, ".json": read_chrome_json}
 

@@ -8,37 +8,17 @@ report as filtered, which is not a loss: the exit status stays 0.
 
 from __future__ import annotations
 
-import re
 from bisect import bisect_right
 from collections.abc import Iterable
-from decimal import Decimal
 
 import msgspec
 
 from tracemerge.core.model import Identity
+from tracemerge.core.units import parse_duration
 from tracemerge.naming.paths import COORDINATES, PathFacts
 
 # What --where and --split-by can select by: the parallel coordinates a file's name gives.
 WHERE_KEYS = (*COORDINATES, "replica")
-
-_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "min": 60_000_000_000}
-_DURATION = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zµ]*)\s*$")
-MAX_DURATION_NS = (1 << 63) - 1  # what a trace's int64 ns can hold: about 292 years
-
-
-def parse_duration(text: str) -> int:
-    """``"1.5ms"`` -> 1500000 ns; a bare number is seconds. At most ±MAX_DURATION_NS."""
-    m = _DURATION.match(text)
-    if not m or (m.group(2) and m.group(2) not in _UNITS):
-        raise ValueError(f"not a duration: {text!r} (use a number with ns, us, ms, s or min)")
-    try:
-        number = Decimal(m.group(1))
-        # Compared before it becomes an int (1e999999999 would have a billion digits).
-        if number.adjusted() > 30 or abs(value := number * _UNITS[m.group(2) or "s"]) > MAX_DURATION_NS:
-            raise ValueError(f"duration out of range: {text!r} (at most 292 years)")
-        return int(value.to_integral_value())
-    except ArithmeticError:  # decimal's InvalidOperation, Overflow
-        raise ValueError(f"not a duration: {text!r}") from None
 
 
 def parse_window(text: str) -> tuple[int | None, int | None]:

@@ -25,7 +25,7 @@ _HOME = {
     "format_outcome": "tracemerge.report.run_report",
     "json_bytes": "tracemerge.report.run_report",
     "Selection": "tracemerge.select",
-    "parse_duration": "tracemerge.select",
+    "parse_duration": "tracemerge.core.units",
     "parse_ranks": "tracemerge.select",
     "parse_roles": "tracemerge.select",
     "parse_where": "tracemerge.select",

@@ -13,7 +13,7 @@ import msgspec
 
 from tracemerge.core.model import Identity
 from tracemerge.core.tomlfile import read_toml
-from tracemerge.select import parse_duration
+from tracemerge.core.units import parse_duration
 
 # Beyond this an offset moves times out of what a trace holds (int64 ns from 1970, to 2262).
 MAX_OFFSET_NS = 100 * 365 * 86_400 * 10**9

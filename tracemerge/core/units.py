@@ -7,6 +7,7 @@ their decimal text where needed and never rounded through a float product.
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal, InvalidOperation
 
 from tracemerge.core.bounds import MAX_NUMBER_TEXT, check_number_text
@@ -118,3 +119,23 @@ def plain_json(text: bytes) -> bool:
     trace_processor shows exactly as written (it drops nulls and wraps integers beyond int64).
     Either word inside a string also answers False: that only costs a closer look."""
     return b"null" not in text and _NINETEEN_DIGITS not in text.translate(_DIGITS_AS_NINES)
+
+
+_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "min": 60_000_000_000}
+_DURATION = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zµ]*)\s*$")
+MAX_DURATION_NS = (1 << 63) - 1  # what a trace's int64 ns can hold: about 292 years
+
+
+def parse_duration(text: str) -> int:
+    """``"1.5ms"`` -> 1500000 ns; a bare number is seconds. At most ±MAX_DURATION_NS."""
+    m = _DURATION.match(text)
+    if not m or (m.group(2) and m.group(2) not in _UNITS):
+        raise ValueError(f"not a duration: {text!r} (use a number with ns, us, ms, s or min)")
+    try:
+        number = Decimal(m.group(1))
+        # Compared before it becomes an int (1e999999999 would have a billion digits).
+        if number.adjusted() > 30 or abs(value := number * _UNITS[m.group(2) or "s"]) > MAX_DURATION_NS:
+            raise ValueError(f"duration out of range: {text!r} (at most 292 years)")
+        return int(value.to_integral_value())
+    except ArithmeticError:  # decimal's InvalidOperation, Overflow
+        raise ValueError(f"not a duration: {text!r}") from None
