@@ -14,6 +14,7 @@ from readback import read_chrome_json, read_pftrace
 from typer.testing import CliRunner
 
 from tracemerge.cli import main as cli
+from tracemerge.core.stats import Stat
 from tracemerge.phases.rules import PRESETS, PhaseOptions, load_rules, resolve
 from tracemerge.pipeline import merge
 from tracemerge.sources.chrome import events as chrome_events
@@ -331,8 +332,8 @@ def test_steps_keeps_only_those_steps(tmp_path: Path, ext: str) -> None:
     [step1] = [e for e in lines if e["name"] == "step"][1:2]
     inside = [e for e in lines if e["start_ns"] < step1["end_ns"] and e["end_ns"] > step1["start_ns"]]
     assert sorted(s.name for s in rb.slices) == sorted(e["name"] for e in inside)
-    assert report.filtered["events outside --window"] == len(lines) - len(inside)
-    assert report.filtered["phase slices of steps outside --steps"] == 8
+    assert report.filtered[Stat.FILTERED_OUTSIDE_WINDOW] == len(lines) - len(inside)
+    assert report.filtered[Stat.FILTERED_STEP_PHASES] == 8
     assert report.exit_code == 0
 
 

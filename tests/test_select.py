@@ -10,6 +10,7 @@ from readback import read_chrome_json, read_pftrace
 from typer.testing import CliRunner
 
 from tracemerge.cli import main as cli
+from tracemerge.core.stats import Stat
 from tracemerge.core.units import parse_duration
 from tracemerge.pipeline import merge
 from tracemerge.select import Selection, parse_ranks, parse_window
@@ -49,9 +50,7 @@ def test_ranks_and_roles_keep_only_those_processes(tmp_path: Path, ext: str) -> 
     by_label = {p.label: p for p in full.processes}
     assert kept.written.slices == by_label["actor · rank 1"].written.slices == len(rb.slices)
     left_out = {p.label: p.written for p in full.processes if p.label != "actor · rank 1"}
-    assert kept.filtered["slices and instants of processes outside --roles/--ranks/--where"] == sum(
-        c.slices + c.instants for c in left_out.values()
-    )
+    assert kept.filtered[Stat.FILTERED_PROCESS_SLICES] == sum(c.slices + c.instants for c in left_out.values())
     assert kept.exit_code == 0
 
 
@@ -64,7 +63,7 @@ def test_min_dur_leaves_out_exactly_the_shorter_slices(tmp_path: Path, ext: str)
     kept = READ[ext](tmp_path / f"kept{ext}")
     expected = sorted((s.name, s.ts, s.dur) for s in full.slices if s.dur >= threshold)
     assert sorted((s.name, s.ts, s.dur) for s in kept.slices) == expected
-    assert report.filtered["slices shorter than --min-dur"] == len(full.slices) - len(expected) > 0
+    assert report.filtered[Stat.FILTERED_SHORT] == len(full.slices) - len(expected) > 0
     assert len(kept.instants) == len(full.instants)
 
 
@@ -85,7 +84,7 @@ def test_window_keeps_what_overlaps_it_relative_to_the_run_start(tmp_path: Path,
         (s.name, s.ts) for s in full.instants if a <= s.ts <= b
     )
     outside = len(full.slices) - len(expected) + len(full.instants) - len(kept.instants)
-    assert report.filtered["events outside --window"] == outside
+    assert report.filtered[Stat.FILTERED_OUTSIDE_WINDOW] == outside
     assert report.exit_code == 0
 
 

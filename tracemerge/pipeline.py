@@ -32,7 +32,6 @@ from tracemerge.clock import AUTOMATIC, AlignOptions
 from tracemerge.clock.offsets import unmatched
 from tracemerge.core.errors import FatalError, shown
 from tracemerge.core.stats import Stat
-from tracemerge.layout.thread_walk import FILTERED_TIME
 from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.phases.derived_unit import encode_derived, steps_window
 from tracemerge.phases.rules import AUTO_PHASES, PhaseOptions
@@ -316,8 +315,8 @@ def _leave_out_file(scan: FileScan, chunk: Path, why: str = "") -> None:
         if why == FILE_LOST:
             scan.dropped.add(Stat.FILE_LOST_WITH_NODE, counts.total, "events of a file lost with its node or task")
             continue
-        scan.filtered[FILTERED_TIME] += counts.slices + counts.instants + counts.counters
-        scan.filtered["flows outside --window"] += counts.flows
+        scan.filtered[Stat.FILTERED_OUTSIDE_WINDOW] += counts.slices + counts.instants + counts.counters
+        scan.filtered[Stat.FILTERED_FLOW_OUTSIDE_WINDOW] += counts.flows
     scan.written = {}
     scan.lanes = []
     chunk.write_bytes(b"")

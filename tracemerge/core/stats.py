@@ -9,7 +9,9 @@ exit status depends on what was lost, not on how it was worded:
 * ``info``: nothing of the trace is lost (Perfetto would ignore it too), e.g. a flow end whose
   start the profiler never wrote;
 * ``data_loss``: input events are not in the output;
-* ``error``: a whole file could not be used.
+* ``error``: a whole file could not be used;
+* ``filtered``: left out as a selection option asked (``--roles``, ``--window``, ``--min-dur``,
+  ``--steps``…): not a loss, and counted apart from the losses, in the report's ``filtered``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class Severity(str, Enum):
     INFO = "info"
     DATA_LOSS = "data_loss"
     ERROR = "error"
+    FILTERED = "filtered"
 
 
 class Stat(Enum):
@@ -41,8 +44,32 @@ class Stat(Enum):
     @property
     def is_loss(self) -> bool:
         """Whether input is missing from the output (data_loss or error), which makes the run incomplete."""
-        return self.severity is not Severity.INFO
+        return self.severity in (Severity.DATA_LOSS, Severity.ERROR)
 
+    FILTERED_OUTSIDE_WINDOW = ("filtered_outside_window", Severity.FILTERED, "events outside --window")
+    FILTERED_FLOW_OUTSIDE_WINDOW = ("filtered_flow_outside_window", Severity.FILTERED, "flows outside --window")
+    FILTERED_SHORT = ("filtered_short", Severity.FILTERED, "slices shorter than --min-dur")
+    FILTERED_FLOW_END = (
+        "filtered_flow_end",
+        Severity.FILTERED,
+        "flows with an end left out by --window/--min-dur",
+    )
+    FILTERED_PROCESS_SLICES = (
+        "filtered_process_slices",
+        Severity.FILTERED,
+        "slices and instants of processes outside --roles/--ranks/--where",
+    )
+    FILTERED_PROCESS_FLOW_POINTS = (
+        "filtered_process_flow_points",
+        Severity.FILTERED,
+        "flow points of processes outside --roles/--ranks/--where",
+    )
+    FILTERED_PROCESS_COUNTER_VALUES = (
+        "filtered_process_counter_values",
+        Severity.FILTERED,
+        "counter values of processes outside --roles/--ranks/--where",
+    )
+    FILTERED_STEP_PHASES = ("filtered_step_phases", Severity.FILTERED, "phase slices of steps outside --steps")
     FLOW_END_WITHOUT_START = (
         "flow_end_without_start",
         Severity.INFO,

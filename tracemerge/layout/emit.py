@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tracemerge.core.model import Identity, OriginKey
+from tracemerge.core.stats import Stat
 from tracemerge.layout.flows.numbering import Attached, bind_flows
-from tracemerge.layout.thread_walk import FILTERED_TIME, ThreadWalk
+from tracemerge.layout.thread_walk import ThreadWalk
 from tracemerge.layout.types import LayoutResult, Tracks
 from tracemerge.select import TimeFilter
 from tracemerge.store.event_store import EventStore, threads_in_order
@@ -134,7 +135,7 @@ def _counters(
         ts = written = 0
         for ts, _, value in samples.ordered(store):
             if times is not None and not times.keeps_point(ts):
-                result.filtered[FILTERED_TIME] += 1
+                result.filtered[Stat.FILTERED_OUTSIDE_WINDOW] += 1
                 result.read[who].counters += 1
                 continue
             counter(track, ts + shift, value)
@@ -162,10 +163,10 @@ def _summary(events: EventStore, ident: Ident, result: LayoutResult) -> LayoutRe
 
 def _leave_out(events: EventStore, ident: Ident, keep: Callable[[Identity], bool], result: LayoutResult) -> None:
     """Drops the buffers of processes the selection leaves out, counting their events."""
-    for buffers, what in (
-        (events.entries, "slices and instants"),
-        (events.points, "flow points"),
-        (events.samples, "counter values"),
+    for buffers, stat in (
+        (events.entries, Stat.FILTERED_PROCESS_SLICES),
+        (events.points, Stat.FILTERED_PROCESS_FLOW_POINTS),
+        (events.samples, Stat.FILTERED_PROCESS_COUNTER_VALUES),
     ):
         for key in [k for k in buffers if not keep(ident(k[0]))]:
-            result.filtered[f"{what} of processes outside --roles/--ranks/--where"] += buffers.pop(key).total
+            result.filtered[stat] += buffers.pop(key).total

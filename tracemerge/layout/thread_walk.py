@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from tracemerge.core.model import Identity, Kind
+from tracemerge.core.stats import Stat
 from tracemerge.layout.flows.numbering import Attachments
 from tracemerge.layout.nesting import lanes, parents, tied_out_of_order, walk_order
 from tracemerge.layout.types import Encoder, Items, LayoutResult
@@ -26,8 +27,6 @@ from tracemerge.store.spill import RunStore
 SLICE, INSTANT = int(Kind.SLICE), int(Kind.INSTANT)
 # Events handed to the encoder at once.
 BATCH = 1 << 14
-FILTERED_TIME = "events outside --window"
-FILTERED_SHORT = "slices shorter than --min-dur"
 
 
 class ThreadWalk:
@@ -145,9 +144,9 @@ class ThreadWalk:
         outside_slices = int(np.count_nonzero(left & is_slice)) - shorts
         outside_instants = int(np.count_nonzero(left & ~is_slice))
         if shorts:
-            filtered[FILTERED_SHORT] += shorts
+            filtered[Stat.FILTERED_SHORT] += shorts
         if outside_slices + outside_instants:
-            filtered[FILTERED_TIME] += outside_slices + outside_instants
+            filtered[Stat.FILTERED_OUTSIDE_WINDOW] += outside_slices + outside_instants
         read.slices += shorts + outside_slices
         read.instants += outside_instants
         return keep

@@ -15,7 +15,7 @@ import numpy as np
 from msgspec import field
 
 from tracemerge.core.model import Identity, ThreadKey
-from tracemerge.core.stats import Losses
+from tracemerge.core.stats import Losses, Stat
 from tracemerge.plan.types import CounterTrack, ThreadTrack
 from tracemerge.report.run_report import EventCounts
 
@@ -86,7 +86,7 @@ class LayoutResult(msgspec.Struct):
     counter_series: dict[Identity, set[tuple[ThreadKey, str]]] = field(default_factory=lambda: defaultdict(set))
     lanes: list[ThreadTrack] = field(default_factory=list)
     dropped: Losses = field(default_factory=Losses)
-    filtered: Counter[str] = field(default_factory=Counter)  # left out on request: not a loss
+    filtered: Counter[Stat] = field(default_factory=Counter)  # left out on request: not a loss
     moved_to_lanes: int = 0
     reversed_flows: int = 0
     ts_min: int | None = None  # in the file's own clock

@@ -101,7 +101,7 @@ def derive(
         if steps_kept is not None:
             kept = [w for w in windows if w[0] in steps_kept]
             inside = [o for o in proc.occurrences if any(a <= o.start < b for _, a, b in kept)]
-            model.left_out["phase slices of steps outside --steps"] += len(proc.occurrences) - len(inside)
+            model.left_out[Stat.FILTERED_STEP_PHASES] += len(proc.occurrences) - len(inside)
             proc.occurrences = inside
             windows = kept
         _account(proc, windows)

@@ -15,7 +15,7 @@ from tracemerge.analysis.critical_path import Segment
 from tracemerge.analysis.device_time import Breakdown
 from tracemerge.analysis.holdups import Holdup, Timeline
 from tracemerge.core.model import Identity
-from tracemerge.core.stats import Losses
+from tracemerge.core.stats import Losses, Stat
 
 IDLE = "idle"
 
@@ -77,7 +77,7 @@ class PhaseModel(msgspec.Struct):
     processes: dict[Identity, ProcessPhases]
     steps: list[tuple[int, int, int]]  # job steps: (step, start, end)
     roles: dict[str, list[PipelineSlice]]
-    left_out: Counter[str] = field(default_factory=Counter)  # --steps
+    left_out: Counter[Stat] = field(default_factory=Counter)  # --steps
     found_steps: list[int] = field(default_factory=list)  # every step, kept by --steps or not
     scalars: dict[int, dict[str, float]] = field(default_factory=dict)  # of the job steps, by step
     holdups: dict[int, Holdup] = field(default_factory=dict)  # of the job steps, by step

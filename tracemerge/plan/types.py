@@ -19,7 +19,7 @@ from msgspec import field
 
 from tracemerge.clock import Alignment
 from tracemerge.core.model import ClockDomain, Identity, OriginKey, SourceData, ThreadInfo, ThreadKey
-from tracemerge.core.stats import Losses
+from tracemerge.core.stats import Losses, Stat
 from tracemerge.naming.paths import PathFacts, role_sort_key
 from tracemerge.report.run_report import EventCounts
 
@@ -54,7 +54,7 @@ class FileScan(msgspec.Struct):
     moved_to_lanes: int = 0
     reversed_flows: int = 0
     salts: dict[Identity, str] = field(default_factory=dict)
-    filtered: Counter[str] = field(default_factory=Counter)  # left out on request
+    filtered: Counter[Stat] = field(default_factory=Counter)  # left out on request
     # Clock evidence (see tracemerge.evidence.anchors): per process and tag, (start, end) on the file's
     # clock (origin_ns included), in time order; the host that wrote the file; its mtime.
     marks: dict[Identity, dict[str, list[tuple[int, int]]]] = field(default_factory=dict)

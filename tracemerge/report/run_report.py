@@ -65,7 +65,7 @@ class RunReport(msgspec.Struct):
     ignored: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # worth saying, not a problem
     losses: Losses = field(default_factory=Losses)  # input events not written, per statistic
-    filtered: Counter[str] = field(default_factory=Counter)  # left out by --roles/--ranks/--window/--min-dur
+    filtered: Counter[Stat] = field(default_factory=Counter)  # left out by --roles/--ranks/--window/--min-dur
     metadata_records: int = 0
     moved_to_lanes: int = 0
     reversed_flows: int = 0  # flows whose end was stamped before their start
@@ -144,7 +144,7 @@ class RunReport(msgspec.Struct):
             "written": self.written.as_dict(),
             "dropped": self.losses.by_message(),
             "stats": self.stats.tally(),
-            "filtered": dict(self.filtered),
+            "filtered": {stat.value: count for stat, count in self.filtered.items() if count},
             "skipped_files": list(self.skipped),
             "ignored_files": [str(p) for p in self.ignored],
             "notes": list(self.notes),
@@ -277,8 +277,8 @@ def format_outcome(report: RunReport) -> str:
             f"{report.reversed_flows:,} flows end before they start (host/device clock skew): "
             "drawn from the earlier slice"
         )
-    for reason, count in sorted(report.filtered.items(), key=lambda kv: (-kv[1], kv[0])):
-        lines.append(f"left out {count:,} {reason} (as asked)")
+    for stat, count in sorted((+report.filtered).items(), key=lambda kv: (-kv[1], kv[0].value)):
+        lines.append(f"left out {count:,} {stat.description} (as asked)")
     lines.extend(format_losses(report.losses))
     stats = report.stats
     if stats:

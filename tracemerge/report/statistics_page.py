@@ -14,6 +14,8 @@ _MEANING = {
     Severity.INFO: "nothing of the trace is lost (Perfetto would ignore it too, or it was left out as asked)",
     Severity.DATA_LOSS: "input events are not in the output: the exit status is 3",
     Severity.ERROR: "a whole file could not be used: the exit status is 3",
+    Severity.FILTERED: "left out as a selection option asked (`--roles`, `--window`, `--min-dur`, `--steps`…): "
+    "not a loss, listed under `filtered` in the report",
 }
 
 

@@ -26,7 +26,6 @@ from tracemerge.store.entries import PointKeys, ThreadEntries, distinct, equal_r
 from tracemerge.store.spill import RunStore
 
 START, STEP, END = int(FlowPhase.START), int(FlowPhase.STEP), int(FlowPhase.END)
-FILTERED_FLOW = "flows with an end left out by --window/--min-dur"
 
 
 class Attachments:
@@ -213,7 +212,7 @@ class _Numbering:
                         dropped.add(Stat.FLOW_UNBOUND, 1, "flow left with one endpoint after binding")
                     continue
             if times is not None and not all(times.keeps_slice(t[1][0], -t[1][1]) for t in kept):
-                self.result.filtered[FILTERED_FLOW] += 1
+                self.result.filtered[Stat.FILTERED_FLOW_END] += 1
                 continue
             first = kept[0]
             # Perfetto links flow points in time order; a flow whose end is stamped before its
