@@ -170,7 +170,10 @@ def path_hints(path: Path, root: Path) -> PathFacts:
     run = run_dir_of(path)
     if run is None:
         return path_facts(path, root)
-    return replace(ascend_run_facts(run, root), rank=rank_of(run))
+    facts = ascend_run_facts(run, root)
+    if facts.file_rank_label is not None:
+        return facts  # an engine's run: its profiler_info rank is engine-local, its label says it
+    return replace(facts, rank=rank_of(run))
 
 
 def unusable_reason(directory: Path) -> str | None:
