@@ -209,3 +209,25 @@ def test_real_ascend_runs_laid_out_as_verl_on_ascend(tmp_path: Path) -> None:
     ]
     assert not any(p.name.startswith("profiler_") for p in report.ignored)
     assert sum(u.split(": ")[0].endswith(".json") for u in report.used) == len(report.used) >= 4
+
+
+@pytest.mark.parametrize(
+    ("run", "export"),
+    [
+        ("db/actor_update/host_101_20260101000000000_ascend_pt", "ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_0.db"),
+        (
+            "prof/PROF_000001_20260101000000000_ABCDEFGHIJKLMNOP",
+            "mindstudio_profiler_output/msprof_20260101000000.json",
+        ),
+    ],
+)
+def test_a_copied_db_run_or_msprof_text_export_is_merged_once(tmp_path: Path, run: str, export: str) -> None:
+    src = FIXTURES / "ascend" / run
+    first, second = tmp_path / "in" / "a" / src.name, tmp_path / "in" / "b" / src.name
+    shutil.copytree(src, first)
+    alone = merge([first], tmp_path / "a.pftrace")
+    shutil.copytree(src, second)
+    report = merge([tmp_path / "in"], tmp_path / "m.pftrace")
+    assert report.notes == [f"{second / export}: the same bytes as {first / export}, read once"]
+    assert [p.files for p in report.processes] == [[first / export]]
+    assert report.written.as_dict() == alone.written.as_dict()
