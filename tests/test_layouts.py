@@ -242,6 +242,8 @@ def test_verl_ascend_run_folders(tmp_path: Path) -> None:
         f"save/mstx_profile/actor_compute_log_prob/{run}": ("actor", None, "old_log_prob"),
         f"save/mstx_profile/ref_compute_log_prob/{run}": ("ref", None, "ref"),
         f"save/mstx_profile/actor_update/{run}": ("actor", None, "update_actor"),
+        f"save/mstx_profile/train_batch/{run}": (None, None, "train_batch"),  # no role runs it alone
+        f"save/mstx_profile/forward_backward/{run}": (None, None, "forward_backward"),
     }.items():
         f = ascend_run_facts(tmp_path / where, tmp_path / "save")
         assert (f.role, f.step, f.phase) == expected, where

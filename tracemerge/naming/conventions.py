@@ -34,7 +34,9 @@ STAGE_PHASES = {
     "generate-sequences": "generate",
     "generate_sequences": "generate",
     "train-batch": "train_batch",
+    "train_batch": "train_batch",
     "forward-backward": "forward_backward",
+    "forward_backward": "forward_backward",
 }
 WHOLE_STEP_SCOPES = frozenset({"train"})
 # slime's --profile-target: the profiler window of a target spans as many steps as its schedule is
