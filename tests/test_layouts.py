@@ -9,6 +9,7 @@ import pytest
 from tracemerge.naming.paths import (
     PathFacts,
     ascend_run_facts,
+    host_from_name,
     join_frontends,
     needs_export,
     path_facts,
@@ -235,11 +236,139 @@ def test_verl_ascend_run_folders(tmp_path: Path) -> None:
         f"save/actor/{run}": ("actor", None, None),
         f"save/actor_update/{run}": ("actor", None, "update_actor"),  # discrete mode: a stage folder
         f"save/12/ref/{run}": ("ref", 12, None),  # older verl: a step folder above the role
-        f"save/{run}": ("save", None, None),  # the folder given names the job
+        f"save/{run}": (None, None, None),  # the folder given names the job, not a role
+        f"save/myjob/{run}": (None, None, None),  # nor does a folder of the job's below it
+        # RL-Insight's sample of verl on Ascend: mstx_profile/<stage>/<run>
+        f"save/mstx_profile/actor_compute_log_prob/{run}": ("actor", None, "old_log_prob"),
+        f"save/mstx_profile/ref_compute_log_prob/{run}": ("ref", None, "ref"),
+        f"save/mstx_profile/actor_update/{run}": ("actor", None, "update_actor"),
+        f"save/mstx_profile/train_batch/{run}": (None, None, "train_batch"),  # no role runs it alone
+        f"save/mstx_profile/forward_backward/{run}": (None, None, "forward_backward"),
     }.items():
         f = ascend_run_facts(tmp_path / where, tmp_path / "save")
         assert (f.role, f.step, f.phase) == expected, where
         assert f.convention == "verl Ascend"
+        assert (f.host, f.pid) == ("node1", 4242)
+
+
+def test_an_ascend_engine_run_is_its_replica_gpu(tmp_path: Path) -> None:
+    run = "node1_4242_20261201120000123_ascend_pt"
+    for folder, (role, label, coords) in {
+        "agent_loop_rollout_replica_0": ("rollout", "replica 0 · tp {}", {"replica": 0}),
+        "vllm_server_teacher_1_0_a1b2": ("teacher", "replica 1 · tp {}", {"replica": 1, "node": 0}),
+        "vllm_server_decode_2_1": ("rollout", "replica 2 · decode · node 1 · tp {}", {"replica": 2, "node": 1}),
+    }.items():
+        f = ascend_run_facts(tmp_path / "mstx_profile" / folder / run, tmp_path / "mstx_profile")
+        assert (f.role, f.rank, f.file_rank_label, dict(f.coords), f.phase) == (role, None, label, coords, "generate")
+        assert f.names_win  # profiler_info's rank is the engine-local rank
+        # the run folder given alone: its replica folder still speaks for it
+        alone = ascend_run_facts(tmp_path / "mstx_profile" / folder / run, tmp_path / "mstx_profile" / folder / run)
+        assert alone == f
+
+
+# verl PR #7928: a replica's folder is its Ray actor's name (engine file names inside as before).
+SERVERS = {
+    "vllm_server_0_0_k3f9/a1b2c-rank-0.1764590400123456789.pt.trace.json.gz": (
+        "rollout",
+        "replica 0 · tp 0",
+        {"replica": 0, "node": 0, "tp": 0},
+    ),
+    "vllm_server_0_0_k3f9/a1b2c-rank-1.1764590400123456790.pt.trace.json.gz": (
+        "rollout",
+        "replica 0 · tp 1",
+        {"replica": 0, "node": 0, "tp": 1},
+    ),
+    # the frontend joins its own folder's first GPU
+    "vllm_server_0_0_k3f9/node-3_51234.async_llm.1764590400123456791.pt.trace.json.gz": (
+        "rollout",
+        "replica 0 · tp 0",
+        {"replica": 0, "node": 0, "tp": 0},
+    ),
+    "vllm_server_1_1_k3f9/c3d4e-rank-0.1764590400123456789.pt.trace.json.gz": (
+        "rollout",
+        "replica 1 · node 1 · tp 0",
+        {"replica": 1, "node": 1, "tp": 0},
+    ),
+    "sglang_server_2_0_x7/1764590401.5-TP-1-DP-0-DECODE.trace.json.gz": (
+        "rollout",
+        "replica 2 · tp 1",
+        {"replica": 2, "node": 0, "tp": 1, "dp": 0},
+    ),
+    # on-policy distillation's teacher, and its frontend without a GPU trace beside it
+    "vllm_server_teacher_0_0_q8/f0f0f-rank-0.1764590400123456789.pt.trace.json.gz": (
+        "teacher",
+        "replica 0 · tp 0",
+        {"replica": 0, "node": 0, "tp": 0},
+    ),
+    "vllm_server_teacher_1_0_q8/node-4_6001.async_llm.1764590400123456789.pt.trace.json.gz": (
+        "teacher",
+        "replica 1 · frontend",
+        {"replica": 1, "node": 0},
+    ),
+    # a generative reward model
+    "vllm_server_reward_0_0_z1/node-5_7001.1764590400123456789.pt.trace.json.gz": (
+        "reward",
+        "replica 0 · node-5_7001",
+        {"replica": 0, "node": 0},
+    ),
+    # disaggregated serving: prefill and decode servers of replica 0
+    "vllm_server_prefill_0_0/p1p1p-rank-0.1764590400123456789.pt.trace.json.gz": (
+        "rollout",
+        "replica 0 · prefill · tp 0",
+        {"replica": 0, "node": 0, "tp": 0},
+    ),
+    "vllm_server_decode_0_1/d1d1d-rank-0.1764590400123456789.pt.trace.json.gz": (
+        "rollout",
+        "replica 0 · decode · node 1 · tp 0",
+        {"replica": 0, "node": 1, "tp": 0},
+    ),
+}
+
+
+def test_ray_actor_named_rollout_folders() -> None:
+    found = facts(*SERVERS)
+    assert {name: (f.role, f.label, dict(f.coords)) for name, f in found.items()} == SERVERS
+    assert all(f.rank is None and f.names_win and f.phase == "generate" for f in found.values())
+
+
+def test_a_folder_named_like_a_server_but_not_one_is_no_replica() -> None:
+    name = "vllm_server_x/rank3.json"  # no replica and node numbers: the generic reading
+    assert (facts(name)[name].rank, facts(name)[name].label, facts(name)[name].coords) == (3, None, ())
+
+
+# slime --use-pytorch-profiler: <tensorboard_dir>/<target>_rank_<r>.<ms>.pt.trace.json.gz
+SLIME = {
+    "train_overall_rank_0.1764590400123.pt.trace.json.gz": ("actor", 0, "train_overall"),
+    "train_actor_rank_3.1764590400456.pt.trace.json.gz": ("actor", 3, "train_actor"),
+    "train_log_probs_rank_12.1764590400789.pt.trace.json.gz": ("actor", 12, "train_log_probs"),
+}
+
+
+def test_slime_profile_targets() -> None:
+    found = facts(*(f"tb/{name}" for name in SLIME))
+    assert {name.removeprefix("tb/"): (f.role, f.rank, f.stage) for name, f in found.items()} == SLIME
+    # a target's window spans as many steps as the schedule is active: no phase over the file
+    assert all(f.phase is None and f.convention == "slime" and f.names_win for f in found.values())
+    assert all(host_from_name(name) is None for name in SLIME)  # "train_actor_rank" is no host
+    assert host_from_name("node-7_4242.1764590400123.pt.trace.json.gz") == "node-7"
+
+
+# Ray's nsight reports of verl's workers, relocated with role and host, and their exports.
+NSYS = {
+    "worker_process_4242.nsys-rep": (None, None, 4242, None),
+    "worker_process_4242.3.nsys-rep": (None, None, 4242, 3),
+    "worker_process_4242.3.jsonl": (None, None, 4242, 3),
+    "worker_process_4242.3.sqlite": (None, None, 4242, 3),
+    "actor_rollout_ref_node-1_worker_process_4242.12.nsys-rep": ("actor_rollout_ref", "node-1", 4242, 12),
+    "critic_node-2_worker_process_77.1.jsonl": ("critic", "node-2", 77, 1),
+    "node-2_worker_process_77.sqlite": (None, "node-2", 77, None),
+}
+
+
+def test_verl_nsys_report_names() -> None:
+    found = facts(*NSYS)
+    assert {name: (f.role, f.host, f.pid, f.action) for name, f in found.items()} == NSYS
+    assert {f.convention for f in found.values()} == {"verl nsys"}
 
 
 def test_nsys_reports_are_named_with_the_export_command() -> None:

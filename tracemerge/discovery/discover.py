@@ -36,6 +36,7 @@ class Discovery(msgspec.Struct, frozen=True):
     skipped: list[InputError]  # unusable: named, with the reason
     ignored: list[Path]  # met while walking a directory; not a trace
     notes: list[str]  # worth saying, not a problem (a directory reached twice)
+    used: list[str] = msgspec.field(default_factory=list)  # metadata beside traces: "<path>: what it gives"
 
 
 def discover(inputs: list[Path]) -> Discovery:
@@ -43,6 +44,7 @@ def discover(inputs: list[Path]) -> Discovery:
     skipped: list[InputError] = []
     ignored: list[Path] = []
     notes: list[str] = []
+    used: list[str] = []
     seen: set[Path] = set()
     for given in inputs:
         if given.is_dir():
@@ -54,14 +56,14 @@ def discover(inputs: list[Path]) -> Discovery:
                         skipped.append(InputError(directory, reason))
                         break
             for path in files:
-                _consider(path, given, False, candidates, skipped, ignored, seen)
+                _consider(path, given, False, candidates, skipped, (ignored, used), seen)
         elif given.is_file():
-            _consider(given, given.parent, True, candidates, skipped, ignored, seen)
+            _consider(given, given.parent, True, candidates, skipped, (ignored, used), seen)
         else:
             raise FatalError(f"{shown(given)}: no such file or directory")
     joined = join_frontends({c.path: c.facts for c in candidates})
     candidates = [replace(c, facts=joined[c.path]) for c in candidates]
-    return Discovery(candidates, skipped, ignored, notes)
+    return Discovery(candidates, skipped, ignored, notes, used)
 
 
 def _walk(root: Path, skipped: list[InputError], notes: list[str]) -> tuple[list[Path], list[Path]]:
@@ -100,9 +102,11 @@ def _consider(
     explicit: bool,
     candidates: list[Candidate],
     skipped: list[InputError],
-    ignored: list[Path],
+    passed_over: tuple[list[Path], list[str]],
     seen: set[Path],
 ) -> None:
+    """Adds ``path`` to the candidates, or says why not: ``skipped`` (unusable), or in
+    ``passed_over``, ignored (not a trace) or used (metadata of traces, with what it gives)."""
     try:
         resolved = path.resolve()
     except (RuntimeError, OSError):  # symbolic links naming each other (a.json -> b.json -> a.json)
@@ -120,15 +124,17 @@ def _consider(
             skipped.append(InputError(path, f"cannot read: {exc.strerror or exc}"))
         return
     if fmt is None:
-        export = needs_export(path)
-        if export is not None:
+        export, used = needs_export(path), metadata_of(path)
+        if used is not None:
+            passed_over[1].append(f"{shown(path)}: {used}")
+        elif export is not None:
             skipped.append(InputError(path, export))
         elif explicit:
             skipped.append(InputError(path, "not a trace format tracemerge reads"))
         elif path.name.endswith(TRACE_SUFFIXES) and _is_empty(path):
             skipped.append(InputError(path, "empty file"))
         else:
-            ignored.append(path)
+            passed_over[0].append(path)
         return
     facts = fmt.hints(path, root) if fmt.hints else path_facts(path, root)
     candidates.append(Candidate(path, fmt, facts, explicit))
@@ -158,6 +164,15 @@ def _is_empty(path: Path) -> bool:
         return path.stat().st_size == 0
     except OSError:
         return False
+
+
+def metadata_of(path: Path) -> str | None:
+    """What a file beside a format's traces gives them (a run's rank and clocks), if it is one."""
+    for fmt in FORMATS:
+        said = fmt.metadata(path) if fmt.metadata else None
+        if said is not None:
+            return said
+    return None
 
 
 def recognise(path: Path) -> SourceFormat | None:

@@ -66,12 +66,16 @@ def _digest(path: Path) -> bytes | None:
 def read_once(candidates: list[Candidate], report: RunReport) -> list[Candidate]:
     """``candidates`` without the copies of an earlier one; each copy is named in a note of
     ``report`` and counted (info) in its statistics."""
-    # Formats that read run folders (Ascend) choose between a run's exports themselves (the newest
-    # whole one is read, the others named), and a run folder copied elsewhere is another run: their
-    # files are left to them.
-    loose = [n for n, c in enumerate(candidates) if c.format.hints is None]
-    found = same_content([candidates[n].path for n in loose])
-    copy_of = {loose[n]: loose[first] for n, first in found.items()}
+    # Every format alike, but a format that reads run folders (Ascend) names each export by its
+    # place in the run: a copied run keeps its files' names, so only files of one name are
+    # compared (the exports of one run under other names are the reader's to choose between).
+    pools: dict[str | None, list[int]] = defaultdict(list)
+    for n, c in enumerate(candidates):
+        pools[None if c.format.hints is None else c.path.name].append(n)
+    copy_of: dict[int, int] = {}
+    for pool in pools.values():
+        found = same_content([candidates[n].path for n in pool])
+        copy_of.update({pool[n]: pool[first] for n, first in found.items()})
     for n, first in sorted(copy_of.items()):
         copy, kept = shown(candidates[n].path), shown(candidates[first].path)
         report.notes.append(f"{copy}: the same bytes as {kept}, read once")

@@ -34,9 +34,15 @@ STAGE_PHASES = {
     "generate-sequences": "generate",
     "generate_sequences": "generate",
     "train-batch": "train_batch",
+    "train_batch": "train_batch",
     "forward-backward": "forward_backward",
+    "forward_backward": "forward_backward",
 }
 WHOLE_STEP_SCOPES = frozenset({"train"})
+# slime's --profile-target: the profiler window of a target spans as many steps as its schedule is
+# active (prof.step() per rollout), so the target is the file's stage but no phase over its extent.
+SLIME_TARGETS = ("train_overall", "train_actor", "train_log_probs")
+WINDOW_SCOPES = WHOLE_STEP_SCOPES | frozenset(SLIME_TARGETS)
 # The role that runs a stage, for stage folders that name no role (verl's worker of that stage).
 STAGE_ROLES = {"update_actor": "actor", "old_log_prob": "actor", "ref": "ref", "update_critic": "critic"}
 STAGE_ROLES |= {"values": "critic", "generate": "rollout"}
@@ -46,7 +52,8 @@ class Convention(msgspec.Struct, frozen=True):
     """One framework's naming rule: ``file`` must match the whole file name; ``folder``, matched
     against the name of the folder holding it, adds what that folder says. Named groups: role,
     rank, step, stage, world, tp, pp, dp, cp, ep, replica, local (a rank inside an engine
-    replica), host, pid, engine (an engine's own file name, read again by the engine conventions)."""
+    replica), host, pid, action (a profiled action's id), engine (an engine's own file name, read
+    again by the engine conventions)."""
 
     name: str
     source: str  # where the framework writes it
@@ -80,8 +87,19 @@ VERL_OLD = Convention(
     re.compile(r"(?P<stage>.+)"),
     names_win=True,
 )
-# A replica's folder, and the name verl gives an engine file it moves up into save_path.
+# The folder a rollout replica's engine writes into (its files keep the engine's own names, read
+# by ENGINES): verl's agent_loop_rollout_replica_<n>, and since verl PR #7928 the replica's Ray
+# actor name, vllm_server_[teacher_|reward_][prefill_|decode_]<replica>_<node>[_<key>] (or
+# sglang_server_…): a teacher model for on-policy distillation, a generative reward model, the
+# prefill and decode servers of disaggregated serving. Named groups: role (else rollout), replica,
+# node, serving (prefill or decode, shown in the label).
 REPLICA_FOLDER = re.compile(r"agent_loop_rollout_replica_(?P<replica>\d+)")
+SERVER_FOLDER = re.compile(
+    r"(?:vllm|sglang|trtllm)_server(?:_(?P<role>teacher|reward))?(?:_(?P<serving>prefill|decode))?"
+    r"_(?P<replica>\d+)_(?P<node>\d+)(?:_[0-9A-Za-z.=+-]+)?"
+)
+ENGINE_FOLDERS = (REPLICA_FOLDER, SERVER_FOLDER)
+ENGINE_ROLE = "rollout"  # the role of an engine folder that names none
 VERL_RELOCATED = Convention(
     "verl rollout (relocated)",
     "verl relocate_results: rollout-replica<n>[-globalrank<g>]_<engine file>",
@@ -128,13 +146,24 @@ AREAL = Convention(
     re.compile(r"(?:traces|sessions)-r(?P<rank>\d+)\.jsonl"),
     re.compile(r"(?P<role>.+)"),
 )
+SLIME = Convention(
+    "slime",
+    "slime/utils/profile_utils.py: <tensorboard_dir>/<target>_rank_<r>.<ms>.pt.trace.json.gz",
+    re.compile(rf"(?P<stage>{'|'.join(SLIME_TARGETS)})_rank_(?P<rank>\d+)\.(?P<time>\d+)\.pt\.trace\.json{_GZ}"),
+    role="actor",  # slime's training group (its Megatron actor) runs every target
+    names_win=True,
+)
 VERL_ASCEND_RUN = re.compile(r"(?P<host>.+)_(?P<pid>\d+)_(?P<time>\d{17})_ascend_pt")
-# Ray's nsight plugin names a worker's report worker_process_<pid>[.<n>].nsys-rep; verl relocates it
-# with its role and host; its SQLite export (nsys export) keeps the name, ending .sqlite.
+# Ray's nsight plugin names a worker's report worker_process_<pid>[.<rid>].nsys-rep (discrete mode:
+# one <rid> per profiled action); verl relocates it with its role (not sanitised: it may hold "_")
+# and host; its exports (nsys export --type sqlite or jsonlines) keep the name.
 VERL_NSYS = Convention(
     "verl nsys",
-    "verl nsys: [[<role>_]<host>_]worker_process_<pid>[.<n>].nsys-rep (or its .sqlite export)",
-    re.compile(r"(?:(?:(?P<role>.+)_)?(?P<host>[^_]+)_)?worker_process_(?P<pid>\d+)(?:\.\d+)?\.(?:nsys-rep|sqlite)"),
+    "verl nsys: [[<role>_]<host>_]worker_process_<pid>[.<rid>].nsys-rep (or its .sqlite, .jsonl export)",
+    re.compile(
+        r"(?:(?:(?P<role>.+)_)?(?P<host>[^_]+)_)?worker_process_(?P<pid>\d+)(?:\.(?P<action>\d+))?"
+        r"\.(?:nsys-rep|sqlite|jsonl)"
+    ),
 )
 # Files a framework writes that tracemerge reads only once exported: named with what to do, never
 # ignored (an Nsight Systems report is exported by nsys when it is on PATH).
@@ -142,4 +171,4 @@ NEEDS_EXPORT = {
     ".nsys-rep": "an Nsight Systems report: export it first with nsys export --type sqlite -o {stem}.sqlite {name}",
 }
 # Conventions tried on a file name, first match wins (engines are tried only inside a replica).
-CONVENTIONS = (VERL_TORCH, VERL_RELOCATED, VERL_OLD, SKYRL, AREAL, VERL_NSYS)
+CONVENTIONS = (VERL_TORCH, VERL_RELOCATED, VERL_OLD, SLIME, SKYRL, AREAL, VERL_NSYS)

@@ -20,10 +20,11 @@ from msgspec.structs import replace
 
 from tracemerge.naming.conventions import (
     CONVENTIONS,
+    ENGINE_FOLDERS,
+    ENGINE_ROLE,
     ENGINE_STAGE,
     ENGINES,
     NEEDS_EXPORT,
-    REPLICA_FOLDER,
     STAGE_PHASES,
     STAGE_ROLES,
     VERL_ASCEND_RUN,
@@ -31,59 +32,16 @@ from tracemerge.naming.conventions import (
     VERL_RELOCATED,
     VLLM_WORKER_OLD,
     WHOLE_STEP_SCOPES,
+    WINDOW_SCOPES,
     Convention,
 )
-
-# -- roles -----------------------------------------------------------------------------------------
-# Role words in the order an RL step runs through them: generation, reward, reference, critic,
-# actor/trainer, then the job's controllers. A role met that is in no group sorts after them all,
-# alphabetically. Hybrid verl workers (actor, rollout and ref in one process) generate first.
-ROLE_GROUPS: tuple[tuple[str, ...], ...] = (
-    ("rollout", "generator", "generation", "inference", "sampler", "eval-rollout", "env"),
-    ("actor-rollout-ref", "actor_rollout_ref", "actor-rollout", "actor_rollout"),
-    ("reward", "rm", "reward-model"),
-    ("ref", "reference", "teacher"),
-    ("critic", "value-model", "value"),
-    ("actor", "policy", "learner", "trainer", "language-model"),
-    ("master", "driver", "controller"),
-)
-ROLE_WORDS = frozenset(word for group in ROLE_GROUPS for word in group)
-_ROLE_RANK = {word: (g, n) for g, group in enumerate(ROLE_GROUPS) for n, word in enumerate(group)}
-
-
-def role_sort_key(role: str) -> tuple:
-    """Where a role's processes sort: pipeline order, unknown roles after, alphabetically."""
-    low = role.lower()
-    return (*_ROLE_RANK[low], "") if low in _ROLE_RANK else (len(ROLE_GROUPS), 0, low)
-
-
-# Folders that hold traces without naming a role (the role is the folder below them).
-CONTAINER_DIRS = frozenset(
-    {
-        "perf_tracer",
-        "session_tracer",
-        "logs",
-        "log",
-        "traces",
-        "trace",
-        "profile",
-        "profiles",
-        "profiler",
-        "profiling",
-        "outputs",
-        "output",
-        "tb",
-        "tensorboard",
-        "torch_profile",
-        "save_path",
-        "nsight",  # Ray's logs/nsight/: the nsys reports of its workers
-    }
-)
+from tracemerge.naming.roles import CONTAINER_DIRS, ROLE_WORDS
+from tracemerge.naming.roles import role_sort_key as role_sort_key  # where the process order finds it
 
 # -- what a path says ------------------------------------------------------------------------------
 
 COORDINATES = ("tp", "pp", "dp", "cp", "ep")  # parallel coordinates
-COORDINATE_ORDER = (*COORDINATES, "replica", "world")  # the order they are shown in
+COORDINATE_ORDER = (*COORDINATES, "replica", "node", "world")  # the order they are shown in
 
 
 class PathFacts(msgspec.Struct, frozen=True):
@@ -101,6 +59,9 @@ class PathFacts(msgspec.Struct, frozen=True):
     # An engine GPU trace whose name gives no local rank: its label when the file states its
     # (engine-local) rank, with that rank in place of {}.
     file_rank_label: str | None = None
+    host: str | None = None  # the host the name gives
+    pid: int | None = None  # the OS process id the name gives
+    action: int | None = None  # a profiled action's id (a verl nsys report of discrete mode)
 
     @property
     def stage_role(self) -> str | None:
@@ -110,7 +71,7 @@ class PathFacts(msgspec.Struct, frozen=True):
     @property
     def phase(self) -> str | None:
         """The phase a discrete-mode stage file is, over its whole extent."""
-        if self.stage is None or self.stage in WHOLE_STEP_SCOPES:
+        if self.stage is None or self.stage in WINDOW_SCOPES:
             return None
         return STAGE_PHASES.get(self.stage, self.stage.replace("-", "_"))
 
@@ -130,9 +91,9 @@ def path_facts(path: Path, root: Path) -> PathFacts:
     # The folder holding the file speaks for it even when it is the folder given (a replica's,
     # a stage's); the folders above are read only below the input.
     folder = path.parent.name
-    replica = REPLICA_FOLDER.fullmatch(folder)
-    if replica is not None:
-        found = _engine_facts(name, int(replica.group("replica")), None)
+    engine_folder = read_engine_folder(folder)
+    if engine_folder is not None:
+        found = _engine_facts(name, engine_folder, None)
         if found is not None:
             return found
     for convention in CONVENTIONS:
@@ -144,7 +105,7 @@ def path_facts(path: Path, root: Path) -> PathFacts:
             folder_match = convention.folder.fullmatch(folder)
         if convention is VERL_RELOCATED:
             rank = int(m.group("rank")) if m.group("rank") else None
-            found = _engine_facts(m.group("engine"), int(m.group("replica")), rank)
+            found = _engine_facts(m.group("engine"), EngineFolder(replica=int(m.group("replica"))), rank)
             if found is not None:
                 return replace(found, convention=f"{VERL_RELOCATED.name}, {found.convention}")
             continue
@@ -164,6 +125,42 @@ def _speaks(folder: str, below_input: bool) -> bool:
     return below_input or low in ROLE_WORDS or low in STAGE_PHASES
 
 
+class EngineFolder(msgspec.Struct, frozen=True):
+    """What the folder an engine replica writes into says (conventions.ENGINE_FOLDERS)."""
+
+    role: str = ENGINE_ROLE
+    replica: int = 0
+    node: int | None = None
+    serving: str | None = None  # prefill or decode (disaggregated serving)
+
+    @property
+    def coords(self) -> list[tuple[str, int]]:
+        return [("replica", self.replica)] + ([("node", self.node)] if self.node is not None else [])
+
+    @property
+    def label(self) -> str:
+        """The label of the replica's processes before their local rank: node 0 goes unsaid."""
+        return " · ".join(
+            [f"replica {self.replica}"] + [self.serving] * bool(self.serving) + [f"node {self.node}"] * bool(self.node)
+        )
+
+
+def read_engine_folder(folder: str) -> EngineFolder | None:
+    """The engine replica a folder name is, if it is one."""
+    for pattern in ENGINE_FOLDERS:
+        m = pattern.fullmatch(folder)
+        if m is not None:
+            g = m.groupdict()
+            node = int(g["node"]) if g.get("node") is not None else None
+            return EngineFolder(g.get("role") or ENGINE_ROLE, int(g["replica"]), node, g.get("serving"))
+    return None
+
+
+def reads_as_role(folder: str) -> bool:
+    """Whether a folder name is a role (or an engine replica's folder, which names its role)."""
+    return folder.lower() in ROLE_WORDS or read_engine_folder(folder) is not None
+
+
 def _convention_facts(convention: Convention, groups: dict[str, str], dirs: list[str]) -> PathFacts:
     role, stage = groups.get("role"), groups.get("stage")
     if convention is VERL_OLD and stage is not None:
@@ -178,40 +175,44 @@ def _convention_facts(convention: Convention, groups: dict[str, str], dirs: list
         folder_role = generic_facts(dirs, "").role
     role = role or convention.role or stage_role or folder_role
     coords = tuple((k, int(groups[k])) for k in (*COORDINATES, "world") if k in groups)
+    number = {k: int(groups[k]) for k in ("rank", "step", "pid", "action") if k in groups}
     return PathFacts(
         role=role,
-        rank=int(groups["rank"]) if "rank" in groups else None,
-        step=int(groups["step"]) if "step" in groups else None,
+        rank=number.get("rank"),
+        step=number.get("step"),
         stage=stage,
         coords=coords,
         convention=convention.name,
         names_win=convention.names_win,
+        host=groups.get("host"),
+        pid=number.get("pid"),
+        action=number.get("action"),
     )
 
 
-def _engine_facts(name: str, replica: int, rank: int | None) -> PathFacts | None:
-    """An engine file of rollout replica ``replica``: the process of one GPU (its global rank when
+def _engine_facts(name: str, folder: EngineFolder, rank: int | None) -> PathFacts | None:
+    """An engine file of a replica's ``folder``: the process of one GPU (its global rank when
     known, else replica and local rank), or the replica's frontend."""
     for convention in ENGINES:
         m = convention.file.fullmatch(name)
         if m is None:
             continue
         groups = {k: v for k, v in m.groupdict().items() if v is not None}
-        coords = [("replica", replica)]
+        coords = folder.coords
         if "local" in groups:
             coords.append(("tp", int(groups["local"])))
         coords += [(k, int(groups[k])) for k in COORDINATES if k in groups]
         label = file_rank_label = None
         if rank is None:
-            shown = [f"{k} {v}" for k, v in coords[1:] if k == "tp" or v != 0]
-            label = " · ".join([f"replica {replica}", *shown])
+            shown = [f"{k} {v}" for k, v in coords if k in COORDINATES and (k == "tp" or v != 0)]
+            label = " · ".join([folder.label, *shown])
             if convention is VLLM_WORKER_OLD:  # the local rank is only in the file
                 label, file_rank_label = (
-                    f"replica {replica} · {groups['host']}_{groups['pid']}",
-                    f"replica {replica} · tp {{}}",
+                    f"{folder.label} · {groups['host']}_{groups['pid']}",
+                    f"{folder.label} · tp {{}}",
                 )
         return PathFacts(
-            role="rollout",
+            role=folder.role,
             rank=rank,
             label=label,
             # An engine is profiled while it generates: the capture is the replica's generation.
@@ -221,14 +222,16 @@ def _engine_facts(name: str, replica: int, rank: int | None) -> PathFacts | None
             names_win=True,
             frontend=convention.frontend,
             file_rank_label=file_rank_label,
+            host=groups.get("host"),
+            pid=int(groups["pid"]) if "pid" in groups else None,
         )
     return None
 
 
 def join_frontends(facts: dict[Path, PathFacts]) -> dict[Path, PathFacts]:
     """A replica's frontend trace joins the process of the replica's first GPU (its lowest local
-    rank) in the same save_path; without a GPU trace of its replica it is ``replica <n> · frontend``."""
-    first_gpu: dict[tuple[Path, int], tuple[int, PathFacts]] = {}
+    rank) in the same folder; without a GPU trace of its replica it is ``<replica> · frontend``."""
+    first_gpu: dict[tuple[Path, str | None, int | None], tuple[int, PathFacts]] = {}
     for path, f in facts.items():
         replica = f.coord("replica")
         if replica is None or f.frontend:
@@ -236,25 +239,26 @@ def join_frontends(facts: dict[Path, PathFacts]) -> dict[Path, PathFacts]:
         local = f.coord("tp")
         if local is None:
             continue  # its local rank is only in the file
-        key = (_save_path(path), replica)
+        key = _replica_key(path, f)
         if key not in first_gpu or local < first_gpu[key][0]:
             first_gpu[key] = (local, f)
     out = dict(facts)
     for path, f in facts.items():
-        replica = f.coord("replica")
-        if not f.frontend or replica is None:
+        if not f.frontend or f.coord("replica") is None:
             continue
-        gpu = first_gpu.get((_save_path(path), replica))
+        gpu = first_gpu.get(_replica_key(path, f))
         if gpu is None:
-            out[path] = replace(f, label=f"replica {replica} · frontend")
+            out[path] = replace(f, label=f"{f.label} · frontend")
         else:
             out[path] = replace(f, rank=gpu[1].rank, label=gpu[1].label, coords=gpu[1].coords)
     return out
 
 
-def _save_path(path: Path) -> Path:
-    """The save_path a replica's file belongs to (its folder's parent, or its folder once relocated)."""
-    return path.parent.parent if REPLICA_FOLDER.fullmatch(path.parent.name) else path.parent
+def _replica_key(path: Path, f: PathFacts) -> tuple[Path, str | None, int | None]:
+    """The files of one replica: its engine folder, or (relocated into save_path) its number."""
+    if read_engine_folder(path.parent.name) is not None:
+        return path.parent, None, None
+    return path.parent, f.role, f.coord("replica")
 
 
 def generic_facts(dirs: Iterable[str], filename: str) -> PathFacts:
@@ -265,24 +269,45 @@ def generic_facts(dirs: Iterable[str], filename: str) -> PathFacts:
 
 def ascend_run_facts(run: Path, root: Path) -> PathFacts:
     """An Ascend run folder (``<host>_<pid>_<ts17>_ascend_pt`` or ``PROF_*``): verl writes it in
-    ``<save_path>/[<role or stage>/]``, older verl with a ``<step>/`` folder above the role. When
-    the run folder itself is given, the folder holding it names a role only if it reads like one."""
+    ``<save_path>/[<role or stage>/]`` (RL-Insight's sample: ``mstx_profile/<stage>/``), older verl
+    with a ``<step>/`` folder above the role, a rollout engine in its replica's folder. A folder
+    names a role only when it reads as one: any other (the job's, say) names nothing."""
     if run.resolve() == root.resolve():
-        above = [run.parent.name] if run.parent.name.lower() in ROLE_WORDS else []
+        above = [run.parent.name] if _names_run(run.parent.name) else []
     else:
         above = [root.name, *_dirs_below(run, root)]
+    named = VERL_ASCEND_RUN.fullmatch(run.name)
+    convention = "verl Ascend" if named else ""
+    host, pid = (named.group("host"), int(named.group("pid"))) if named else (None, None)
+    engine = read_engine_folder(above[-1]) if above else None
+    if engine is not None:  # an engine's run: its rank (profiler_info) is engine-local
+        return PathFacts(
+            role=engine.role,
+            label=f"{engine.label} · {run.name.removesuffix('_ascend_pt')}",
+            stage=ENGINE_STAGE,
+            coords=tuple(engine.coords),
+            convention=f"{convention}, engine replica".lstrip(", "),
+            names_win=True,
+            file_rank_label=f"{engine.label} · tp {{}}",
+            host=host,
+            pid=pid,
+        )
     role = stage = step = None
     if above and above[-1].lower() in ROLE_WORDS:
         role = above.pop()
     elif above and (above[-1] in STAGE_PHASES or above[-1] in WHOLE_STEP_SCOPES):
         stage = above.pop()
-    elif above and not above[-1].isdigit() and above[-1].lower() not in CONTAINER_DIRS and above[-1]:
-        role = above.pop()  # a folder named by the job: its role
+    elif above and not above[-1].isdigit():
+        above.pop()  # a folder of the job's naming (or a container): no role
     if above and above[-1].isdigit():
         step = int(above.pop())
-    convention = "verl Ascend" if VERL_ASCEND_RUN.fullmatch(run.name) else ""
-    facts = PathFacts(role=role, step=step, stage=stage, convention=convention)
+    facts = PathFacts(role=role, step=step, stage=stage, convention=convention, host=host, pid=pid)
     return replace(facts, role=role or facts.stage_role)
+
+
+def _names_run(folder: str) -> bool:
+    """Whether the folder holding a run given alone says something of it (a role, stage, replica)."""
+    return reads_as_role(folder) or folder in STAGE_PHASES or folder in WHOLE_STEP_SCOPES
 
 
 # ``{hostname}_{pid}`` then a timestamp: torch's tensorboard_trace_handler files
@@ -291,9 +316,12 @@ _WORKER_NAME = re.compile(r"^(?P<host>.+)_\d+[._]\d+(?:\.pt\.trace\.json(?:\.gz)
 
 
 def host_from_name(name: str) -> str | None:
-    """The host a trace file's or run folder's name gives, when it is ``{hostname}_{pid}…``."""
+    """The host a trace file's or run folder's name gives, when it is ``{hostname}_{pid}…`` (and
+    no framework's convention reads the name otherwise: slime's ``<target>_rank_<r>.<ms>…``)."""
     found = _WORKER_NAME.match(name)
-    return found.group("host") if found else None
+    if found is None or any(c.file.fullmatch(name) and "host" not in c.file.groupindex for c in CONVENTIONS):
+        return None
+    return found.group("host")
 
 
 def needs_export(path: Path) -> str | None:
@@ -316,7 +344,7 @@ def _role_from_path(dirs: list[str], filename: str) -> str | None:
         if part.lower() in ROLE_WORDS:
             return part
     for part in dirs:
-        if part.lower() not in CONTAINER_DIRS and not _RANK_WORD.search(part) and not REPLICA_FOLDER.fullmatch(part):
+        if part.lower() not in CONTAINER_DIRS and not _RANK_WORD.search(part) and read_engine_folder(part) is None:
             return part
     prefix = filename.split("_", 1)[0]
     if prefix != filename and prefix.lower() in ROLE_WORDS:

@@ -63,6 +63,7 @@ class RunReport(msgspec.Struct):
     processes: list[ProcessReport] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # one-line messages naming each file
     ignored: list[Path] = field(default_factory=list)
+    used: list[str] = field(default_factory=list)  # metadata files beside the traces: "<path>: what it gave"
     notes: list[str] = field(default_factory=list)  # worth saying, not a problem
     losses: Losses = field(default_factory=Losses)  # input events not written, per statistic
     filtered: Counter[Stat] = field(default_factory=Counter)  # left out by --roles/--ranks/--window/--min-dur
@@ -147,6 +148,7 @@ class RunReport(msgspec.Struct):
             "filtered": {stat.value: count for stat, count in self.filtered.items() if count},
             "skipped_files": list(self.skipped),
             "ignored_files": [str(p) for p in self.ignored],
+            "used_files": list(self.used),
             "notes": list(self.notes),
             "metadata_records": self.metadata_records,
             "slices_moved_to_overlap_lanes": self.moved_to_lanes,
@@ -288,6 +290,10 @@ def format_outcome(report: RunReport) -> str:
         lines.append(f"skipped {message}")
     for message in report.notes:
         lines.append(f"note: {message}")
+    if report.used:
+        names = ", ".join(used.split(": ", 1)[0] for used in report.used[:IGNORED_SHOWN])
+        more = f" and {len(report.used) - IGNORED_SHOWN} more" if len(report.used) > IGNORED_SHOWN else ""
+        lines.append(f"used {len(report.used)} metadata files beside the traces: {names}{more} (all in --report)")
     if report.ignored:
         names = ", ".join(shown(p) for p in report.ignored[:IGNORED_SHOWN])
         more = f" and {len(report.ignored) - IGNORED_SHOWN} more" if len(report.ignored) > IGNORED_SHOWN else ""

@@ -53,6 +53,7 @@ class NodeFiles(msgspec.Struct, frozen=True):
     ignored: list[Path]
     notes: list[str]
     inputs_here: list[int]
+    used: list[str] = msgspec.field(default_factory=list)
 
 
 def find_files(inputs: list[str]) -> NodeFiles:
@@ -63,6 +64,7 @@ def find_files(inputs: list[str]) -> NodeFiles:
     skipped: list[tuple[str, str, str | None]] = []
     ignored: list[Path] = []
     notes: list[str] = []
+    used: list[str] = []
     here: list[int] = []
     seen: set[str] = set()  # as one local walk reads a file met under two inputs once
     for index, text in enumerate(inputs):
@@ -74,6 +76,7 @@ def find_files(inputs: list[str]) -> NodeFiles:
         skipped.extend((str(e.path), e.reason, e.where) for e in found.skipped)
         ignored.extend(found.ignored)
         notes.extend(found.notes)
+        used.extend(found.used)
         for cand in found.candidates:
             real = os.path.realpath(cand.path)
             if real in seen:
@@ -86,7 +89,7 @@ def find_files(inputs: list[str]) -> NodeFiles:
             candidates.append(cand)
             keys.append((index, _walk_key(cand.path, given)))
             stats.append((info.st_size, info.st_mtime_ns))
-    return NodeFiles(candidates, keys, stats, skipped, ignored, notes, here)
+    return NodeFiles(candidates, keys, stats, skipped, ignored, notes, here, used)
 
 
 def _walk_key(path: Path, given: Path) -> tuple[tuple[int, str], ...]:
@@ -222,6 +225,7 @@ class RayExecutor:
         cand_of: dict[Path, tuple[WalkKey, Candidate]] = {}
         ignored: dict[Path, None] = {}
         notes: dict[str, None] = {}
+        used: dict[str, None] = {}
         seen_skips: set[str] = set()
         for node, files in found.items():
             for path, reason, where in files.skipped:
@@ -231,6 +235,7 @@ class RayExecutor:
                     skipped.append(error)
             ignored.update(dict.fromkeys(files.ignored))
             notes.update(dict.fromkeys(files.notes))
+            used.update(dict.fromkeys(files.used))
             for cand, key, stat in zip(files.candidates, files.keys, files.stats, strict=True):
                 holders.setdefault(cand.path, []).append((node, stat))
                 cand_of.setdefault(cand.path, (key, cand))
@@ -261,7 +266,7 @@ class RayExecutor:
             load[node] += size
             self.placed[path] = _Placed(node, [n for n in same if n != node])
         candidates = [cand for _, cand in sorted(cand_of.values(), key=lambda kc: kc[0])]
-        return Discovery(candidates, skipped, list(ignored), list(notes))
+        return Discovery(candidates, skipped, list(ignored), list(notes), list(used))
 
     def node_of(self, path: Path) -> str:
         """The node that reads ``path`` (after discover)."""

@@ -96,6 +96,7 @@ def discover_inputs(
     """The files to merge, and every path named or found (resolved), which no output may replace."""
     found = runner.discover([Path(p) for p in inputs])
     report.ignored.extend(found.ignored)
+    report.used.extend(found.used)
     report.notes.extend(found.notes)
     report.skipped.extend(str(e) for e in found.skipped)
     named = {Path(p).resolve() for p in inputs} | {c.path.resolve() for c in found.candidates}

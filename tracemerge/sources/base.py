@@ -43,6 +43,9 @@ class SourceFormat(msgspec.Struct, frozen=True):
     hints: Callable[[Path, Path], PathFacts] | None = None
     # A directory this format recognises but cannot use (raw data, say) -> the reason; else None.
     unusable_dir: Callable[[Path], str | None] | None = None
+    # A file beside this format's traces that is none but is read for what it says of them (a
+    # run's rank, its clocks) -> what it gives; listed as used, not as ignored.
+    metadata: Callable[[Path], str | None] | None = None
 
 
 def read_bytes(path: Path) -> bytes:

@@ -33,7 +33,8 @@ MSTX_THREAD: ThreadKey = ("MSTX", None)
 # the DB's tables that the text export does not draw last.
 COUNTER_ORDER, OTHER_COUNTER_ORDER = 8, 9
 _PROF_DIR = re.compile(r"^PROF_\d+_\d+_[0-9a-zA-Z]+$")
-_INFO_FILE = re.compile(r"^profiler_info(?:_(\d+))?\.json$")
+INFO_FILE = re.compile(r"^profiler_info(?:_(\d+))?\.json$")
+METADATA_FILE = "profiler_metadata.json"
 _DB_FILE = re.compile(r"^(?:ascend_pytorch_profiler|ascend_mindspore_profiler)(?:_(\d+))?\.db$|^msprof_\d+\.db$")
 # msprof's text export: the whole timeline, msprof_{ts}.json (msprof_slice_{i}_{ts}.json when cut
 # into slices), and files that repeat parts of it (msprof_tx_{ts}.json, step_trace_{ts}.json).
@@ -82,7 +83,7 @@ def is_export_db(path: Path) -> bool:
     return bool(_PROF_DIR.match(prof.name))
 
 
-def _load_json(path: Path, dropped: Losses | None = None) -> Any:
+def load_json(path: Path, dropped: Losses | None = None) -> Any:
     """A small JSON file's value; None when it cannot be read. Values nested too deep for any
     decoder are replaced (counted in ``dropped``), the rest of the file read."""
     try:
@@ -108,12 +109,12 @@ def rank_of(run: Path, dropped: Losses | None = None) -> int | None:
     ``device_*/info.json.N``; None when the run was not distributed. What cannot be read of those
     files is counted in ``dropped``."""
     for info in sorted(run.glob("profiler_info*.json")):
-        m = _INFO_FILE.match(info.name)
+        m = INFO_FILE.match(info.name)
         if not m:
             continue
         if m.group(1) is not None:
             return int(m.group(1))
-        content = _load_json(info, dropped)
+        content = load_json(info, dropped)
         if isinstance(content, dict):
             rank = as_rank(content.get("rank_id"))
             if rank is None and isinstance(content.get("ms_profiler_info"), dict):
@@ -122,7 +123,7 @@ def rank_of(run: Path, dropped: Losses | None = None) -> int | None:
                 return rank
     for info in sorted(run.glob("device_*/info.json.*")):
         if _DEVICE_INFO.match(info.name):
-            content = _load_json(info)
+            content = load_json(info)
             if isinstance(content, dict):
                 rank = as_rank(content.get("rank_id"))
                 if rank is not None:
@@ -158,7 +159,7 @@ def source_data(
 
 def metadata_role(run: Path, dropped: Losses | None = None) -> str | None:
     """The ``role`` key of ``profiler_metadata.json`` (verl writes it), if any."""
-    content = _load_json(run / "profiler_metadata.json", dropped)
+    content = load_json(run / METADATA_FILE, dropped)
     if isinstance(content, dict) and isinstance(content.get("role"), str) and content["role"]:
         return content["role"]
     return None
@@ -170,7 +171,10 @@ def path_hints(path: Path, root: Path) -> PathFacts:
     run = run_dir_of(path)
     if run is None:
         return path_facts(path, root)
-    return replace(ascend_run_facts(run, root), rank=rank_of(run))
+    facts = ascend_run_facts(run, root)
+    if facts.file_rank_label is not None:
+        return facts  # an engine's run: its profiler_info rank is engine-local, its label says it
+    return replace(facts, rank=rank_of(run))
 
 
 def unusable_reason(directory: Path) -> str | None:

@@ -27,6 +27,7 @@ from tracemerge.evidence.anchors import ASCEND_HCCL_TASKS, ascend_task_tag, phas
 from tracemerge.phases.rules import MSTX
 from tracemerge.sources.ascend import dirs as layout_dirs
 from tracemerge.sources.ascend.dirs import COUNTER_ORDER, MSTX_THREAD
+from tracemerge.sources.ascend.run_metadata import metadata_of
 from tracemerge.sources.ascend.titles import (
     FRACTION_KEYS,
     counter_title,
@@ -217,4 +218,4 @@ def _read_part(part: Path, reader: AscendEvents, struct: type, lenient: type) ->
         raise InputError(exc.path, exc.reason, exc.where) from None
 
 
-ASCEND_TEXT = SourceFormat(NAME, claims, read, layout_dirs.path_hints, layout_dirs.unusable_reason)
+ASCEND_TEXT = SourceFormat(NAME, claims, read, layout_dirs.path_hints, layout_dirs.unusable_reason, metadata_of)
