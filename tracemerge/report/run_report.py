@@ -77,6 +77,9 @@ class RunReport(msgspec.Struct):
     alignment: list[dict[str, Any]] = field(default_factory=list)
     time_base_unix_ns: int | None = None  # wall-clock time of the trace's zero, when known
     phases: dict[str, Any] = field(default_factory=dict)  # tracemerge.analysis.steps.summary()
+    # The runs among the inputs, in time order (tracemerge.clock.runs.Run.as_dict(): number, start,
+    # files, processes, whether merged); none when no file's time is wall-clock time.
+    runs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def read(self) -> EventCounts:
@@ -156,6 +159,7 @@ class RunReport(msgspec.Struct):
             "time_base_unix_ns": self.time_base_unix_ns,
             "alignment": self.alignment,
             "phases": self.phases,
+            "runs": self.runs,
         }
 
 
@@ -258,6 +262,27 @@ def format_alignment(report: RunReport) -> str:
     return "\n".join(lines)
 
 
+def format_runs(runs: list[dict[str, Any]]) -> str:
+    """The table of the runs found when the inputs hold several ("" for one): per run its start
+    in UTC, files and processes, and whether it was merged."""
+    if len(runs) < 2:
+        return ""
+    rows = [("run", "started (UTC)", "files", "processes", "merged")]
+    for r in runs:
+        started = r["start_utc"].removesuffix(" UTC")
+        rows.append((str(r["number"]), started, str(len(r["files"])), _processes_text(r["processes"]), _yes(r)))
+    return format_table(rows, left=frozenset({1, 3, 4}))
+
+
+def _processes_text(labels: list[str], shown_at_most: int = 4) -> str:
+    more = f" (+{len(labels) - shown_at_most})" if len(labels) > shown_at_most else ""
+    return f"{len(labels)}: " + ", ".join(labels[:shown_at_most]) + more
+
+
+def _yes(run: dict[str, Any]) -> str:
+    return "yes" if run["merged"] else "no (another run)"
+
+
 def format_outcome(report: RunReport) -> str:
     """What was written and every loss, with reasons."""
     w = report.written
@@ -311,6 +336,8 @@ def format_losses(losses: Losses) -> list[str]:
 
 
 def _loss_line(stat: Stat, message: str, count: int) -> str:
+    if stat is Stat.OTHER_RUN:
+        return f"left out {count:,} input events of {message} (as --run asked)"
     if stat in _NOT_EVENTS:
         return f"data loss: {count:,} × {message}"
     if stat.is_loss:
