@@ -11,8 +11,11 @@ from typer.testing import CliRunner
 
 from tracemerge.analysis.summarize import summarize, summarize_each
 from tracemerge.cli.main import app
-from tracemerge.clock.runs import HOUR_NS, MAX_GAP_NS, check_choice, gap_limit
+from tracemerge.clock.placement import Alignment, SourceClock
+from tracemerge.clock.runs import HOUR_NS, MAX_GAP_NS, check_choice, choose, find_runs, gap_limit
 from tracemerge.core.errors import FatalError
+from tracemerge.core.model import Identity
+from tracemerge.core.stats import Stat
 from tracemerge.pipeline import merge
 from tracemerge.report.run_report import RunReport
 
@@ -76,7 +79,7 @@ def test_two_runs_a_day_apart_are_two_runs_and_the_latest_is_merged(tmp_path: Pa
     walls = [s["wall_ns"] for s in report.phases["steps"]]
     assert walls == [109_315_062, 123_504_860]
     # The other run is counted, file by file, as info: the exit status says everything was merged.
-    assert report.losses.count(_stat("other_run")) == RUN_EVENTS
+    assert report.losses.count(Stat.OTHER_RUN) == RUN_EVENTS
     assert report.exit_code == 0
     assert any(n.startswith("the inputs hold 2 runs") and "left out 1 (started 2026-11-29" in n for n in report.notes)
 
@@ -94,7 +97,7 @@ def test_run_all_merges_both_onto_one_timeline(tmp_path: Path) -> None:
     report = merge([TWO_RUNS], tmp_path / "m.pftrace", run="all")
     assert [r["merged"] for r in report.runs] == [True, True]
     assert report.read.total == 2 * RUN_EVENTS
-    assert report.losses.count(_stat("other_run")) == 0
+    assert report.losses.count(Stat.OTHER_RUN) == 0
     # As asked: the runs' steps 1 and 0 share a step number a day apart.
     assert max(s["wall_ns"] for s in report.phases["steps"]) > DAY_NS
 
@@ -109,7 +112,7 @@ def test_one_run_says_nothing_of_runs(tmp_path: Path) -> None:
     report = merge([FIXTURES / "rl_run"], tmp_path / "m.pftrace")
     assert [r["merged"] for r in report.runs] == [True]
     assert not any("runs" in n for n in report.notes)
-    assert report.losses.count(_stat("other_run")) == 0
+    assert report.losses.count(Stat.OTHER_RUN) == 0
 
 
 def test_files_placed_only_by_sessions_go_with_their_own_run(tmp_path: Path) -> None:
@@ -173,7 +176,44 @@ def test_two_unrelated_hta_traces_give_no_figure_beyond_their_step(tmp_path: Pat
     assert [max(s["wall_ns"] for s in n["steps"]) < 10**9 for _, n in each] == [True, True]
 
 
-def _stat(name: str):
-    from tracemerge.core.stats import Stat
+class _Scan:
+    """A file's summary as find_runs reads it: its path, span and processes."""
 
-    return Stat(name)
+    def __init__(self, name: str, lo: int, hi: int) -> None:
+        self.path, self.ts_min, self.ts_max = Path(name), lo, hi
+        self.counts = {Identity("trainer", int(name[-1])): None}
+        self.threads: dict = {}
+        self.counter_series: dict = {}
+
+
+def _placed(scans: list[_Scan], wall_clock: bool = True, method: str = "exact") -> Alignment:
+    sources = {s.path: SourceClock(s.path, "unix epoch", method, 0, None, 0, "its own clock", "exact") for s in scans}
+    return Alignment({s.path: 0 for s in scans}, 0, wall_clock, sources)
+
+
+def test_a_gap_longer_than_the_limit_starts_a_run_and_a_shorter_one_does_not() -> None:
+    second = 10**9
+    t0 = 1_790_000_000 * second
+    a = _Scan("a0", t0, t0 + second)
+    b = _Scan("b1", t0 + second + HOUR_NS, t0 + 2 * second + HOUR_NS)  # exactly the limit after a: same run
+    c = _Scan("c2", b.ts_max + HOUR_NS + 1, b.ts_max + HOUR_NS + 1 + second)  # 1 ns more: a new run
+    runs = find_runs([c, a, b], _placed([a, b, c]))
+    assert runs.gap_ns == HOUR_NS
+    assert [(r.number, r.start_ns, r.end_ns, r.files) for r in runs.runs] == [
+        (1, a.ts_min, b.ts_max, (Path("a0"), Path("b1"))),
+        (2, c.ts_min, c.ts_max, (Path("c2"),)),
+    ]
+    assert [r.processes for r in runs.runs] == [("trainer · rank 0", "trainer · rank 1"), ("trainer · rank 2",)]
+    assert [r.number for r in choose(runs, "latest")] == [2]
+    assert [r.number for r in choose(runs, "all")] == [1, 2]
+
+
+def test_without_a_wall_clock_or_a_placement_there_is_no_run_by_time() -> None:
+    a, b = _Scan("a0", 0, 10), _Scan("b1", 10 * DAY_NS, 10 * DAY_NS + 10)
+    runs = find_runs([a, b], _placed([a, b], wall_clock=False))
+    assert runs.runs == () and runs.unplaced == (Path("a0"), Path("b1"))
+    assert choose(runs, "latest") == () and choose(runs, "1") == ()
+    with pytest.raises(ValueError, match="no file of the inputs has a wall clock"):
+        choose(runs, "2")
+    unrelated = find_runs([a, b], _placed([a, b], method="unrelated"))
+    assert unrelated.runs == () and unrelated.unplaced == (Path("a0"), Path("b1"))

@@ -234,8 +234,10 @@ def _as_shown(choice: str) -> str:
 def choose(runs: Runs, choice: str) -> tuple[Run, ...]:
     """The runs ``choice`` keeps (:func:`check_choice`); ``ValueError`` naming the runs found
     when it names none of them, or a start time several of them share."""
-    if choice == ALL or not runs.runs:
+    if choice == ALL or (not runs.runs and choice in (LATEST, "1")):
         return runs.runs
+    if not runs.runs:
+        raise ValueError(f"--run {choice}: no file of the inputs has a wall clock, so they are one run (1)")
     if choice == LATEST:
         return runs.runs[-1:]
     if choice.isdigit():
