@@ -98,8 +98,12 @@ def test_run_all_merges_both_onto_one_timeline(tmp_path: Path) -> None:
     assert [r["merged"] for r in report.runs] == [True, True]
     assert report.read.total == 2 * RUN_EVENTS
     assert report.losses.count(Stat.OTHER_RUN) == 0
-    # As asked: the runs' steps 1 and 0 share a step number a day apart.
+    # As asked: the runs' steps 1 and 0 share a step number a day apart, and a note says so.
     assert max(s["wall_ns"] for s in report.phases["steps"]) > DAY_NS
+    assert (
+        "--run all: the runs are merged onto one timeline with gaps of up to 24.0 h; steps that share"
+        in (report.notes[1])
+    )
 
 
 def test_a_run_that_is_not_there_is_a_one_line_error(tmp_path: Path) -> None:
@@ -133,6 +137,7 @@ def test_summarize_each_run_on_its_own() -> None:
     for _, numbers in each:
         assert [s["wall_ns"] for s in numbers["steps"]] == [109_315_062, 123_504_860]
     assert [r["merged"] for r in found.runs] == [True, True]
+    assert not any(n.startswith("--run all") for n in found.notes)  # each run on its own timeline
     latest = summarize([TWO_RUNS])
     assert [s["wall_ns"] for s in latest["steps"]] == [109_315_062, 123_504_860]
 

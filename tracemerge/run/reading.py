@@ -132,7 +132,7 @@ def read_each_run(
     def each(wide: bool) -> list[tuple[Run | None, FirstRead]]:
         jobs, scans, scalars = _read(run, candidates, asked, work, report, wide)
         runs = runs_of(scans, asked.clocks, identity_sort_key)
-        note_runs(report, runs, runs.runs, [], scans)
+        note_runs(report, runs, runs.runs, [], scans, one_timeline=False)
         if not runs.several:
             return [(None, _plan(jobs, scans, scalars, asked, work, wide, len(candidates), runs.placed))]
         out: list[tuple[Run | None, FirstRead]] = []
@@ -250,10 +250,18 @@ def _files_of(scans: list[FileScan], runs: Runs, kept: tuple[Run, ...]) -> list[
     return [s for s in scans if s.path in paths]
 
 
-def note_runs(report: RunReport, runs: Runs, kept: tuple[Run, ...], left: list[Run], scans: list[FileScan]) -> None:
+def note_runs(
+    report: RunReport,
+    runs: Runs,
+    kept: tuple[Run, ...],
+    left: list[Run],
+    scans: list[FileScan],
+    one_timeline: bool = True,
+) -> None:
     """The runs found, in the report (a row each); when there are several, a note naming them
-    and, per file of a run left out, its events under ``other_run`` (and what its read could
-    not keep, under its own statistics). Nothing is said of a single run."""
+    (and, when they all go on ``one_timeline``, that it has gaps) and, per file of a run left out,
+    its events under ``other_run`` (and what its read could not keep, under its own statistics).
+    Nothing is said of a single run."""
     report.runs = [r.as_dict(merged=r in kept) for r in runs.runs]
     if not runs.several:
         return
@@ -265,6 +273,12 @@ def note_runs(report: RunReport, runs: Runs, kept: tuple[Run, ...], left: list[R
         )
     else:
         report.notes.append(f"the inputs hold {len(runs.runs)} runs ({apart}): each kept, {listed(runs.runs)}")
+    if not left and one_timeline:
+        widest = max(b.start_ns - a.end_ns for a, b in zip(runs.runs, runs.runs[1:], strict=False))
+        report.notes.append(
+            f"--run all: the runs are merged onto one timeline with gaps of up to {widest / 3.6e12:.1f} h; "
+            "steps that share a number in several runs are one step of the summary"
+        )
     for r in kept:
         if r.ambiguous:
             names = ", ".join(shown(p) for p in r.ambiguous)
