@@ -98,6 +98,14 @@ def test_run_all_merges_both_onto_one_timeline(tmp_path: Path) -> None:
     assert [r["merged"] for r in report.runs] == [True, True]
     assert report.read.total == 2 * RUN_EVENTS
     assert report.losses.count(Stat.OTHER_RUN) == 0
+    # Each run placed as if alone: the second run's perf-tracer files against its own sessions.
+    perf = {Path(a["file"]).relative_to(TWO_RUNS).as_posix(): a for a in report.alignment if "traces-r" in a["file"]}
+    assert {name: (a["method"], a["first_event_ns"]) for name, a in perf.items()} == {
+        "run_1/perf_tracer/rollout/traces-r0.jsonl": ("session", 0),
+        "run_1/perf_tracer/rollout/traces-r1.jsonl": ("session", 5_000_000),
+        "run_2/perf_tracer/rollout/traces-r0.jsonl": ("session", DAY_NS),
+        "run_2/perf_tracer/rollout/traces-r1.jsonl": ("session", DAY_NS + 5_000_000),
+    }
     # As asked: the runs' steps 1 and 0 share a step number a day apart, and a note says so.
     assert max(s["wall_ns"] for s in report.phases["steps"]) > DAY_NS
     assert (

@@ -181,6 +181,21 @@ def runs_of(scans: Sequence[HasSpan], options: AlignOptions, order: Callable[[Id
     return Runs(tuple(grown), runs.gap_ns, unplaced, first)
 
 
+def one_timeline(
+    runs: Runs, scans: Sequence[HasSpan], options: AlignOptions, order: Callable[[Identity], tuple]
+) -> Alignment:
+    """What ``--run all`` merges: each run placed as if alone (its files only evidence places
+    against its own records, not another run's), side by side on the wall-clock timeline they
+    share. The files no time places are placed with the first run, at its start."""
+    by_run = [set(r.files) for r in runs.runs]
+    by_run[0] |= set(runs.unplaced)
+    placements = [align([s for s in scans if s.path in files], options, order) for files in by_run]
+    offsets = {path: offset for a in placements for path, offset in a.offsets.items()}
+    sources = {path: source for a in placements for path, source in a.sources.items()}
+    wall_clock = all(a.wall_clock for a in placements)
+    return Alignment(offsets, min(a.base_ns for a in placements), wall_clock, sources)
+
+
 def _method(alignment: Alignment, scan: HasSpan) -> str:
     source = alignment.sources.get(scan.path)
     return source.method if source is not None and scan.ts_min is not None else ""

@@ -19,7 +19,7 @@ import msgspec
 from msgspec.structs import replace
 
 from tracemerge.clock import Alignment, AlignOptions, align
-from tracemerge.clock.runs import LATEST, Run, Runs, choose, listed, runs_of
+from tracemerge.clock.runs import LATEST, Run, Runs, choose, listed, one_timeline, runs_of
 from tracemerge.core.errors import FatalError, shown
 from tracemerge.core.model import Identity
 from tracemerge.core.stats import Losses, Stat
@@ -176,6 +176,8 @@ def _read_and_plan(
     if left:  # the runs kept placed anew, as if alone: their start is the trace's zero
         scans = _files_of(scans, runs, kept)
         alignment = None
+    elif runs.several:
+        alignment = one_timeline(runs, scans, asked.clocks, identity_sort_key)
     return _plan(jobs, scans, scalars, asked, work, wide, len(candidates), alignment)
 
 
