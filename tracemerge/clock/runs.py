@@ -267,4 +267,4 @@ def choose(runs: Runs, choice: str) -> tuple[Run, ...]:
 
 def listed(runs: Sequence[Run]) -> str:
     """``1 (started 2026-10-01 09:57:48.421 UTC, 7 files), 2 (...)``: runs named in a line."""
-    return ", ".join(f"{r.number} (started {r.started}, {len(r.files)} files)" for r in runs)
+    return ", ".join(f"{r.number} (started {r.started}, {len(r.files)} file{'s' * (len(r.files) != 1)})" for r in runs)
