@@ -169,6 +169,27 @@ def test_cli_merge_prints_the_run_table_and_summary_reports_each(tmp_path: Path)
     assert [r["start_unix_ns"] for r in doc["runs"]] == [RUN_1_START, RUN_2_START]
     latest = runner.invoke(app, ["summary", str(TWO_RUNS), "--json"])
     assert [r["merged"] for r in json.loads(latest.stdout)["runs"]] == [False, True]
+    text = runner.invoke(app, ["summary", str(TWO_RUNS), "--run", "1"])
+    assert text.exit_code == 0, text.output
+    table = text.stderr.splitlines()
+    assert table[0].split() == [
+        "run",
+        "started",
+        "(UTC)",
+        "files",
+        "steps",
+        "median",
+        "step",
+        "processes",
+        "summarized",
+    ]
+    assert table[2].split()[:7] == ["1", "2026-11-29", "15:37:48.421", "7", "2", "109.315", "ms"]
+    assert table[2].endswith("yes") and table[3].endswith("no (another run)")
+    assert "note: summarized run 1 of 2; --run N, --run START or --run all for the others" in table
+    assert text.stdout.startswith("phases (areal, verl), 2 step(s)")
+    missing = runner.invoke(app, ["summary", str(TWO_RUNS), "--run", "2027-01"])
+    assert missing.exit_code == 1
+    assert missing.stderr.startswith("tracemerge: error: --run 2027-01: no run of the inputs' 2: 1 (started")
 
 
 @pytest.mark.skipif(not all(p.exists() for p in HTA_PAIR), reason="the third-party corpus is absent")

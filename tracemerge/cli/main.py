@@ -13,7 +13,6 @@ from typer.core import TyperGroup
 from tracemerge import __version__
 from tracemerge.cli import diff as cli_diff
 from tracemerge.cli import engine
-from tracemerge.cli import runs as cli_runs
 from tracemerge.cli import tools as cli_tools
 from tracemerge.core.errors import Stopped, TracemergeError, shown
 from tracemerge.core.exit_status import EXIT_FATAL, EXIT_INCOMPLETE, EXIT_OK, leave_after
@@ -379,13 +378,13 @@ def summary(
             raise ValueError("--baseline compares one run: choose it with --run (latest by default)")
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+    from tracemerge.cli import runs as cli_runs  # summary's alone: not loaded at every start
+
     try:
         if path.is_dir() and run == "all":
             raise typer.Exit(cli_runs.each_run(path, phase_rules, clocks, as_json))
         if path.is_dir():
-            found = engine.RunReport()
-            numbers = engine.summarize([path], phase_rules=phase_rules, clocks=clocks, run=run, report=found)
-            cli_runs.said_runs(found, numbers)
+            numbers = cli_runs.summary_of_runs(path, phase_rules, clocks, run)
         else:
             numbers = engine.stored_summary(path)
             if numbers is None:

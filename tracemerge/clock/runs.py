@@ -268,3 +268,16 @@ def choose(runs: Runs, choice: str) -> tuple[Run, ...]:
 def listed(runs: Sequence[Run]) -> str:
     """``1 (started 2026-10-01 09:57:48.421 UTC, 7 files), 2 (...)``: runs named in a line."""
     return ", ".join(f"{r.number} (started {r.started}, {len(r.files)} file{'s' * (len(r.files) != 1)})" for r in runs)
+
+
+def chosen_number(listed_runs: Sequence[dict], choice: str) -> int | None:
+    """The number of the run ``choice`` names among runs as :meth:`Run.as_dict` lists them (None:
+    no run is placed in time, the inputs are one); ``ValueError`` as :func:`choose`."""
+    runs = tuple(
+        Run(
+            d["number"], d["start_unix_ns"], d["end_unix_ns"], tuple(Path(f) for f in d["files"]), tuple(d["processes"])
+        )
+        for d in listed_runs
+    )
+    picked = choose(Runs(runs, 0), choice)
+    return picked[-1].number if len(picked) == 1 else None

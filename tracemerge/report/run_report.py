@@ -262,25 +262,36 @@ def format_alignment(report: RunReport) -> str:
     return "\n".join(lines)
 
 
-def format_runs(runs: list[dict[str, Any]]) -> str:
+def format_runs(runs: list[dict[str, Any]], steps: dict[int, list[int]] | None = None, kept: str = "merged") -> str:
     """The table of the runs found when the inputs hold several ("" for one): per run its start
-    in UTC, files and processes, and whether it was merged."""
+    in UTC, files and processes, and whether it was ``kept`` (merged, summarized); with
+    ``steps`` (a run's step walls, ns, by its number), how many steps and their median wall."""
     if len(runs) < 2:
         return ""
-    rows = [("run", "started (UTC)", "files", "processes", "merged")]
+    figures = ("steps", "median step") if steps is not None else ()
+    rows = [("run", "started (UTC)", "files", *figures, "processes", kept)]
     for r in runs:
         started = r["start_utc"].removesuffix(" UTC")
-        rows.append((str(r["number"]), started, str(len(r["files"])), _processes_text(r["processes"]), _yes(r)))
-    return format_table(rows, left=frozenset({1, 3, 4}))
+        walls = sorted(steps.get(r["number"], [])) if steps is not None else []
+        median = format_duration(walls[(len(walls) - 1) // 2]) if walls else "-"
+        shown_figures = (str(len(walls)), median) if steps is not None else ()
+        kept_text = "yes" if r["merged"] else "no (another run)"
+        rows.append(
+            (
+                str(r["number"]),
+                started,
+                str(len(r["files"])),
+                *shown_figures,
+                _processes_text(r["processes"]),
+                kept_text,
+            )
+        )
+    return format_table(rows, left=frozenset({1, 3 + len(figures), 4 + len(figures)}))
 
 
 def _processes_text(labels: list[str], shown_at_most: int = 4) -> str:
     more = f" (+{len(labels) - shown_at_most})" if len(labels) > shown_at_most else ""
     return f"{len(labels)}: " + ", ".join(labels[:shown_at_most]) + more
-
-
-def _yes(run: dict[str, Any]) -> str:
-    return "yes" if run["merged"] else "no (another run)"
 
 
 def format_outcome(report: RunReport) -> str:
