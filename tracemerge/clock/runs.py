@@ -12,7 +12,11 @@ runs in time order (numbered from 1), each with its files, its processes and its
 files no time places (:attr:`Runs.unplaced`): files without events, and files nothing relates to
 a wall clock (placed ``unrelated``: at the run start, on no evidence). Those go with whichever run
 is kept. A timeline that is not wall-clock time (no file has an epoch clock or a modification time)
-is one run: its gaps measure nothing.
+holds no run (``Runs.runs`` empty): its gaps measure nothing, and every file is one run.
+
+The stages use :func:`runs_of` (the files placed, then the runs among those their own clock places,
+each file only evidence places joining its own run), :func:`choose`, and for ``--run all``
+:func:`one_timeline` (each run placed as if alone, side by side).
 """
 
 from __future__ import annotations
