@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -251,3 +252,23 @@ def test_without_a_wall_clock_or_a_placement_there_is_no_run_by_time() -> None:
         choose(runs, "2")
     unrelated = find_runs([a, b], _placed([a, b], method="unrelated"))
     assert unrelated.runs == () and unrelated.unplaced == (Path("a0"), Path("b1"))
+
+
+def test_a_file_nothing_places_in_time_goes_with_the_run_merged(tmp_path: Path) -> None:
+    """A Chrome trace of relative µs and a modification time far from both runs: no wall clock,
+    no evidence. It goes with the latest run, at its start; with --run all, at the first's."""
+    folder = tmp_path / "runs"
+    shutil.copytree(TWO_RUNS, folder)
+    loose = folder / "loose" / "worker.json"
+    loose.parent.mkdir()
+    events = [{"ph": "X", "name": "work", "pid": 7, "tid": 7, "ts": t, "dur": 50} for t in (1000, 2000)]
+    loose.write_text(json.dumps({"traceEvents": events}))
+    os.utime(loose, (1_000_000_000, 1_000_000_000))  # 2001: near neither run
+    for run, base in (("latest", RUN_2_START), ("all", RUN_1_START)):
+        report = merge([folder], tmp_path / f"{run}.pftrace", run=run)
+        [placed] = [a for a in report.alignment if a["file"] == str(loose)]
+        assert (placed["method"], placed["first_event_ns"], report.time_base_unix_ns) == ("unrelated", 0, base)
+        assert [len(r["files"]) for r in report.runs] == [RUN_FILES, RUN_FILES]  # in no run by time
+    latest = merge([folder], tmp_path / "m.pftrace")
+    assert f"files nothing places in time, kept with run 2: {loose}" in latest.notes
+    assert latest.read.total == RUN_EVENTS + 2
