@@ -144,6 +144,8 @@ FIXTURE_STATS = {
     "phases": {},
     "precision": {},
     "rl_run": {},
+    # run_1 left out as another run (the latest is merged): the events of its 7 files.
+    "two_runs": {"other_run": 1042},
 }
 
 

@@ -227,16 +227,19 @@ def test_a_database_with_wrong_types_loses_those_rows_and_the_rest_is_merged(tmp
     run_dir = tmp_path / "run"
     shutil.copytree(FIXTURES / "ascend" / "db", run_dir / "npu")
     shutil.copytree(FIXTURES / "kineto_gpu", run_dir / "gpu")
-    before = run(str(run_dir), "-o", str(tmp_path / "before.pftrace"), "--report", str(tmp_path / "before.json"))
+    # The two fixtures were recorded days apart: two runs, both merged as asked.
+    both = ("--run", "all")
+    before = run(str(run_dir), "-o", str(tmp_path / "before.pftrace"), "--report", str(tmp_path / "before.json"), *both)
     assert before.exit_code == 0
     [db] = (run_dir / "npu").rglob("*.db")
     with sqlite3.connect(db) as con:
         con.execute("update TASK set startNs = NULL where rowid = 1")
         con.execute("update TASK set deviceId = 'x' where rowid = 3")
-    result = run(str(run_dir), "-o", str(tmp_path / "out.pftrace"), "--report", str(tmp_path / "r.json"))
+    result = run(str(run_dir), "-o", str(tmp_path / "out.pftrace"), "--report", str(tmp_path / "r.json"), *both)
     assert result.exit_code == 3
     assert "skipped" not in result.output and "internal error" not in result.output
     report, was = _report(tmp_path), json.loads((tmp_path / "before.json").read_text())
+    assert [r["merged"] for r in report["runs"]] == [True, True]
     assert report["dropped"] == {"TASK row with unreadable times": 1, "TASK row whose deviceId is not an integer": 1}
     assert report["written"]["slices"] == was["written"]["slices"] - 2  # two compute tasks, one slice each
 

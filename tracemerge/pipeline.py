@@ -30,6 +30,7 @@ from msgspec.structs import replace
 from tracemerge.analysis.steps import stored, summary
 from tracemerge.clock import AUTOMATIC, AlignOptions
 from tracemerge.clock.offsets import unmatched
+from tracemerge.clock.runs import LATEST, check_choice
 from tracemerge.core.errors import FatalError, shown
 from tracemerge.core.stats import Stat
 from tracemerge.metrics_map import NO_MAP, MetricsMap
@@ -66,6 +67,7 @@ def merge(
     clocks: AlignOptions = AUTOMATIC,
     phase_rules: PhaseOptions = AUTO_PHASES,
     metrics_map: MetricsMap = NO_MAP,
+    run: str = LATEST,
     force: bool = False,
     strict: bool = False,
     also_writes: Sequence[str | os.PathLike[str]] = (),
@@ -86,6 +88,9 @@ def merge(
     how files are placed on one timeline (:mod:`tracemerge.clock`: automatic by default);
     ``phase_rules`` which phase rules derive the Phases and Pipeline tracks, and which steps to keep.
     ``metrics_map`` places metric series whose labels name no role and rank.
+    ``run`` says which runs to merge when the inputs' timelines lie far apart
+    (:mod:`tracemerge.clock.runs`): ``"latest"`` (the default), ``"all"``, a run's number (1 the
+    earliest) or the start of its UTC start time; the report lists them all (``report.runs``).
     ``force`` lets ``output`` replace one of the inputs (which is then left out). ``strict``
     writes nothing when the output would be incomplete: a file skipped or an input event lost
     (:attr:`RunReport.incomplete`; FatalError naming the first).
@@ -104,7 +109,11 @@ def merge(
         raise FatalError(str(exc)) from None
     progress = on_progress or (lambda _msg: None)
     report = RunReport(output=out_path, format=writer.name)
-    runner, asked = asked_of(writer, selection, clocks, phase_rules, metrics_map, memory_budget, jobs, executor)
+    try:
+        run = check_choice(run)
+    except ValueError as exc:
+        raise FatalError(str(exc)) from None
+    runner, asked = asked_of(writer, selection, clocks, phase_rules, metrics_map, memory_budget, jobs, executor, run)
     with ExitStack() as on_error:
         on_error.enter_context(runner)  # left (a cluster disconnected) at once if nothing can be merged
         candidates, named = discover_inputs(runner, inputs, out_path, force, report)
@@ -117,12 +126,12 @@ def merge(
 
     try:
         with entered:
-            run = Runner(runner, progress)
-            first = read_all(run, candidates, asked, work, report)
+            reader = Runner(runner, progress)
+            first = read_all(reader, candidates, asked, work, report)
             _note_placement(report, first, asked.clocks)
             asked = replace(asked, selection=steps_window(selection, phase_rules.steps, first.model, first.plan))
             numbers = summary(first.model, {p.identity: p.name for p in first.plan.processes})
-            scan_of, chunk_of = _encode(run, first, asked, numbers, report)
+            scan_of, chunk_of = _encode(reader, first, asked, numbers, report)
             _report_outcome(report, first, [scan_of[sc.path] for sc in first.scans], numbers, writer)
             if strict and (problem := report.incomplete) is not None:
                 raise FatalError(f"--strict: {problem}")
@@ -134,7 +143,7 @@ def merge(
             else:
                 may_write = lambda target: check_output(target, named, force, taken)  # noqa: E731
                 encoded = (scan_of, chunk_of)
-                report.parts = _write_parts(split_by, run, first, asked, encoded, report, strict, work, may_write)
+                report.parts = _write_parts(split_by, reader, first, asked, encoded, report, strict, work, may_write)
                 report.output_bytes = sum(p.stat().st_size for p in report.parts)
     except OSError as exc:
         raise FatalError(f"{shown(out_path)}: cannot write ({exc.strerror or exc})") from None

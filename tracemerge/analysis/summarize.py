@@ -16,11 +16,12 @@ from pathlib import Path
 
 from tracemerge.analysis.steps import summary
 from tracemerge.clock import AUTOMATIC, AlignOptions
+from tracemerge.clock.runs import ALL, LATEST
 from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.phases.rules import AUTO_PHASES, PhaseOptions
 from tracemerge.report.run_report import RunReport
 from tracemerge.run.executors import Executor
-from tracemerge.run.reading import Runner, asked_of, discover_inputs, read_all
+from tracemerge.run.reading import Runner, asked_of, discover_inputs, read_all, read_each_run
 from tracemerge.select import EVERYTHING
 from tracemerge.store.file_layout import DEFAULT_BUDGET
 
@@ -35,18 +36,41 @@ def summarize(
     metrics_map: MetricsMap = NO_MAP,
     memory_budget: int = DEFAULT_BUDGET,
     report: RunReport | None = None,
+    run: str = LATEST,
 ) -> dict:
     """The phase summary of the traces found under ``inputs``, as :func:`~tracemerge.pipeline.merge`
     would store it in its output (``report.phases``), placed by ``clocks`` and derived by
     ``phase_rules`` as a merge would.
 
     ``jobs`` and ``executor`` say where files are read, as for a merge. ``report``, when given,
-    receives what was found, skipped and ignored. Raises
+    receives what was found, skipped and ignored, and the runs among the inputs (``run`` says
+    which is summarized, as for a merge; ``"all"`` here is :func:`summarize_each`). Raises
     :class:`~tracemerge.core.errors.FatalError` when no trace file can be read.
     """
     report = report if report is not None else RunReport()
-    runner, asked = asked_of(None, EVERYTHING, clocks, phase_rules, metrics_map, memory_budget, jobs, executor)
+    runner, asked = asked_of(None, EVERYTHING, clocks, phase_rules, metrics_map, memory_budget, jobs, executor, run)
     with runner, tempfile.TemporaryDirectory(prefix="tracemerge-summary-") as work:
         candidates, _named = discover_inputs(runner, inputs, Path(work) / "summary", False, report)
         first = read_all(Runner(runner, lambda _msg: None), candidates, asked, Path(work), report)
     return summary(first.model, {p.identity: p.name for p in first.plan.processes})
+
+
+def summarize_each(
+    inputs: Sequence[str | os.PathLike[str]],
+    *,
+    clocks: AlignOptions = AUTOMATIC,
+    phase_rules: PhaseOptions = AUTO_PHASES,
+    report: RunReport | None = None,
+) -> list[tuple[int | None, dict]]:
+    """The summary of each run among ``inputs`` (:mod:`tracemerge.clock.runs`), each placed and
+    derived on its own, in time order: (the run's number, its summary); one entry, numbered
+    None, when the inputs hold one run."""
+    report = report if report is not None else RunReport()
+    runner, asked = asked_of(None, EVERYTHING, clocks, phase_rules, NO_MAP, DEFAULT_BUDGET, 0, None, ALL)
+    with runner, tempfile.TemporaryDirectory(prefix="tracemerge-summary-") as work:
+        candidates, _named = discover_inputs(runner, inputs, Path(work) / "summary", False, report)
+        each = read_each_run(Runner(runner, lambda _msg: None), candidates, asked, Path(work), report)
+    return [
+        (None if one is None else one.number, summary(f.model, {p.identity: p.name for p in f.plan.processes}))
+        for one, f in each
+    ]

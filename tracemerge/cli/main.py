@@ -67,6 +67,14 @@ OffsetsFileOption = Annotated[
     Optional[Path], typer.Option("--offsets", help='TOML file: an offsets table of "actor/3" = "+1.5ms".')
 ]
 NoAlignOption = Annotated[bool, typer.Option("--no-align", help="Keep every file's raw clock.")]
+RunOption = Annotated[
+    str,
+    typer.Option(
+        "--run",
+        help="Inputs far apart in time are separate runs: latest, all, a run's number (1 the earliest) "
+        "or its UTC start, e.g. 2026-10-02T09:57.",
+    ),
+]
 # (None is auto: the rules are loaded when a command runs, not at every start.)
 PhasesOption = Annotated[
     Optional[str],
@@ -169,6 +177,7 @@ def merge(
     offset: OffsetOption = None,
     offsets_file: OffsetsFileOption = None,
     no_align: NoAlignOption = False,
+    run: RunOption = "latest",
     phases: PhasesOption = None,
     steps: Annotated[
         Optional[str], typer.Option("--steps", help="Keep only these RL steps (and their phases), e.g. 3-5.")
@@ -197,6 +206,7 @@ def merge(
         if format is not None and format not in engine.WRITERS:
             raise ValueError(f"--format: unknown output format {format!r} (choose from {', '.join(engine.WRITERS)})")
         clocks = _placement(sync, offset, offsets_file, no_align)
+        run = engine.check_choice(run)
         steps_kept = engine.parse_ranks(steps, "--steps") if steps is not None else None
         phase_rules = engine.PhaseOptions(engine.resolve(phases), steps_kept)
         if split_by is not None:
@@ -211,6 +221,8 @@ def merge(
                 on_progress.pause()
                 _err(engine.format_found(r))
                 _err(engine.format_alignment(r))
+                if runs := engine.format_runs(r.runs):
+                    _err(runs)
 
         try:
             result = engine.merge(
@@ -224,6 +236,7 @@ def merge(
                 clocks=clocks,
                 phase_rules=phase_rules,
                 metrics_map=metrics_map,
+                run=run,
                 force=force,
                 strict=strict,
                 also_writes=(report,) if report is not None else (),
@@ -334,6 +347,7 @@ def summary(
     offset: OffsetOption = None,
     offsets_file: OffsetsFileOption = None,
     no_align: NoAlignOption = False,
+    run: RunOption = "latest",
     baseline: Annotated[
         Optional[Path], typer.Option("--baseline", help="Compare with this run, trace or summary JSON (as diff).")
     ] = None,
@@ -357,11 +371,20 @@ def summary(
         clocks = _placement(sync, offset, offsets_file, no_align)
         if not path.is_dir() and (clocks.offsets or sync or no_align):
             raise ValueError("--sync, --offset, --offsets and --no-align place a run directory, not a merged trace")
+        run = engine.check_choice(run)
+        if not path.is_dir() and run != "latest":
+            raise ValueError("--run chooses among the runs of a run directory, not of a merged trace")
+        if baseline is not None and run == "all":
+            raise ValueError("--baseline compares one run: choose it with --run (latest by default)")
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+    from tracemerge.cli import runs as cli_runs  # summary's alone: not loaded at every start
+
     try:
+        if path.is_dir() and run == "all":
+            raise typer.Exit(cli_runs.each_run(path, phase_rules, clocks, as_json))
         if path.is_dir():
-            numbers = engine.summarize([path], phase_rules=phase_rules, clocks=clocks)
+            numbers = cli_runs.summary_of_runs(path, phase_rules, clocks, run)
         else:
             numbers = engine.stored_summary(path)
             if numbers is None:

@@ -166,6 +166,12 @@ class Stat(Enum):
         Severity.INFO,
         "input files with the same bytes as another input (a copy): merged once, as the first one found",
     )
+    OTHER_RUN = (
+        "other_run",
+        Severity.INFO,
+        "events of files of another run among the inputs (far apart in time from the run merged): left out as "
+        "--run asked",
+    )
     DB_ROWS_NOT_DRAWN = (
         "db_rows_not_drawn",
         Severity.INFO,

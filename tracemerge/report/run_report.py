@@ -78,6 +78,9 @@ class RunReport(msgspec.Struct):
     alignment: list[dict[str, Any]] = field(default_factory=list)
     time_base_unix_ns: int | None = None  # wall-clock time of the trace's zero, when known
     phases: dict[str, Any] = field(default_factory=dict)  # tracemerge.analysis.steps.summary()
+    # The runs among the inputs, in time order (tracemerge.clock.runs.Run.as_dict(): number, start,
+    # files, processes, whether merged); none when no file's time is wall-clock time.
+    runs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def read(self) -> EventCounts:
@@ -158,6 +161,7 @@ class RunReport(msgspec.Struct):
             "time_base_unix_ns": self.time_base_unix_ns,
             "alignment": self.alignment,
             "phases": self.phases,
+            "runs": self.runs,
         }
 
 
@@ -260,6 +264,38 @@ def format_alignment(report: RunReport) -> str:
     return "\n".join(lines)
 
 
+def format_runs(runs: list[dict[str, Any]], steps: dict[int, list[int]] | None = None, kept: str = "merged") -> str:
+    """The table of the runs found when the inputs hold several ("" for one): per run its start
+    in UTC, files and processes, and whether it was ``kept`` (merged, summarized); with
+    ``steps`` (a run's step walls, ns, by its number), how many steps and their median wall."""
+    if len(runs) < 2:
+        return ""
+    figures = ("steps", "median step") if steps is not None else ()
+    rows = [("run", "started (UTC)", "files", *figures, "processes", kept)]
+    for r in runs:
+        started = r["start_utc"].removesuffix(" UTC")
+        walls = sorted(steps.get(r["number"], [])) if steps is not None else []
+        median = format_duration(walls[(len(walls) - 1) // 2]) if walls else "-"
+        shown_figures = (str(len(walls)), median) if steps is not None else ()
+        kept_text = "yes" if r["merged"] else "no (another run)"
+        rows.append(
+            (
+                str(r["number"]),
+                started,
+                str(len(r["files"])),
+                *shown_figures,
+                _processes_text(r["processes"]),
+                kept_text,
+            )
+        )
+    return format_table(rows, left=frozenset({1, 3 + len(figures), 4 + len(figures)}))
+
+
+def _processes_text(labels: list[str], shown_at_most: int = 4) -> str:
+    more = f" (+{len(labels) - shown_at_most})" if len(labels) > shown_at_most else ""
+    return f"{len(labels)}: " + ", ".join(labels[:shown_at_most]) + more
+
+
 def format_outcome(report: RunReport) -> str:
     """What was written and every loss, with reasons."""
     w = report.written
@@ -317,6 +353,8 @@ def format_losses(losses: Losses) -> list[str]:
 
 
 def _loss_line(stat: Stat, message: str, count: int) -> str:
+    if stat is Stat.OTHER_RUN:
+        return f"left out {count:,} input events of {message} (as --run asked)"
     if stat in _NOT_EVENTS:
         return f"data loss: {count:,} × {message}"
     if stat.is_loss:

@@ -13,14 +13,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 from msgspec.structs import replace
 
-from tracemerge.clock import AlignOptions, align
-from tracemerge.core.errors import FatalError
+from tracemerge.clock import Alignment, AlignOptions, align
+from tracemerge.clock.runs import LATEST, Run, Runs, choose, listed, one_timeline, runs_of
+from tracemerge.core.errors import FatalError, shown
 from tracemerge.core.model import Identity
-from tracemerge.core.stats import Losses
+from tracemerge.core.stats import Losses, Stat
 from tracemerge.discovery.discover import Candidate
 from tracemerge.discovery.same_content import read_once
 from tracemerge.metrics_map import MetricsMap
@@ -38,6 +40,8 @@ from tracemerge.select import Selection
 from tracemerge.store.read_options import ReadOptions
 from tracemerge.writers import Writer
 
+_T = TypeVar("_T")
+
 
 class Asked(msgspec.Struct, frozen=True):
     """What a merge (or a summary) was asked, as its stages use it."""
@@ -49,6 +53,7 @@ class Asked(msgspec.Struct, frozen=True):
     metrics_map: MetricsMap
     memory_budget: int
     cores: int = 0  # local processes a merge may use (0: files are read where an executor says)
+    run: str = LATEST  # --run: which runs among the inputs (tracemerge.clock.runs.check_choice)
 
 
 def asked_of(
@@ -60,6 +65,7 @@ def asked_of(
     memory_budget: int,
     jobs: int,
     executor: Executor | None,
+    run: str = LATEST,
 ) -> tuple[Executor, Asked]:
     """Where the files are read (``executor``, else local processes for ``jobs``), and what the
     stages are asked, as a merge's or a summary's options say."""
@@ -70,7 +76,7 @@ def asked_of(
     # parts of large files, and a process pinned to 2 of 64 CPUs must not fork 32 readers.
     usable = usable_cores() if executor is None and jobs != 1 else 0
     cores = min(jobs or usable, usable)
-    return runner, Asked(writer, selection, clocks, phase_rules, metrics_map, memory_budget, cores)
+    return runner, Asked(writer, selection, clocks, phase_rules, metrics_map, memory_budget, cores, run)
 
 
 class FirstRead(msgspec.Struct):
@@ -113,31 +119,75 @@ def discover_inputs(
 
 
 def read_all(run: Runner, candidates: list[Candidate], asked: Asked, work: Path, report: RunReport) -> FirstRead:
-    """Reads (and, for Perfetto, encodes) every file once, then plans the merge from the summaries."""
-    found = len(report.skipped), len(report.ignored)
+    """Reads (and, for Perfetto, encodes) every file once, then plans the merge from the summaries
+    of the files of the runs ``asked.run`` keeps (:mod:`tracemerge.clock.runs`)."""
+    return _with_wide_retry(report, lambda wide: _read_and_plan(run, candidates, asked, work, report, wide))
+
+
+def read_each_run(
+    run: Runner, candidates: list[Candidate], asked: Asked, work: Path, report: RunReport
+) -> list[tuple[Run | None, FirstRead]]:
+    """Every file read once, then each run among them placed and derived on its own, in time
+    order (one entry, its run None, when the inputs hold one run or none that time places)."""
+
+    def each(wide: bool) -> list[tuple[Run | None, FirstRead]]:
+        jobs, scans, scalars = _read(run, candidates, asked, work, report, wide)
+        runs = runs_of(scans, asked.clocks, identity_sort_key)
+        note_runs(report, runs, runs.runs, [], scans, one_timeline=False)
+        if not runs.several:
+            return [(None, _plan(jobs, scans, scalars, asked, work, wide, len(candidates), runs.placed))]
+        out: list[tuple[Run | None, FirstRead]] = []
+        for one in runs.runs:
+            mine = _files_of(scans, runs, (one,))
+            out.append((one, _plan(jobs, mine, scalars, asked, work, wide, len(candidates))))
+        return out
+
+    return _with_wide_retry(report, each)
+
+
+def _with_wide_retry(report: RunReport, read: Callable[[bool], _T]) -> _T:
+    """``read(wide)`` with track ids of 35 bits, else (two tracks hashed to one id: as rare as two
+    equal 35-bit hashes) again with wide ones; the report then says only what the second said."""
+    skipped, ignored, notes, losses = len(report.skipped), len(report.ignored), len(report.notes), report.losses.copy()
     try:
-        return _read_and_plan(run, candidates, asked, work, report, found, wide=False)
-    except IdCollision:  # as rare as two equal 35-bit hashes: encode again, wide
+        return read(False)
+    except IdCollision:
         pass
+    del report.skipped[skipped:], report.ignored[ignored:], report.notes[notes:]
+    report.losses = losses
     try:
-        return _read_and_plan(run, candidates, asked, work, report, found, wide=True)
+        return read(True)
     except IdCollision:
         raise FatalError("two tracks hash to one 63-bit uuid") from None
 
 
 def _read_and_plan(
-    run: Runner,
-    candidates: list[Candidate],
-    asked: Asked,
-    work: Path,
-    report: RunReport,
-    found: tuple[int, int],
-    wide: bool,
+    run: Runner, candidates: list[Candidate], asked: Asked, work: Path, report: RunReport, wide: bool
 ) -> FirstRead:
-    """:func:`read_all` with track ids of 35 bits, or ``wide`` ones; ``found`` is how many files
-    the report listed as skipped and ignored before any was read."""
+    """:func:`read_all` with track ids of 35 bits, or ``wide`` ones."""
+    jobs, scans, scalars = _read(run, candidates, asked, work, report, wide)
+    runs = runs_of(scans, asked.clocks, identity_sort_key)
+    alignment = runs.placed
+    try:
+        kept = choose(runs, asked.run)
+    except ValueError as exc:
+        raise FatalError(str(exc)) from None
+    left = [r for r in runs.runs if r not in kept]
+    note_runs(report, runs, kept, left, scans)
+    if left:  # the runs kept placed anew, as if alone: their start is the trace's zero
+        scans = _files_of(scans, runs, kept)
+        alignment = None
+    elif runs.several:
+        alignment = one_timeline(runs, scans, asked.clocks, identity_sort_key)
+    return _plan(jobs, scans, scalars, asked, work, wide, len(candidates), alignment)
+
+
+def _read(
+    run: Runner, candidates: list[Candidate], asked: Asked, work: Path, report: RunReport, wide: bool
+) -> tuple[dict[Path, FileJob], list[FileScan], list[StepScalars]]:
+    """Every file read (and encoded when the output allows): the jobs by path, the summaries,
+    the step-keyed tracker scalars; the report lists what was skipped and ignored."""
     writer, selection = asked.writer, asked.selection
-    del report.skipped[found[0] :], report.ignored[found[1] :]
     # Chrome JSON keeps each file's laid-out events from its first read for the second pass
     # (a selection of processes is applied while reading: then the file is read again).
     encoding = writer.name if writer is not None and writer.one_pass else ""
@@ -166,21 +216,89 @@ def _read_and_plan(
     scans = collect(run.map(jobs, "read"), report, scalars)
     if not scans:
         raise FatalError("no usable trace files: " + "; ".join(report.skipped))
-    # The stages in their order: align the clocks, derive the phases, plan (the derived tracks
-    # are one more unit of the plan).
-    alignment = align(scans, asked.clocks, identity_sort_key)
+    return {j.candidate.path: j for j in jobs}, scans, scalars
+
+
+def _plan(
+    jobs: dict[Path, FileJob],
+    scans: list[FileScan],
+    scalars: list[StepScalars],
+    asked: Asked,
+    work: Path,
+    wide: bool,
+    files: int,
+    alignment: Alignment | None = None,
+) -> FirstRead:
+    """The stages after reading, in their order: align the clocks (unless ``alignment`` is
+    given), derive the phases, plan (the derived tracks are one more unit of the plan);
+    ``files`` is how many were read (the derived tracks take the sequence after theirs)."""
+    if alignment is None:
+        alignment = align(scans, asked.clocks, identity_sort_key)
     alignment.offsets.update({s.path: 0 for s in scans if s.path not in alignment.offsets})
-    keep = process_filter(selection, scans)
+    keep = process_filter(asked.selection, scans)
     model = derive(scans, alignment.offsets, asked.phase_rules.presets, asked.phase_rules.steps, keep)
     note_run(model, scans, alignment, keep)
     scalars_dropped = Losses()
     for f in scalars:
         scalars_dropped.update(f.dropped)
     attach_scalars(model, scalars, scalars_dropped)
-    derived = derived_scan(model, len(candidates) + 2, work / "phases.chunk", alignment.wall_clock)
+    derived = derived_scan(model, files + 2, work / "phases.chunk", alignment.wall_clock)
     plan = make_plan([*scans, derived] if derived is not None else scans, wide, alignment=alignment)
-    by_path = {j.candidate.path: j for j in jobs}
-    return FirstRead(by_path, scans, scalars, scalars_dropped, plan, model, derived, wide)
+    return FirstRead(jobs, scans, scalars, scalars_dropped, plan, model, derived, wide)
+
+
+def _files_of(scans: list[FileScan], runs: Runs, kept: tuple[Run, ...]) -> list[FileScan]:
+    """The summaries of the files of the runs ``kept``, and of the files no time places."""
+    paths = {p for r in kept for p in r.files} | set(runs.unplaced)
+    return [s for s in scans if s.path in paths]
+
+
+def note_runs(
+    report: RunReport,
+    runs: Runs,
+    kept: tuple[Run, ...],
+    left: list[Run],
+    scans: list[FileScan],
+    one_timeline: bool = True,
+) -> None:
+    """The runs found, in the report (a row each); when there are several, a note naming them
+    (and, when they all go on ``one_timeline``, that it has gaps) and, per file of a run left out,
+    its events under ``other_run`` (and what its read could not keep, under its own statistics).
+    Nothing is said of a single run."""
+    report.runs = [r.as_dict(merged=r in kept) for r in runs.runs]
+    if not runs.several:
+        return
+    apart = f"gaps of more than {runs.gap_ns / 3.6e12:.3g} h with no event between them"
+    if left:
+        report.notes.append(
+            f"the inputs hold {len(runs.runs)} runs ({apart}): kept {listed(kept)}; left out {listed(left)} "
+            "(--run all keeps every run, --run N or --run START one of them)"
+        )
+    else:
+        report.notes.append(f"the inputs hold {len(runs.runs)} runs ({apart}): each kept, {listed(runs.runs)}")
+    if not left and one_timeline:
+        widest = max(b.start_ns - a.end_ns for a, b in zip(runs.runs, runs.runs[1:], strict=False))
+        report.notes.append(
+            f"--run all: the runs are merged onto one timeline with gaps of up to {widest / 3.6e12:.1f} h; "
+            "steps that share a number in several runs are one step of the summary"
+        )
+    for r in kept:
+        if r.ambiguous:
+            names = ", ".join(shown(p) for p in r.ambiguous)
+            report.notes.append(
+                "placed by records that several runs hold alike (the same session numbers or sync spans), "
+                f"kept with run {r.number} as in its folder: {names}"
+            )
+    if runs.unplaced and left:
+        names = ", ".join(shown(p) for p in runs.unplaced)
+        report.notes.append(f"files nothing places in time, kept with run {kept[0].number}: {names}")
+    by_path = {s.path: s for s in scans}
+    for r in left:
+        for path in r.files:
+            scan = by_path[path]
+            events = sum(c.total for c in scan.counts.values())
+            report.losses.add(Stat.OTHER_RUN, events, f"{shown(path)}: run {r.number}, started {r.started}")
+            report.losses.update(scan.dropped)
 
 
 class Runner:

@@ -1,0 +1,274 @@
+"""Runs, not files: inputs far apart in time are separate runs; the latest is merged by default."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tracemerge.analysis.summarize import summarize, summarize_each
+from tracemerge.cli.main import app
+from tracemerge.clock.placement import Alignment, SourceClock
+from tracemerge.clock.runs import HOUR_NS, MAX_GAP_NS, check_choice, choose, find_runs, gap_limit
+from tracemerge.core.errors import FatalError
+from tracemerge.core.model import Identity
+from tracemerge.core.stats import Stat
+from tracemerge.pipeline import merge
+from tracemerge.report.run_report import RunReport
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+TWO_RUNS = FIXTURES / "two_runs"
+DAY_NS = 86_400 * 10**9
+# The first event of fixtures/rl_run (the rollout sessions' first submit), and of its copy a day later.
+RUN_1_START = 1_795_966_668_421_000_000
+RUN_2_START = RUN_1_START + DAY_NS
+RUN_FILES = 7
+# The events of one run's files: 2 torch traces of 505, 2 perf-tracer files and the span log of 8,
+# 2 session files of 4.
+RUN_EVENTS = 505 + 505 + 8 + 8 + 8 + 4 + 4
+PROCESSES = [f"{role} · rank {rank}" for role in ("actor", "reward", "rollout") for rank in (0, 1)]
+# The third-party corpus beside the repository (../shared/corpus), else where the project keeps it.
+CORPUS = next(
+    (p for p in (FIXTURES.parent.parent / "shared" / "corpus", Path("/work/shared/corpus")) if p.is_dir()),
+    FIXTURES.parent.parent / "shared" / "corpus",
+)
+HTA = CORPUS / "torch" / "HolisticTraceAnalysis" / "tests" / "data"
+HTA_PAIR = (
+    HTA / "cpu_only" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+    HTA / "trace_filter" / "sampled_rank-0.json.gz",
+)
+
+
+def test_gap_limit_is_an_hour_ten_file_spans_or_half_a_day() -> None:
+    assert gap_limit([]) == HOUR_NS
+    assert gap_limit([5 * 10**9]) == HOUR_NS
+    assert gap_limit([HOUR_NS // 2]) == 5 * HOUR_NS
+    assert gap_limit([3 * HOUR_NS]) == MAX_GAP_NS == 12 * HOUR_NS
+
+
+def test_run_choice_forms() -> None:
+    assert [check_choice(t) for t in ("latest", "all", "2", "2026-11-30T15:37", "2026-11-30 15")] == [
+        "latest",
+        "all",
+        "2",
+        "2026-11-30T15:37",
+        "2026-11-30 15",
+    ]
+    for bad in ("0", "yesterday", "-1", "2026-1"):
+        with pytest.raises(ValueError, match="--run"):
+            check_choice(bad)
+
+
+def test_two_runs_a_day_apart_are_two_runs_and_the_latest_is_merged(tmp_path: Path) -> None:
+    report = merge([TWO_RUNS], tmp_path / "m.pftrace")
+    assert [(r["number"], r["start_unix_ns"], r["merged"]) for r in report.runs] == [
+        (1, RUN_1_START, False),
+        (2, RUN_2_START, True),
+    ]
+    for r in report.runs:
+        assert len(r["files"]) == RUN_FILES and r["processes"] == PROCESSES
+        assert {Path(f).relative_to(TWO_RUNS).parts[0] for f in r["files"]} == {f"run_{r['number']}"}
+    assert report.runs[0]["start_utc"] == "2026-11-29 15:37:48.421 UTC"
+    # The merged trace is the second run alone: its zero is that run's start, its steps are short.
+    assert report.time_base_unix_ns == RUN_2_START
+    assert all(f.parts[-3] == "run_2" or f.parts[-4] == "run_2" for p in report.processes for f in p.files)
+    assert report.read.total == RUN_EVENTS
+    walls = [s["wall_ns"] for s in report.phases["steps"]]
+    assert walls == [109_315_062, 123_504_860]
+    # The other run is counted, file by file, as info: the exit status says everything was merged.
+    assert report.losses.count(Stat.OTHER_RUN) == RUN_EVENTS
+    assert report.exit_code == 0
+    assert any(n.startswith("the inputs hold 2 runs") and "left out 1 (started 2026-11-29" in n for n in report.notes)
+
+
+def test_run_one_merges_the_earlier_run_alone(tmp_path: Path) -> None:
+    report = merge([TWO_RUNS], tmp_path / "m.pftrace", run="1")
+    assert [r["merged"] for r in report.runs] == [True, False]
+    assert report.time_base_unix_ns == RUN_1_START
+    assert [s["wall_ns"] for s in report.phases["steps"]] == [109_315_062, 123_504_860]
+    by_start = merge([TWO_RUNS], tmp_path / "s.pftrace", run="2026-11-29T15:37")
+    assert [r["merged"] for r in by_start.runs] == [True, False]
+
+
+def test_run_all_merges_both_onto_one_timeline(tmp_path: Path) -> None:
+    report = merge([TWO_RUNS], tmp_path / "m.pftrace", run="all")
+    assert [r["merged"] for r in report.runs] == [True, True]
+    assert report.read.total == 2 * RUN_EVENTS
+    assert report.losses.count(Stat.OTHER_RUN) == 0
+    # Each run placed as if alone: the second run's perf-tracer files against its own sessions.
+    perf = {Path(a["file"]).relative_to(TWO_RUNS).as_posix(): a for a in report.alignment if "traces-r" in a["file"]}
+    assert {name: (a["method"], a["first_event_ns"]) for name, a in perf.items()} == {
+        "run_1/perf_tracer/rollout/traces-r0.jsonl": ("session", 0),
+        "run_1/perf_tracer/rollout/traces-r1.jsonl": ("session", 5_000_000),
+        "run_2/perf_tracer/rollout/traces-r0.jsonl": ("session", DAY_NS),
+        "run_2/perf_tracer/rollout/traces-r1.jsonl": ("session", DAY_NS + 5_000_000),
+    }
+    # As asked: the runs' steps 1 and 0 share a step number a day apart, and a note says so.
+    assert max(s["wall_ns"] for s in report.phases["steps"]) > DAY_NS
+    assert (
+        "--run all: the runs are merged onto one timeline with gaps of up to 24.0 h; steps that share"
+        in (report.notes[1])
+    )
+
+
+def test_a_run_that_is_not_there_is_a_one_line_error(tmp_path: Path) -> None:
+    with pytest.raises(FatalError, match=r"--run 3: no run of the inputs' 2: 1 \(started 2026-11-29"):
+        merge([TWO_RUNS], tmp_path / "m.pftrace", run="3")
+    assert not (tmp_path / "m.pftrace").exists()
+
+
+def test_one_run_says_nothing_of_runs(tmp_path: Path) -> None:
+    report = merge([FIXTURES / "rl_run"], tmp_path / "m.pftrace")
+    assert [r["merged"] for r in report.runs] == [True]
+    assert not any("runs" in n for n in report.notes)
+    assert report.losses.count(Stat.OTHER_RUN) == 0
+
+
+def test_files_placed_only_by_sessions_go_with_their_own_run(tmp_path: Path) -> None:
+    """The perf-tracer files carry perf_counter times; the session records of either run place
+    them alike: each goes with the run whose folder holds it, and the report says so."""
+    report = merge([TWO_RUNS], tmp_path / "m.pftrace")
+    latest = report.runs[1]
+    assert sorted(Path(p).name for p in latest["ambiguous"]) == ["traces-r0.jsonl", "traces-r1.jsonl"]
+    assert all("run_2" in p for p in latest["ambiguous"])
+    rollout = [p for p in report.processes if p.role == "rollout"]
+    assert [p.read.total for p in rollout] == [8 + 4, 8 + 4]  # its perf-tracer file and its session file
+
+
+def test_summarize_each_run_on_its_own() -> None:
+    found = RunReport()
+    each = summarize_each([TWO_RUNS], report=found)
+    assert [n for n, _ in each] == [1, 2]
+    for _, numbers in each:
+        assert [s["wall_ns"] for s in numbers["steps"]] == [109_315_062, 123_504_860]
+    assert [r["merged"] for r in found.runs] == [True, True]
+    assert not any(n.startswith("--run all") for n in found.notes)  # each run on its own timeline
+    latest = summarize([TWO_RUNS])
+    assert [s["wall_ns"] for s in latest["steps"]] == [109_315_062, 123_504_860]
+
+
+def test_cli_merge_prints_the_run_table_and_summary_reports_each(tmp_path: Path) -> None:
+    runner = CliRunner()
+    merged = runner.invoke(app, ["merge", str(TWO_RUNS), "-o", str(tmp_path / "m.pftrace")])
+    assert merged.exit_code == 0, merged.output
+    lines = merged.output.splitlines()
+    [header] = [n for n, line in enumerate(lines) if line.startswith("run  started (UTC)            files  processes")]
+    assert lines[header].split()[-1] == "merged"
+    assert lines[header + 2].startswith("  1  2026-11-29 15:37:48.421      7  6: actor · rank 0")
+    assert lines[header + 2].endswith("no (another run)")
+    assert lines[header + 3].endswith("yes")
+    bad = runner.invoke(app, ["merge", str(TWO_RUNS), "-o", str(tmp_path / "x.pftrace"), "--run", "soon"])
+    assert bad.exit_code == 2
+    each = runner.invoke(app, ["summary", str(TWO_RUNS), "--run", "all", "--json"])
+    assert each.exit_code == 0, each.output
+    doc = json.loads(each.stdout)
+    assert [s["run"] for s in doc["summaries"]] == [1, 2]
+    assert [r["start_unix_ns"] for r in doc["runs"]] == [RUN_1_START, RUN_2_START]
+    latest = runner.invoke(app, ["summary", str(TWO_RUNS), "--json"])
+    assert [r["merged"] for r in json.loads(latest.stdout)["runs"]] == [False, True]
+    text = runner.invoke(app, ["summary", str(TWO_RUNS), "--run", "1"])
+    assert text.exit_code == 0, text.output
+    table = text.stderr.splitlines()
+    assert table[0].split() == [
+        "run",
+        "started",
+        "(UTC)",
+        "files",
+        "steps",
+        "median",
+        "step",
+        "processes",
+        "summarized",
+    ]
+    assert table[2].split()[:7] == ["1", "2026-11-29", "15:37:48.421", "7", "2", "109.315", "ms"]
+    assert table[2].endswith("yes") and table[3].endswith("no (another run)")
+    assert "note: summarized run 1 of 2; --run N, --run START or --run all for the others" in table
+    assert text.stdout.startswith("phases (areal, verl), 2 step(s)")
+    missing = runner.invoke(app, ["summary", str(TWO_RUNS), "--run", "2027-01"])
+    assert missing.exit_code == 1
+    assert missing.stderr.startswith("tracemerge: error: --run 2027-01: no run of the inputs' 2: 1 (started")
+
+
+@pytest.mark.skipif(not all(p.exists() for p in HTA_PAIR), reason="the third-party corpus is absent")
+def test_two_unrelated_hta_traces_give_no_figure_beyond_their_step(tmp_path: Path) -> None:
+    folder = tmp_path / "pair"
+    folder.mkdir()
+    for p in HTA_PAIR:
+        shutil.copyfile(p, folder / p.name)
+    found = RunReport()
+    numbers = summarize([folder], report=found)
+    assert [len(r["files"]) for r in found.runs] == [1, 1]
+    assert [r["merged"] for r in found.runs] == [False, True]
+    assert [r["processes"] for r in found.runs] == [["rank 0"], ["rank 34"]]
+    # The latest run alone (rank 34's one step): no wait, skew or wall beyond that step.
+    [step] = numbers["steps"]
+    assert step["step"] == 551 and step["wall_ns"] < 10**9
+    each = summarize_each([folder])
+    assert [max(s["wall_ns"] for s in n["steps"]) < 10**9 for _, n in each] == [True, True]
+
+
+class _Scan:
+    """A file's summary as find_runs reads it: its path, span and processes."""
+
+    def __init__(self, name: str, lo: int, hi: int) -> None:
+        self.path, self.ts_min, self.ts_max = Path(name), lo, hi
+        self.counts = {Identity("trainer", int(name[-1])): None}
+        self.threads: dict = {}
+        self.counter_series: dict = {}
+
+
+def _placed(scans: list[_Scan], wall_clock: bool = True, method: str = "exact") -> Alignment:
+    sources = {s.path: SourceClock(s.path, "unix epoch", method, 0, None, 0, "its own clock", "exact") for s in scans}
+    return Alignment({s.path: 0 for s in scans}, 0, wall_clock, sources)
+
+
+def test_a_gap_longer_than_the_limit_starts_a_run_and_a_shorter_one_does_not() -> None:
+    second = 10**9
+    t0 = 1_790_000_000 * second
+    a = _Scan("a0", t0, t0 + second)
+    b = _Scan("b1", t0 + second + HOUR_NS, t0 + 2 * second + HOUR_NS)  # exactly the limit after a: same run
+    c = _Scan("c2", b.ts_max + HOUR_NS + 1, b.ts_max + HOUR_NS + 1 + second)  # 1 ns more: a new run
+    runs = find_runs([c, a, b], _placed([a, b, c]))
+    assert runs.gap_ns == HOUR_NS
+    assert [(r.number, r.start_ns, r.end_ns, r.files) for r in runs.runs] == [
+        (1, a.ts_min, b.ts_max, (Path("a0"), Path("b1"))),
+        (2, c.ts_min, c.ts_max, (Path("c2"),)),
+    ]
+    assert [r.processes for r in runs.runs] == [("trainer · rank 0", "trainer · rank 1"), ("trainer · rank 2",)]
+    assert [r.number for r in choose(runs, "latest")] == [2]
+    assert [r.number for r in choose(runs, "all")] == [1, 2]
+
+
+def test_without_a_wall_clock_or_a_placement_there_is_no_run_by_time() -> None:
+    a, b = _Scan("a0", 0, 10), _Scan("b1", 10 * DAY_NS, 10 * DAY_NS + 10)
+    runs = find_runs([a, b], _placed([a, b], wall_clock=False))
+    assert runs.runs == () and runs.unplaced == (Path("a0"), Path("b1"))
+    assert choose(runs, "latest") == () and choose(runs, "1") == ()
+    with pytest.raises(ValueError, match="no file of the inputs has a wall clock"):
+        choose(runs, "2")
+    unrelated = find_runs([a, b], _placed([a, b], method="unrelated"))
+    assert unrelated.runs == () and unrelated.unplaced == (Path("a0"), Path("b1"))
+
+
+def test_a_file_nothing_places_in_time_goes_with_the_run_merged(tmp_path: Path) -> None:
+    """A Chrome trace of relative µs and a modification time far from both runs: no wall clock,
+    no evidence. It goes with the latest run, at its start; with --run all, at the first's."""
+    folder = tmp_path / "runs"
+    shutil.copytree(TWO_RUNS, folder)
+    loose = folder / "loose" / "worker.json"
+    loose.parent.mkdir()
+    events = [{"ph": "X", "name": "work", "pid": 7, "tid": 7, "ts": t, "dur": 50} for t in (1000, 2000)]
+    loose.write_text(json.dumps({"traceEvents": events}))
+    os.utime(loose, (1_000_000_000, 1_000_000_000))  # 2001: near neither run
+    for run, base in (("latest", RUN_2_START), ("all", RUN_1_START)):
+        report = merge([folder], tmp_path / f"{run}.pftrace", run=run)
+        [placed] = [a for a in report.alignment if a["file"] == str(loose)]
+        assert (placed["method"], placed["first_event_ns"], report.time_base_unix_ns) == ("unrelated", 0, base)
+        assert [len(r["files"]) for r in report.runs] == [RUN_FILES, RUN_FILES]  # in no run by time
+    latest = merge([folder], tmp_path / "m.pftrace")
+    assert f"files nothing places in time, kept with run 2: {loose}" in latest.notes
+    assert latest.read.total == RUN_EVENTS + 2
