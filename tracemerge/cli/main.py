@@ -14,7 +14,7 @@ from tracemerge import __version__
 from tracemerge.cli import diff as cli_diff
 from tracemerge.cli import engine
 from tracemerge.cli import tools as cli_tools
-from tracemerge.core.errors import Stopped, TracemergeError, shown
+from tracemerge.core.errors import Stopped, TracemergeError, shown, terminal_text
 from tracemerge.core.exit_status import EXIT_FATAL, EXIT_INCOMPLETE, EXIT_OK, leave_after
 
 if TYPE_CHECKING:
@@ -109,11 +109,11 @@ def _main(
 
 
 def _err(message: str) -> None:
-    typer.echo(message, err=True)
+    typer.echo(terminal_text(message), err=True)
 
 
 def _say(message: str) -> None:
-    _err(f"tracemerge: {message}")
+    _err(f"tracemerge: {shown(message)}")  # one line: a name in it cannot forge another
 
 
 @app.command(short_help="Merge traces into one clock-aligned trace (the default command).")
@@ -278,7 +278,7 @@ def _said(result: "RunReport", report: Path | None, summary: bool, quiet: bool) 
             report_failed = True
     outcome = engine.format_outcome(result)
     if summary:
-        typer.echo(engine.format_summary(result.phases))
+        typer.echo(terminal_text(engine.format_summary(result.phases)))
     if not quiet:
         _err(outcome)
     elif result.exit_code:
@@ -350,7 +350,7 @@ def summary(
     if threshold is not None and baseline is None:
         raise typer.BadParameter("--fail-over gates on a --baseline: name one")
     if not path.exists():
-        _say(f"error: {path}: no such file or directory")
+        _say(f"error: {shown(path)}: no such file or directory")
         raise typer.Exit(EXIT_FATAL)
     try:
         phase_rules = engine.PhaseOptions(engine.resolve(phases))
@@ -382,14 +382,14 @@ def summary(
             raise typer.Exit(EXIT_FATAL)
         base = cli_diff.load(baseline, phase_rules)
         if not as_json:
-            typer.echo(engine.format_summary(numbers) + "\n")
+            typer.echo(terminal_text(engine.format_summary(numbers)) + "\n")
         raise typer.Exit(cli_diff.report(base, numbers, threshold, as_json, extra={"summary": numbers}))
     try:
         text = engine.json_bytes(numbers).decode() if as_json else engine.format_summary(numbers)
     except engine.NOT_A_SUMMARY as exc:  # a summary of another shape than tracemerge writes
         _say(f"error: {shown(path)}: its phase summary cannot be read ({type(exc).__name__})")
         raise typer.Exit(EXIT_FATAL) from None
-    typer.echo(text)
+    typer.echo(terminal_text(text))
 
 
 # check, open and scrape: tracemerge.cli.tools, registered here after merge and summary.

@@ -10,16 +10,16 @@ from typing import Annotated, Optional
 import typer
 
 from tracemerge.cli import engine
-from tracemerge.core.errors import Stopped, shown
+from tracemerge.core.errors import Stopped, shown, terminal_text
 from tracemerge.core.exit_status import EXIT_FATAL, EXIT_INCOMPLETE, EXIT_OK
 
 
 def _err(message: str) -> None:
-    typer.echo(message, err=True)
+    typer.echo(terminal_text(message), err=True)
 
 
 def _say(message: str) -> None:
-    _err(f"tracemerge: {message}")
+    _err(f"tracemerge: {shown(message)}")  # one line: a name in it cannot forge another
 
 
 def check(
@@ -53,7 +53,7 @@ def check(
     except TraceProcessorError as exc:
         _say(f"error: {shown(trace)}: trace_processor failed: {' '.join(str(exc).split())}")
         raise typer.Exit(EXIT_INCOMPLETE) from None
-    typer.echo(format_check(result))
+    typer.echo(terminal_text(format_check(result)))
     raise typer.Exit(EXIT_OK if result.ok else EXIT_INCOMPLETE)
 
 
