@@ -306,3 +306,25 @@ def test_loading_the_engine_runs_no_collection_and_leaves_the_collector_on() -> 
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["0", "True", "True"]
+
+
+@pytest.mark.parametrize("trailing", ["/", ""])
+def test_an_output_naming_a_folder_is_a_usage_error_and_nothing_is_written(tmp_path: Path, trailing: str) -> None:
+    folder = tmp_path / "out"
+    if not trailing:
+        folder.mkdir()
+    result = run(str(FIXTURES / "kineto_gpu"), "-o", f"{folder}{trailing}")
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        f"tracemerge: error: -o: {folder}{trailing} names a folder; name the trace file, e.g. {folder}/merged.pftrace"
+    )
+    assert folder.exists() is not bool(trailing)  # no file named like the folder was written
+
+
+def test_an_output_in_a_folder_that_does_not_exist_says_so(tmp_path: Path) -> None:
+    out = tmp_path / "none" / "m.pftrace"
+    result = run(str(FIXTURES / "kineto_gpu"), "-o", str(out), "-q")
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        f"tracemerge: error: {out}: cannot write the output: its folder {out.parent} does not exist (create it first)"
+    )

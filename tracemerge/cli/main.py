@@ -120,7 +120,8 @@ def _say(message: str) -> None:
 def merge(
     inputs: Annotated[list[Path], typer.Argument(help="Trace files or directories (searched recursively).")],
     output: Annotated[
-        Path, typer.Option("--output", "-o", help="Output file: .pftrace, .pftrace.gz, .json or .json.gz.")
+        str,
+        typer.Option("--output", "-o", metavar="FILE", help="Output file: .pftrace, .pftrace.gz, .json or .json.gz."),
     ],
     format: Annotated[
         Optional[str],
@@ -193,6 +194,7 @@ def merge(
         if jobs > cores and ray is None:
             notes.append(f"--jobs {jobs}: this machine gives it {cores} CPUs; {cores} processes used")
             jobs = cores
+        output_path = _output_file(output)
         selection = _selection(roles, ranks, where, window, min_dur, keep_zero_counters)
         if format is not None and format not in engine.WRITERS:
             raise ValueError(f"--format: unknown output format {format!r} (choose from {', '.join(engine.WRITERS)})")
@@ -215,7 +217,7 @@ def merge(
         try:
             result = engine.merge(
                 inputs,
-                output,
+                output_path,
                 format=format,
                 jobs=jobs,
                 executor=engine.ray_executor(ray) if ray is not None else None,
@@ -236,6 +238,15 @@ def merge(
             raise typer.Exit(EXIT_FATAL) from None
     result.notes.extend(notes)
     raise typer.Exit(_said(result, report, summary, quiet))
+
+
+def _output_file(output: str) -> Path:
+    """``-o`` as a file: a name that ends in a slash or is a directory names a folder, not a trace."""
+    path = Path(output)
+    if output.endswith(("/", os.sep)) or path.is_dir():
+        example = shown(path / "merged.pftrace")
+        raise ValueError(f"-o: {shown(output)} names a folder; name the trace file, e.g. {example}")
+    return path
 
 
 def _selection(
