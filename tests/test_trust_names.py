@@ -120,3 +120,15 @@ def test_info_lines_say_only_what_belongs_to_them() -> None:
     assert "  info: 1 file with the same bytes as another input, read once: b.json" in lines
     assert "  info: 2 all-zero counter series left out" in lines
     assert "  info: 1 flow step/end without a start (as in the input; Perfetto ignores these too)" in lines
+
+
+def test_the_against_column_is_cut_and_the_report_keeps_it_whole(tmp_path: Path) -> None:
+    result = run(
+        "merge", FIXTURES / "frameworks" / "areal", "-o", tmp_path / "o.pftrace", "--report", tmp_path / "r.json"
+    )
+    assert result.exit_code == 0, result.output
+    whole = [a["against"] for a in json.loads((tmp_path / "r.json").read_text())["alignment"]]
+    assert max(len(a) for a in whole) == 158
+    cut = [line.split("  ")[-1] for line in result.output.splitlines() if "fsdp_engine." in line]
+    assert [len(c) for c in cut] == [120, 120]
+    assert set(cut) <= {w[:119] + "…" for w in whole}

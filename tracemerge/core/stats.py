@@ -105,6 +105,12 @@ class Stat(Enum):
         Severity.DATA_LOSS,
         "files whose clock anchor (baseTimeNanoseconds) is not an integer of ns: placed without it",
     )
+    RANK_UNREADABLE = (
+        "rank_unreadable",
+        Severity.DATA_LOSS,
+        'files whose rank field is not a rank (text such as "²", a fraction, a negative number, a number of '
+        "thousands of digits): read without it, ranked by their file name if it gives one",
+    )
     CONNECTION_SHARED = (
         "connection_shared",
         Severity.INFO,

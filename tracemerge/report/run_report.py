@@ -17,7 +17,7 @@ from tracemerge.core.stats import Losses, Stat
 from tracemerge.naming.paths import COORDINATE_ORDER
 
 # Statistics that count parts of events or files, not events: their lines do not say events were dropped.
-_NOT_EVENTS = frozenset({Stat.VALUE_TOO_DEEP, Stat.CLOCK_ANCHOR_UNREADABLE})
+_NOT_EVENTS = frozenset({Stat.VALUE_TOO_DEEP, Stat.CLOCK_ANCHOR_UNREADABLE, Stat.RANK_UNREADABLE})
 # Info statistics of what is in the input as it is and what Perfetto would leave undrawn too: their
 # lines say so. The other info lines (a copy read once, zero counters left out, a session start
 # missing) say what tracemerge did, and their own message says it.
@@ -31,7 +31,7 @@ _PERFETTO_IGNORES = frozenset(
     }
 )
 IGNORED_SHOWN = 10  # files that are not traces named on stderr (the report lists them all)
-AGAINST_WIDTH = 60  # the alignment table's "against" column (every partner is in --report)
+AGAINST_WIDTH = 120  # the alignment table's "against" column (every partner is in --report)
 
 
 class EventCounts(msgspec.Struct):

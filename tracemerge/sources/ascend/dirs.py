@@ -16,7 +16,7 @@ from msgspec.structs import replace
 
 from tracemerge.core.bounds import TOO_DEEP, cut_deep
 from tracemerge.core.errors import InputError, NotATrace, shown
-from tracemerge.core.model import UNIX_EPOCH, SourceData, ThreadInfo, ThreadKey, as_rank
+from tracemerge.core.model import UNIX_EPOCH, SourceData, ThreadInfo, ThreadKey, as_rank, rank_unreadable
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.naming.paths import PathFacts, ascend_run_facts, path_facts
 from tracemerge.sources.base import read_head
@@ -120,6 +120,8 @@ def rank_of(run: Path, dropped: Losses | None = None) -> int | None:
                 rank = as_rank(content["ms_profiler_info"].get("rank_id"))
             if rank is not None:
                 return rank
+            if dropped is not None and rank_unreadable(content.get("rank_id")):
+                dropped.add(Stat.RANK_UNREADABLE, 1, f"{shown(info.name)}: rank_id that is not a rank: read without it")
     for info in sorted(run.glob("device_*/info.json.*")):
         if _DEVICE_INFO.match(info.name):
             content = _load_json(info)
