@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from tracemerge.cli import engine
-from tracemerge.core.errors import Stopped, shown, terminal_text
+from tracemerge.core.errors import Stopped, TracemergeError, shown, terminal_text
 from tracemerge.core.exit_status import EXIT_FATAL, EXIT_INCOMPLETE, EXIT_OK
 
 
@@ -138,6 +138,9 @@ def scrape(
             result = engine.scrape(targets, output, period, count=count, stop=stop, on_error=_say)
     except OSError as exc:
         _say(f"error: {shown(output)}: cannot write ({exc.strerror or exc})")
+        raise typer.Exit(EXIT_FATAL) from None
+    except TracemergeError as exc:
+        _say(f"error: {exc}")
         raise typer.Exit(EXIT_FATAL) from None
     written = sum(result.written.values())
     if not quiet:
