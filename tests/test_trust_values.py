@@ -118,3 +118,12 @@ def test_a_clock_anchor_out_of_range_costs_the_anchor_not_the_file(tmp_path: Pat
     assert report.stats.tally()["clock_anchor_unreadable"]["reasons"] == {
         f"baseTimeNanoseconds out of range (timestamp beyond 64 bits ({10**30} ns)): the file is placed without it": 1
     }
+
+
+def test_a_further_traceEvents_key_after_a_value_json_cannot_hold_is_read(tmp_path: Path) -> None:
+    second = json.loads(_event("b", 1)) | {"args": {"n": "N"}}
+    tail = '"x":NaN,"traceEvents":[' + json.dumps(second).replace('"N"', "7" * 5000) + "]"
+    _write(tmp_path, f'{{"traceEvents":[{_event("a")}],{tail}}}')
+    report = merge([tmp_path / "run"], tmp_path / "out.pftrace")
+    assert (report.read.slices, report.exit_code) == (2, 0)
+    assert _slice_names(tmp_path / "out.pftrace") == ["a", "b"]

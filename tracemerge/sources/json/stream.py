@@ -366,7 +366,8 @@ class EventStream(BatchDecoding, ArrayTail):
             where = f"{shown(self.path)}: a further traceEvents key that is not an event array, not read"
             self.notes.add(Stat.EVENT_NOT_OBJECT, 1, where)
             return []
-        return self._decode(msgspec.json.encode(value))
+        # Encoded again for the event decoders; a number read with its text (thousands of digits) as its float.
+        return self._decode(msgspec.json.encode(value, enc_hook=float))
 
     def _segment_end(self, buf: bytes) -> Iterator[list]:
         """The last events of a span that ends where another event starts: read as batches are
