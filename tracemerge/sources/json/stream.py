@@ -360,15 +360,6 @@ class EventStream(BatchDecoding, ArrayTail):
         for array in self.more_arrays:
             yield self._more_events(array)
 
-    def _more_events(self, value: Any) -> list:
-        """The events of a further ``traceEvents`` key (a key written twice): as many as the first's."""
-        if type(value) is not list:
-            where = f"{shown(self.path)}: a further traceEvents key that is not an event array, not read"
-            self.notes.add(Stat.EVENT_NOT_OBJECT, 1, where)
-            return []
-        # Encoded again for the event decoders; a number read with its text (thousands of digits) as its float.
-        return self._decode(msgspec.json.encode(value, enc_hook=float))
-
     def _segment_end(self, buf: bytes) -> Iterator[list]:
         """The last events of a span that ends where another event starts: read as batches are
         (damage there is the file's), the last one alone; if that one is not whole, the span

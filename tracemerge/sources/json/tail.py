@@ -28,6 +28,8 @@ class ArrayTail:
     bare: bool
     meta: dict[str, Any]
     more_arrays: list[Any]
+    notes: Losses
+    _decode: Callable[[bytes], list]
     _cut: Callable[..., bytes]
     _advance: Callable[[bytes, int], bytes]
     _where: Callable[[bytes, int], str]
@@ -77,6 +79,15 @@ class ArrayTail:
             return
         last = self.meta.pop("traceEvents")
         self.more_arrays.extend(event_arrays(doc) or [last])
+
+    def _more_events(self, value: Any) -> list:
+        """The events of a further ``traceEvents`` key (a key written twice): as many as the first's."""
+        if type(value) is not list:
+            where = f"{shown(self.path)}: a further traceEvents key that is not an event array, not read"
+            self.notes.add(Stat.EVENT_NOT_OBJECT, 1, where)
+            return []
+        # Encoded again for the event decoders; a number read with its text (thousands of digits) as its float.
+        return self._decode(msgspec.json.encode(value, enc_hook=float))
 
     def _partial_tail(
         self, buf: bytes, at: int, doc: bytes, exc: msgspec.DecodeError, rest: Iterator[bytes]
