@@ -12,6 +12,7 @@ import pytest
 from readback import read_pftrace
 
 from tracemerge.core.model import as_rank
+from tracemerge.core.stats import Stat
 from tracemerge.pipeline import merge
 
 T0_US = 1_790_000_000_000_000
@@ -127,3 +128,23 @@ def test_a_further_traceEvents_key_after_a_value_json_cannot_hold_is_read(tmp_pa
     report = merge([tmp_path / "run"], tmp_path / "out.pftrace")
     assert (report.read.slices, report.exit_code) == (2, 0)
     assert _slice_names(tmp_path / "out.pftrace") == ["a", "b"]
+
+
+@pytest.mark.parametrize(("rank_id", "rank", "unreadable"), [("3", 3, 0), ('"²"', None, 1)])
+def test_an_ascend_profiler_info_with_nan_keeps_its_rank_and_a_bad_one_is_counted(
+    tmp_path: Path, rank_id: str, rank: int | None, unreadable: int
+) -> None:
+    import shutil
+
+    from conftest import FIXTURES
+
+    run = tmp_path / "run" / "actor_update"
+    shutil.copytree(FIXTURES / "ascend" / "text" / "actor_update", run)
+    [info] = run.rglob("profiler_info_0.json")
+    text = info.read_text().replace('"rank_id": 0', f'"x": NaN, "rank_id": {rank_id}')
+    info.unlink()
+    (info.parent / "profiler_info.json").write_text(text)
+    report = merge([tmp_path / "run"], tmp_path / "out.pftrace")
+    assert report.skipped == []
+    assert {p.rank for p in report.processes} == {rank}
+    assert report.stats.count(Stat.RANK_UNREADABLE) == unreadable

@@ -7,6 +7,7 @@ Bare msprof runs are ``PROF_*`` directories. The text and DB readers share these
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -94,12 +95,21 @@ def _load_json(path: Path, dropped: Losses | None = None) -> Any:
     except orjson.JSONDecodeError:
         data, where = cut_deep(data, 1)
         if not where:
-            return None
+            return _python_json(data)
     if dropped is not None:
         dropped.add(Stat.VALUE_TOO_DEEP, len(where), TOO_DEEP)
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
+        return _python_json(data)
+
+
+def _python_json(data: bytes) -> Any:
+    """``data`` as Python's json reads it (NaN, Infinity, a bad byte): one such value does not cost
+    the rest of the file (its rank_id, its clock); None when it is not JSON even so."""
+    try:
+        return json.loads(data.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
         return None
 
 
