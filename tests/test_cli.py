@@ -314,3 +314,52 @@ def test_a_library_s_lazy_names_freeze_nothing_of_the_caller() -> None:
     script = "import gc\nfrom tracemerge.phases import derive\nprint(gc.isenabled(), gc.get_freeze_count())\n"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["True", "0"]
+
+
+@pytest.mark.parametrize("trailing", ["/", ""])
+def test_an_output_naming_a_folder_is_a_usage_error_and_nothing_is_written(tmp_path: Path, trailing: str) -> None:
+    folder = tmp_path / "out"
+    if not trailing:
+        folder.mkdir()
+    result = run(str(FIXTURES / "kineto_gpu"), "-o", f"{folder}{trailing}")
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        f"tracemerge: error: -o: {folder}{trailing} names a folder; name the trace file, e.g. {folder}/merged.pftrace"
+    )
+    assert folder.exists() is not bool(trailing)  # no file named like the folder was written
+
+
+def test_an_output_in_a_folder_that_does_not_exist_says_so(tmp_path: Path) -> None:
+    out = tmp_path / "none" / "m.pftrace"
+    result = run(str(FIXTURES / "kineto_gpu"), "-o", str(out), "-q")
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        f"tracemerge: error: {out}: cannot write the output: its folder {out.parent} does not exist (create it first)"
+    )
+
+
+def test_tracker_scalars_alone_say_why_nothing_is_merged(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_bytes((FIXTURES / "metrics_run" / "trainer" / "metrics.jsonl").read_bytes())
+    result = run(str(run_dir), "-o", str(tmp_path / "m.pftrace"), "-q")
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        f"tracemerge: error: no usable trace files: only tracker scalars ({run_dir / 'metrics.jsonl'}), "
+        "which are drawn on the steps of a trace; merge them with the run's traces"
+    )
+
+
+def test_a_hidden_trace_in_a_folder_is_named_not_read_and_read_when_named(tmp_path: Path) -> None:
+    kineto(tmp_path / "d" / ".rank0.pt.trace.json", rank=0)
+    kineto(tmp_path / "d" / "rank1.pt.trace.json", rank=1, names=("c",))
+    (tmp_path / "d" / ".rank1.pt.trace.json.swp").write_bytes(b"\x00swap")
+    result = run(str(tmp_path / "d"), "-o", str(tmp_path / "m.pftrace"), "--report", str(tmp_path / "r.json"))
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["notes"] == [
+        f"{tmp_path / 'd' / '.rank0.pt.trace.json'}: a hidden file, not read (name it on the command line to merge it)"
+    ]
+    assert report["read"]["slices"] == 1
+    named = run(str(tmp_path / "d" / ".rank0.pt.trace.json"), "-o", str(tmp_path / "h.pftrace"), "-q")
+    assert named.exit_code == 0, named.output

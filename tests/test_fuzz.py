@@ -276,7 +276,10 @@ _BASELINE = None
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    host=st.one_of(st.binary(max_size=300), st.sampled_from([b"127.0.0.1", b"localhost:{port}", b"127.0.0.1:{port}"])),
+    host=st.one_of(
+        st.binary(max_size=300),
+        st.sampled_from([b"127.0.0.1", b"localhost:{port}", b"127.0.0.1:{port}", b"[::1]:{port}", b"localhost:1"]),
+    ),
     path=st.one_of(st.binary(max_size=300), st.just(b"/trace/m.pftrace")),
 )
 def test_open_answers_any_request_with_a_status_and_stays_up(
@@ -300,7 +303,7 @@ def test_open_answers_any_request_with_a_status_and_stays_up(
 
     try:
         status = _within_budget(64 << 20, lambda: ask(host, path))
-        ours = host.strip(b" \t") == f"127.0.0.1:{port}".encode()
+        ours = host.strip(b" \t").lower() in {f"{name}:{port}".encode() for name in ("127.0.0.1", "localhost", "[::1]")}
         # Served only to a request naming this server; anything else a 4xx (403, or 400 when malformed).
         assert 400 <= status < 500 or (status == 200 and ours and path == b"/trace/m.pftrace"), status
         assert ask(f"127.0.0.1:{port}".encode(), b"/trace/m.pftrace") == 200  # still serving
@@ -363,3 +366,46 @@ def test_option_values_on_the_command_line_merge_or_are_one_line(
         assert len(result.output.splitlines()) == 1 and result.output.startswith("tracemerge: error: ")
         assert not out.exists()
     assert "internal error" not in result.output and "Traceback" not in result.output
+
+
+# -- Names with control characters: nothing from the data reaches the terminal raw -----------------
+# A folder (a role), a file name and a role in span content, each any text ending in a line that
+# tries to pass for the tool's own: every character printed is printable or a line the tool ends,
+# and no line starts with what a name holds after its newline.
+
+_NAME_TEXT = st.one_of(
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00/"), min_size=1, max_size=40),
+    st.sampled_from(["x\x1b[2J", "\r\x1b]0;title\x07", "\u202eevil", "a\rb\tc\x7f\x9b", "\x1b[31m", "\u2028"]),
+)
+
+
+def _printed_safely(output: str) -> None:
+    assert all(c == "\n" or c.isprintable() for c in output), repr(output)
+    assert not [line for line in output.splitlines() if line.lstrip().startswith("FORGED")], output
+
+
+@settings(max_examples=max(EXAMPLES // 4, 8), deadline=None)
+@given(role=_NAME_TEXT, name=_NAME_TEXT, span_role=_NAME_TEXT)
+def test_names_with_control_characters_never_reach_the_terminal(
+    tmp_path_factory: pytest.TempPathFactory, role: str, name: str, span_role: str
+) -> None:
+    from builders import areal_jsonl, kineto
+    from hypothesis import assume
+    from typer.testing import CliRunner
+
+    from tracemerge.cli import main as cli
+
+    role, name, span_role = (f"{text}\nFORGED {n}" for n, text in enumerate((role, name, span_role)))
+    assume(not role.startswith(".") and not name.startswith("."))
+    assume(len(role.encode()) < 200 and len(name.encode()) < 200)
+    tmp = tmp_path_factory.mktemp("names")
+    kineto(tmp / "run" / role / f"{name}.pt.trace.json", rank=0)
+    areal_jsonl(tmp / "run" / "spans" / "traces-r1.jsonl", rank=1, role=span_role)
+    (tmp / "run" / f"{name}_worker_process_1.nsys-rep").write_bytes(b"NSYS")
+    runner = CliRunner()
+    merged = runner.invoke(cli.app, ["merge", str(tmp / "run"), "-o", str(tmp / "out.pftrace")])
+    assert merged.exit_code == 3, merged.output  # the .nsys-rep is skipped, saying how to export it
+    _printed_safely(merged.output)
+    summary = runner.invoke(cli.app, ["summary", str(tmp / "run")])
+    assert summary.exit_code == 0, summary.output
+    _printed_safely(summary.output)

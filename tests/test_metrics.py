@@ -501,3 +501,50 @@ def test_short_titles_keep_the_full_name_as_the_track_description(tmp_path: Path
     # Counters come after every slice track of their process where the UI orders by rank (v57+).
     ranks = [(p.track_descriptor.HasField("counter"), p.track_descriptor.sibling_order_rank) for p in trace.packet]
     assert min(r for counter, r in ranks if counter) > max(r for counter, r in ranks if not counter and r < 1 << 29)
+
+
+def test_the_samples_before_the_line_a_page_is_given_up_at_are_kept(tmp_path: Path) -> None:
+    page = "# TYPE a gauge\na 1\n# TYPE b gauge\nb 2\n" + "b{ 9\n" * 21 + "# TYPE d gauge\nd 5\n"
+    (tmp_path / "1796090000.prom").write_text(page)
+    report = merge([tmp_path / "1796090000.prom"], tmp_path / "out.pftrace")
+    why = "could not convert string to float: '{'"
+    assert dict(report.dropped) == {
+        f"metric text unreadable (first at line 5: {why})": 20,
+        f"metric text unreadable, the rest of the snapshot is lost ({why})": 1,
+    }
+    assert read_pftrace(tmp_path / "out.pftrace").counters_of("Metrics") == {"a": [(T0_NS, 1.0)], "b": [(T0_NS, 2.0)]}
+
+
+@pytest.mark.parametrize("header", ["²", "٣٤", "1" * 5000, "-5"])
+def test_a_bad_scrape_header_costs_its_time_not_its_neighbour(tmp_path: Path, header: str) -> None:
+    folder = tmp_path / "10.0.0.9_30000"
+    folder.mkdir()
+    (folder / f"{T0_NS}.prom").write_text(
+        f"# tracemerge-scrape time_unix_ns={header} url=http://h:1/m\n# TYPE depth gauge\ndepth 1\n"
+    )
+    write_scrape(folder, T0_NS + 10**9, "# TYPE depth gauge\ndepth 2\n")
+    report = merge([folder], tmp_path / "out.pftrace")
+    assert (report.skipped, report.exit_code) == ([], 3)
+    kind = "out of range" if header.isascii() and header.isdigit() else "unreadable"
+    assert dict(report.dropped) == {
+        f"scrape time {kind} (time_unix_ns={header[:40]}): placed by the time in its name": 1
+    }
+    assert read_pftrace(tmp_path / "out.pftrace").counters_of("Metrics") == {
+        'depth{instance="10.0.0.9:30000"}': [(T0_NS + 10**9, 2.0)],
+        'depth{instance="h:1"}': [(T0_NS, 1.0)],  # placed by the time in its name
+    }
+
+
+@pytest.mark.parametrize("line", ["5", '"text"', "[1, 2]", "null", '{"no": "response"}'])
+def test_a_line_of_responses_that_is_json_but_no_response_costs_that_line(tmp_path: Path, line: str) -> None:
+    doc = json.loads((RUN / "prometheus" / "query_range.json").read_text())
+    gpus = [s for s in doc["data"]["result"] if s["metric"]["__name__"] == "ray_node_gpus_utilization"]
+    responses = [json.dumps({"status": "success", "data": {"resultType": "matrix", "result": [s]}}) for s in gpus]
+    (tmp_path / "query_range.json").write_text(f"{responses[0]}\n{line}\n{responses[1]}\n")
+    report = merge([tmp_path / "query_range.json"], tmp_path / "out.pftrace")
+    assert dict(report.dropped) == {"line is JSON but not a query response": 1}
+    assert report.exit_code == 3
+    assert read_pftrace(tmp_path / "out.pftrace").counters_of("Metrics") == {
+        f"GPU {n} utilization (%) 10.0.0.7": fixture_series("ray_node_gpus_utilization", GpuIndex=str(n))
+        for n in (0, 1)
+    }

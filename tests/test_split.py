@@ -199,3 +199,40 @@ def test_a_split_never_replaces_an_input_or_a_read_only_part(fixtures: Path, tmp
 def _whole(run: Path, out: Path) -> Path:
     merge([run], out)
     return out
+
+
+def test_groups_that_make_one_file_name_each_get_a_file_of_their_own(tmp_path: Path) -> None:
+    from builders import kineto
+
+    for n, role in enumerate(["ro le", "ro_le", "index", "ro?le"]):
+        kineto(tmp_path / "run" / role / "rank0.pt.trace.json", rank=0, t0_us=1_790_000_000_000_000 + n, names=(role,))
+    report = merge([tmp_path / "run"], tmp_path / "m.json", split_by="role")
+    assert report.exit_code == 0
+    index = json.loads((tmp_path / "m.index.json").read_text())
+    files = {t["group"]: t["file"] for t in index["traces"]}
+    # Numbered in the order of their processes in the trace; the index names each file's group.
+    assert files == {
+        "ro le": "m.ro_le.json",
+        "ro?le": "m.ro_le-2.json",
+        "ro_le": "m.ro_le-3.json",
+        "index": "m.index-2.json",
+    }
+    for group, name in files.items():  # each part holds its own group's slice
+        assert [s.name for s in read_chrome_json(tmp_path / name).slices] == [group]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["run", "m.index.json", *files.values()])
+
+
+def test_a_host_name_too_long_for_a_file_name_is_cut_and_told_apart(tmp_path: Path) -> None:
+    hosts = ["h" * 100_000, "h" * 99_999]
+    for n, host in enumerate(hosts):
+        event = {"ph": "X", "name": f"e{n}", "pid": 1, "tid": 1, "ts": 1_790_000_000_000_000 + n, "dur": 5}
+        path = tmp_path / "run" / f"rank{n}.pt.trace.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"hostName": host, "traceEvents": [event]}))
+    report = merge([tmp_path / "run"], tmp_path / "m.pftrace", split_by="host")
+    assert report.exit_code == 0
+    index = json.loads((tmp_path / "m.index.json").read_text())
+    assert [len(t["group"]) for t in index["traces"]] == [100_000, 99_999]
+    names = [t["file"] for t in index["traces"]]
+    assert [(n[:82], len(n)) for n in names] == [("m." + "h" * 80, 99)] * 2 and names[0] != names[1]
+    assert sum(len(read_pftrace(tmp_path / n).slices) for n in names) == 2

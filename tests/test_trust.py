@@ -402,7 +402,7 @@ def test_an_unwritable_output_is_found_before_any_input_is_read(tmp_path: Path, 
         raise AssertionError(f"read {job.candidate.path} before checking the output")
 
     monkeypatch.setattr(executors, "process_file", never)
-    with pytest.raises(FatalError, match=r"output directory .* does not exist"):
+    with pytest.raises(FatalError, match=r"cannot write the output: its folder .* does not exist"):
         merge([FIXTURES / "kineto_gpu"], tmp_path / "missing" / "out.pftrace")
 
 

@@ -245,7 +245,9 @@ def _raw(port: int, request: bytes) -> int:
         return int(sock.makefile("rb").readline().split()[1])
 
 
-@pytest.mark.parametrize("host", ["evil.example:{port}", "evil.example", "localhost:{port}", "127.0.0.1:1", None])
+@pytest.mark.parametrize(
+    "host", ["evil.example:{port}", "evil.example", "localhost", "localhost:1", "127.0.0.1:1", "[::1]", None]
+)
 @pytest.mark.parametrize("offline", [False, True])
 def test_open_answers_only_requests_naming_it(tmp_path: Path, host: str | None, offline: bool) -> None:
     """A page whose name was rebound to 127.0.0.1 sends its own name as Host: refused."""
@@ -259,10 +261,10 @@ def test_open_answers_only_requests_naming_it(tmp_path: Path, host: str | None, 
         for path in ("/trace/m.pftrace", "/"):
             header = b"" if host is None else f"Host: {host.format(port=port)}\r\n".encode()
             assert _raw(port, f"GET {path} HTTP/1.1\r\n".encode() + header + b"Connection: close\r\n\r\n") == 403
-        ok = _raw(
-            port, f"GET /trace/m.pftrace HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode()
-        )
-        assert ok == 200
+        # The loopback by any of its names, with this port: what a browser at the end of an SSH tunnel sends.
+        for ours in (f"127.0.0.1:{port}", f"localhost:{port}", f"LocalHost:{port}", f"[::1]:{port}"):
+            request = f"GET /trace/m.pftrace HTTP/1.1\r\nHost: {ours}\r\nConnection: close\r\n\r\n"
+            assert _raw(port, request.encode()) == 200, ours
     finally:
         server.close()
 

@@ -162,3 +162,24 @@ def test_open_lets_only_the_perfetto_ui_read_across_origins(tmp_path: Path, orig
         assert err.value.code == 404
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("command", ["check", "open"])
+def test_a_folder_is_named_a_folder_not_a_missing_file(tmp_path: Path, command: str) -> None:
+    result = runner.invoke(cli.app, [command, str(tmp_path), *(["--no-browser"] if command == "open" else [])])
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        f"tracemerge: error: {tmp_path}: is a directory; name a trace file in it (such as the -o of a merge)"
+    )
+
+
+@pytest.mark.parametrize("port", ["65536", "-1", "99999999999999999999"])
+def test_open_on_a_port_that_cannot_be_is_a_usage_error(tmp_path: Path, port: str) -> None:
+    trace = tmp_path / "m.pftrace"
+    trace.write_bytes(b"")
+    result = runner.invoke(cli.app, ["open", str(trace), "--port", port, "--no-browser"])
+    assert result.exit_code == 2
+    assert (
+        result.output.strip()
+        == f"tracemerge: error: Invalid value for '--port': {port} is not in the range 0<=x<=65535."
+    )

@@ -14,11 +14,16 @@ Targets are network peers and are not trusted:
 - every target is fetched on its own thread: a slow one misses its own ticks (counted as failed
   scrapes) and never delays the others' or a stop, after which nothing more is written.
 
-A failed fetch is reported once per target and retried at the next tick.
+A failed fetch is reported once per target and retried at the next tick. A page is written only
+when it is Prometheus (or OpenMetrics) text: a compressed body never asked for, an HTML page or
+binary data is a failed scrape, with its reason. Credentials in a URL (``http://user:pass@host/``)
+are sent as HTTP basic authentication and written nowhere: not in a file's header, not in its
+folder's name, not in a message. An output folder that is a symbolic link is refused.
 """
 
 from __future__ import annotations
 
+import base64
 import http.client
 import re
 import signal
@@ -30,14 +35,15 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Protocol
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import SplitResult, unquote, urljoin, urlsplit
 
 import msgspec
 from msgspec import field
 
 from tracemerge.core.errors import TracemergeError, shown
+from tracemerge.core.stats import Losses, Stat
 from tracemerge.run.output import check_output, write_whole
-from tracemerge.sources.metrics.exposition import SCRAPE_HEADER, SUFFIX, instance_of
+from tracemerge.sources.metrics.exposition import SCRAPE_HEADER, SUFFIX, instance_of, parse_snapshot
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 MAX_PAGE_BYTES = 64 << 20  # an engine's /metrics page is kilobytes; more is not a metrics page
@@ -86,9 +92,19 @@ class ScrapeResult(msgspec.Struct):
     failed: Counter[str] = field(default_factory=Counter)
 
 
+def public(url: str) -> str:
+    """``url`` without the credentials it may hold (``http://user:pass@host/`` → ``http://host/``):
+    what is written to files and printed."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    return f"{scheme}://{authority.rpartition('@')[2]}{slash}{path}"
+
+
 def target_dir(url: str) -> str:
     """The directory of a target's scrapes: ``http://10.0.0.7:8000/metrics`` → ``10.0.0.7_8000``."""
-    return _UNSAFE.sub("_", instance_of(url)).strip("_") or "target"
+    return _UNSAFE.sub("_", instance_of(public(url))).strip("_") or "target"
 
 
 def check_url(url: str) -> str:
@@ -97,7 +113,7 @@ def check_url(url: str) -> str:
         if parts is None or not parts.hostname or parts.port == 0:
             raise ValueError
     except ValueError:  # a port that is not a number, or out of range
-        raise ValueError(f"not an http(s) URL: {shown(url)!r}") from None
+        raise ValueError(f"not an http(s) URL: {shown(public(url))!r}") from None
     return url
 
 
@@ -108,9 +124,10 @@ def check_targets(urls: Sequence[str]) -> list[str]:
     for url in map(check_url, urls):
         other = folders.setdefault(target_dir(url), url)
         if other == url and urls.count(url) > 1:
-            raise ValueError(f"{shown(url)} is given twice")
+            raise ValueError(f"{shown(public(url))} is given twice")
         if other != url:
-            raise ValueError(f"{shown(other)} and {shown(url)} would be written to one folder ({target_dir(url)})")
+            both = f"{shown(public(other))} and {shown(public(url))}"
+            raise ValueError(f"{both} would be written to one folder ({target_dir(url)})")
     return list(urls)
 
 
@@ -132,7 +149,7 @@ def fetch(url: str, timeout: float, on_connection: Callable[[socket.socket], Non
                 raise _Unwanted(f"cannot connect ({_reason(exc)})") from None
             on_connection(connection.sock)
             connection.request(
-                "GET", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), headers=_HEADERS
+                "GET", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), headers=_headers(parts)
             )
             response = connection.getresponse()
             if response.status in _REDIRECTS and response.getheader("Location"):
@@ -150,6 +167,34 @@ def fetch(url: str, timeout: float, on_connection: Callable[[socket.socket], Non
     raise _Unwanted(f"more than {MAX_REDIRECTS} redirects")
 
 
+def _headers(parts: SplitResult) -> dict[str, str]:
+    """The request's headers: the URL's credentials, if any, as HTTP basic authentication."""
+    if parts.username is None:
+        return _HEADERS
+    token = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+    return {**_HEADERS, "Authorization": "Basic " + base64.b64encode(token).decode()}
+
+
+def page_problem(page: bytes) -> str | None:
+    """Why ``page`` is not a metrics page to write (None: it is one). A gzip body (never asked
+    for), binary data or an HTML page would be written as a scrape the merge then cannot read."""
+    if page[:2] == b"\x1f\x8b":
+        return "a gzip-compressed page (not asked for), not written"
+    try:
+        text = page.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"not text (byte {exc.start} is not UTF-8), not written"
+    if "\0" in text:
+        return "binary data (a NUL byte), not written"
+    if text.lstrip()[:1] == "<":
+        return "an HTML or XML page, not metrics text, not written"
+    losses = Losses()
+    if not parse_snapshot(text, 0, None, losses) and losses.count(Stat.METRIC_UNREADABLE):
+        first = next(iter(losses.messages_of(Stat.METRIC_UNREADABLE)), "")
+        return f"not Prometheus metrics text ({first}), not written"
+    return None
+
+
 def _body(response: http.client.HTTPResponse) -> bytes:
     chunks, size = [], 0
     while chunk := response.read1(1 << 16):
@@ -157,7 +202,11 @@ def _body(response: http.client.HTTPResponse) -> bytes:
         if size > MAX_PAGE_BYTES:
             raise _Unwanted(f"page larger than {MAX_PAGE_BYTES >> 20} MiB")
         chunks.append(chunk)
-    return b"".join(chunks)
+    page = b"".join(chunks)
+    problem = page_problem(page)
+    if problem is not None:
+        raise _Unwanted(problem)
+    return page
 
 
 def write_scrape(out_dir: Path, url: str, when_ns: int, page: bytes) -> Path:
@@ -168,7 +217,7 @@ def write_scrape(out_dir: Path, url: str, when_ns: int, page: bytes) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / f"{when_ns}{SUFFIX}"
     check_output(final, set(), force=True)
-    write_whole(final, f"{SCRAPE_HEADER} time_unix_ns={when_ns} url={url}\n".encode() + page)
+    write_whole(final, f"{SCRAPE_HEADER} time_unix_ns={when_ns} url={public(url)}\n".encode() + page)
     return final
 
 
@@ -246,7 +295,7 @@ class _Run:
                 return
             self.result.failed[job.url] += 1
             if self.result.failed[job.url] == 1:  # said once
-                self.on_error(f"{shown(job.url)}: {outcome} (retried at every tick)")
+                self.on_error(f"{shown(public(job.url))}: {outcome} (retried at every tick)")
 
     def police(self, targets: list[_Target]) -> None:
         """Settles every fetch past its deadline as failed, and cuts it off."""
@@ -286,6 +335,8 @@ def scrape(
 ) -> ScrapeResult:
     """Scrape every URL each ``every`` seconds until each has been fetched ``count`` times (a
     fetch still under way at a tick misses it) or ``stop`` is set."""
+    if out_dir.is_symlink():  # a link may point anywhere: the folder is named itself
+        raise TracemergeError(f"{shown(out_dir)}: is a symbolic link; not writing scrapes through it")
     stop = stop if stop is not None else SignalStop()
     run = _Run(out_dir, timeout if timeout is not None else max(every, 1.0), on_error)
     targets = [_Target(url) for url in urls]

@@ -12,6 +12,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 
 from tracemerge.analysis.holdups import order_key
+from tracemerge.core.errors import shown
 from tracemerge.core.model import Identity
 from tracemerge.naming.paths import role_sort_key
 from tracemerge.phases.model import IDLE, PhaseModel, PipelineSlice, ProcessPhases
@@ -212,8 +213,8 @@ def _warning(numbers: dict) -> list[str]:
     found = numbers.get("unaligned") or []
     if not found:
         return []
-    n = len(found)
-    return [f"⚠ {n} process{'es' if n > 1 else ''} unaligned (placed without clock evidence): {', '.join(found)}"]
+    n, names = len(found), ", ".join(map(shown, found))
+    return [f"⚠ {n} process{'es' if n > 1 else ''} unaligned (placed without clock evidence): {names}"]
 
 
 def _step_table(steps: list[dict], longest: dict[int, dict] | None = None) -> str:

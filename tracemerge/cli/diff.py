@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from tracemerge.cli import engine
-from tracemerge.core.errors import TracemergeError, shown
+from tracemerge.core.errors import TracemergeError, shown, terminal_text
 from tracemerge.core.exit_status import EXIT_FATAL, EXIT_REGRESSION
 
 if TYPE_CHECKING:
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 def _say(message: str) -> None:
-    typer.echo(message, err=True)
+    typer.echo(shown(message), err=True)  # one line: a name in it cannot forge another
 
 
 def load(path: Path, phase_rules: "PhaseOptions") -> dict:
@@ -56,9 +56,9 @@ def report(base: dict, new: dict, threshold: float | None, as_json: bool, extra:
         doc = {**(extra or {}), "diff": result} if extra is not None else result
         typer.echo(engine.json_bytes(doc).decode())
     else:
-        typer.echo(engine.format_diff(result))
+        typer.echo(terminal_text(engine.format_diff(result)))
         if threshold is not None:
-            typer.echo(engine.format_gate(failed, threshold))
+            typer.echo(terminal_text(engine.format_gate(failed, threshold)))
     sys.stdout.flush()
     return EXIT_REGRESSION if failed else 0
 

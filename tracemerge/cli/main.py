@@ -14,7 +14,7 @@ from tracemerge import __version__
 from tracemerge.cli import diff as cli_diff
 from tracemerge.cli import engine
 from tracemerge.cli import tools as cli_tools
-from tracemerge.core.errors import Stopped, TracemergeError, shown
+from tracemerge.core.errors import Stopped, TracemergeError, shown, terminal_text
 from tracemerge.core.exit_status import EXIT_FATAL, EXIT_INCOMPLETE, EXIT_OK, leave_after
 
 if TYPE_CHECKING:
@@ -117,18 +117,19 @@ def _main(
 
 
 def _err(message: str) -> None:
-    typer.echo(message, err=True)
+    typer.echo(terminal_text(message), err=True)
 
 
 def _say(message: str) -> None:
-    _err(f"tracemerge: {message}")
+    _err(f"tracemerge: {shown(message)}")  # one line: a name in it cannot forge another
 
 
 @app.command(short_help="Merge traces into one clock-aligned trace (the default command).")
 def merge(
     inputs: Annotated[list[Path], typer.Argument(help="Trace files or directories (searched recursively).")],
     output: Annotated[
-        Path, typer.Option("--output", "-o", help="Output file: .pftrace, .pftrace.gz, .json or .json.gz.")
+        str,
+        typer.Option("--output", "-o", metavar="FILE", help="Output file: .pftrace, .pftrace.gz, .json or .json.gz."),
     ],
     format: Annotated[
         Optional[str],
@@ -202,6 +203,7 @@ def merge(
         if jobs > cores and ray is None:
             notes.append(f"--jobs {jobs}: this machine gives it {cores} CPUs; {cores} processes used")
             jobs = cores
+        output_path = _output_file(output)
         selection = _selection(roles, ranks, where, window, min_dur, keep_zero_counters)
         if format is not None and format not in engine.WRITERS:
             raise ValueError(f"--format: unknown output format {format!r} (choose from {', '.join(engine.WRITERS)})")
@@ -227,7 +229,7 @@ def merge(
         try:
             result = engine.merge(
                 inputs,
-                output,
+                output_path,
                 format=format,
                 jobs=jobs,
                 executor=engine.ray_executor(ray) if ray is not None else None,
@@ -249,6 +251,15 @@ def merge(
             raise typer.Exit(EXIT_FATAL) from None
     result.notes.extend(notes)
     raise typer.Exit(_said(result, report, summary, quiet))
+
+
+def _output_file(output: str) -> Path:
+    """``-o`` as a file: a name that ends in a slash or is a directory names a folder, not a trace."""
+    path = Path(output)
+    if output.endswith(("/", os.sep)) or path.is_dir():
+        example = shown(path / "merged.pftrace")
+        raise ValueError(f"-o: {shown(output)} names a folder; name the trace file, e.g. {example}")
+    return path
 
 
 def _selection(
@@ -291,7 +302,7 @@ def _said(result: "RunReport", report: Path | None, summary: bool, quiet: bool) 
             report_failed = True
     outcome = engine.format_outcome(result)
     if summary:
-        typer.echo(engine.format_summary(result.phases))
+        typer.echo(terminal_text(engine.format_summary(result.phases)))
     if not quiet:
         _err(outcome)
     elif result.exit_code:
@@ -364,7 +375,7 @@ def summary(
     if threshold is not None and baseline is None:
         raise typer.BadParameter("--fail-over gates on a --baseline: name one")
     if not path.exists():
-        _say(f"error: {path}: no such file or directory")
+        _say(f"error: {shown(path)}: no such file or directory")
         raise typer.Exit(EXIT_FATAL)
     try:
         phase_rules = engine.PhaseOptions(engine.resolve(phases))
@@ -405,14 +416,14 @@ def summary(
             raise typer.Exit(EXIT_FATAL)
         base = cli_diff.load(baseline, phase_rules)
         if not as_json:
-            typer.echo(engine.format_summary(numbers) + "\n")
+            typer.echo(terminal_text(engine.format_summary(numbers)) + "\n")
         raise typer.Exit(cli_diff.report(base, numbers, threshold, as_json, extra={"summary": numbers}))
     try:
         text = engine.json_bytes(numbers).decode() if as_json else engine.format_summary(numbers)
     except engine.NOT_A_SUMMARY as exc:  # a summary of another shape than tracemerge writes
         _say(f"error: {shown(path)}: its phase summary cannot be read ({type(exc).__name__})")
         raise typer.Exit(EXIT_FATAL) from None
-    typer.echo(text)
+    typer.echo(terminal_text(text))
 
 
 # check, open and scrape: tracemerge.cli.tools, registered here after merge and summary.

@@ -10,16 +10,26 @@ from typing import Annotated, Optional
 import typer
 
 from tracemerge.cli import engine
-from tracemerge.core.errors import Stopped, shown
+from tracemerge.core.errors import Stopped, TracemergeError, shown, terminal_text
 from tracemerge.core.exit_status import EXIT_FATAL, EXIT_INCOMPLETE, EXIT_OK
 
 
 def _err(message: str) -> None:
-    typer.echo(message, err=True)
+    typer.echo(terminal_text(message), err=True)
 
 
 def _say(message: str) -> None:
-    _err(f"tracemerge: {message}")
+    _err(f"tracemerge: {shown(message)}")  # one line: a name in it cannot forge another
+
+
+def _trace_file(trace: Path) -> None:
+    """Exits 1 with one line unless ``trace`` is a file: a folder is not a trace, a missing name is missing."""
+    if trace.is_dir():
+        _say(f"error: {shown(trace)}: is a directory; name a trace file in it (such as the -o of a merge)")
+        raise typer.Exit(EXIT_FATAL)
+    if not trace.is_file():
+        _say(f"error: {shown(trace)}: no such file" if not trace.exists() else f"error: {shown(trace)}: not a file")
+        raise typer.Exit(EXIT_FATAL)
 
 
 def check(
@@ -37,9 +47,7 @@ def check(
     from tracemerge.viewer.check import check_trace, format_check
     from tracemerge.viewer.trace_processor import TraceProcessorError, TraceProcessorUnavailable
 
-    if not trace.is_file():
-        _say(f"error: {shown(trace)}: no such file")
-        raise typer.Exit(EXIT_FATAL)
+    _trace_file(trace)
     try:
         check_whole(trace)  # trace_processor would load what it can and say nothing of the rest
     except Unreadable as exc:
@@ -53,7 +61,7 @@ def check(
     except TraceProcessorError as exc:
         _say(f"error: {shown(trace)}: trace_processor failed: {' '.join(str(exc).split())}")
         raise typer.Exit(EXIT_INCOMPLETE) from None
-    typer.echo(format_check(result))
+    typer.echo(terminal_text(format_check(result)))
     raise typer.Exit(EXIT_OK if result.ok else EXIT_INCOMPLETE)
 
 
@@ -63,7 +71,9 @@ def open_(
         bool,
         typer.Option("--offline", help="Serve the locally installed Perfetto UI build instead of ui.perfetto.dev."),
     ] = False,
-    port: Annotated[int, typer.Option("--port", help="Local port to serve on.")] = 9001,
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, help="Local port to serve on (0: any free one).")
+    ] = 9001,
     browser: Annotated[bool, typer.Option("--browser/--no-browser", help="Open a web browser.")] = True,
 ) -> None:
     """Serve a trace on 127.0.0.1 and open it in the Perfetto UI, until Ctrl+C (exit 0)."""
@@ -72,9 +82,7 @@ def open_(
     from tracemerge.viewer.serve import serve
     from tracemerge.viewer.trace_processor import find_ui_build
 
-    if not trace.is_file():
-        _say(f"error: {shown(trace)}: no such file")
-        raise typer.Exit(EXIT_FATAL)
+    _trace_file(trace)
     ui_dir = None
     if offline:
         build = find_ui_build()
@@ -130,6 +138,9 @@ def scrape(
             result = engine.scrape(targets, output, period, count=count, stop=stop, on_error=_say)
     except OSError as exc:
         _say(f"error: {shown(output)}: cannot write ({exc.strerror or exc})")
+        raise typer.Exit(EXIT_FATAL) from None
+    except TracemergeError as exc:
+        _say(f"error: {exc}")
         raise typer.Exit(EXIT_FATAL) from None
     written = sum(result.written.values())
     if not quiet:

@@ -15,7 +15,23 @@ def shown(path: object) -> str:
     text = str(path)
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def _escape(char: str) -> str:
+    """A character that is not printable as its escape: ``\\n``, ``\\x1b``, ``\\u2028``."""
+    text = repr(char)[1:-1]
+    # repr leaves some unprintable characters as they are (format characters, such as U+200E)
+    return text if text != char else f"\\u{ord(char):04x}"
+
+
+def terminal_text(text: str) -> str:
+    """Text printed to a terminal, line by line: the lines the tool made kept, every other
+    control character (an escape that clears the screen or colours a line) written as its escape.
+    Text from data is escaped where it enters a line too (:func:`shown`): this is the last guard."""
+    if text.isprintable():
+        return text
+    return "\n".join(shown(line) for line in text.split("\n"))
 
 
 class InputError(TracemergeError):

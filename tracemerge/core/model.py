@@ -137,10 +137,21 @@ class Identity(msgspec.Struct, frozen=True):
         return f"{self.role} · {who}" if self.role else who
 
 
+RANK_DIGITS = 40  # more digits than any rank has (2**128 has 39): such a value is not read as one
+
+
 def as_rank(value: Any) -> int | None:
-    """A rank from an int or a numeric string; None for anything else."""
-    if type(value) is int and value >= 0:
+    """A rank from an int or a string of ASCII digits; None for anything else (``"²"``, a number of
+    thousands of digits, a fraction). Never raises: one bad value costs that value, not the file."""
+    if type(value) is int and 0 <= value < 10**RANK_DIGITS:
         return value
-    if type(value) is str and value.strip().isdigit():
-        return int(value)
+    if type(value) is str:
+        text = value.strip()
+        if text.isascii() and text.isdigit() and len(text) <= RANK_DIGITS:
+            return int(text)
     return None
+
+
+def rank_unreadable(value: Any) -> bool:
+    """Whether a rank field is given (not null) but is not a rank :func:`as_rank` reads."""
+    return value is not None and as_rank(value) is None

@@ -130,7 +130,14 @@ class Stat(Enum):
     CLOCK_ANCHOR_UNREADABLE = (
         "clock_anchor_unreadable",
         Severity.DATA_LOSS,
-        "files whose clock anchor (baseTimeNanoseconds) is not an integer of ns: placed without it",
+        "files whose clock anchor (Kineto's baseTimeNanoseconds, a scrape's time_unix_ns) is not an integer of ns "
+        "a trace can hold: placed without it",
+    )
+    RANK_UNREADABLE = (
+        "rank_unreadable",
+        Severity.DATA_LOSS,
+        'files whose rank field is not a rank (text such as "²", a fraction, a negative number, a number of '
+        "thousands of digits): read without it, ranked by their file name if it gives one",
     )
     CONNECTION_SHARED = (
         "connection_shared",

@@ -48,7 +48,8 @@ def discover(inputs: list[Path]) -> Discovery:
     seen: set[Path] = set()
     for given in inputs:
         if given.is_dir():
-            files, dirs = _walk(given, skipped, notes)
+            files, dirs, hidden = _walk(given, skipped, notes)
+            notes.extend(_hidden_traces(hidden))
             for directory in dirs:
                 for fmt in FORMATS:
                     reason = fmt.unusable_dir(directory) if fmt.unusable_dir else None
@@ -66,11 +67,13 @@ def discover(inputs: list[Path]) -> Discovery:
     return Discovery(candidates, skipped, ignored, notes, used)
 
 
-def _walk(root: Path, skipped: list[InputError], notes: list[str]) -> tuple[list[Path], list[Path]]:
-    """Files and directories below ``root`` (hidden ones skipped), in a stable order. Symbolic
-    links to directories are followed, each real directory once (a link back up is a loop);
-    a directory that cannot be listed is named in ``skipped``, one met twice in ``notes``."""
+def _walk(root: Path, skipped: list[InputError], notes: list[str]) -> tuple[list[Path], list[Path], list[Path]]:
+    """Files and directories below ``root`` (hidden ones skipped), in a stable order, and the
+    hidden files passed over. Symbolic links to directories are followed, each real directory
+    once (a link back up is a loop); a directory that cannot be listed is named in ``skipped``,
+    one met twice in ``notes``."""
     files: list[Path] = []
+    hidden: list[Path] = []
     dirs: list[Path] = [root]
     seen = {os.path.realpath(root): root}
 
@@ -91,9 +94,24 @@ def _walk(root: Path, skipped: list[InputError], notes: list[str]) -> tuple[list
         dirnames[:] = kept
         dirs.extend(Path(dirpath) / d for d in dirnames)
         for name in sorted(filenames):
-            if not name.startswith("."):
-                files.append(Path(dirpath) / name)
-    return files, dirs
+            (hidden if name.startswith(".") else files).append(Path(dirpath) / name)
+    return files, dirs, hidden
+
+
+# Hidden files are not read from a directory: they are what tools leave beside a run (a file
+# being written under a temporary name, tracemerge's own included; an editor's swap file; a copy
+# a sync tool keeps). One that a format would read is named, so that none vanishes unsaid.
+def _hidden_traces(hidden: list[Path]) -> list[str]:
+    """A note for each hidden file a format claims: not read, and how to read it."""
+    notes = []
+    for path in hidden:
+        try:
+            claimed = recognise(path) is not None
+        except OSError:
+            continue
+        if claimed:
+            notes.append(f"{shown(path)}: a hidden file, not read (name it on the command line to merge it)")
+    return notes
 
 
 def _consider(

@@ -168,7 +168,7 @@ VERL_NSYS = Convention(
 # Files a framework writes that tracemerge reads only once exported: named with what to do, never
 # ignored (an Nsight Systems report is exported by nsys when it is on PATH).
 NEEDS_EXPORT = {
-    ".nsys-rep": "an Nsight Systems report: export it first with nsys export --type sqlite -o {stem}.sqlite {name}",
+    ".nsys-rep": "an Nsight Systems report: export it first with nsys export --type sqlite -o {export} {name}",
 }
 # Conventions tried on a file name, first match wins (engines are tried only inside a replica).
 CONVENTIONS = (VERL_TORCH, VERL_RELOCATED, VERL_OLD, SLIME, SKYRL, AREAL, VERL_NSYS)

@@ -12,6 +12,7 @@ they must become.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -328,7 +329,9 @@ def needs_export(path: Path) -> str | None:
     """Why a file a framework wrote cannot be read as it is, with the command that makes it readable."""
     for suffix, reason in NEEDS_EXPORT.items():
         if path.name.endswith(suffix):
-            return reason.format(stem=path.name[: -len(suffix)], name=path.name)
+            # Quoted for a shell: the command is meant to be copied, and a name can hold `;` or `$(...)`.
+            stem = path.name[: -len(suffix)]
+            return reason.format(export=shlex.quote(f"{stem}.sqlite"), name=shlex.quote(path.name))
     return None
 
 

@@ -17,8 +17,21 @@ from tracemerge.core.stats import Losses, Stat
 from tracemerge.naming.paths import COORDINATE_ORDER
 
 # Statistics that count parts of events or files, not events: their lines do not say events were dropped.
-_NOT_EVENTS = frozenset({Stat.VALUE_TOO_DEEP, Stat.CLOCK_ANCHOR_UNREADABLE})
+_NOT_EVENTS = frozenset({Stat.VALUE_TOO_DEEP, Stat.CLOCK_ANCHOR_UNREADABLE, Stat.RANK_UNREADABLE})
+# Info statistics of what is in the input as it is and what Perfetto would leave undrawn too: their
+# lines say so. The other info lines (a copy read once, zero counters left out, a session start
+# missing) say what tracemerge did, and their own message says it.
+_PERFETTO_IGNORES = frozenset(
+    {
+        Stat.FLOW_END_WITHOUT_START,
+        Stat.FLOW_START_WITHOUT_END,
+        Stat.FLOW_WITHOUT_DIRECTION,
+        Stat.METADATA_UNSUPPORTED,
+        Stat.METRIC_SERIES_EMPTY,
+    }
+)
 IGNORED_SHOWN = 10  # files that are not traces named on stderr (the report lists them all)
+AGAINST_WIDTH = 120  # the alignment table's "against" column (every partner is in --report)
 
 
 class EventCounts(msgspec.Struct):
@@ -182,7 +195,9 @@ _SEPARATORS = {True: (",", ": "), False: (",", ":")}
 
 
 def format_table(rows: list[tuple[str, ...]], left: frozenset[int] = frozenset()) -> str:
-    """A plain-text table: header, rule, rows; columns in ``left`` left-aligned, others right."""
+    """A plain-text table: header, rule, rows; columns in ``left`` left-aligned, others right.
+    Every cell is escaped (:func:`shown`): a name from the data cannot break a row or colour it."""
+    rows = [tuple(shown(c) for c in row) for row in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = []
     for n, row in enumerate(rows):
@@ -192,6 +207,11 @@ def format_table(rows: list[tuple[str, ...]], left: frozenset[int] = frozenset()
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def clipped(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, its end replaced by ``…`` when cut (the report keeps it whole)."""
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def format_found(report: RunReport) -> str:
@@ -249,7 +269,7 @@ def format_alignment(report: RunReport) -> str:
                 offset,
                 "?" if unc is None else format_duration(unc),
                 str(a["anchors"]) if a["anchors"] else "-",
-                a["against"],
+                clipped(shown(a["against"]), AGAINST_WIDTH),
             )
         )
     lines = [format_table(rows, left=frozenset({0, 1, 2, 6}))]
@@ -323,11 +343,11 @@ def format_outcome(report: RunReport) -> str:
         counts = ", ".join(f"{stat.value} {stats.count(stat):,} ({stat.severity.value})" for stat in stats.stats())
         lines.append(f"statistics: {counts}")
     for message in report.skipped:
-        lines.append(f"skipped {message}")
+        lines.append(f"skipped {shown(message)}")
     for message in report.notes:
-        lines.append(f"note: {message}")
+        lines.append(f"note: {shown(message)}")
     if report.used:
-        names = ", ".join(used.split(": ", 1)[0] for used in report.used[:IGNORED_SHOWN])
+        names = ", ".join(shown(used.split(": ", 1)[0]) for used in report.used[:IGNORED_SHOWN])
         more = f" and {len(report.used) - IGNORED_SHOWN} more" if len(report.used) > IGNORED_SHOWN else ""
         lines.append(f"used {len(report.used)} metadata files beside the traces: {names}{more} (all in --report)")
     if report.ignored:
@@ -345,7 +365,7 @@ def format_losses(losses: Losses) -> list[str]:
         lines.append(f"{stat.value} {count:,} ({stat.severity.value}): {stat.description}")
         messages = losses.messages_of(stat)
         for message, n in sorted(messages.items(), key=lambda kv: (-kv[1], kv[0])):
-            lines.append(f"  {_loss_line(stat, message, n)}")
+            lines.append(f"  {_loss_line(stat, shown(message), n)}")
         unlisted = count - sum(messages.values())
         if unlisted:
             lines.append(f"  {_loss_line(stat, 'more, not listed one by one', unlisted)}")
@@ -359,4 +379,6 @@ def _loss_line(stat: Stat, message: str, count: int) -> str:
         return f"data loss: {count:,} × {message}"
     if stat.is_loss:
         return f"dropped {count:,} input events: {message}"
-    return f"info: {count:,} {message} (as in the input; Perfetto ignores these too)"
+    if stat in _PERFETTO_IGNORES:
+        return f"info: {count:,} {message} (as in the input; Perfetto ignores these too)"
+    return f"info: {count:,} {message}"

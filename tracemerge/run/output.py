@@ -76,7 +76,9 @@ def write_whole(path: Path, data: bytes) -> None:
 def work_dir(out_path: Path) -> Path:
     out_dir = out_path.parent if str(out_path.parent) else Path(".")
     if not out_dir.is_dir():
-        raise FatalError(f"{shown(out_path)}: output directory {out_dir} does not exist")
+        raise FatalError(
+            f"{shown(out_path)}: cannot write the output: its folder {shown(out_dir)} does not exist (create it first)"
+        )
     try:
         return Path(tempfile.mkdtemp(prefix=".tracemerge-", dir=out_dir))
     except OSError as exc:

@@ -215,7 +215,7 @@ def _read(
     scalars: list[StepScalars] = []
     scans = collect(run.map(jobs, "read"), report, scalars)
     if not scans:
-        raise FatalError("no usable trace files: " + "; ".join(report.skipped))
+        raise FatalError(_nothing_usable(report, scalars))
     return {j.candidate.path: j for j in jobs}, scans, scalars
 
 
@@ -320,3 +320,18 @@ def process_filter(selection: Selection, scans: list[FileScan]) -> Callable[[Ide
         return None
     named = {i for s in scans if selection.keeps_file(s.facts) for i in (*s.counts, *s.threads, *s.counter_series)}
     return lambda ident: selection.keeps(ident) and ident in named
+
+
+def _nothing_usable(report: RunReport, scalars: list[StepScalars]) -> str:
+    """Why no file gave a trace: the files skipped, else what the files read hold instead."""
+    if report.skipped:
+        return "no usable trace files: " + "; ".join(report.skipped)
+    if scalars:
+        names = ", ".join(shown(s.path) for s in scalars[:3]) + (
+            f" and {len(scalars) - 3} more" if len(scalars) > 3 else ""
+        )
+        return (
+            f"no usable trace files: only tracker scalars ({names}), which are drawn on the steps of a trace;"
+            " merge them with the run's traces"
+        )
+    return "no usable trace files: the files read hold no events"

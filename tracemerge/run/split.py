@@ -13,15 +13,16 @@ input files, time range in ns after the run start (and, by step window, the wind
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 import msgspec
 from msgspec.structs import replace
 
-from tracemerge.core.errors import FatalError, shown
+from tracemerge.core.errors import FatalError
 from tracemerge.phases.derived_unit import DERIVED_FORMAT
 from tracemerge.plan.types import FileScan, MergePlan, UnitPlan
 from tracemerge.report.run_report import json_bytes
@@ -108,11 +109,24 @@ def _stem_and_extension(out_path: Path, extensions: tuple[str, ...]) -> tuple[st
     return (name[: len(name) - len(ext)] if ext else name), ext
 
 
-def part_path(out_path: Path, group: str, extensions: tuple[str, ...]) -> Path:
-    """``merged.pftrace`` and group ``actor`` -> ``merged.actor.pftrace``."""
+# Longest group name kept whole in a part's file name (a file name holds 255 bytes); a longer one
+# is cut there and told apart by a digest of it.
+GROUP_NAME_CHARS = 80
+
+
+def part_path(out_path: Path, group: str, extensions: tuple[str, ...], taken: Collection[str] = ()) -> Path:
+    """``merged.pftrace`` and group ``actor`` -> ``merged.actor.pftrace``. Groups from the data may
+    make one name (``ro le`` and ``ro_le``), or the index's (a role ``index`` of ``merged.json``):
+    a name in ``taken`` gets ``-2``, ``-3``, ... (the index says which group each file holds)."""
     stem, ext = _stem_and_extension(out_path, extensions)
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", group).strip(".") or "_"
-    return out_path.with_name(f"{stem}.{safe}{ext}")
+    if len(safe) > GROUP_NAME_CHARS:
+        safe = f"{safe[:GROUP_NAME_CHARS]}-{hashlib.sha256(group.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
+    name, n = f"{stem}.{safe}{ext}", 1
+    while name in taken:
+        n += 1
+        name = f"{stem}.{safe}-{n}{ext}"
+    return out_path.with_name(name)
 
 
 def index_path(out_path: Path, extensions: tuple[str, ...]) -> Path:
@@ -177,10 +191,10 @@ def write_parts(
     entries = []
     index = index_path(out_path, extensions)
     check(index)
+    taken = {index.name}
     for n, (part, scan_of) in enumerate(parts):
-        target = part_path(out_path, part.group, extensions)
-        if target == index or any(target == t for _, t in written):
-            raise FatalError(f"{shown(target)}: two parts would be written to this file")
+        target = part_path(out_path, part.group, extensions, taken)
+        taken.add(target.name)
         check(target)
         staged = work / f"part{n:05d}"
         sub = sub_plan(plan, part.units)

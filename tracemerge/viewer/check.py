@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 from msgspec import field
 
+from tracemerge.core.errors import shown
 from tracemerge.report.run_report import format_table
 from tracemerge.viewer.trace_processor import TraceProcessor
 
@@ -79,7 +80,7 @@ def format_check(result: CheckResult) -> str:
     rows = [("pid", "process", "tracks", "slices", "counters", "flows")]
     for p in result.processes:
         rows.append((str(p.pid), p.name, str(p.tracks), f"{p.slices:,}", f"{p.counters:,}", f"{p.flows:,}"))
-    lines = [f"{result.path}: loaded by trace_processor", format_table(rows, left=frozenset({1}))]
+    lines = [f"{shown(result.path)}: loaded by trace_processor", format_table(rows, left=frozenset({1}))]
     for s in [*result.notes, *result.problems]:
         idx = f"[{s['idx']}]" if s["idx"] is not None else ""
         level = s["severity"] if s in result.problems else "info"

@@ -5,8 +5,9 @@ is pointed at it with a ``#!/?url=`` deep link. The UI is ui.perfetto.dev, or, o
 installed UI build served from the same server.
 
 It is a network service on the loopback address, and answers as one: only requests naming it in
-their ``Host`` header (``127.0.0.1:<port>``) are served, so a web page whose own name was made to
-point at 127.0.0.1 (DNS rebinding) gets a 403; a request it cannot serve (a NUL byte, a path too
+their ``Host`` header as a loopback address with its port (``127.0.0.1:<port>``, ``localhost:<port>``,
+``[::1]:<port>``: what a browser sends through an SSH tunnel too) are served, so a web page whose own
+name was made to point at 127.0.0.1 (DNS rebinding) gets a 403; a request it cannot serve (a NUL byte, a path too
 long for the file system) is a 4xx; a client that goes away mid-answer ends its connection
 quietly; an idle connection is closed after :data:`IDLE_SECONDS`. Nothing is printed per request.
 """
@@ -26,6 +27,8 @@ PERFETTO_UI = "https://ui.perfetto.dev"
 DEFAULT_PORT = 9001
 TRACE_ROUTE = "/trace/"
 IDLE_SECONDS = 60
+# The names of this machine's loopback a Host header may give (no other name: DNS rebinding).
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
 class _Handler(SimpleHTTPRequestHandler):
@@ -50,7 +53,8 @@ class _Handler(SimpleHTTPRequestHandler):
 
     def _host_is_ours(self) -> bool:
         """Whether the request names this server in its Host header (else it is answered 403)."""
-        if self.headers.get("Host") == f"127.0.0.1:{self.server.server_address[1]}":
+        host = (self.headers.get("Host") or "").lower()
+        if host in {f"{name}:{self.server.server_address[1]}" for name in LOOPBACK_NAMES}:
             return True
         self.send_error(403, "Unknown Host")
         return False

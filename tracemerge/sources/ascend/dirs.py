@@ -7,6 +7,7 @@ Bare msprof runs are ``PROF_*`` directories. The text and DB readers share these
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from msgspec.structs import replace
 
 from tracemerge.core.bounds import TOO_DEEP, cut_deep
 from tracemerge.core.errors import InputError, NotATrace, shown
-from tracemerge.core.model import UNIX_EPOCH, SourceData, ThreadInfo, ThreadKey, as_rank
+from tracemerge.core.model import UNIX_EPOCH, SourceData, ThreadInfo, ThreadKey, as_rank, rank_unreadable
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.naming.paths import PathFacts, ascend_run_facts, path_facts
 from tracemerge.sources.base import read_head
@@ -95,12 +96,21 @@ def load_json(path: Path, dropped: Losses | None = None) -> Any:
     except orjson.JSONDecodeError:
         data, where = cut_deep(data, 1)
         if not where:
-            return None
+            return _python_json(data)
     if dropped is not None:
         dropped.add(Stat.VALUE_TOO_DEEP, len(where), TOO_DEEP)
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
+        return _python_json(data)
+
+
+def _python_json(data: bytes) -> Any:
+    """``data`` as Python's json reads it (NaN, Infinity, a bad byte): one such value does not cost
+    the rest of the file (its rank_id, its clock); None when it is not JSON even so."""
+    try:
+        return json.loads(data.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
         return None
 
 
@@ -121,6 +131,8 @@ def rank_of(run: Path, dropped: Losses | None = None) -> int | None:
                 rank = as_rank(content["ms_profiler_info"].get("rank_id"))
             if rank is not None:
                 return rank
+            if dropped is not None and rank_unreadable(content.get("rank_id")):
+                dropped.add(Stat.RANK_UNREADABLE, 1, f"{shown(info.name)}: rank_id that is not a rank: read without it")
     for info in sorted(run.glob("device_*/info.json.*")):
         if _DEVICE_INFO.match(info.name):
             content = load_json(info)

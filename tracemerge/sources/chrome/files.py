@@ -21,7 +21,7 @@ from tracemerge.sources.base import HEAD_BYTES, read_head
 from tracemerge.sources.chrome.events import ChromeEvents
 from tracemerge.sources.chrome.schema import ExactEvent, NeedsExactTimes
 from tracemerge.sources.json.segments import read_in_parts
-from tracemerge.sources.json.stream import Damage, EventStream
+from tracemerge.sources.json.stream import HEAD_LIMIT, Damage, EventStream, text_blocks
 from tracemerge.sources.json.text import replaced_surrogates
 from tracemerge.store.read_options import PartReads
 
@@ -41,6 +41,25 @@ def first_json_object(head: bytes, path: Path | None = None) -> dict | None:
                 return None
             found = _long_first_object(path, stat.st_size, stat.st_mtime_ns)
     return found
+
+
+def holds_trace_events(path: Path, limit: int = HEAD_LIMIT) -> bool:
+    """Whether the (decompressed) text holds the key ``"traceEvents"`` within its first ``limit``
+    bytes: a minified trace may hold more than the head in the keys before its array (a large
+    ``pg_config``). Read in blocks, never raises."""
+    key = b'"traceEvents"'
+    carried, seen = b"", 0
+    try:
+        for block in text_blocks(path):
+            if key in carried + block[: len(key)] or key in block:
+                return True
+            seen += len(block)
+            if seen >= limit:
+                return False
+            carried = block[-len(key) :]
+    except (OSError, Damage):
+        return False
+    return False
 
 
 def opens_chrome_trace(head: bytes) -> bool:

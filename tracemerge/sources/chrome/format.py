@@ -12,13 +12,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tracemerge.core.errors import InputError, NotATrace
-from tracemerge.core.model import ClockDomain, SourceData, as_rank
+from tracemerge.core.errors import NotATrace
+from tracemerge.core.model import ClockDomain, SourceData, as_rank, rank_unreadable
 from tracemerge.core.stats import Stat
 from tracemerge.core.units import checked_ns
-from tracemerge.sources.base import SourceFormat
+from tracemerge.sources.base import HEAD_BYTES, SourceFormat
 from tracemerge.sources.chrome.events import ChromeEvents
-from tracemerge.sources.chrome.files import host_of, read_events
+from tracemerge.sources.chrome.files import holds_trace_events, host_of, read_events
 from tracemerge.sources.chrome.schema import LenientEvent, TraceEvent
 from tracemerge.store.file_layout import FileLayout
 
@@ -31,7 +31,11 @@ KINETO_BASE = ClockDomain("unix epoch (baseTimeNanoseconds)", anchored=True)
 def claims(path: Path, head: bytes) -> bool:
     text = head.lstrip()
     if text.startswith(b"{"):
-        return b'"traceEvents"' in head or (b'"schemaVersion"' in head and path.name.endswith((".json", ".json.gz")))
+        named = path.name.endswith((".json", ".json.gz"))
+        if b'"traceEvents"' in head or (b'"schemaVersion"' in head and named):
+            return True
+        # A head of keys alone (a large pg_config first, minified): the array may come after it.
+        return named and len(head) >= HEAD_BYTES and holds_trace_events(path)
     if text.startswith(b"["):
         return _EVENT_HINT.search(head) is not None
     return False
@@ -52,14 +56,23 @@ def read(path: Path, layout: FileLayout) -> SourceData:
     if type(base) is int:
         try:
             clock, origin = KINETO_BASE, checked_ns(base)
-        except ValueError as exc:
-            raise InputError(path, f"baseTimeNanoseconds: {exc}") from None
+        except ValueError as exc:  # 10**30: out of range, said and not used like any other unreadable anchor
+            reader.dropped.add(
+                Stat.CLOCK_ANCHOR_UNREADABLE,
+                1,
+                f"baseTimeNanoseconds out of range ({exc}): the file is placed without it",
+            )
     elif "baseTimeNanoseconds" in meta:  # "12abc", 1.7e18 (no ns in a float), a list: said, not used
         kind = {str: "text", float: "a float", list: "an array", dict: "an object"}.get(type(base), "null or a bool")
         reader.dropped.add(
             Stat.CLOCK_ANCHOR_UNREADABLE,
             1,
             f"baseTimeNanoseconds that is not an integer of ns ({kind}): the file is placed without it",
+        )
+    given = meta.get("distributedInfo")
+    if type(given) is dict and rank_unreadable(given.get("rank")):
+        reader.dropped.add(
+            Stat.RANK_UNREADABLE, 1, f"distributedInfo.rank that is not a rank ({_brief(given['rank'])})"
         )
     return SourceData(
         path=path,
@@ -72,6 +85,12 @@ def read(path: Path, layout: FileLayout) -> SourceData:
         dropped=reader.dropped,
         metadata_records=reader.metadata_records,
     )
+
+
+def _brief(value: Any) -> str:
+    """A value as a message shows it: its text, cut to 40 characters (a rank of 5,000 digits)."""
+    text = getattr(value, "text", None) or repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}…({len(text):,} characters)"
 
 
 def _rank(info: Any) -> int | None:

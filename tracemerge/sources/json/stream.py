@@ -46,6 +46,7 @@ from tracemerge.sources.json.text import (
     _closes_early,
     _last_boundary,
     _last_boundary_outside_strings,
+    _members,
     _pos,
     _reason,
     _truncated,
@@ -53,7 +54,7 @@ from tracemerge.sources.json.text import (
 
 BLOCK = 512 << 10
 # Largest run of bytes searched for the array's opening key before giving up.
-_HEAD_LIMIT = 64 << 20
+HEAD_LIMIT = 64 << 20
 _SEPARATOR = re.compile(rb"[ \t\r\n]*,?")  # what follows an event in the array
 
 
@@ -81,7 +82,7 @@ def _line_col(path: Path, offset: int) -> str:
     """``line:col`` (from 1) of the byte at ``offset`` of a file's text, gunzipped as read."""
     lines, line_start, seen = 0, 0, 0
     try:
-        for block in _blocks(path):
+        for block in text_blocks(path):
             part = block[: offset - seen]
             newlines = part.count(b"\n")
             if newlines:
@@ -108,7 +109,7 @@ def _span_blocks(path: Path, start: int, stop: int) -> Iterator[bytes]:
             yield block
 
 
-def _blocks(path: Path) -> Iterator[bytes]:
+def text_blocks(path: Path) -> Iterator[bytes]:
     """The file's bytes, gunzipped when it is gzip data, in blocks of about BLOCK bytes."""
     with path.open("rb") as f:
         first = f.read(BLOCK)
@@ -181,6 +182,7 @@ class EventStream(BatchDecoding, ArrayTail):
             f.name for f in (msgspec.structs.fields(lenient) if lenient else ()) if f.type is msgspec.Raw
         ) - {"args"}
         self.meta: dict[str, Any] = {}
+        self.more_arrays: list[Any] = []  # traceEvents keys after the first (see ArrayTail)
         self.damage: Damage | None = None
         self.notes = Losses()
         self.bare = False
@@ -213,7 +215,7 @@ class EventStream(BatchDecoding, ArrayTail):
     def _batches(self) -> Iterator[list]:
         start, stop = self.span or (0, None)
         if not start and stop is None:
-            blocks = _blocks(self.path)
+            blocks = text_blocks(self.path)
         else:  # a part of a plain file (without a byte-order mark)
             blocks = _span_blocks(self.path, start, stop if stop is not None else self.path.stat().st_size)
         buf = next(blocks, b"") if start else self._open_array(blocks)
@@ -279,22 +281,28 @@ class EventStream(BatchDecoding, ArrayTail):
                         return self._advance(buf, len(buf) - len(value) + 1)
                     if value:
                         raise InputError(self.path, "traceEvents is not an array")
-            if len(buf) > _HEAD_LIMIT:
+            if len(buf) > HEAD_LIMIT:
                 break
         if not buf.strip(_WS):
             raise InputError(self.path, "empty file")
         raise NotATrace(self.path, "no traceEvents array")
 
     def _read_object(self, text: bytes, buf: bytes, at: int) -> None:
+        """The keys before the event array into :attr:`meta`: NaN, Infinity, an integer too long
+        for msgspec or a bad byte in one is read as Python's json reads it, not the file lost."""
         try:
             try:
                 value = msgspec.json.decode(text)
             except RecursionError:
-                value = msgspec.json.decode(self._cut(text, 1, at))
+                text = self._cut(text, 1, at)
+                value = msgspec.json.decode(text)
         except msgspec.DecodeError as exc:
-            raise InputError(
-                self.path, f"invalid JSON ({_reason(exc)})", self._where(buf, at + _pos(exc, text))
-            ) from None
+            members, _, whole = _members(text)
+            if not whole:
+                raise InputError(
+                    self.path, f"invalid JSON ({_reason(exc)})", self._where(buf, at + _pos(exc, text))
+                ) from None
+            value = members
         if type(value) is dict:
             self.meta.update(value)
 
@@ -349,6 +357,8 @@ class EventStream(BatchDecoding, ArrayTail):
         if events:
             yield events
         self.notes.update(self._tail(buf, end - 1, rest))
+        for array in self.more_arrays:
+            yield self._more_events(array)
 
     def _segment_end(self, buf: bytes) -> Iterator[list]:
         """The last events of a span that ends where another event starts: read as batches are

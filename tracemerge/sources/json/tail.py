@@ -18,7 +18,7 @@ import msgspec
 
 from tracemerge.core.errors import shown
 from tracemerge.core.stats import Losses, Stat
-from tracemerge.sources.json.text import _WS, _extended, _junk, _members, _pos, _reason, _truncated
+from tracemerge.sources.json.text import _WS, _extended, _junk, _members, _pos, _reason, _truncated, event_arrays
 
 
 class ArrayTail:
@@ -27,6 +27,9 @@ class ArrayTail:
     path: Path
     bare: bool
     meta: dict[str, Any]
+    more_arrays: list[Any]
+    notes: Losses
+    _decode: Callable[[bytes], list]
     _cut: Callable[..., bytes]
     _advance: Callable[[bytes, int], bytes]
     _where: Callable[[bytes, int], str]
@@ -66,7 +69,25 @@ class ArrayTail:
             except RecursionError:
                 return self._partial_tail(buf, at, self._cut(doc, 1, at), exc, rest)
         self.meta.update(value)
+        self._take_arrays(doc)
         return self._trailing(buf, len(buf), rest)
+
+    def _take_arrays(self, doc: bytes) -> None:
+        """Moves a ``traceEvents`` key after the array (a key written twice) from :attr:`meta` to
+        :attr:`more_arrays`, each one such key holds, so that their events are read too."""
+        if "traceEvents" not in self.meta:
+            return
+        last = self.meta.pop("traceEvents")
+        self.more_arrays.extend(event_arrays(doc) or [last])
+
+    def _more_events(self, value: Any) -> list:
+        """The events of a further ``traceEvents`` key (a key written twice): as many as the first's."""
+        if type(value) is not list:
+            where = f"{shown(self.path)}: a further traceEvents key that is not an event array, not read"
+            self.notes.add(Stat.EVENT_NOT_OBJECT, 1, where)
+            return []
+        # Encoded again for the event decoders; a number read with its text (thousands of digits) as its float.
+        return self._decode(msgspec.json.encode(value, enc_hook=float))
 
     def _partial_tail(
         self, buf: bytes, at: int, doc: bytes, exc: msgspec.DecodeError, rest: Iterator[bytes]
@@ -74,9 +95,11 @@ class ArrayTail:
         if "trailing characters" in str(exc):
             end = _pos(exc, doc) - 1
             self.meta.update(msgspec.json.decode(doc[:end]))
+            self._take_arrays(doc[:end])
             return self._trailing(buf, at + end, rest)
         members, stop, whole = _members(doc)
         self.meta.update(members)
+        self._take_arrays(doc[:stop] + (b"" if whole else b"}"))
         if whole:  # NaN, Infinity or a bad byte, read as Python reads them
             return self._trailing(buf, at + stop, rest)
         if _truncated(exc):

@@ -164,13 +164,20 @@ def _python_end(doc: bytes) -> tuple[bytes, int] | None:
 
 
 _SPACE = re.compile(r"[ \t\r\n]*")
+_INT_DIGITS = 4000  # longer integers Python refuses to read (4300 digits): kept as numbers with their text
+
+
+def _int_or_number(text: str) -> int | _NumberText:
+    """An integer as Python's json reads it; one too long to read as an int, a number with its text
+    (a value no field can use, rather than the object lost)."""
+    return int(text) if len(text) <= _INT_DIGITS else _NumberText(text)
 
 
 def _members(doc: bytes) -> tuple[dict[str, Any], int, bool]:
     """The members of the object ``doc`` opens, as Python's json reads them, up to the first that
     cannot be read: (members, the offset where reading stopped, whether the object closed)."""
     text = _without_lone_surrogates(doc).decode("utf-8", "surrogateescape")
-    scan = json.JSONDecoder().raw_decode
+    scan = json.JSONDecoder(parse_int=_int_or_number).raw_decode
     members: dict[str, Any] = {}
     pos = _SPACE.match(text, 1).end()
     if text[pos : pos + 1] == "}":
@@ -193,6 +200,23 @@ def _members(doc: bytes) -> tuple[dict[str, Any], int, bool]:
         pos = _SPACE.match(text, pos + 1).end()
         if after == "}":
             return members, len(text[:pos].encode("utf-8", "surrogateescape")), True
+
+
+def event_arrays(doc: bytes) -> list[Any] | None:
+    """The value of every top-level ``traceEvents`` key of the object ``doc`` opens, in order (an
+    object may repeat a key, and a decoder into a dict keeps only the last); None when Python's
+    json cannot read the object."""
+    found: list[list[Any]] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        found.append([value for key, value in items if key == "traceEvents"])  # the outermost comes last
+        return dict(items)
+
+    try:
+        json.JSONDecoder(object_pairs_hook=pairs).raw_decode(doc.decode("utf-8", "surrogateescape"))
+    except (ValueError, RecursionError):
+        return None
+    return found[-1] if found else None
 
 
 def replaced_surrogates(value: Any) -> Any:

@@ -25,7 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from tracemerge.core.errors import InputError, NotATrace
+from tracemerge.core.errors import InputError, NotATrace, shown
 from tracemerge.core.model import SourceData
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.core.units import NS_MAX, NS_MIN, checked_ns, decimal_text_to_int, seconds_to_ns
@@ -43,7 +43,7 @@ _TEXT_STARTS = (b"# HELP ", b"# TYPE ", SCRAPE_HEADER.encode())
 _HEADER_FIELD = re.compile(r"(\w+)=(\S+)")
 # A Unix time in a file name (``1732900000.250.prom``), its unit told by how many whole digits
 # it has: the decimals of a second that unit has.
-_NAME_TIME = re.compile(r"^(\d+)(?:\.\d+)?(?:\.|$)")
+_NAME_TIME = re.compile(r"^(\d+)(?:\.\d+)?(?:\.|$)", re.ASCII)
 _NAME_TIME_DIGITS = {10: 9, 13: 6, 16: 3, 19: 0}
 _COUNTER_PARTS = {"counter": None, "histogram": ("_bucket", "_count", "_sum"), "summary": ("_count", "_sum")}
 
@@ -132,12 +132,12 @@ def _parsed(path: Path) -> _Parsed:
 @functools.lru_cache(maxsize=1)
 def _parse_scrape(path: Path, data: bytes) -> _Parsed:
     dropped = Losses()
-    text, when, instance, first_line = _scrape(path, data)
+    text, when, instance, first_line = _scrape(path, data, dropped)
     points = parse_snapshot(text, when, instance, dropped, first_line)
     return _Parsed(tuple(points), dropped)
 
 
-def _scrape(path: Path, data: bytes) -> tuple[str, int | None, str | None, int]:
+def _scrape(path: Path, data: bytes, dropped: Losses) -> tuple[str, int | None, str | None, int]:
     """The scrape's text, time and instance, and the file line its text starts at."""
     try:
         text = data.decode("utf-8")
@@ -148,19 +148,24 @@ def _scrape(path: Path, data: bytes) -> tuple[str, int | None, str | None, int]:
     if first.startswith(SCRAPE_HEADER):
         fields = dict(_HEADER_FIELD.findall(first))
         text, first_line = rest, 2  # ours, not the page's (OpenMetrics allows no other comments)
-    when = _header_time(path, fields["time_unix_ns"]) if "time_unix_ns" in fields else _name_time(path)
+    when = _header_time(path, fields["time_unix_ns"], dropped) if "time_unix_ns" in fields else _name_time(path)
     url = fields.get("url")
     return text, when, instance_of(url) if url else None, first_line
 
 
-def _header_time(path: Path, text: str) -> int | None:
-    """The scrape time our header gives; InputError when it is a number no trace can hold."""
-    if not text.isdigit():
-        return _name_time(path)
-    ns = int(text) if len(text) <= 20 else NS_MAX
-    if not NS_MIN < ns < NS_MAX:
-        raise InputError(path, f"scrape time out of range (time_unix_ns={text[:40]})")
-    return ns
+def _header_time(path: Path, text: str, dropped: Losses) -> int | None:
+    """The scrape time our header gives. One it cannot hold ("²", out of range) costs that value:
+    counted, the scrape placed by the time in its name; InputError when its name gives none."""
+    digits = text.isascii() and text.isdigit()  # "²" is a digit to Python, not to int()
+    ns = int(text) if digits and len(text) <= 20 else None
+    if ns is not None and NS_MIN < ns < NS_MAX:
+        return ns
+    reason = f"scrape time {'out of range' if digits else 'unreadable'} (time_unix_ns={shown(text[:40])})"
+    instead = _name_time(path)
+    if instead is None:
+        raise InputError(path, reason)
+    dropped.add(Stat.CLOCK_ANCHOR_UNREADABLE, 1, f"{reason}: placed by the time in its name")
+    return instead
 
 
 def _name_time(path: Path) -> int | None:
@@ -214,8 +219,8 @@ def read(path: Path, layout: FileLayout) -> SourceData:
         try:
             counters = {s for s, _, _ in points if s.kind == COUNTER}
             later = [p for p in _parsed(following).points if p[0] in counters]
-        except InputError:
-            later = []  # that scrape is reported when it is read itself
+        except (InputError, OSError):
+            later = []  # that scrape is reported when it is read itself; this one is whole without it
         points += later
         borrowed = frozenset(series for series, _, _ in later)
     metrics = MetricWriter(layout, dropped)

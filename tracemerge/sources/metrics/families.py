@@ -4,7 +4,8 @@
 was in. :func:`_families` finds such lines, counts each under :data:`UNREADABLE` (the first named
 by its line number in the file and the parser's reason) and leaves it out, parsing again only the
 block of the page it was in (:class:`_Page`), so that the cost stays linear in the page; after
-:data:`_MAX_BAD_LINES` the rest of the page is given up, counted under :data:`REST_LOST`.
+:data:`_MAX_BAD_LINES` the rest of the page is given up from its next bad line on (the samples
+before that line are kept), counted under :data:`REST_LOST`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 
 from tracemerge.core.stats import Losses, Stat
 
@@ -36,9 +38,9 @@ def _families(text: str, dropped: Losses, first_line: int) -> list:
             families.extend(page.parse(page.block_text(len(read))))
         except ValueError as exc:  # what came before the bad line's family is in ``families``
             why = _why(exc)
-            if bad == _MAX_BAD_LINES:
+            if bad == _MAX_BAD_LINES:  # the rest of the page is given up: from its next bad line on
                 dropped.add(Stat.METRIC_UNREADABLE, 1, f"{UNREADABLE}{REST_LOST} ({why})")
-                read.append(families)
+                read.append(_families_before(page, len(read), _first_bad_line(page, len(read))))
                 break
             # Every line the parser gives up on alone goes at once (a block parsed again per bad line,
             # or a bisection over the page per bad line, would cost the page's length each time).
@@ -141,6 +143,16 @@ def _lone_bad_lines(page: _Page, block: int) -> list[tuple[int, str]]:
                 if why is not None:
                     found.append((n, why))
     return found
+
+
+def _families_before(page: _Page, block: int, bad: int) -> list:
+    """The families of ``block`` on its lines before the line ``bad``: the samples a page that is
+    given up holds before its next bad line (the family that line was in included)."""
+    text = "\n".join(page.lines[page.starts[block] : bad])
+    families: list = []
+    with suppress(ValueError):  # a check of the family as a whole (OpenMetrics): what came before it
+        families.extend(page.parse(text + ("\n# EOF\n" if page.openmetrics else "\n")))
+    return families
 
 
 def _first_bad_line(page: _Page, failing: int) -> int:

@@ -49,11 +49,14 @@ def _responses(data: bytes, path: Path, dropped: Losses) -> list[tuple[str | Non
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         lines = JsonLines(data)
-        found: list[tuple[str | None, Any]] = [(None, response) for _, response in lines]
-        if not found or any(type(response) is not dict for _, response in found):
+        values = [value for _, value in lines]
+        found: list[tuple[str | None, Any]] = [(None, r) for r in values if _is_response(r)]
+        if not found:
             # One document, damaged (the lines of a pretty-printed one are not responses).
             raise InputError(path, f"not JSON ({exc})") from None
         lines.account(path, dropped)
+        # A line `5`, `"x"` or a list among the responses: that line is lost, not the file.
+        dropped.add(Stat.LINE_UNREADABLE, len(values) - len(found), "line is JSON but not a query response")
         return found
     if type(doc) is list:
         return [(None, r) for r in doc]
@@ -62,6 +65,11 @@ def _responses(data: bytes, path: Path, dropped: Losses) -> list[tuple[str | Non
     if type(doc) is dict:
         return [(str(q), r) for q, r in doc.items()]
     raise NotATrace(path, "not a Prometheus query response")
+
+
+def _is_response(value: Any) -> bool:
+    """Whether a line of a file of responses holds one (an object with its data or status)."""
+    return type(value) is dict and ("data" in value or "status" in value)
 
 
 def read(path: Path, layout: FileLayout) -> SourceData:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tracemerge.core.model import UNIX_EPOCH, ClockDomain, Event, Kind, SourceData, ThreadInfo, as_rank
+from tracemerge.core.model import UNIX_EPOCH, ClockDomain, Event, Kind, SourceData, ThreadInfo, as_rank, rank_unreadable
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.core.units import seconds_to_ns
 from tracemerge.evidence.anchors import session_tag
@@ -69,6 +69,8 @@ def read(path: Path, layout: FileLayout) -> SourceData:
 def _add_record(obj: dict, submit: int, layout: FileLayout, dropped: Losses) -> None:
     role = obj.get("role") if type(obj.get("role")) is str else None
     origin = (role, as_rank(obj.get("rank")))
+    if rank_unreadable(obj.get("rank")):
+        dropped.add(Stat.RANK_UNREADABLE, 1, "session record whose rank is not a rank: read without it")
     sid = obj["session_id"]
     args = {k: obj[k] for k in ("session_id", "task_id", "status", "reason") if obj.get(k) is not None}
     end = _seconds(obj.get("finalized_ts"))

@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from tracemerge.core.model import ClockDomain, Event, Kind, SourceData, ThreadInfo, as_rank
+from tracemerge.core.model import ClockDomain, Event, Kind, SourceData, ThreadInfo, as_rank, rank_unreadable
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.core.units import FLOAT_EXACT_LIMIT_US, checked_ns, plain_json, seconds_to_ns, us_to_ns
 from tracemerge.evidence.anchors import session_tag
@@ -248,6 +248,8 @@ def _add_span(obj: dict, line: bytes, layout: FileLayout, threads: dict, dropped
         return
     role = obj.get("role") if type(obj.get("role")) is str else None
     origin = (role, as_rank(obj.get("rank")))
+    if rank_unreadable(obj.get("rank")):
+        dropped.add(Stat.RANK_UNREADABLE, 1, "span whose rank is not a rank: read without it")
     thread = obj.get("thread", obj.get("tid", "main"))
     if type(thread) not in (int, str):
         thread = str(thread)
