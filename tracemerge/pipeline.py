@@ -36,6 +36,7 @@ from tracemerge.layout.thread_walk import FILTERED_TIME
 from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.phases.derived_unit import encode_derived, steps_window
 from tracemerge.phases.rules import AUTO_PHASES, PhaseOptions
+from tracemerge.plan.machines import machine_notes
 from tracemerge.plan.types import (
     FileScan,
     UnitPlan,
@@ -121,6 +122,8 @@ def merge(
             run = Runner(runner, progress)
             first = read_all(run, candidates, asked, work, report)
             _note_placement(report, first, asked.clocks)
+            if writer.one_pass:
+                report.notes += machine_notes(first.plan)
             asked = replace(asked, selection=steps_window(selection, phase_rules.steps, first.model, first.plan))
             numbers = summary(first.model, {p.identity: p.name for p in first.plan.processes})
             scan_of, chunk_of = _encode(run, first, asked, numbers, report)
