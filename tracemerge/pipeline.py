@@ -46,7 +46,7 @@ from tracemerge.report.run_report import RunReport
 from tracemerge.run.executors import Executor
 from tracemerge.run.filework import FileOutcome
 from tracemerge.run.output import assemble, check_output, check_report, work_dir
-from tracemerge.run.reading import Asked, FirstRead, Runner, asked_of, discover_inputs, read_all
+from tracemerge.run.reading import Asked, FirstRead, Runner, asked_of, discover_inputs, read_all, with_archives
 from tracemerge.run.split import Part, groups, step_windows, write_parts
 from tracemerge.select import EVERYTHING, Selection
 from tracemerge.store.file_layout import DEFAULT_BUDGET
@@ -109,7 +109,9 @@ def merge(
     runner, asked = asked_of(writer, selection, clocks, phase_rules, metrics_map, memory_budget, jobs, executor)
     with ExitStack() as on_error:
         on_error.enter_context(runner)  # left (a cluster disconnected) at once if nothing can be merged
-        candidates, named = discover_inputs(runner, inputs, out_path, force, report)
+        unpack_into = lambda: _kept_till_the_end(on_error, work_dir(out_path))  # noqa: E731
+        candidates, named, unpacked = discover_inputs(runner, inputs, out_path, force, report, unpack_into)
+        asked = with_archives(asked, unpacked)
         taken = {Path(p).resolve() for p in also_writes}
         for path in also_writes:
             check_report(Path(path), out_path, named)
@@ -146,6 +148,12 @@ def merge(
         shutil.rmtree(work, ignore_errors=True)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _kept_till_the_end(stack: ExitStack, folder: Path) -> Path:
+    """``folder``, removed when the merge is over (however it ends)."""
+    stack.callback(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def _note_placement(report: RunReport, first: FirstRead, clocks: AlignOptions) -> None:

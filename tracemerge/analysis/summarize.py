@@ -20,7 +20,7 @@ from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.phases.rules import AUTO_PHASES, PhaseOptions
 from tracemerge.report.run_report import RunReport
 from tracemerge.run.executors import Executor
-from tracemerge.run.reading import Runner, asked_of, discover_inputs, read_all
+from tracemerge.run.reading import Runner, asked_of, discover_inputs, read_all, with_archives
 from tracemerge.select import EVERYTHING
 from tracemerge.store.file_layout import DEFAULT_BUDGET
 
@@ -47,6 +47,7 @@ def summarize(
     report = report if report is not None else RunReport()
     runner, asked = asked_of(None, EVERYTHING, clocks, phase_rules, metrics_map, memory_budget, jobs, executor)
     with runner, tempfile.TemporaryDirectory(prefix="tracemerge-summary-") as work:
-        candidates, _named = discover_inputs(runner, inputs, Path(work) / "summary", False, report)
+        found = discover_inputs(runner, inputs, Path(work) / "summary", False, report, lambda: Path(work))
+        candidates, asked = found[0], with_archives(asked, found[2])
         first = read_all(Runner(runner, lambda _msg: None), candidates, asked, Path(work), report)
     return summary(first.model, {p.identity: p.name for p in first.plan.processes})

@@ -18,9 +18,10 @@ import msgspec
 from msgspec.structs import replace
 
 from tracemerge.clock import AlignOptions, align
-from tracemerge.core.errors import FatalError
+from tracemerge.core.errors import FatalError, InputError
 from tracemerge.core.model import Identity
 from tracemerge.core.stats import Losses
+from tracemerge.discovery.archives import Unpacked, is_archive, unpack
 from tracemerge.discovery.discover import Candidate
 from tracemerge.discovery.same_content import read_once
 from tracemerge.metrics_map import MetricsMap
@@ -49,6 +50,7 @@ class Asked(msgspec.Struct, frozen=True):
     metrics_map: MetricsMap
     memory_budget: int
     cores: int = 0  # local processes a merge may use (0: files are read where an executor says)
+    hosts: dict[Path, str] = msgspec.field(default_factory=dict)  # a file's host as an archive's manifest names it
 
 
 def asked_of(
@@ -91,10 +93,17 @@ class FirstRead(msgspec.Struct):
 
 
 def discover_inputs(
-    runner: Executor, inputs: Sequence[str | os.PathLike[str]], out_path: Path, force: bool, report: RunReport
-) -> tuple[list[Candidate], set[Path]]:
-    """The files to merge, and every path named or found (resolved), which no output may replace."""
-    found = runner.discover([Path(p) for p in inputs])
+    runner: Executor,
+    inputs: Sequence[str | os.PathLike[str]],
+    out_path: Path,
+    force: bool,
+    report: RunReport,
+    unpack_into: Callable[[], Path] | None = None,
+) -> tuple[list[Candidate], set[Path], list[Unpacked]]:
+    """The files to merge, every path named or found (resolved), which no output may replace,
+    and the archives named that were expanded (into a folder ``unpack_into`` makes) to be read."""
+    paths, unpacked = _unpacked([Path(p) for p in inputs], unpack_into, report)
+    found = runner.discover(paths)
     report.ignored.extend(found.ignored)
     report.notes.extend(found.notes)
     report.skipped.extend(str(e) for e in found.skipped)
@@ -108,7 +117,41 @@ def discover_inputs(
         if report.skipped:
             raise FatalError(f"no usable trace files in {where}: " + "; ".join(report.skipped))
         raise FatalError(f"no trace files found in {where}")
-    return candidates, named
+    return candidates, named, unpacked
+
+
+def _unpacked(
+    paths: list[Path], unpack_into: Callable[[], Path] | None, report: RunReport
+) -> tuple[list[Path], list[Unpacked]]:
+    """The inputs, each archive among them (tracemerge.discovery.archives) as the folder it was
+    expanded into; what an archive held that is not read is in the report."""
+    if unpack_into is None or not any(is_archive(p) for p in paths):
+        return paths, []
+    into = unpack_into()
+    expanded, unpacked = [], []
+    for path in paths:
+        if not is_archive(path):
+            expanded.append(path)
+            continue
+        try:
+            archive = unpack(path, into)
+        except InputError as exc:
+            report.skipped.append(str(exc))
+            continue
+        unpacked.append(archive)
+        expanded.append(archive.folder)
+        report.skipped.extend(str(e) for e in archive.skipped)
+        report.notes.extend(archive.notes)
+    return expanded, unpacked
+
+
+def with_archives(asked: Asked, unpacked: list[Unpacked]) -> Asked:
+    """What the archives' manifests say, as the stages take it: hosts, and clocks pinned."""
+    if not unpacked:
+        return asked
+    hosts = {path: host for archive in unpacked for path, host in archive.hosts.items()}
+    pins = tuple(pin for archive in unpacked for pin in archive.pins)
+    return replace(asked, hosts=hosts, clocks=replace(asked.clocks, pinned=asked.clocks.pinned + pins))
 
 
 def read_all(run: Runner, candidates: list[Candidate], asked: Asked, work: Path, report: RunReport) -> FirstRead:
@@ -165,6 +208,8 @@ def _read_and_plan(
     scans = collect(run.map(jobs, "read"), report, scalars)
     if not scans:
         raise FatalError("no usable trace files: " + "; ".join(report.skipped))
+    for s in scans:  # an archive's manifest names the machine a file is on
+        s.host = asked.hosts.get(s.path, s.host)
     # The stages in their order: align the clocks, derive the phases, plan (the derived tracks
     # are one more unit of the plan).
     alignment = align(scans, asked.clocks, identity_sort_key)
