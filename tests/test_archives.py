@@ -21,8 +21,10 @@ from conftest import FIXTURES
 from expected import Expected, kineto_file
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
 from readback import read_pftrace
+from typer.testing import CliRunner
 
 from tracemerge.analysis.summarize import summarize
+from tracemerge.cli import main as cli
 from tracemerge.core.errors import FatalError
 from tracemerge.discovery import archives
 from tracemerge.pipeline import merge
@@ -199,3 +201,22 @@ def test_no_folder_is_left_when_nothing_is_merged(tmp_path: Path) -> None:
     with pytest.raises(FatalError):
         merge([only_manifest], tmp_path / "merged.pftrace")
     assert sorted(os.listdir(tmp_path)) == ["empty.tar"]
+
+
+def test_summary_and_diff_take_an_archive_as_a_run(tmp_path: Path) -> None:
+    runner = CliRunner()
+    shown = runner.invoke(cli.app, ["summary", str(ARCHIVE), "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output)["processes"] == summarize([ARCHIVE])["processes"]
+    out = tmp_path / "merged.pftrace"
+    merge([ARCHIVE], out)
+    compared = runner.invoke(cli.app, ["diff", str(ARCHIVE), str(out)])
+    assert compared.exit_code == 0, compared.output
+
+
+def test_two_archives_of_one_name_and_one_named_twice(tmp_path: Path) -> None:
+    other = write_tar(tmp_path / "b" / "two_hosts.tar", {NODE_B: members()[NODE_B]})
+    report = merge([ARCHIVE, other, ARCHIVE], tmp_path / "merged.pftrace")
+    # node-b's trace in both archives: the same bytes, read once (and said so).
+    assert report.written.slices == 970
+    assert any("same" in note and NODE_B in note for note in report.notes), report.notes

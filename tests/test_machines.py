@@ -22,6 +22,7 @@ from tracemerge.core.model import UNIX_EPOCH, Identity
 from tracemerge.pipeline import merge
 from tracemerge.plan.machines import assign_machines
 from tracemerge.plan.types import FileScan, UnitPlan
+from tracemerge.readback.damage import stored_summary
 from tracemerge.viewer.trace_processor import TraceProcessor, TraceProcessorUnavailable
 from tracemerge.writers import perfetto_machines
 
@@ -99,14 +100,19 @@ def test_each_packet_carries_its_machine_and_each_machine_its_name(two_hosts) ->
     by_sequence: dict[int, set[int]] = defaultdict(set)
     for p in found:
         by_sequence[p.trusted_packet_sequence_id].add(p.machine_id)
-    # The names are on no sequence, the descriptors' (1) on every machine; each file's sequence on
+    # The descriptors' sequence (1, with the names) is on every machine; each file's sequence on
     # its host's machine alone, and the derived tracks have a sequence per machine.
-    assert by_sequence.pop(0) == {1, 2}
     assert by_sequence.pop(1) == {0, 1, 2}
     assert sorted(by_sequence.values(), key=sorted) == [{0}, {0}, {1}, {1}, {2}, {2}]
     assert "hosts as Perfetto machines: node-a (machine 1): actor · rank 0; node-b (machine 2): actor · rank 1" in (
         report.notes
     )
+
+
+def test_the_trace_keeps_its_summary_readable(two_hosts) -> None:
+    """The machines' names sit on the descriptor sequence, where the phase summary is read."""
+    out, report = two_hosts
+    assert stored_summary(out) == report.phases
 
 
 def test_a_run_of_one_host_has_no_machines(tmp_path: Path) -> None:

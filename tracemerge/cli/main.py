@@ -355,12 +355,13 @@ def summary(
     try:
         phase_rules = engine.PhaseOptions(engine.resolve(phases))
         clocks = _placement(sync, offset, offsets_file, no_align)
-        if not path.is_dir() and (clocks.offsets or sync or no_align):
+        run = path.is_dir() or engine.is_archive(path)  # a run's folder, or the archive of one
+        if not run and (clocks.offsets or sync or no_align):
             raise ValueError("--sync, --offset, --offsets and --no-align place a run directory, not a merged trace")
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     try:
-        if path.is_dir():
+        if run:
             numbers = engine.summarize([path], phase_rules=phase_rules, clocks=clocks)
         else:
             numbers = engine.stored_summary(path)

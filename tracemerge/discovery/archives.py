@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import shutil
 import tarfile
+import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import suppress
@@ -64,8 +65,7 @@ def is_archive(path: Path) -> bool:
 def unpack(archive: Path, into: Path) -> Unpacked:
     """Expand ``archive`` into a new folder below ``into``; raises InputError when it cannot be
     read at all."""
-    folder = into / f"{archive.name}.unpacked"
-    folder.mkdir(parents=True)
+    folder = Path(tempfile.mkdtemp(prefix=f"{archive.name}.", dir=into))  # two archives may share a name
     found = Unpacked(archive, folder)
     manifests: list[tuple[str, bytes]] = []
     written: set[str] = set()

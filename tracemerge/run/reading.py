@@ -128,11 +128,14 @@ def _unpacked(
     if unpack_into is None or not any(is_archive(p) for p in paths):
         return paths, []
     into = unpack_into()
-    expanded, unpacked = [], []
+    expanded, unpacked, seen = [], [], set()
     for path in paths:
         if not is_archive(path):
             expanded.append(path)
             continue
+        if path.resolve() in seen:  # named twice: read once
+            continue
+        seen.add(path.resolve())
         try:
             archive = unpack(path, into)
         except InputError as exc:

@@ -31,9 +31,11 @@ def machine_field(machine: int) -> bytes:
     return _K_MACHINE + _varint(machine)
 
 
-def machine_name(machine: int, name: str) -> bytes:
-    """The packet that names a machine (``SystemInfo.machine_name``, on that machine)."""
-    return _packet(machine_field(machine) + _field(_K_SYSTEM_INFO, _field(_K_MACHINE_NAME, name.encode())))
+def machine_name(machine: int, name: str, sequence: int) -> bytes:
+    """The packet that names a machine (``SystemInfo.machine_name``, on that machine), on the
+    descriptor ``sequence`` (a reader of the trace's own notes reads that sequence alone)."""
+    info = _field(_K_SYSTEM_INFO, _field(_K_MACHINE_NAME, name.encode()))
+    return _packet(bytes([_K_SEQ]) + _varint(sequence) + machine_field(machine) + info)
 
 
 def copy_chunk(src: BinaryIO, out: BinaryIO, unit: UnitPlan) -> None:

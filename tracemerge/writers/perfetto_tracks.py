@@ -87,7 +87,7 @@ def _write_clock_and_root(out: BinaryIO, plan: MergePlan) -> None:
         for machine, host in plan.machines.names.items():
             root.machine_id = machine
             write_packet(out, root)
-            out.write(machine_name(machine, host))
+            out.write(machine_name(machine, host, seq))
 
 
 def _write_processes(out: BinaryIO, plan: MergePlan, on: dict[int, int]) -> None:
