@@ -215,3 +215,20 @@ def test_a_chunk_cut_within_a_packet_is_refused(tmp_path: Path) -> None:
     unit = UnitPlan(tmp_path / "x", "perfetto", 2, 0, 0, {}, {}, {}, machines=((2, 1),))
     with pytest.raises(ValueError, match="ends within a packet"):
         perfetto_machines.copy_chunk(io.BytesIO(b"\x0a\x05\x50\x02"), io.BytesIO(), unit)
+
+
+def test_a_split_part_names_only_its_own_machines(tmp_path: Path) -> None:
+    report = merge([TWO_HOSTS], tmp_path / "m.pftrace", split_by="host")
+    named = {}
+    for part in (p for p in report.parts if p.suffix == ".pftrace"):  # not the index
+        named[part.name] = {
+            p.machine_id: p.system_info.machine_name for p in packets(part) if p.HasField("system_info")
+        }
+    assert named == {
+        "m.node-a.pftrace": {1: "node-a"},
+        "m.node-b.pftrace": {2: "node-b"},
+        "m.pipeline.pftrace": {1: "node-a", 2: "node-b"},  # each process's Phases track
+        "m.unknown-host.pftrace": {},
+    }
+    [machines] = query(tmp_path / "m.node-b.pftrace", "select raw_id from machine order by raw_id")
+    assert machines == [{"raw_id": 0}, {"raw_id": 2}]

@@ -50,7 +50,7 @@ def _unsigned_pair(a: int, b: int) -> tuple[int, int]:
 def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> None:
     """The clock snapshot and every track descriptor, before any event that uses them."""
     on = _machine_of_process(plan)
-    _write_clock_and_root(out, plan)
+    _write_clock_and_root(out, plan, set(on.values()))
     _write_processes(out, plan, on)
     _write_threads(out, plan, lanes, on)
     _write_counters(out, plan, on)
@@ -65,8 +65,9 @@ def _machine_of_process(plan: MergePlan) -> dict[int, int]:
     return {proc.uuid: of_process[proc.identity] for proc in plan.processes if proc.identity in of_process}
 
 
-def _write_clock_and_root(out: BinaryIO, plan: MergePlan) -> None:
-    """The wall-clock snapshot (when the trace has a wall clock) and the root descriptor."""
+def _write_clock_and_root(out: BinaryIO, plan: MergePlan, machines: set[int]) -> None:
+    """The wall-clock snapshot (when the trace has a wall clock) and the root descriptor; each
+    machine of ``machines`` its own root and its name."""
     seq = DESCRIPTOR_SEQUENCE
     if plan.wall_clock:
         # A time base before 1970 (an epoch clock that wrote a negative time) is placed by the
@@ -83,8 +84,10 @@ def _write_clock_and_root(out: BinaryIO, plan: MergePlan) -> None:
     root.track_descriptor.process_ordering = pb.TrackDescriptor.PROCESS_ORDERING_EXPLICIT
     root.track_descriptor.thread_ordering = pb.TrackDescriptor.THREAD_ORDERING_EXPLICIT
     write_packet(out, root)
-    if plan.machines is not None:  # each machine's own root, and its name
+    if plan.machines is not None:  # each machine's own root, and its name (a split's part: its own)
         for machine, host in plan.machines.names.items():
+            if machine not in machines:
+                continue
             root.machine_id = machine
             write_packet(out, root)
             out.write(machine_name(machine, host, seq))
