@@ -220,3 +220,11 @@ def test_two_archives_of_one_name_and_one_named_twice(tmp_path: Path) -> None:
     # node-b's trace in both archives: the same bytes, read once (and said so).
     assert report.written.slices == 970
     assert any("same" in note and NODE_B in note for note in report.notes), report.notes
+
+
+def test_a_member_that_cannot_be_written_costs_that_member(tmp_path: Path) -> None:
+    """``a`` is a file, so ``a/b.json`` has no folder to go in: that member alone is lost."""
+    files = {**members(), "a": b"text", "a/b.json": b"{}"}
+    report = merge([write_tar(tmp_path / "run.tar", files)], tmp_path / "merged.pftrace")
+    assert [s.split("run.tar:", 1)[1] for s in report.skipped] == ["a/b.json: cannot be written: File exists"]
+    assert report.written.slices == 970

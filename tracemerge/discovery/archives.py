@@ -86,8 +86,14 @@ def unpack(archive: Path, into: Path) -> Unpacked:
                     manifests.append((name, data + src.read(_MANIFEST_MAX)))
                     continue
                 target = folder.joinpath(*where.parts)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                total += _write(src, data, target, size)
+                try:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    total += _write(src, data, target, size)
+                except OSError as exc:  # this member alone (a file of the name of a folder, a full disk)
+                    with suppress(OSError):
+                        target.unlink()
+                    found.skipped.append(InputError(archive, f"cannot be written: {exc.strerror or exc}", name))
+                    continue
             written.add(where.as_posix())
     except (OSError, EOFError, tarfile.TarError, zipfile.BadZipFile, ValueError) as exc:
         shutil.rmtree(folder, ignore_errors=True)
