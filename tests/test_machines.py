@@ -10,10 +10,12 @@ where tracemerge's own reader finds it.
 from __future__ import annotations
 
 import io
+import json
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
+from builders import kineto
 from conftest import FIXTURES, unavailable
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
 from readback import read_pftrace
@@ -232,3 +234,14 @@ def test_a_split_part_names_only_its_own_machines(tmp_path: Path) -> None:
     }
     [machines] = query(tmp_path / "m.node-b.pftrace", "select raw_id from machine order by raw_id")
     assert machines == [{"raw_id": 0}, {"raw_id": 2}]
+
+
+@pytest.mark.parametrize("key", ["host_name", "hostName", "hostname"])
+def test_each_way_a_kineto_trace_names_its_host(tmp_path: Path, key: str) -> None:
+    for rank, host in enumerate(("gpu-1", "gpu-2")):
+        path = kineto(tmp_path / "run" / f"rank{rank}.pt.trace.json", rank=rank)
+        top = json.loads(path.read_text())
+        top[key] = host
+        path.write_text(json.dumps(top))
+    report = merge([tmp_path / "run"], tmp_path / "merged.pftrace")
+    assert "hosts as Perfetto machines: gpu-1 (machine 1): rank 0; gpu-2 (machine 2): rank 1" in report.notes

@@ -139,6 +139,11 @@ class Stat(Enum):
         Severity.INFO,
         "input files with the same bytes as another input (a copy): merged once, as the first one found",
     )
+    MANIFEST_ENTRY_UNUSED = (
+        "manifest_entry_unused",
+        Severity.INFO,
+        "entries of an archive's perfetto_manifest that could not be used (their files placed by their own evidence)",
+    )
     DB_ROWS_NOT_DRAWN = (
         "db_rows_not_drawn",
         Severity.INFO,

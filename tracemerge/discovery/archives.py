@@ -48,7 +48,8 @@ class Unpacked(msgspec.Struct):
     folder: Path
     hosts: dict[Path, str] = msgspec.field(default_factory=dict)  # expanded file -> its machine's name
     pins: list[PinnedFile] = msgspec.field(default_factory=list)
-    skipped: list[InputError] = msgspec.field(default_factory=list)  # members not written, manifest parts not used
+    skipped: list[InputError] = msgspec.field(default_factory=list)  # members not written
+    unused: list[InputError] = msgspec.field(default_factory=list)  # what the manifest says that is not used
     notes: list[str] = msgspec.field(default_factory=list)
 
 
@@ -181,7 +182,7 @@ def _use_manifests(found: Unpacked, manifests: list[tuple[str, bytes]], written:
     """The machines and clock relations of the archive's manifest (Perfetto reads one: a second
     is named and not used)."""
     for name, _ in manifests[1:]:
-        found.skipped.append(InputError(found.archive, "a second perfetto_manifest: not used", name))
+        found.unused.append(InputError(found.archive, "a second perfetto_manifest: not used", name))
     if not manifests:
         return
     name, data = manifests[0]
@@ -191,14 +192,14 @@ def _use_manifests(found: Unpacked, manifests: list[tuple[str, bytes]], written:
         if type(files) is not list:
             raise ValueError("files: not a list")
     except (ValueError, UnicodeDecodeError, KeyError, TypeError) as exc:
-        found.skipped.append(InputError(found.archive, f"perfetto_manifest not used: {exc}", name))
+        found.unused.append(InputError(found.archive, f"perfetto_manifest not used: {exc}", name))
         return
     found.notes.append(f"{shown(found.archive)}: read as a folder; its perfetto_manifest ({name}) used")
     for n, entry in enumerate(files):
         try:
             _use_entry(found, entry, written, name)
         except ValueError as exc:
-            found.skipped.append(InputError(found.archive, f"not used: {exc}", f"{name}: files[{n}]"))
+            found.unused.append(InputError(found.archive, f"not used: {exc}", f"{name}: files[{n}]"))
 
 
 def _use_entry(found: Unpacked, entry: Any, written: set[str], manifest: str) -> None:

@@ -20,7 +20,7 @@ from msgspec.structs import replace
 from tracemerge.clock import AlignOptions, align
 from tracemerge.core.errors import FatalError, InputError
 from tracemerge.core.model import Identity
-from tracemerge.core.stats import Losses
+from tracemerge.core.stats import Losses, Stat
 from tracemerge.discovery.archives import Unpacked, is_archive, unpack
 from tracemerge.discovery.discover import Candidate
 from tracemerge.discovery.same_content import read_once
@@ -144,6 +144,8 @@ def _unpacked(
         unpacked.append(archive)
         expanded.append(archive.folder)
         report.skipped.extend(str(e) for e in archive.skipped)
+        for unused in archive.unused:
+            report.losses.add(Stat.MANIFEST_ENTRY_UNUSED, 1, str(unused))
         report.notes.extend(archive.notes)
     return expanded, unpacked
 
