@@ -25,6 +25,7 @@ from tracemerge.pipeline import merge
 from tracemerge.plan.machines import assign_machines
 from tracemerge.plan.types import FileScan, UnitPlan
 from tracemerge.readback.damage import stored_summary
+from tracemerge.viewer.check import check_trace, format_check
 from tracemerge.viewer.trace_processor import TraceProcessor, TraceProcessorUnavailable
 from tracemerge.writers import perfetto_machines
 
@@ -245,3 +246,21 @@ def test_each_way_a_kineto_trace_names_its_host(tmp_path: Path, key: str) -> Non
         path.write_text(json.dumps(top))
     report = merge([tmp_path / "run"], tmp_path / "merged.pftrace")
     assert "hosts as Perfetto machines: gpu-1 (machine 1): rank 0; gpu-2 (machine 2): rank 1" in report.notes
+
+
+def test_check_shows_each_process_on_its_machine(two_hosts) -> None:
+    out, _ = two_hosts
+    try:
+        result = check_trace(out)
+    except TraceProcessorUnavailable as exc:
+        unavailable(f"no trace_processor: {exc}", "TRACEMERGE_REQUIRE_VIEWER")
+    # v52 keeps no machine names: the machines' ids in the trace.
+    assert {p.name: p.machine for p in result.processes} == {
+        "reward · rank 0": "",
+        "reward · rank 1": "",
+        "actor · rank 0": "machine 1",
+        "actor · rank 1": "machine 2",
+    }
+    lines = format_check(result).splitlines()
+    assert lines[1].split() == ["pid", "process", "machine", "tracks", "slices", "counters", "flows"]
+    assert lines[5].split()[1:6] == ["actor", "·", "rank", "0", "machine"]
