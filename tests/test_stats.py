@@ -130,6 +130,8 @@ FIXTURE_STATS = {
     "frameworks/verl": {"file_skipped": 2},
     "frameworks/verl_old": {},
     "kineto_gpu": {},
+    "machines/two_hosts": {},
+    "machines/two_hosts.tar": {},
     "metrics_run": {"metric_counter_interval_end": 2},
     "metrics_scrapes": {"metric_counter_single_sample": 5, "metric_type_unknown": 3},
     "nsys/mixed": {},

@@ -36,6 +36,7 @@ from tracemerge.core.stats import Stat
 from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.phases.derived_unit import encode_derived, steps_window
 from tracemerge.phases.rules import AUTO_PHASES, PhaseOptions
+from tracemerge.plan.machines import machine_notes
 from tracemerge.plan.types import (
     FileScan,
     UnitPlan,
@@ -45,7 +46,7 @@ from tracemerge.report.run_report import RunReport
 from tracemerge.run.executors import Executor
 from tracemerge.run.filework import FileOutcome
 from tracemerge.run.output import assemble, check_output, check_report, work_dir
-from tracemerge.run.reading import Asked, FirstRead, Runner, asked_of, discover_inputs, read_all
+from tracemerge.run.reading import Asked, FirstRead, Runner, asked_of, discover_inputs, read_all, with_archives
 from tracemerge.run.split import Part, groups, step_windows, write_parts
 from tracemerge.select import EVERYTHING, Selection
 from tracemerge.store.file_layout import DEFAULT_BUDGET
@@ -116,7 +117,9 @@ def merge(
     runner, asked = asked_of(writer, selection, clocks, phase_rules, metrics_map, memory_budget, jobs, executor, run)
     with ExitStack() as on_error:
         on_error.enter_context(runner)  # left (a cluster disconnected) at once if nothing can be merged
-        candidates, named = discover_inputs(runner, inputs, out_path, force, report)
+        unpack_into = lambda: _kept_till_the_end(on_error, work_dir(out_path))  # noqa: E731
+        candidates, named, unpacked = discover_inputs(runner, inputs, out_path, force, report, unpack_into)
+        asked = with_archives(asked, unpacked)
         taken = {Path(p).resolve() for p in also_writes}
         for path in also_writes:
             check_report(Path(path), out_path, named)
@@ -129,6 +132,8 @@ def merge(
             reader = Runner(runner, progress)
             first = read_all(reader, candidates, asked, work, report)
             _note_placement(report, first, asked.clocks)
+            if writer.one_pass:
+                report.notes += machine_notes(first.plan)
             asked = replace(asked, selection=steps_window(selection, phase_rules.steps, first.model, first.plan))
             numbers = summary(first.model, {p.identity: p.name for p in first.plan.processes})
             scan_of, chunk_of = _encode(reader, first, asked, numbers, report)
@@ -151,6 +156,12 @@ def merge(
         shutil.rmtree(work, ignore_errors=True)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _kept_till_the_end(stack: ExitStack, folder: Path) -> Path:
+    """``folder``, removed when the merge is over (however it ends)."""
+    stack.callback(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def _note_placement(report: RunReport, first: FirstRead, clocks: AlignOptions) -> None:

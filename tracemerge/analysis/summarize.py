@@ -21,7 +21,7 @@ from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.phases.rules import AUTO_PHASES, PhaseOptions
 from tracemerge.report.run_report import RunReport
 from tracemerge.run.executors import Executor
-from tracemerge.run.reading import Runner, asked_of, discover_inputs, read_all, read_each_run
+from tracemerge.run.reading import Runner, asked_of, discover_inputs, read_all, read_each_run, with_archives
 from tracemerge.select import EVERYTHING
 from tracemerge.store.file_layout import DEFAULT_BUDGET
 
@@ -50,7 +50,8 @@ def summarize(
     report = report if report is not None else RunReport()
     runner, asked = asked_of(None, EVERYTHING, clocks, phase_rules, metrics_map, memory_budget, jobs, executor, run)
     with runner, tempfile.TemporaryDirectory(prefix="tracemerge-summary-") as work:
-        candidates, _named = discover_inputs(runner, inputs, Path(work) / "summary", False, report)
+        found = discover_inputs(runner, inputs, Path(work) / "summary", False, report, lambda: Path(work))
+        candidates, asked = found[0], with_archives(asked, found[2])
         first = read_all(Runner(runner, lambda _msg: None), candidates, asked, Path(work), report)
     return summary(first.model, {p.identity: p.name for p in first.plan.processes})
 
@@ -68,7 +69,8 @@ def summarize_each(
     report = report if report is not None else RunReport()
     runner, asked = asked_of(None, EVERYTHING, clocks, phase_rules, NO_MAP, DEFAULT_BUDGET, 0, None, ALL)
     with runner, tempfile.TemporaryDirectory(prefix="tracemerge-summary-") as work:
-        candidates, _named = discover_inputs(runner, inputs, Path(work) / "summary", False, report)
+        found = discover_inputs(runner, inputs, Path(work) / "summary", False, report, lambda: Path(work))
+        candidates, asked = found[0], with_archives(asked, found[2])
         each = read_each_run(Runner(runner, lambda _msg: None), candidates, asked, Path(work), report)
     return [
         (None if one is None else one.number, summary(f.model, {p.identity: p.name for p in f.plan.processes}))

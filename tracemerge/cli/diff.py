@@ -25,7 +25,8 @@ def load(path: Path, phase_rules: "PhaseOptions") -> dict:
         _say(f"error: {shown(path)}: no such file or directory")
         raise typer.Exit(EXIT_FATAL)
     try:
-        numbers = engine.summarize([path], phase_rules=phase_rules) if path.is_dir() else engine.read_numbers(path)
+        run = path.is_dir() or engine.is_archive(path)  # a run's folder, or the archive of one
+        numbers = engine.summarize([path], phase_rules=phase_rules) if run else engine.read_numbers(path)
     except engine.Unreadable as exc:
         _say(f"error: {exc}")
         raise typer.Exit(exc.status) from None

@@ -59,6 +59,7 @@ _HOME = {
     "Unreadable": "tracemerge.readback.damage",
     "stored_summary": "tracemerge.readback.damage",
     "WRITERS": "tracemerge.writers",
+    "is_archive": "tracemerge.discovery.archives",
 }
 
 __all__ = sorted(_HOME)

@@ -380,10 +380,11 @@ def summary(
     try:
         phase_rules = engine.PhaseOptions(engine.resolve(phases))
         clocks = _placement(sync, offset, offsets_file, no_align)
-        if not path.is_dir() and (clocks.offsets or sync or no_align):
+        a_run = path.is_dir() or engine.is_archive(path)  # a run's folder, or the archive of one
+        if not a_run and (clocks.offsets or sync or no_align):
             raise ValueError("--sync, --offset, --offsets and --no-align place a run directory, not a merged trace")
         run = engine.check_choice(run)
-        if not path.is_dir() and run != "latest":
+        if not a_run and run != "latest":
             raise ValueError("--run chooses among the runs of a run directory, not of a merged trace")
         if baseline is not None and run == "all":
             raise ValueError("--baseline compares one run: choose it with --run (latest by default)")
@@ -392,9 +393,9 @@ def summary(
     from tracemerge.cli import runs as cli_runs  # summary's alone: not loaded at every start
 
     try:
-        if path.is_dir() and run == "all":
+        if a_run and run == "all":
             raise typer.Exit(cli_runs.each_run(path, phase_rules, clocks, as_json))
-        if path.is_dir():
+        if a_run:
             numbers = cli_runs.summary_of_runs(path, phase_rules, clocks, run)
         else:
             numbers = engine.stored_summary(path)

@@ -33,6 +33,7 @@ from msgspec.structs import replace
 
 from tracemerge.clock.matching import Anchor, Evidence, estimate, sync_text
 from tracemerge.clock.offsets import ManualOffset, rule_for
+from tracemerge.clock.pinned import place_pinned
 from tracemerge.clock.placement import Alignment, AlignOptions, HasClock, SourceClock
 from tracemerge.core.model import Identity
 from tracemerge.evidence.anchors import COLLECTIVE, SESSION, SYNC, sync_presets
@@ -79,7 +80,11 @@ def align(scans: list[HasClock], options: AlignOptions, order: Callable[[Identit
             sources[s.path] = SourceClock(s.path, s.clock.name, "raw", 0, None, 0, "--no-align", "none")
         return _finish(usable, sources, all(s.clock.anchored for s in usable))
 
-    groups = _groups(usable, options)
+    pins = {pin.path: pin for pin in options.pinned}
+    held = [s for s in usable if s.path in pins]  # placed by their manifest alone, after the rest
+    if len(held) == len(usable):
+        held = []
+    groups = _groups([s for s in usable if s not in held], options)
     placed: list[_Group] = []
     reference = _place_reference_and_manual(groups, placed, sources, order)
     # Epoch clocks first, from evidence between epoch clocks only: an epoch clock is an anchor of
@@ -93,6 +98,7 @@ def align(scans: list[HasClock], options: AlignOptions, order: Callable[[Identit
     wall_clock = reference.anchored or _anchor_by_mtime(reference, placed, sources)
     unrelated = "nothing relates it to the other files" + evidence.preset_spans_missing(usable)
     _place_the_rest(rest, placed, sources, unrelated)
+    place_pinned(held, pins, {s.path: s for s in usable}, sources)
     return _finish(usable, sources, wall_clock)
 
 

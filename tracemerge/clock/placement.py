@@ -18,12 +18,26 @@ from tracemerge.phases.rules import PRESETS
 class HasClock(Protocol):
     path: Path
     clock: ClockDomain
+    origin_ns: int
     ts_min: int | None
     ts_max: int | None
     host: str | None
     mtime_ns: int | None
     marks: dict[Identity, dict[str, list[tuple[int, int]]]]
     identities: dict
+
+
+class PinnedFile(msgspec.Struct, frozen=True):
+    """A file placed by a given relation of its clock to another file's (a ``perfetto_manifest``'s
+    ``clocks``): its raw times plus ``ns`` are ``against``'s raw times."""
+
+    path: Path
+    against: Path
+    ns: int
+    source: str  # how the report names where the relation was given
+
+    def text(self) -> str:
+        return f"{self.source}: {self.ns:+d}ns against {self.against.name}"
 
 
 class AlignOptions(msgspec.Struct, frozen=True):
@@ -33,6 +47,7 @@ class AlignOptions(msgspec.Struct, frozen=True):
     # The phase presets --phases named (all of them: auto): a preset's own sync spans are evidence
     # when it is the only one, or when a process's phases are the preset's (anchors.sync_presets).
     presets: tuple[str, ...] = tuple(PRESETS)
+    pinned: tuple[PinnedFile, ...] = ()  # files whose clock an archive's manifest relates to another's
 
 
 AUTOMATIC = AlignOptions()

@@ -179,6 +179,11 @@ class Stat(Enum):
         "events of files of another run among the inputs (far apart in time from the run merged): left out as "
         "--run asked",
     )
+    MANIFEST_ENTRY_UNUSED = (
+        "manifest_entry_unused",
+        Severity.INFO,
+        "entries of an archive's perfetto_manifest that could not be used (their files placed by their own evidence)",
+    )
     DB_ROWS_NOT_DRAWN = (
         "db_rows_not_drawn",
         Severity.INFO,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from msgspec.structs import replace
 
@@ -22,6 +22,7 @@ from tracemerge.plan.types import (
     LocalTracks,
     MergePlan,
     PlannedTracks,
+    UnitPlan,
     flow_id_base,
 )
 from tracemerge.run.filework import RELATIVE_NO_ANCHOR
@@ -80,19 +81,37 @@ def note_run(
 def encode_derived(
     model: PhaseModel, plan: MergePlan, writer: Writer, scan: FileScan, budget: int, wide: bool
 ) -> FileScan:
-    """Encode the derived tracks into their chunk, the way a file's events are."""
+    """Encode the derived tracks into their chunk, the way a file's events are: on a sequence per
+    machine where the run has machines (tracemerge.plan.machines), each process's Phases on its."""
     unit = next(u for u in plan.units if u.path == scan.path)
+    sequences = {unit.sequence_id: 0, **dict(unit.machines)} if writer.one_pass else {unit.sequence_id: 0}
+    machine_of = plan.machines.of_process if plan.machines is not None and len(sequences) > 1 else {}
+    # Perfetto: times count from the chunk's earliest (its one prologue's), on every sequence.
+    shift = None if len(sequences) == 1 else -(scan.local_min or 0)
+    scan.lanes = []
     with scan.path.open("wb") as out:
-        enc = WRITERS[writer.name].unit_encoder(unit.sequence_id, out)
-        layout = FileLayout(enc, budget, scan.path.parent)
-        for ev in phase_events(model):
-            layout.add_event(ev)
-        tracks: Any = LocalTracks({}, wide) if writer.one_pass else PlannedTracks(unit)
-        shift = None if writer.one_pass else unit.shift_ns
-        result = layout.finish(lambda ident: ident, tracks, shift, flow_id_base(unit.sequence_id))
-        enc.close()
-    scan.lanes = result.lanes
+        for sequence, machine in sequences.items():
+            events = [ev for ev in phase_events(model) if machine_of.get(ev.origin, 0) == machine]
+            if events or sequence == unit.sequence_id:
+                scan.lanes += _encode_sequence(events, unit, sequence, writer, out, (budget, wide, shift))
     return scan
+
+
+def _encode_sequence(
+    events: list, unit: UnitPlan, sequence: int, writer: Writer, out: BinaryIO, how: tuple[int, bool, int | None]
+) -> list:
+    """Derived events encoded on one sequence of the chunk; returns the overlap lanes they opened.
+    ``how``: the memory budget, wide track ids, and the shift of a one-pass format's times."""
+    budget, wide, one_pass_shift = how
+    enc = WRITERS[writer.name].unit_encoder(sequence, out)
+    layout = FileLayout(enc, budget, unit.path.parent)
+    for ev in events:
+        layout.add_event(ev)
+    tracks: Any = LocalTracks({}, wide) if writer.one_pass else PlannedTracks(unit)
+    shift = one_pass_shift if writer.one_pass else unit.shift_ns
+    result = layout.finish(lambda ident: ident, tracks, shift, flow_id_base(sequence))
+    enc.close()
+    return result.lanes
 
 
 def steps_window(selection: Selection, steps: frozenset[int] | None, model: PhaseModel, plan: MergePlan) -> Selection:

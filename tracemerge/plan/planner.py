@@ -11,10 +11,13 @@ import os
 from collections import defaultdict
 from pathlib import Path
 
+from msgspec.structs import replace
+
 from tracemerge.clock import Alignment, AlignOptions, align
 from tracemerge.clock.unaligned import title, unaligned
 from tracemerge.core.model import Identity, ThreadInfo, ThreadKey
 from tracemerge.naming.paths import COORDINATE_ORDER
+from tracemerge.plan.machines import assign_machines, unit_machines
 from tracemerge.plan.thread_ids import listing_order, thread_ids
 from tracemerge.plan.types import (
     ClockNote,
@@ -62,8 +65,12 @@ def make_plan(
     uuids += lanes.values()
     if len(set(uuids)) < len(uuids) or len(planned) < len(threads):
         raise IdCollision("two tracks share a uuid")
+    machines = assign_machines(scans, {ident: proc.order for ident, proc in processes.items()})
+    units = [_unit(s, threads, counters, salts, offsets[s.path] - base_ns) for s in scans]
+    if machines is not None:
+        units = [replace(u, machines=unit_machines(machines, s)) for u, s in zip(units, scans, strict=True)]
     return MergePlan(
-        units=[_unit(s, threads, counters, salts, offsets[s.path] - base_ns) for s in scans],
+        units=units,
         processes=list(processes.values()),
         threads=sorted(threads.values(), key=lambda t: (t.pid, t.order)),
         counters=list(counters.values()),
@@ -72,6 +79,7 @@ def make_plan(
         offsets=offsets,
         alignment=alignment,
         clock_notes=_clock_notes(scans, alignment, processes),
+        machines=machines,
     )
 
 

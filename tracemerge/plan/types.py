@@ -122,6 +122,18 @@ class ClockNote(msgspec.Struct, frozen=True):
     args: dict[str, str | int]
 
 
+class Machines(msgspec.Struct, frozen=True):
+    """The machines of a multi-host trace: ids from 1 (0 is the trace's own machine)."""
+
+    names: dict[int, str]  # machine id -> the host it is
+    of_process: dict[Identity, int]  # processes on a machine of their own (the others: 0)
+    # Per file, the machine its chunk is on; the derived tracks' chunk (one per trace) holds a
+    # sequence per machine: {sequence id: machine} for those not on machine 0.
+    of_file: dict[Path, int]
+    derived_sequences: dict[int, int]
+    conflicts: dict[Identity, tuple[str, ...]]  # processes kept on machine 0: the hosts their files name
+
+
 class UnitPlan(msgspec.Struct, frozen=True):
     """All that encoding one file needs."""
 
@@ -134,6 +146,9 @@ class UnitPlan(msgspec.Struct, frozen=True):
     threads: dict[tuple[Identity, ThreadKey], ThreadTrack]
     counters: dict[tuple[Identity, ThreadKey, str], CounterTrack]
     salts: dict[Identity, str] = field(default_factory=dict)
+    # The unit's sequences on a machine of their own (tracemerge.plan.machines): (sequence id,
+    # machine); empty in a run of one host.
+    machines: tuple[tuple[int, int], ...] = ()
 
 
 def flow_id_base(sequence_id: int) -> int:
@@ -152,6 +167,7 @@ class MergePlan(msgspec.Struct):
     alignment: Alignment
     clock_notes: list[ClockNote] = field(default_factory=list)
     phase_summary: dict = field(default_factory=dict)  # tracemerge.analysis.steps.summary(), kept in the trace
+    machines: Machines | None = None  # the hosts of a multi-host run (tracemerge.plan.machines)
 
 
 def resolve_identity(origin: OriginKey, data: SourceData, facts: PathFacts) -> Identity:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import gzip
 import os
 import secrets
-import shutil
 import tempfile
 from collections.abc import Collection
 from contextlib import ExitStack, suppress
@@ -111,7 +110,7 @@ def assemble(
             out.write(writer.prologue(unit, scan_of[unit.path].local_min or 0))
             chunk = chunk_of[unit.path]
             with chunk.open("rb") as f:
-                shutil.copyfileobj(f, out, 1 << 20)
+                writer.copy_chunk(f, out, unit)
             if unit.path != keep:
                 chunk.unlink()
         writer.write_footer(out, plan)

@@ -20,9 +20,10 @@ from msgspec.structs import replace
 
 from tracemerge.clock import Alignment, AlignOptions, align
 from tracemerge.clock.runs import LATEST, Run, Runs, choose, listed, one_timeline, runs_of
-from tracemerge.core.errors import FatalError, shown
+from tracemerge.core.errors import FatalError, InputError, shown
 from tracemerge.core.model import Identity
 from tracemerge.core.stats import Losses, Stat
+from tracemerge.discovery.archives import Unpacked, is_archive, unpack
 from tracemerge.discovery.discover import Candidate
 from tracemerge.discovery.same_content import read_once
 from tracemerge.metrics_map import MetricsMap
@@ -54,6 +55,7 @@ class Asked(msgspec.Struct, frozen=True):
     memory_budget: int
     cores: int = 0  # local processes a merge may use (0: files are read where an executor says)
     run: str = LATEST  # --run: which runs among the inputs (tracemerge.clock.runs.check_choice)
+    hosts: dict[Path, str] = msgspec.field(default_factory=dict)  # a file's host as an archive's manifest names it
 
 
 def asked_of(
@@ -97,10 +99,17 @@ class FirstRead(msgspec.Struct):
 
 
 def discover_inputs(
-    runner: Executor, inputs: Sequence[str | os.PathLike[str]], out_path: Path, force: bool, report: RunReport
-) -> tuple[list[Candidate], set[Path]]:
-    """The files to merge, and every path named or found (resolved), which no output may replace."""
-    found = runner.discover([Path(p) for p in inputs])
+    runner: Executor,
+    inputs: Sequence[str | os.PathLike[str]],
+    out_path: Path,
+    force: bool,
+    report: RunReport,
+    unpack_into: Callable[[], Path] | None = None,
+) -> tuple[list[Candidate], set[Path], list[Unpacked]]:
+    """The files to merge, every path named or found (resolved), which no output may replace,
+    and the archives named that were expanded (into a folder ``unpack_into`` makes) to be read."""
+    paths, unpacked = _unpacked([Path(p) for p in inputs], unpack_into, report)
+    found = runner.discover(paths)
     report.ignored.extend(found.ignored)
     report.used.extend(found.used)
     report.notes.extend(found.notes)
@@ -115,7 +124,46 @@ def discover_inputs(
         if report.skipped:
             raise FatalError(f"no usable trace files in {where}: " + "; ".join(report.skipped))
         raise FatalError(f"no trace files found in {where}")
-    return candidates, named
+    return candidates, named, unpacked
+
+
+def _unpacked(
+    paths: list[Path], unpack_into: Callable[[], Path] | None, report: RunReport
+) -> tuple[list[Path], list[Unpacked]]:
+    """The inputs, each archive among them (tracemerge.discovery.archives) as the folder it was
+    expanded into; what an archive held that is not read is in the report."""
+    if unpack_into is None or not any(is_archive(p) for p in paths):
+        return paths, []
+    into = unpack_into()
+    expanded, unpacked, seen = [], [], set()
+    for path in paths:
+        if not is_archive(path):
+            expanded.append(path)
+            continue
+        if path.resolve() in seen:  # named twice: read once
+            continue
+        seen.add(path.resolve())
+        try:
+            archive = unpack(path, into)
+        except InputError as exc:
+            report.skipped.append(str(exc))
+            continue
+        unpacked.append(archive)
+        expanded.append(archive.folder)
+        report.skipped.extend(str(e) for e in archive.skipped)
+        for unused in archive.unused:
+            report.losses.add(Stat.MANIFEST_ENTRY_UNUSED, 1, str(unused))
+        report.notes.extend(archive.notes)
+    return expanded, unpacked
+
+
+def with_archives(asked: Asked, unpacked: list[Unpacked]) -> Asked:
+    """What the archives' manifests say, as the stages take it: hosts, and clocks pinned."""
+    if not unpacked:
+        return asked
+    hosts = {path: host for archive in unpacked for path, host in archive.hosts.items()}
+    pins = tuple(pin for archive in unpacked for pin in archive.pins)
+    return replace(asked, hosts=hosts, clocks=replace(asked.clocks, pinned=asked.clocks.pinned + pins))
 
 
 def read_all(run: Runner, candidates: list[Candidate], asked: Asked, work: Path, report: RunReport) -> FirstRead:
@@ -232,6 +280,8 @@ def _plan(
     """The stages after reading, in their order: align the clocks (unless ``alignment`` is
     given), derive the phases, plan (the derived tracks are one more unit of the plan);
     ``files`` is how many were read (the derived tracks take the sequence after theirs)."""
+    for s in scans:  # an archive's manifest names the machine a file is on
+        s.host = asked.hosts.get(s.path, s.host)
     if alignment is None:
         alignment = align(scans, asked.clocks, identity_sort_key)
     alignment.offsets.update({s.path: 0 for s in scans if s.path not in alignment.offsets})

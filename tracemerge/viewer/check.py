@@ -12,7 +12,7 @@ from msgspec import field
 
 from tracemerge.core.errors import shown
 from tracemerge.report.run_report import format_table
-from tracemerge.viewer.trace_processor import TraceProcessor
+from tracemerge.viewer.trace_processor import TraceProcessor, TraceProcessorError
 
 # Per-process counts as trace_processor attributes them: thread tracks (and tracks under them)
 # belong to the thread's process, process-scoped tracks to the process.
@@ -30,6 +30,7 @@ class ProcessCounts(msgspec.Struct):
     slices: int = 0  # including zero-duration slices and instants
     counters: int = 0
     flows: int = 0
+    machine: str = ""  # the machine it is on, in a trace of several (its name where trace_processor has one)
 
 
 class CheckResult(msgspec.Struct):
@@ -72,15 +73,36 @@ def check_trace(path: str | os.PathLike[str], shell: str | os.PathLike[str] | No
         for upid, proc in procs.items():
             for key in queries:
                 setattr(proc, key, counts[key].get(upid, 0))
+        for upid, machine in _machines(tp).items():
+            if upid in procs:
+                procs[upid].machine = machine
         result.processes = [p for p in procs.values() if p.tracks or p.slices or p.counters]
     return result
 
 
+def _machines(tp: TraceProcessor) -> dict[int, str]:
+    """Each process on a machine other than the trace's own: the machine's name (v58+ keep one),
+    else its id in the trace. Nothing from a trace_processor that has no machines."""
+    for name in ("m.name", "null"):  # v52 has machines, without names
+        try:
+            rows = tp.query(
+                f"select p.upid, m.raw_id, {name} as name from process p join machine m on p.machine_id = m.id "
+                "where m.raw_id != 0"
+            )
+        except TraceProcessorError:
+            continue
+        return {r["upid"]: r["name"] or f"machine {r['raw_id']}" for r in rows}
+    return {}
+
+
 def format_check(result: CheckResult) -> str:
-    rows = [("pid", "process", "tracks", "slices", "counters", "flows")]
+    machines = any(p.machine for p in result.processes)  # a column of its own in a trace of several
+    rows = [("pid", "process", *(("machine",) if machines else ()), "tracks", "slices", "counters", "flows")]
     for p in result.processes:
-        rows.append((str(p.pid), p.name, str(p.tracks), f"{p.slices:,}", f"{p.counters:,}", f"{p.flows:,}"))
-    lines = [f"{shown(result.path)}: loaded by trace_processor", format_table(rows, left=frozenset({1}))]
+        where = (p.machine or "-",) if machines else ()
+        rows.append((str(p.pid), p.name, *where, str(p.tracks), f"{p.slices:,}", f"{p.counters:,}", f"{p.flows:,}"))
+    left = frozenset({1, 2}) if machines else frozenset({1})
+    lines = [f"{shown(result.path)}: loaded by trace_processor", format_table(rows, left=left)]
     for s in [*result.notes, *result.problems]:
         idx = f"[{s['idx']}]" if s["idx"] is not None else ""
         level = s["severity"] if s in result.problems else "info"

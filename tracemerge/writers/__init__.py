@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -11,7 +12,11 @@ from msgspec.structs import replace
 
 from tracemerge.layout.types import Encoder
 from tracemerge.plan.types import MergePlan, ThreadTrack, UnitPlan
-from tracemerge.writers import chrome_json, perfetto, perfetto_tracks
+from tracemerge.writers import chrome_json, perfetto, perfetto_machines, perfetto_tracks
+
+
+def _copy_chunk(chunk: BinaryIO, out: BinaryIO, unit: UnitPlan) -> None:
+    shutil.copyfileobj(chunk, out, 1 << 20)
 
 
 class Writer(msgspec.Struct, frozen=True):
@@ -31,6 +36,8 @@ class Writer(msgspec.Struct, frozen=True):
     write_footer: Callable[[BinaryIO, MergePlan], None]
     prologue: Callable[[UnitPlan, int], bytes]
     one_pass: bool = False
+    # (chunk, out, unit): copies a unit's chunk into the output (Perfetto stamps machines on it)
+    copy_chunk: Callable[[BinaryIO, BinaryIO, UnitPlan], None] = _copy_chunk
     gzip: bool = False
 
 
@@ -46,6 +53,7 @@ PERFETTO = Writer(
     perfetto_tracks.write_footer,
     perfetto_tracks.prologue,
     one_pass=True,
+    copy_chunk=perfetto_machines.copy_chunk,
 )
 PERFETTO_GZ = replace(
     PERFETTO, name="perfetto.gz", extensions=(".pftrace.gz", ".perfetto-trace.gz", ".pb.gz"), gzip=True

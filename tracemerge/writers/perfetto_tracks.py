@@ -15,22 +15,29 @@ from tracemerge.plan.types import CLOCK_NOTE, SUMMARY_NOTE, MergePlan, ThreadTra
 from tracemerge.report.run_report import json_bytes
 from tracemerge.writers import perfetto_trace_pb2 as pb
 from tracemerge.writers.perfetto import _INSTANT, _INT64_MAX, _INT64_MIN, SEQUENCE_CLOCK
+from tracemerge.writers.perfetto_machines import machine_name
 from tracemerge.writers.perfetto_wire import _packet, write_packet
 
 DESCRIPTOR_SEQUENCE = 1
 
 
 def prologue(unit: UnitPlan, local_min: int) -> bytes:
-    """The clock snapshot that places a file's chunk on the trace's timeline.
+    """The clock snapshot that places a file's chunk on the trace's timeline (one per sequence of
+    the chunk, on the sequence's machine).
 
     The chunk's timestamps count from the file's earliest one (``local_min``, in the file's own
     clock), whose trace time is ``local_min + unit.shift_ns``.
     """
-    snap = pb.TracePacket(trusted_packet_sequence_id=unit.sequence_id)
     own, trace = _unsigned_pair(0, local_min + unit.shift_ns)
-    snap.clock_snapshot.clocks.add(clock_id=SEQUENCE_CLOCK, timestamp=own)
-    snap.clock_snapshot.clocks.add(clock_id=pb.BUILTIN_CLOCK_BOOTTIME, timestamp=trace)
-    return _packet(snap.SerializeToString())
+    snapshots = []
+    for sequence, machine in {unit.sequence_id: 0, **dict(unit.machines)}.items():
+        snap = pb.TracePacket(trusted_packet_sequence_id=sequence)
+        if machine:
+            snap.machine_id = machine
+        snap.clock_snapshot.clocks.add(clock_id=SEQUENCE_CLOCK, timestamp=own)
+        snap.clock_snapshot.clocks.add(clock_id=pb.BUILTIN_CLOCK_BOOTTIME, timestamp=trace)
+        snapshots.append(_packet(snap.SerializeToString()))
+    return b"".join(snapshots)
 
 
 def _unsigned_pair(a: int, b: int) -> tuple[int, int]:
@@ -42,15 +49,25 @@ def _unsigned_pair(a: int, b: int) -> tuple[int, int]:
 
 def write_header(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> None:
     """The clock snapshot and every track descriptor, before any event that uses them."""
-    _write_clock_and_root(out, plan)
-    _write_processes(out, plan)
-    _write_threads(out, plan, lanes)
-    _write_counters(out, plan)
-    _write_notes(out, plan)
+    on = _machine_of_process(plan)
+    _write_clock_and_root(out, plan, set(on.values()))
+    _write_processes(out, plan, on)
+    _write_threads(out, plan, lanes, on)
+    _write_counters(out, plan, on)
+    _write_notes(out, plan, on)
 
 
-def _write_clock_and_root(out: BinaryIO, plan: MergePlan) -> None:
-    """The wall-clock snapshot (when the trace has a wall clock) and the root descriptor."""
+def _machine_of_process(plan: MergePlan) -> dict[int, int]:
+    """Each process track's machine (by uuid), where the run has machines (0: the trace's own)."""
+    if plan.machines is None:
+        return {}
+    of_process = plan.machines.of_process
+    return {proc.uuid: of_process[proc.identity] for proc in plan.processes if proc.identity in of_process}
+
+
+def _write_clock_and_root(out: BinaryIO, plan: MergePlan, machines: set[int]) -> None:
+    """The wall-clock snapshot (when the trace has a wall clock) and the root descriptor; each
+    machine of ``machines`` its own root and its name."""
     seq = DESCRIPTOR_SEQUENCE
     if plan.wall_clock:
         # A time base before 1970 (an epoch clock that wrote a negative time) is placed by the
@@ -67,12 +84,19 @@ def _write_clock_and_root(out: BinaryIO, plan: MergePlan) -> None:
     root.track_descriptor.process_ordering = pb.TrackDescriptor.PROCESS_ORDERING_EXPLICIT
     root.track_descriptor.thread_ordering = pb.TrackDescriptor.THREAD_ORDERING_EXPLICIT
     write_packet(out, root)
+    if plan.machines is not None:  # each machine's own root, and its name (a split's part: its own)
+        for machine, host in plan.machines.names.items():
+            if machine not in machines:
+                continue
+            root.machine_id = machine
+            write_packet(out, root)
+            out.write(machine_name(machine, host, seq))
 
 
-def _write_processes(out: BinaryIO, plan: MergePlan) -> None:
+def _write_processes(out: BinaryIO, plan: MergePlan, on: dict[int, int]) -> None:
     """A descriptor per process, or per group (a top-level track of its own)."""
     for proc in plan.processes:
-        pkt = _descriptor(proc.uuid)
+        pkt = _descriptor(proc.uuid, machine=on.get(proc.uuid, 0))
         if proc.is_group:  # a top-level track of its own (the UI lists these above the processes)
             pkt.track_descriptor.name = proc.name
         else:
@@ -84,11 +108,11 @@ def _write_processes(out: BinaryIO, plan: MergePlan) -> None:
         write_packet(out, pkt)
 
 
-def _write_threads(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> None:
+def _write_threads(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack], on: dict[int, int]) -> None:
     """A descriptor per thread track, then per overlap lane (placed by whether its track is a thread)."""
     as_thread = {thread.uuid for thread in plan.threads if thread.as_thread}
     for thread in plan.threads:
-        pkt = _descriptor(thread.uuid, thread.process_uuid)
+        pkt = _descriptor(thread.uuid, thread.process_uuid, on.get(thread.process_uuid, 0))
         td = pkt.track_descriptor
         td.sibling_order_rank = thread.order  # the thread's place in its process (v57+)
         if thread.as_thread:
@@ -105,17 +129,18 @@ def _write_threads(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack]) -> 
         # Beside a thread, a lane is a track of the thread's process (a track under a thread would
         # be listed above or below the thread's own, by the lane's name); beside another track it
         # is that track's child.
-        pkt = _descriptor(lane.uuid, lane.process_uuid if lane.parent_uuid in as_thread else lane.parent_uuid)
+        parent = lane.process_uuid if lane.parent_uuid in as_thread else lane.parent_uuid
+        pkt = _descriptor(lane.uuid, parent, on.get(lane.process_uuid, 0))
         pkt.track_descriptor.name = lane.name
         pkt.track_descriptor.sibling_order_rank = lane.lane
         pkt.track_descriptor.sibling_merge_behavior = pb.TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE
         write_packet(out, pkt)
 
 
-def _write_counters(out: BinaryIO, plan: MergePlan) -> None:
+def _write_counters(out: BinaryIO, plan: MergePlan, on: dict[int, int]) -> None:
     """A counter track descriptor per counter, after every slice track of its process."""
     for counter in plan.counters:
-        pkt = _descriptor(counter.uuid, counter.process_uuid)
+        pkt = _descriptor(counter.uuid, counter.process_uuid, on.get(counter.process_uuid, 0))
         pkt.track_descriptor.name = counter.name
         if counter.description:  # the full name of a short title (the UI's help popup, v53+)
             pkt.track_descriptor.description = counter.description
@@ -124,7 +149,7 @@ def _write_counters(out: BinaryIO, plan: MergePlan) -> None:
         write_packet(out, pkt)
 
 
-def _write_notes(out: BinaryIO, plan: MergePlan) -> None:
+def _write_notes(out: BinaryIO, plan: MergePlan, on: dict[int, int]) -> None:
     """The phase summary on the first group's track, and the clock notes, each process's on a track
     of its own."""
     group = next((proc for proc in plan.processes if proc.is_group), None)
@@ -134,19 +159,22 @@ def _write_notes(out: BinaryIO, plan: MergePlan) -> None:
     for note in plan.clock_notes:
         # On a track of its own, titled by its name (the process's own track shows its pid).
         track = clock_tracks.get(note.process_uuid)
+        machine = on.get(note.process_uuid, 0)
         if track is None:
             track = clock_tracks[note.process_uuid] = stable_id("clock", note.process_uuid)
-            pkt = _descriptor(track, note.process_uuid)
+            pkt = _descriptor(track, note.process_uuid, machine)
             pkt.track_descriptor.name = CLOCK_NOTE
             pkt.track_descriptor.sibling_order_rank = 1 << 30  # after the threads
             write_packet(out, pkt)
-        write_packet(out, _note(note.ts, track, CLOCK_NOTE, note.args))
+        write_packet(out, _note(note.ts, track, CLOCK_NOTE, note.args, machine))
 
 
-def _note(ts: int, track: int, name: str, args: dict) -> pb.TracePacket:
+def _note(ts: int, track: int, name: str, args: dict, machine: int = 0) -> pb.TracePacket:
     """An instant of tracemerge's own (category ``tracemerge``) on the descriptor sequence, its
     args as typed annotations (an object as JSON, which trace_processor flattens)."""
     pkt = pb.TracePacket(timestamp=ts, trusted_packet_sequence_id=DESCRIPTOR_SEQUENCE)
+    if machine:
+        pkt.machine_id = machine
     event = pkt.track_event
     event.type, event.track_uuid, event.name = _INSTANT, track, name
     event.categories.append("tracemerge")
@@ -161,9 +189,11 @@ def _note(ts: int, track: int, name: str, args: dict) -> pb.TracePacket:
     return pkt
 
 
-def _descriptor(uuid: int, parent: int = 0) -> pb.TracePacket:
-    """A TrackDescriptor packet on the descriptor sequence."""
+def _descriptor(uuid: int, parent: int = 0, machine: int = 0) -> pb.TracePacket:
+    """A TrackDescriptor packet on the descriptor sequence (of ``machine``, where not 0)."""
     pkt = pb.TracePacket(timestamp=0, trusted_packet_sequence_id=DESCRIPTOR_SEQUENCE)
+    if machine:
+        pkt.machine_id = machine
     pkt.track_descriptor.uuid = uuid
     if parent:
         pkt.track_descriptor.parent_uuid = parent

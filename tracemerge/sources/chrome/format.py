@@ -28,6 +28,10 @@ _EVENT_HINT = re.compile(rb'"ph"\s*:\s*"')
 KINETO_BASE = ClockDomain("unix epoch (baseTimeNanoseconds)", anchored=True)
 
 
+# Where a trace names its host: torch's host_name (hostName in some exports), Kineto's hostname.
+HOST_KEYS = ("host_name", "hostName", "hostname")
+
+
 def claims(path: Path, head: bytes) -> bool:
     text = head.lstrip()
     if text.startswith(b"{"):
@@ -81,7 +85,7 @@ def read(path: Path, layout: FileLayout) -> SourceData:
         threads=reader.threads(),
         origin_ns=origin,
         rank_hint=_rank(meta.get("distributedInfo")),
-        host=host_of(meta.get("host_name", meta.get("hostName")), path.name),
+        host=host_of(next((meta[k] for k in HOST_KEYS if k in meta), None), path.name),
         dropped=reader.dropped,
         metadata_records=reader.metadata_records,
     )
