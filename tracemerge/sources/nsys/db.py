@@ -41,7 +41,7 @@ from tracemerge.core.model import ClockDomain, OriginKey, SourceData, ThreadInfo
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.naming.paths import needs_export
 from tracemerge.sources.ascend.dirs import SQLITE_MAGIC
-from tracemerge.sources.base import SourceFormat
+from tracemerge.sources.base import SourceFormat, read_head
 from tracemerge.sources.nsys.gpu import read_device
 from tracemerge.sources.nsys.schema import (
     API_TABLES,
@@ -64,7 +64,7 @@ from tracemerge.sources.sqlite.opening import _opened
 from tracemerge.store.file_layout import FileLayout
 
 NAME = "nsys-db"
-REPORT_SUFFIX, EXPORT_SUFFIX = ".nsys-rep", ".sqlite"
+REPORT_SUFFIX, EXPORT_SUFFIX, JSONL_SUFFIX = ".nsys-rep", ".sqlite", ".jsonl"
 NSYS_CLOCK = ClockDomain("unix epoch (nsys session start)", anchored=True)
 SESSION_CLOCK = ClockDomain("ns since the nsys capture started, no session start time", anchored=False)
 # Tables whose presence makes an SQLite file an nsys export; names a head of the file may show.
@@ -107,19 +107,29 @@ def claims(path: Path, head: bytes) -> bool:
 
 
 def export_beside(report: Path) -> Path | None:
-    """``X.sqlite`` beside the report ``X.nsys-rep``: its export, as ``nsys export`` names it."""
-    found = report.with_name(report.name[: -len(REPORT_SUFFIX)] + EXPORT_SUFFIX)
-    return found if found.is_file() else None
+    """``X.sqlite`` beside the report ``X.nsys-rep``, else ``X.jsonl`` when it is an nsys
+    JSON-lines export: its export, as ``nsys export`` names it."""
+    from tracemerge.sources.nsys.jsonl import claims as jsonl_claims  # it reads through this module
+
+    stem = report.name[: -len(REPORT_SUFFIX)]
+    found = report.with_name(stem + EXPORT_SUFFIX)
+    if found.is_file():
+        return found
+    lines = report.with_name(stem + JSONL_SUFFIX)
+    try:
+        return lines if lines.is_file() and jsonl_claims(lines, read_head(lines)) else None
+    except OSError:
+        return None
 
 
 def read(path: Path, layout: FileLayout) -> SourceData:
     if not path.name.endswith(REPORT_SUFFIX):
-        return _read_export(path, path, layout)
+        return read_rows(path, path, layout)
     beside = export_beside(path)
     if beside is not None:
         raise NotATrace(path, f"read through its SQLite export beside it, {shown(beside.name)}")
     with _exported(path, layout.store.directory) as db:
-        return _read_export(path, db, layout)
+        return read_rows(path, db, layout)
 
 
 @contextmanager
@@ -145,7 +155,9 @@ def _exported(report: Path, work: Path | None) -> Iterator[Path]:
         yield out
 
 
-def _read_export(path: Path, db: Path, layout: FileLayout) -> SourceData:
+def read_rows(path: Path, db: Path, layout: FileLayout, format_name: str = NAME) -> SourceData:
+    """The export ``path`` read from the SQLite database ``db`` that holds its tables (the export
+    itself, or what a report or a JSON-lines export was turned into)."""
     with _opened(db, layout.store.directory) as con:
         try:
             schema = Schema(con)
@@ -182,11 +194,11 @@ def _read_export(path: Path, db: Path, layout: FileLayout) -> SourceData:
             "the capture's start, placed by the clock alignment",
         )
     report = path.with_suffix(REPORT_SUFFIX)
-    if path.suffix == EXPORT_SUFFIX and report.is_file():
+    if path.suffix in (EXPORT_SUFFIX, JSONL_SUFFIX) and report.is_file():
         dropped.add(Stat.NSYS_REPORT_READ_AS_EXPORT, 1, f"nsys report read through this export: {shown(report.name)}")
     return SourceData(
         path=path,
-        format=NAME,
+        format=format_name,
         clock=SESSION_CLOCK if place.session_start is None else NSYS_CLOCK,
         threads=threads,
         origin_ns=place.session_start or 0,
