@@ -138,9 +138,16 @@ class Identity(msgspec.Struct, frozen=True):
 
 
 def as_rank(value: Any) -> int | None:
-    """A rank from an int or a numeric string; None for anything else."""
+    """A rank from an int or a string of ASCII digits (at most :data:`RANK_DIGITS`); None for
+    anything else: ``str.isdigit`` also holds for ``"²"``, which ``int`` refuses, and ``int`` refuses
+    a string of more than 4,300 digits."""
     if type(value) is int and value >= 0:
         return value
-    if type(value) is str and value.strip().isdigit():
-        return int(value)
+    if type(value) is str:
+        text = value.strip()
+        if text.isascii() and text.isdigit() and len(text) <= RANK_DIGITS:
+            return int(text)
     return None
+
+
+RANK_DIGITS = 18  # any rank fits an int64

@@ -174,6 +174,7 @@ def read_rows(path: Path, db: Path, layout: FileLayout, format_name: str = NAME)
             read_device(reader)
             _count_not_read(schema, reader.dropped)
             threads = track_names(reader)
+            bad_text = con.bad_text
         except sqlite3.DatabaseError as exc:
             if isinstance(exc, sqlite3.OperationalError):
                 raise  # a query stopped: the guard of _opened says why
@@ -186,6 +187,15 @@ def read_rows(path: Path, db: Path, layout: FileLayout, format_name: str = NAME)
             reader.not_captured,
             f"nsys GPU work whose CUDA runtime call is not in the export ({why}): no flow",
         )
+    if place.unreadable_ranks:
+        dropped.add(
+            Stat.NSYS_VALUE_UNREADABLE,
+            place.unreadable_ranks,
+            "nsys META_DATA_CAPTURE RANK or LOCAL_RANK that is no rank (not ASCII digits, or too many): "
+            "the rank comes from the GPUs or the path",
+        )
+    if bad_text:
+        dropped.add(Stat.DB_TEXT_NOT_UTF8, bad_text, "nsys text not valid UTF-8, read with U+FFFD for each bad byte")
     if place.session_start is None:
         dropped.add(
             Stat.NSYS_SESSION_START_MISSING,
@@ -236,10 +246,14 @@ class Placement:
     def __init__(self, schema: Schema) -> None:
         self.session_start = _session_start(schema)
         self.host = next(
-            (str(v).strip() for n, v in schema.rows("TARGET_INFO_SYSTEM_ENV", ("name", "value")) if n == "Hostname"),
+            (
+                v.strip()
+                for n, v in schema.rows("TARGET_INFO_SYSTEM_ENV", ("name", "value"))
+                if n == "Hostname" and type(v) is str
+            ),
             None,
         )
-        self.env_rank = _env_rank(schema)
+        self.env_rank, self.unreadable_ranks = _env_rank(schema)
         # per process and per CUDA context, its GPUs by the number of rows of GPU work on each
         used: dict[int, Counter[int]] = {}
         contexts: dict[tuple[int, Any], Counter[int]] = {}
@@ -279,16 +293,22 @@ def _session_start(schema: Schema) -> int | None:
     return None
 
 
-def _env_rank(schema: Schema) -> int | None:
-    """``RANK`` (else ``LOCAL_RANK``) of the captured environment: rows ``KEY="value"``."""
+def _env_rank(schema: Schema) -> tuple[int | None, int]:
+    """``RANK`` (else ``LOCAL_RANK``) of the captured environment (rows ``KEY="value"``), and how
+    many of those variables held no rank (``RANK="²"``)."""
     found: dict[str, int] = {}
+    unreadable = 0
     for name, value in schema.rows("META_DATA_CAPTURE", ("name", "value")):
         if type(name) is str and ENV_ROW.match(name) and type(value) is str:
             key, eq, text = value.partition("=")
-            rank = as_rank(text.strip().strip('"')) if eq else None
-            if key in RANK_VARIABLES and rank is not None:
+            if key not in RANK_VARIABLES or not eq:
+                continue
+            rank = as_rank(text.strip().strip('"'))
+            if rank is None:
+                unreadable += 1
+            else:
                 found.setdefault(key, rank)
-    return next((found[k] for k in RANK_VARIABLES if k in found), None)
+    return next((found[k] for k in RANK_VARIABLES if k in found), None), unreadable
 
 
 def track_names(reader: NsysReader) -> dict[ThreadKey, ThreadInfo]:
