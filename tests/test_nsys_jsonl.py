@@ -200,3 +200,48 @@ def test_a_file_of_no_row_at_all_is_one_line(tmp_path: Path) -> None:
     report = merge([junk, TORCHRUN], tmp_path / "out.json", jobs=1)
     assert report.skipped == [f"{junk}: no line is an Nsight Systems table row"]
     assert report.exit_code == 3
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "counted"),
+    [
+        (b'"gridX":128', b'"gridX":9e999', {"nsys_value_unreadable": 1}),  # Infinity, as Python's json reads it
+        (b'"registersPerThread":32', b'"registersPerThread":1.5', {}),  # a REAL, written as it is
+        (b'"deviceId":0', b'"deviceId":[0]', {"nsys_value_unreadable": 1}),  # no SQLite value: left out
+        # past int64: a REAL, as SQLite keeps it, so no time; the kernel's launch was not captured
+        (
+            b'"start":1500000',
+            b'"start":18446744073709551616',
+            {"event_time_unreadable": 1, "nsys_launch_not_captured": 1},
+        ),
+    ],
+    ids=["infinite", "real", "array", "past int64"],
+)
+def test_a_bad_value_in_a_row_costs_that_value_as_in_sqlite(
+    tmp_path: Path, old: bytes, new: bytes, counted: dict[str, int]
+) -> None:
+    lines = TORCHRUN.read_bytes().splitlines(keepends=True)
+    at = 165  # the first kernel row (pid 301, GPU 0, stream 7, 1.5 ms after the session start)
+    assert lines[at].startswith(b'{"blockX":256') and lines[at].count(old) == 1
+    lines[at] = lines[at].replace(old, new)
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_bytes(b"".join(lines))
+    good = merge([TORCHRUN], tmp_path / "good.json", jobs=1)
+    report = merge([damaged], tmp_path / "damaged.json", jobs=1)
+    assert report.skipped == []
+    assert report.written.slices == good.written.slices - counted.get("event_time_unreadable", 0)
+    assert stats(report) == stats(good) | counted
+    events = json.loads((tmp_path / "damaged.json").read_bytes())["traceEvents"]
+    kernels = [  # rank 1's kernel of the same correlation id is on GPU 1
+        e["args"]
+        for e in events
+        if e.get("cat") == "kernel" and e["args"].get("correlation") == 999 and e["args"].get("device") != 1
+    ]
+    if "event_time_unreadable" in counted:
+        assert kernels == []
+    elif new == b'"gridX":9e999':
+        assert len(kernels) == 1 and "grid" not in kernels[0] and kernels[0]["block"] == [256, 1, 1]
+    elif new == b'"deviceId":[0]':
+        assert len(kernels) == 1 and "device" not in kernels[0]
+    else:
+        assert len(kernels) == 1 and kernels[0]["registers per thread"] == 1.5

@@ -166,7 +166,8 @@ def read_rows(path: Path, db: Path, layout: FileLayout, format_name: str = NAME)
                 raise  # a query stopped: the guard of _opened says why
             raise InputError(path, f"not a readable SQLite database ({exc})") from None
         if not any(t in schema.tables for t in NSYS_TABLES):
-            raise NotATrace(path, "SQLite database without Nsight Systems tables")
+            form = "SQLite database" if format_name == NAME else "JSON-lines export"
+            raise NotATrace(path, f"{form} without Nsight Systems tables")
         try:
             place = Placement(schema)
             reader = NsysReader(schema, layout, place)

@@ -57,6 +57,7 @@ MAX_COLUMNS = 500  # an export's widest table has about forty
 MAX_SHAPES = 10_000  # key orders remembered to fit their table
 BATCH_ROWS = 20_000  # rows held before they are written to the staging database
 _INT64 = 1 << 63
+_FLOAT_MAX = 1 << 1023  # an int at least this large may not convert to a float
 
 
 def claims(path: Path, head: bytes) -> bool:
@@ -246,7 +247,10 @@ class Staging:
     def _value(self, table: str, value: Any) -> Any:
         kind = type(value)
         if kind is int and not -_INT64 <= value < _INT64:
-            return float(value)  # as SQLite keeps an integer literal past 64 bits
+            if abs(value) < _FLOAT_MAX:
+                return float(value)  # as SQLite keeps an integer literal past 64 bits
+            self._bad(f"a number past any float in a column of {shown(table)}")
+            return None
         if kind is str:
             try:
                 value.encode()
