@@ -245,3 +245,34 @@ def test_a_bad_value_in_a_row_costs_that_value_as_in_sqlite(
         assert len(kernels) == 1 and "device" not in kernels[0]
     else:
         assert len(kernels) == 1 and kernels[0]["registers per thread"] == 1.5
+
+
+def test_the_lines_are_streamed_in_memory_that_does_not_grow_with_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 12 MB export (the torchrun one, its kernels repeated) is staged holding at most a batch of
+    rows and a line: far less memory than the file."""
+    import tracemalloc
+
+    monkeypatch.setattr(nsys_jsonl, "BATCH_ROWS", 2_000)
+    lines = TORCHRUN.read_bytes().splitlines(keepends=True)
+    kernel = next(line for line in lines if b'"CUPTI_ACTIVITY_KIND_KERNEL"' in line)
+    big = tmp_path / "big.jsonl"
+    with big.open("wb") as out:
+        out.writelines(lines)
+        for n in range(30_000):
+            out.write(kernel.replace(b'"correlationId":999', b'"correlationId":%d' % (10**6 + n)))
+    assert big.stat().st_size > 12 << 20
+    stage = nsys_jsonl.Staging(tmp_path / "staged.sqlite")
+    tracemalloc.start()
+    try:
+        with nsys_jsonl._lines(big) as stream:
+            for line in stream:
+                stage.add_line(line)
+        stage.finish()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        stage.close()
+    assert stage.rows == len(lines) + 30_000 and stage.bad_lines == 0
+    assert peak < 3 << 20, f"{peak / 1e6:.1f} MB"

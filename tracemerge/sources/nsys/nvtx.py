@@ -13,6 +13,7 @@ helpers (``has_columns``, ``string``, ``unresolved``, ``bad_time``, ``cpu``, ``t
 from __future__ import annotations
 
 import bisect
+import re
 from typing import Any
 
 import orjson
@@ -30,6 +31,9 @@ PAYLOAD = ("uint64Value", "int64Value", "doubleValue", "uint32Value", "int32Valu
 # torch.autograd.profiler.emit_nvtx: "<name>[, seq = N], op_id = N[, sizes = [...]][, input_op_ids = [...]]"
 OP_ID, SEQ, SIZES, INPUTS = ", op_id = ", ", seq = ", ", sizes = [", ", input_op_ids = "
 ID_DIGITS = 18  # an op_id or seq of more digits is no id of torch's (they are int64): the text is its name
+_ONE_OP = re.compile(
+    r"(.*?)(?:, seq = ([0-9]{1,18}))?, op_id = ([0-9]{1,18})(?:, sizes = (\[.*?\]))?(?:, input_op_ids = (.*))?", re.S
+)
 
 
 class NvtxRanges:
@@ -148,6 +152,9 @@ def torch_op(text: str) -> tuple[str, str | None, str, str | None, str | None] |
     n ``, op_id = 1, sizes = [ ]`` takes time in n²): each ``op_id`` is tried once, left to right,
     and a ``sizes`` list ends at the first ``]`` that ends the text or is followed by the inputs.
     Digits are ASCII, at most :data:`ID_DIGITS` of them (torch writes int64 ids)."""
+    if text.count(OP_ID) == 1:  # the usual text: the expression is linear with one op_id to try
+        found = _ONE_OP.fullmatch(text)
+        return found.groups() if found else None  # type: ignore[return-value]
     ends = _list_ends(text)
     at = text.find(OP_ID)
     while at >= 0:
