@@ -409,3 +409,205 @@ def test_names_with_control_characters_never_reach_the_terminal(
     summary = runner.invoke(cli.app, ["summary", str(tmp / "run")])
     assert summary.exit_code == 0, summary.output
     _printed_safely(summary.output)
+
+
+# -- Nsight Systems: any value of any column read, in the SQLite and the JSON-lines form; side files -----
+
+NSYS_EXPORT = FIXTURES / "nsys" / "torchrun" / "train_2gpu.sqlite"
+NSYS_LINES = FIXTURES / "nsys_jsonl" / "torchrun" / "train_2gpu.jsonl"
+# Every column an nsys reader reads, by table.
+NSYS_COLUMNS = {
+    "NVTX_EVENTS": (
+        *("start", "end", "eventType", "text", "textId", "globalTid", "endGlobalTid", "domainId"),
+        *("category", "jsonText", "int64Value", "uint64Value", "doubleValue"),
+    ),
+    "CUPTI_ACTIVITY_KIND_RUNTIME": ("start", "end", "globalTid", "nameId", "correlationId", "returnValue"),
+    "CUPTI_ACTIVITY_KIND_KERNEL": (
+        *("start", "end", "globalPid", "deviceId", "contextId", "streamId"),
+        *("correlationId", "demangledName", "gridX", "blockZ", "registersPerThread", "staticSharedMemory"),
+    ),
+    "CUPTI_ACTIVITY_KIND_MEMCPY": ("start", "end", "deviceId", "bytes", "copyKind", "srcKind", "correlationId"),
+    "CUPTI_ACTIVITY_KIND_MEMSET": ("start", "end", "memKind", "value", "streamId"),
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION": ("start", "end", "syncType", "eventId", "streamId", "contextId"),
+    "CUPTI_ACTIVITY_KIND_CUDA_EVENT": ("timestamp", "eventId", "streamId", "contextId"),
+    "GPU_METRICS": ("timestamp", "typeId", "metricId", "value"),
+    "TARGET_INFO_GPU_METRICS": ("typeId", "metricId", "metricName"),
+    "StringIds": ("id", "value"),
+    "ThreadNames": ("nameId", "globalTid"),
+    "PROCESSES": ("pid", "name"),
+    "META_DATA_CAPTURE": ("name", "value"),
+    "TARGET_INFO_SYSTEM_ENV": ("name", "value"),
+    "TARGET_INFO_SESSION_START_TIME": ("utcEpochNs",),
+    "TARGET_INFO_CUDA_STREAM": ("processId", "streamId", "flag"),
+    "PROFILER_OVERHEAD": ("start", "end", "globalTid", "nameId"),
+}
+_TORCH_TEXT = st.lists(
+    st.sampled_from([", op_id = ", ", seq = ", ", sizes = [", "]", "[", ", input_op_ids = ", "1", "23", "x", "²", "٣"]),
+    max_size=12,
+).map("".join)
+_SQL_VALUE = st.one_of(
+    st.none(),
+    st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=30),
+    st.binary(max_size=8),
+    _TORCH_TEXT,
+    st.sampled_from(['RANK="²"', 'RANK="' + "7" * 5000 + '"', "RANK=1", "Hostname", "PROCESS_0:ENVIRONMENT_VARIABLE"]),
+)
+_NOT_UTF8 = st.binary(min_size=1, max_size=8).filter(lambda b: _invalid_utf8(b))
+
+
+def _invalid_utf8(data: bytes) -> bool:
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def _nsys_baseline(factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    global _NSYS_BASELINE
+    if _NSYS_BASELINE is None:
+        _NSYS_BASELINE = merge([NSYS_EXPORT], factory.mktemp("nsys_base") / "out.json").written
+    return _NSYS_BASELINE
+
+
+_NSYS_BASELINE = None
+
+
+def _one_value_at_most(report, base) -> None:  # type: ignore[no-untyped-def]
+    """The export was read, every statistic declared, and one bad value cost at most one event."""
+    assert report.skipped == [], report.skipped
+    assert set(report.as_dict()["stats"]) <= {stat.value for stat in Stat}
+    written = report.written
+    assert written.slices + written.instants >= base.slices + base.instants - 1
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    column=st.sampled_from([(t, c) for t, cs in NSYS_COLUMNS.items() for c in cs]),
+    row=st.integers(min_value=0, max_value=1 << 16),
+    value=st.one_of(_SQL_VALUE, _NOT_UTF8.map(lambda b: ("text", b))),
+)
+def test_any_value_in_an_nsys_export_costs_at_most_its_event(
+    tmp_path_factory: pytest.TempPathFactory, column: tuple[str, str], row: int, value: object
+) -> None:
+    import sqlite3
+
+    from tracemerge.sources.sqlite.guard import quote
+
+    tmp = tmp_path_factory.mktemp("nsysvalue")
+    db = tmp / "in" / NSYS_EXPORT.name
+    db.parent.mkdir()
+    shutil.copyfile(NSYS_EXPORT, db)
+    table, name = column
+    with sqlite3.connect(db) as con:
+        rowids = [r for (r,) in con.execute(f"select rowid from {quote(table)}")]
+        if type(value) is tuple:  # text that is not UTF-8
+            sql, value = (
+                f"update or ignore {quote(table)} set {quote(name)} = cast(? as text) where rowid = ?",
+                value[1],
+            )
+        else:  # "or ignore": a NULL where the schema says NOT NULL leaves the row as it was
+            sql = f"update or ignore {quote(table)} set {quote(name)} = ? where rowid = ?"
+        try:
+            con.execute(sql, (value, rowids[row % len(rowids)]))
+        except sqlite3.IntegrityError:  # an INTEGER PRIMARY KEY holds integers only: nothing to read
+            return
+    con.close()
+    base = _nsys_baseline(tmp_path_factory)
+    report = _within_budget(256 << 20, lambda: merge([db], tmp / "out.json", jobs=1))
+    _one_value_at_most(report, base)
+
+
+_JSON_SCALAR = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=20),
+    _TORCH_TEXT,
+)
+_JSON_VALUE = st.one_of(
+    st.recursive(
+        _JSON_SCALAR,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+        max_leaves=6,
+    ),
+    st.sampled_from([b"Infinity", b"-Infinity", b"NaN", b"9e999", b"1" * 400, b'"\\ud800"', b'"\xff"']),
+)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    line=st.integers(min_value=0, max_value=1 << 16),
+    key=st.one_of(
+        st.sampled_from(sorted({c for cs in NSYS_COLUMNS.values() for c in cs} | {"table"})), st.text(max_size=8)
+    ),
+    value=_JSON_VALUE,
+    whole=st.one_of(st.none(), st.binary(max_size=40)),
+)
+def test_any_value_in_an_nsys_json_lines_export_costs_at_most_its_event(
+    tmp_path_factory: pytest.TempPathFactory, line: int, key: str, value: object, whole: bytes | None
+) -> None:
+    """A value of any JSON type (or none JSON reads strictly) in any key of any line, or a line of
+    any bytes in place of a row."""
+    lines = NSYS_LINES.read_bytes().splitlines()
+    at = line % len(lines)
+    if whole is not None:
+        lines[at] = whole.replace(b"\n", b" ")
+    else:
+        text = json.dumps(value) if type(value) is not bytes else value.decode("utf-8", "surrogateescape")
+        obj = json.loads(lines[at])
+        obj[key] = "\x00MARK\x00"
+        lines[at] = json.dumps(obj).replace('"\\u0000MARK\\u0000"', text).encode("utf-8", "surrogateescape")
+    tmp = tmp_path_factory.mktemp("nsysline")
+    path = tmp / "in" / NSYS_LINES.name
+    path.parent.mkdir()
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    base = _nsys_baseline(tmp_path_factory)
+    report = _within_budget(256 << 20, lambda: merge([path], tmp / "out.json", jobs=1))
+    if at == 0 and report.skipped:  # the first line names the format: without it, no nsys export
+        assert report.skipped == [f"{path}: not a recognised trace format"] or "\n" not in report.skipped[0]
+        return
+    _one_value_at_most(report, base)
+
+
+@settings(
+    max_examples=max(EXAMPLES // 2, 8), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    suffix=st.sampled_from(["-wal", "-journal"]),
+    head=st.sampled_from([b"", b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83", b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7"]),
+    body=st.binary(max_size=4096),
+)
+def test_any_side_file_beside_an_export_is_read_or_one_line(
+    tmp_path_factory: pytest.TempPathFactory, suffix: str, head: bytes, body: bytes
+) -> None:
+    tmp = tmp_path_factory.mktemp("side")
+    db = tmp / "in" / NSYS_EXPORT.name
+    db.parent.mkdir()
+    shutil.copyfile(NSYS_EXPORT, db)
+    db.with_name(db.name + suffix).write_bytes(head + body)
+    before = sorted((p.name, p.read_bytes()) for p in db.parent.iterdir())
+    report = _within_budget(256 << 20, lambda: merge([db, FIXTURES / "kineto_gpu"], tmp / "out.json", jobs=1))
+    assert sorted((p.name, p.read_bytes()) for p in db.parent.iterdir()) == before  # nothing changed beside it
+    for message in report.skipped:
+        assert "\n" not in message and message.startswith(str(db))
+    if not report.skipped:
+        assert report.written.slices >= _nsys_baseline(tmp_path_factory).slices
+
+
+@settings(max_examples=EXAMPLES * 25, deadline=None)
+@given(text=st.one_of(_TORCH_TEXT, st.builds("{}{}".format, st.text(max_size=8), _TORCH_TEXT)))
+def test_the_emit_nvtx_parser_reads_what_the_expression_did(text: str) -> None:
+    """torch_op names texts as ``(.*?)(?:, seq = (\\d+))?, op_id = (\\d+)(?:, sizes = (\\[.*?\\]))?
+    (?:, input_op_ids = (.*))?`` fully matched does, with ASCII digits, in linear time."""
+    from tracemerge.sources.nsys.nvtx import torch_op
+
+    expression = re.compile(
+        r"(.*?)(?:, seq = ([0-9]{1,18}))?, op_id = ([0-9]{1,18})(?:, sizes = (\[.*?\]))?(?:, input_op_ids = (.*))?",
+        re.S,
+    )
+    found = expression.fullmatch(text)
+    assert torch_op(text) == (found.groups() if found else None)

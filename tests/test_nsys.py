@@ -14,6 +14,7 @@ import shutil
 import sqlite3
 import stat
 import sys
+import time
 import urllib.parse
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -607,3 +608,165 @@ def test_corpus_single_gpu_export(tmp_path: Path) -> None:
     }
     assert report.written.flows == 4
     assert dict(report.dropped) == {"nsys DIAGNOSTIC_EVENT rows not drawn (nsys's own messages)": 15}
+
+
+# -- one bad value costs that value, never the export -----------------------------------------------------
+
+
+def changed(tmp_path: Path, source: Path, *sql: str) -> Path:
+    """A copy of ``source`` with ``sql`` run on it: a minimal input with one bad value."""
+    db = tmp_path / "in" / source.name
+    db.parent.mkdir(parents=True)
+    shutil.copyfile(source, db)
+    con = sqlite3.connect(db)
+    for statement in sql:
+        assert con.execute(statement).rowcount in (-1, 1), statement
+    con.commit()
+    con.close()
+    return db
+
+
+def kernel_args(rb: Readback, ts: int) -> dict:
+    [kernel] = [s for s in rb.slices if s.cat == "kernel" and s.ts == ts]
+    return kernel.args["args"]
+
+
+FIRST_KERNEL_NS = 1_500_000  # CUPTI_ACTIVITY_KIND_KERNEL rowid 1 of TORCHRUN: pid 301, GPU 0, stream 7
+FIRST_KERNEL_ARGS = {
+    "device": 0,
+    "context": 1,
+    "stream": 7,
+    "correlation": 999,
+    "registers per thread": 32,
+    "shared memory": 3072,
+    "grid": [128, 2, 1],
+    "block": [256, 1, 1],
+}
+
+
+@pytest.mark.parametrize("rank", ["²", "7" * 5000, "٣", "-1"])
+def test_a_rank_that_is_no_number_costs_the_rank_not_the_export(tmp_path: Path, rank: str) -> None:
+    """verl's worker ranks from RANK: one that int() refuses (or that is no rank) leaves the rank to
+    the path, counted."""
+    db = changed(tmp_path, NODE1, f"""update META_DATA_CAPTURE set value = 'RANK="{rank}"' where value like 'RANK=%'""")
+    rb, report = merged(tmp_path / "out", db)
+    _, whole = merged(tmp_path / "whole", NODE1)
+    assert report.skipped == []
+    assert report.written == whole.written
+    assert list(rb.processes.values()) == ["actor_rollout_ref · rank 0"]  # its GPU: the report's only one
+    assert stats(report) == {"nsys_value_unreadable": 1}
+
+
+def test_ranks_are_ascii_digits_of_an_int64() -> None:
+    from tracemerge.core.model import as_rank
+
+    assert [as_rank(v) for v in ("3", " 12 ", "007", "9" * 18, 5)] == [3, 12, 7, 10**18 - 1, 5]
+    assert [as_rank(v) for v in ("²", "٣", "9" * 19, "7" * 5000, "-1", "", "1.0", -1, 1.0, None)] == [None] * 10
+
+
+def test_an_infinite_kernel_value_costs_that_value(tmp_path: Path) -> None:
+    db = changed(tmp_path, TORCHRUN, "update CUPTI_ACTIVITY_KIND_KERNEL set gridX = 9e999 where rowid = 1")
+    rb, report = merged(tmp_path / "out", db)
+    assert report.written.slices == 144
+    assert kernel_args(rb, utc(TORCHRUN) + FIRST_KERNEL_NS) == {
+        k: v for k, v in FIRST_KERNEL_ARGS.items() if k != "grid"
+    }
+    assert stats(report)["nsys_value_unreadable"] == 1
+    assert (
+        dict(report.dropped)["nsys grid value that is a BLOB or an infinite or NaN number: left out of its event"] == 1
+    )
+
+
+BLOBS = [
+    ("NVTX_EVENTS", "category", "rowid = 4", "category"),
+    ("NVTX_EVENTS", "jsonText", "rowid = 4", "json"),
+    ("NVTX_EVENTS", "int64Value", "rowid = 4", "payload"),
+    ("CUPTI_ACTIVITY_KIND_RUNTIME", "returnValue", "rowid = 1", "return value"),
+    ("CUPTI_ACTIVITY_KIND_MEMCPY", "bytes", "rowid = 1", "bytes"),
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "deviceId", "rowid = 1", "device"),
+]
+
+
+@pytest.mark.parametrize(("table", "column", "where", "arg"), BLOBS, ids=[f"{t}.{c}" for t, c, _, _ in BLOBS])
+def test_a_blob_in_a_value_costs_that_value(tmp_path: Path, table: str, column: str, where: str, arg: str) -> None:
+    db = changed(tmp_path, TORCHRUN, f"update {table} set {column} = X'00' where {where}")
+    rb, report = merged(tmp_path / "out", db)
+    _, whole = merged(tmp_path / "whole", TORCHRUN)
+    assert report.skipped == [] and report.written == whole.written
+    left_out = f"nsys {arg} value that is a BLOB or an infinite or NaN number: left out of its event"
+    assert dict(report.dropped) == dict(whole.dropped) | {left_out: 1}
+    assert stats(report) == stats(whole) | {"nsys_value_unreadable": 1}
+    [(start,)] = rows(db, f"select start from {table} where {where}")
+    at_start = [
+        s for s in rb.slices if s.ts == utc(TORCHRUN) + start and rb.processes[rb.threads[s.track][0]] == "rank 0"
+    ]
+    assert at_start and not [s for s in at_start if arg in s.args.get("args", {})]  # the value is left out
+    if table == "CUPTI_ACTIVITY_KIND_KERNEL":
+        args = FIRST_KERNEL_ARGS.copy()
+        del args["device"]
+        assert kernel_args(rb, utc(TORCHRUN) + FIRST_KERNEL_NS) == args
+        assert per_track(rb, "rank 0")["GPU ? stream 7 (null stream)"] == 1  # the device a BLOB named: unknown
+
+
+@pytest.mark.parametrize(
+    ("sql", "name", "named"),
+    [
+        ("update NVTX_EVENTS set text = cast(X'61ff62' as text) where rowid = 4", "a\ufffdb", 1),
+        ("update StringIds set value = cast(X'6bff' as text) where id = 105", "k\ufffd", 14),  # 14 kernels' name
+    ],
+    ids=["nvtx text", "StringIds"],
+)
+def test_text_that_is_not_utf8_is_read_with_a_replacement_character(
+    tmp_path: Path, sql: str, name: str, named: int
+) -> None:
+    db = changed(tmp_path, TORCHRUN, sql)
+    rb, report = merged(tmp_path / "out", db)
+    assert report.skipped == [] and report.written.slices == 144
+    assert [s.name for s in rb.slices].count(name) == named
+    assert stats(report)["db_text_not_utf8"] == 1
+
+
+def test_a_hostname_that_is_not_utf8_is_read_with_a_replacement_character(tmp_path: Path) -> None:
+    db = changed(
+        tmp_path, NODE1, "update TARGET_INFO_SYSTEM_ENV set value = cast(X'6eff' as text) where name = 'Hostname'"
+    )
+    _, report = merged(tmp_path / "out", db)
+    assert report.skipped == [] and report.written.slices == 22
+    assert stats(report) == {"db_text_not_utf8": 1}
+
+
+def test_a_real_in_an_integer_arg_is_written_as_it_is(tmp_path: Path) -> None:
+    db = changed(
+        tmp_path,
+        TORCHRUN,
+        "update CUPTI_ACTIVITY_KIND_KERNEL set registersPerThread = 1.5, deviceId = 2.5 where rowid = 1",
+    )
+    rb, report = merged(tmp_path / "out", db)
+    assert kernel_args(rb, utc(TORCHRUN) + FIRST_KERNEL_NS) == FIRST_KERNEL_ARGS | {
+        "registers per thread": 1.5,
+        "device": 2.5,
+    }
+    assert per_track(rb, "rank 0")["GPU 2.5 stream 7 (null stream)"] == 1  # its track names the same device
+    assert report.exit_code == 0 and stats(report) == {
+        "nsys_rows_not_drawn": 7,
+        "nsys_launch_not_captured": 2,
+        "nsys_range_without_end": 1,
+    }
+
+
+def test_the_emit_nvtx_name_parser_is_linear_in_the_text() -> None:
+    """A text the old expression took 52 s on (n = 20k) is parsed in milliseconds, as a name."""
+    from tracemerge.sources.nsys.nvtx import torch_op
+
+    for n in (2_000, 20_000):
+        text = ", op_id = 1, sizes = [ ]" * n + "X"
+        started = time.process_time()
+        assert torch_op(text) is None
+        assert time.process_time() - started < 0.5
+    assert torch_op("aten::mm, seq = 3, op_id = 4, sizes = [[2], [3]], input_op_ids = [1]") == (
+        "aten::mm",
+        "3",
+        "4",
+        "[[2], [3]]",
+        "[1]",
+    )

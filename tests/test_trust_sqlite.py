@@ -123,3 +123,79 @@ def test_a_signal_stops_a_query_under_way(sig: signal.Signals) -> None:
         Stopped.pending = None
     assert stopped.value.signum == sig
     assert time.monotonic() - started < 10
+
+
+# -- side files and values: what is not real costs nothing, one bad value costs that value ---------------
+
+NSYS_EXPORT = FIXTURES / "nsys" / "torchrun" / "train_2gpu.sqlite"
+
+
+@pytest.mark.parametrize(
+    ("suffix", "content"),
+    [("-journal", None), ("-wal", None), ("-wal", b"\x37\x7f\x06\x82" + b"\x00" * 28), ("-journal", b"junk")],
+    ids=["1 GiB of zeros as a journal", "1 GiB of zeros as a WAL", "a WAL header without a frame", "junk"],
+)
+def test_a_side_file_that_holds_nothing_to_replay_is_neither_copied_nor_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str, content: bytes | None
+) -> None:
+    """``truncate -s 1G X.sqlite-journal`` beside an export: no hot journal (SQLite ignores it too),
+    so the export is opened in place, its step budget is its own size's, and nothing is copied."""
+    from tracemerge.sources.sqlite import opening
+
+    db = tmp_path / "in" / NSYS_EXPORT.name
+    db.parent.mkdir()
+    shutil.copyfile(NSYS_EXPORT, db)
+    side = db.with_name(db.name + suffix)
+    with side.open("wb") as file:
+        if content is None:
+            file.truncate(1 << 30)  # sparse: a gigabyte of zeros that takes no disk
+        else:
+            file.write(content)
+    budgets: list[int] = []
+    real_budget = sqlite_guard.Budget
+    monkeypatch.setattr(sqlite_guard, "Budget", lambda size: budgets.append(size) or real_budget(size))
+    monkeypatch.setattr(opening.shutil, "copyfile", lambda *a: pytest.fail(f"copied {a}"))
+    report = merge([db], tmp_path / "out.pftrace")
+    assert report.skipped == [] and report.written.slices == 144
+    assert budgets == [NSYS_EXPORT.stat().st_size]
+
+
+def test_string_ids_without_a_primary_key_cost_a_lookup_per_name_not_a_scan(tmp_path: Path) -> None:
+    """An export whose StringIds has no primary key, 20,000 strings and 2,000 ranges each naming
+    its own: a scan per name would need about 2·10⁸ SQLite steps, far past the file's budget."""
+    db = tmp_path / "in" / "no_key.sqlite"
+    db.parent.mkdir()
+    shutil.copyfile(NSYS_EXPORT, db)
+    thread = (1 << 48) | (301 << 24) | 301
+    with sqlite3.connect(db) as con:
+        con.execute("create table S (id INTEGER, value TEXT)")
+        con.execute("insert into S select id, value from StringIds")
+        con.execute("drop table StringIds")
+        con.execute("alter table S rename to StringIds")
+        con.executemany("insert into StringIds values (?, ?)", ((10**6 + i, f"range {i}") for i in range(20_000)))
+        con.executemany(
+            "insert into NVTX_EVENTS (start, end, eventType, textId, globalTid, domainId) values (?, ?, 59, ?, ?, 0)",
+            ((10**7 + i * 10, 10**7 + i * 10 + 5, 10**6 + i * 10, thread) for i in range(2_000)),
+        )
+    con.close()
+    assert 64 * db.stat().st_size + sqlite_guard.MIN_STEPS < 2e8
+    report = merge([db], tmp_path / "out.pftrace")
+    assert report.skipped == [] and report.written.slices == 144 + 2_000
+    names = {s.name for s in read_pftrace(tmp_path / "out.pftrace").slices}
+    assert {"range 0", "range 19990"} <= names and "range 5" not in names
+
+
+def test_an_ascend_string_that_is_not_utf8_is_read_with_a_replacement_character(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "ascend" / "db", run)
+    [db] = run.rglob("*.db")
+    with sqlite3.connect(db) as con:
+        [(sid, value)] = con.execute("select id, value from STRING_IDS where value = 'MatMulV2'").fetchall()
+        con.execute("update STRING_IDS set value = cast(? as text) where id = ?", (b"MatMul\xffV2", sid))
+    con.close()
+    before = merge([FIXTURES / "ascend" / "db"], tmp_path / "before.pftrace")
+    report = merge([run], tmp_path / "out.pftrace")
+    assert report.skipped == [] and report.written == before.written
+    names = [s.name for s in read_pftrace(tmp_path / "out.pftrace").slices]
+    assert "MatMul\ufffdV2" in names and value not in names
+    assert report.as_dict()["stats"]["db_text_not_utf8"]["count"] == 1

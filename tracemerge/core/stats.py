@@ -295,7 +295,19 @@ class Stat(Enum):
     NSYS_REPORT_READ_AS_EXPORT = (
         "nsys_report_read_as_export",
         Severity.INFO,
-        "Nsight Systems reports (.nsys-rep) read through their SQLite export beside them",
+        "Nsight Systems reports (.nsys-rep) read through their SQLite or JSON-lines export beside them",
+    )
+    NSYS_VALUE_UNREADABLE = (
+        "nsys_value_unreadable",
+        Severity.DATA_LOSS,
+        "Nsight Systems values left out of their event (a BLOB, an infinite or NaN number, an array or object "
+        "in a JSON-lines export, a rank that is no number): the event is kept without it",
+    )
+    DB_TEXT_NOT_UTF8 = (
+        "db_text_not_utf8",
+        Severity.INFO,
+        "text values of SQLite (or nsys JSON-lines) inputs that are not valid UTF-8: read with U+FFFD for "
+        "each bad byte, the event kept",
     )
     FLOW_WITHOUT_DIRECTION = (
         "flow_without_direction",

@@ -13,6 +13,7 @@ from tracemerge.sources.chrome.format import CHROME_JSON
 from tracemerge.sources.metrics.exposition import PROMETHEUS_SNAPSHOTS, PROMETHEUS_TEXT
 from tracemerge.sources.metrics.query_range import PROMETHEUS_QUERY
 from tracemerge.sources.nsys.db import NSYS_DB
+from tracemerge.sources.nsys.jsonl import NSYS_JSONL
 from tracemerge.sources.spans.areal_sessions import AREAL_SESSIONS
 from tracemerge.sources.spans.jsonl import JSONL_SPANS
 from tracemerge.sources.spans.tracker_scalars import TRACKER_SCALARS
@@ -21,6 +22,7 @@ FORMATS: tuple[SourceFormat, ...] = (
     ASCEND_TEXT,
     ASCEND_DB,
     NSYS_DB,
+    NSYS_JSONL,
     PROMETHEUS_QUERY,
     PROMETHEUS_TEXT,
     PROMETHEUS_SNAPSHOTS,

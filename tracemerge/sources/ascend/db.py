@@ -107,6 +107,7 @@ def read(path: Path, layout: FileLayout) -> SourceData:
             if isinstance(exc, sqlite3.OperationalError):
                 raise  # stopped: guarded() says why
             raise InputError(path, f"cannot read the database ({exc})") from None
+        reader.dropped.add(Stat.DB_TEXT_NOT_UTF8, con.bad_text, "Ascend DB text not valid UTF-8, read with U+FFFD")
     leave_out_zero_series(layout, reader.dropped, counter_group)
     layout_dirs.note_not_read(path, reader.dropped)
     data = layout_dirs.source_data(path, NAME, reader.thread_infos(), reader.dropped, rank=reader.rank)

@@ -41,7 +41,7 @@ from tracemerge.core.model import ClockDomain, OriginKey, SourceData, ThreadInfo
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.naming.paths import needs_export
 from tracemerge.sources.ascend.dirs import SQLITE_MAGIC
-from tracemerge.sources.base import SourceFormat
+from tracemerge.sources.base import SourceFormat, read_head
 from tracemerge.sources.nsys.gpu import read_device
 from tracemerge.sources.nsys.schema import (
     API_TABLES,
@@ -64,7 +64,7 @@ from tracemerge.sources.sqlite.opening import _opened
 from tracemerge.store.file_layout import FileLayout
 
 NAME = "nsys-db"
-REPORT_SUFFIX, EXPORT_SUFFIX = ".nsys-rep", ".sqlite"
+REPORT_SUFFIX, EXPORT_SUFFIX, JSONL_SUFFIX = ".nsys-rep", ".sqlite", ".jsonl"
 NSYS_CLOCK = ClockDomain("unix epoch (nsys session start)", anchored=True)
 SESSION_CLOCK = ClockDomain("ns since the nsys capture started, no session start time", anchored=False)
 # Tables whose presence makes an SQLite file an nsys export; names a head of the file may show.
@@ -107,19 +107,29 @@ def claims(path: Path, head: bytes) -> bool:
 
 
 def export_beside(report: Path) -> Path | None:
-    """``X.sqlite`` beside the report ``X.nsys-rep``: its export, as ``nsys export`` names it."""
-    found = report.with_name(report.name[: -len(REPORT_SUFFIX)] + EXPORT_SUFFIX)
-    return found if found.is_file() else None
+    """``X.sqlite`` beside the report ``X.nsys-rep``, else ``X.jsonl`` when it is an nsys
+    JSON-lines export: its export, as ``nsys export`` names it."""
+    from tracemerge.sources.nsys.jsonl import claims as jsonl_claims  # it reads through this module
+
+    stem = report.name[: -len(REPORT_SUFFIX)]
+    found = report.with_name(stem + EXPORT_SUFFIX)
+    if found.is_file():
+        return found
+    lines = report.with_name(stem + JSONL_SUFFIX)
+    try:
+        return lines if lines.is_file() and jsonl_claims(lines, read_head(lines)) else None
+    except OSError:
+        return None
 
 
 def read(path: Path, layout: FileLayout) -> SourceData:
     if not path.name.endswith(REPORT_SUFFIX):
-        return _read_export(path, path, layout)
+        return read_rows(path, path, layout)
     beside = export_beside(path)
     if beside is not None:
         raise NotATrace(path, f"read through its SQLite export beside it, {shown(beside.name)}")
     with _exported(path, layout.store.directory) as db:
-        return _read_export(path, db, layout)
+        return read_rows(path, db, layout)
 
 
 @contextmanager
@@ -145,7 +155,9 @@ def _exported(report: Path, work: Path | None) -> Iterator[Path]:
         yield out
 
 
-def _read_export(path: Path, db: Path, layout: FileLayout) -> SourceData:
+def read_rows(path: Path, db: Path, layout: FileLayout, format_name: str = NAME) -> SourceData:
+    """The export ``path`` read from the SQLite database ``db`` that holds its tables (the export
+    itself, or what a report or a JSON-lines export was turned into)."""
     with _opened(db, layout.store.directory) as con:
         try:
             schema = Schema(con)
@@ -154,7 +166,8 @@ def _read_export(path: Path, db: Path, layout: FileLayout) -> SourceData:
                 raise  # a query stopped: the guard of _opened says why
             raise InputError(path, f"not a readable SQLite database ({exc})") from None
         if not any(t in schema.tables for t in NSYS_TABLES):
-            raise NotATrace(path, "SQLite database without Nsight Systems tables")
+            form = "SQLite database" if format_name == NAME else "JSON-lines export"
+            raise NotATrace(path, f"{form} without Nsight Systems tables")
         try:
             place = Placement(schema)
             reader = NsysReader(schema, layout, place)
@@ -162,6 +175,7 @@ def _read_export(path: Path, db: Path, layout: FileLayout) -> SourceData:
             read_device(reader)
             _count_not_read(schema, reader.dropped)
             threads = track_names(reader)
+            bad_text = con.bad_text
         except sqlite3.DatabaseError as exc:
             if isinstance(exc, sqlite3.OperationalError):
                 raise  # a query stopped: the guard of _opened says why
@@ -174,6 +188,15 @@ def _read_export(path: Path, db: Path, layout: FileLayout) -> SourceData:
             reader.not_captured,
             f"nsys GPU work whose CUDA runtime call is not in the export ({why}): no flow",
         )
+    if place.unreadable_ranks:
+        dropped.add(
+            Stat.NSYS_VALUE_UNREADABLE,
+            place.unreadable_ranks,
+            "nsys META_DATA_CAPTURE RANK or LOCAL_RANK that is no rank (not ASCII digits, or too many): "
+            "the rank comes from the GPUs or the path",
+        )
+    if bad_text:
+        dropped.add(Stat.DB_TEXT_NOT_UTF8, bad_text, "nsys text not valid UTF-8, read with U+FFFD for each bad byte")
     if place.session_start is None:
         dropped.add(
             Stat.NSYS_SESSION_START_MISSING,
@@ -182,11 +205,11 @@ def _read_export(path: Path, db: Path, layout: FileLayout) -> SourceData:
             "the capture's start, placed by the clock alignment",
         )
     report = path.with_suffix(REPORT_SUFFIX)
-    if path.suffix == EXPORT_SUFFIX and report.is_file():
+    if path.suffix in (EXPORT_SUFFIX, JSONL_SUFFIX) and report.is_file():
         dropped.add(Stat.NSYS_REPORT_READ_AS_EXPORT, 1, f"nsys report read through this export: {shown(report.name)}")
     return SourceData(
         path=path,
-        format=NAME,
+        format=format_name,
         clock=SESSION_CLOCK if place.session_start is None else NSYS_CLOCK,
         threads=threads,
         origin_ns=place.session_start or 0,
@@ -224,10 +247,14 @@ class Placement:
     def __init__(self, schema: Schema) -> None:
         self.session_start = _session_start(schema)
         self.host = next(
-            (str(v).strip() for n, v in schema.rows("TARGET_INFO_SYSTEM_ENV", ("name", "value")) if n == "Hostname"),
+            (
+                v.strip()
+                for n, v in schema.rows("TARGET_INFO_SYSTEM_ENV", ("name", "value"))
+                if n == "Hostname" and type(v) is str
+            ),
             None,
         )
-        self.env_rank = _env_rank(schema)
+        self.env_rank, self.unreadable_ranks = _env_rank(schema)
         # per process and per CUDA context, its GPUs by the number of rows of GPU work on each
         used: dict[int, Counter[int]] = {}
         contexts: dict[tuple[int, Any], Counter[int]] = {}
@@ -267,16 +294,22 @@ def _session_start(schema: Schema) -> int | None:
     return None
 
 
-def _env_rank(schema: Schema) -> int | None:
-    """``RANK`` (else ``LOCAL_RANK``) of the captured environment: rows ``KEY="value"``."""
+def _env_rank(schema: Schema) -> tuple[int | None, int]:
+    """``RANK`` (else ``LOCAL_RANK``) of the captured environment (rows ``KEY="value"``), and how
+    many of those variables held no rank (``RANK="²"``)."""
     found: dict[str, int] = {}
+    unreadable = 0
     for name, value in schema.rows("META_DATA_CAPTURE", ("name", "value")):
         if type(name) is str and ENV_ROW.match(name) and type(value) is str:
             key, eq, text = value.partition("=")
-            rank = as_rank(text.strip().strip('"')) if eq else None
-            if key in RANK_VARIABLES and rank is not None:
+            if key not in RANK_VARIABLES or not eq:
+                continue
+            rank = as_rank(text.strip().strip('"'))
+            if rank is None:
+                unreadable += 1
+            else:
                 found.setdefault(key, rank)
-    return next((found[k] for k in RANK_VARIABLES if k in found), None)
+    return next((found[k] for k in RANK_VARIABLES if k in found), None), unreadable
 
 
 def track_names(reader: NsysReader) -> dict[ThreadKey, ThreadInfo]:

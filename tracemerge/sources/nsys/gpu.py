@@ -63,16 +63,20 @@ def _kernels(r: NsysReader) -> Source | None:
         prefix, name, watched, resolved = names.get((name_id, "kernel")) or r.named(name_id, "kernel")
         if not resolved:
             r.unresolved(KERNEL, name_col)
-        try:
+        gx, gy, gz, bx, by, bz = dims
+        if int is type(device) is type(ctx) is type(stream) is type(corr) is type(regs) is type(static) and int is type(
+            dynamic
+        ) is type(gx) is type(gy) is type(gz) is type(bx) is type(by) is type(bz):  # %d would truncate a REAL
             text = (
                 b'{"device":%d,"context":%d,"stream":%d,"correlation":%d,"registers per thread":%d,'
                 b'"shared memory":%d,"grid":[%d,%d,%d],"block":[%d,%d,%d]}'
                 % (device, ctx, stream, corr, regs, static + dynamic, *dims)
             )
             body = prefix + heads[len(text)] + text
-        except TypeError:  # a NULL among them
+        else:  # a NULL, a REAL, a BLOB among them: as they are
             args = {"device": device, "context": ctx, "stream": stream, "correlation": corr}
-            args |= {"registers per thread": regs, "grid": dims[:3], "block": dims[3:]}
+            shared = static + dynamic if _number(static) and _number(dynamic) else None
+            args |= {"registers per thread": regs, "shared memory": shared, "grid": dims[:3], "block": dims[3:]}
             body = r.body(prefix, present(args))
         track[2].append((start, start - end, 0, ordinal(), body))
         mark(device_tag(name), track[0], track[1], start, end)
@@ -81,6 +85,10 @@ def _kernels(r: NsysReader) -> Source | None:
         _flow_end(r, track, start, gpid, corr, launched)
 
     return r.con.execute(_launched_select(r, KERNEL, cols)), handle
+
+
+def _number(value: Any) -> bool:
+    return type(value) is int or type(value) is float
 
 
 def _launched_select(r: NsysReader, table: str, cols: Sequence[str]) -> str:

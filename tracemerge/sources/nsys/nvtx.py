@@ -12,6 +12,7 @@ helpers (``has_columns``, ``string``, ``unresolved``, ``bad_time``, ``cpu``, ``t
 
 from __future__ import annotations
 
+import bisect
 import re
 from typing import Any
 
@@ -28,10 +29,10 @@ NAMING = {33: "category names", 64: "category names", 75: "domain creations", 76
 DOMAIN_CREATE, CATEGORY_NAME = 75, 33
 PAYLOAD = ("uint64Value", "int64Value", "doubleValue", "uint32Value", "int32Value", "floatValue")
 # torch.autograd.profiler.emit_nvtx: "<name>[, seq = N], op_id = N[, sizes = [...]][, input_op_ids = [...]]"
-TORCH_OP = re.compile(
-    r"(?P<name>.*?)(?:, seq = (?P<seq>\d+))?, op_id = (?P<op_id>\d+)"
-    r"(?:, sizes = (?P<sizes>\[.*?\]))?(?:, input_op_ids = (?P<input_op_ids>.*))?",
-    re.S,
+OP_ID, SEQ, SIZES, INPUTS = ", op_id = ", ", seq = ", ", sizes = [", ", input_op_ids = "
+ID_DIGITS = 18  # an op_id or seq of more digits is no id of torch's (they are int64): the text is its name
+_ONE_OP = re.compile(
+    r"(.*?)(?:, seq = ([0-9]{1,18}))?, op_id = ([0-9]{1,18})(?:, sizes = (\[.*?\]))?(?:, input_op_ids = (.*))?", re.S
 )
 
 
@@ -60,10 +61,10 @@ class NvtxRanges:
                 text = self._nvtx_text(text_id)
             args: dict | None = None
             data = b""
-            if ", op_id = " in text and (op := TORCH_OP.fullmatch(text)) is not None:
-                text, seq, op_id, sizes, inputs = op.groups()
-                if sizes is None and inputs is None:  # plain digits: the args text is written as is
-                    data = (f'{{"seq":{seq},"op_id":{op_id}}}' if seq else f'{{"op_id":{op_id}}}').encode()
+            if OP_ID in text and (op := torch_op(text)) is not None:
+                text, seq, op_id, sizes, inputs = op
+                if sizes is None and inputs is None:  # plain digits: the args text written at once
+                    data = b'{"seq":%d,"op_id":%d}' % (int(seq), int(op_id)) if seq else b'{"op_id":%d}' % int(op_id)
                 else:
                     args = {"seq": seq and int(seq), "op_id": int(op_id), "sizes": sizes, "input_op_ids": inputs}
                     args = present(args)
@@ -140,3 +141,71 @@ class NvtxRanges:
             else:
                 categories[(domain, category)] = name
         return domains, categories
+
+
+def torch_op(text: str) -> tuple[str, str | None, str, str | None, str | None] | None:
+    """(name, seq, op_id, sizes, input_op_ids) of an ``emit_nvtx`` text, None when it is not one.
+
+    The name is the shortest prefix the rest parses after, as the regular expression
+    ``(.*?)(?:, seq = (\\d+))?, op_id = (\\d+)(?:, sizes = (\\[.*?\\]))?(?:, input_op_ids = (.*))?``
+    fully matched would take it, in time linear in the text (that expression backtracks: a text of
+    n ``, op_id = 1, sizes = [ ]`` takes time in n²): each ``op_id`` is tried once, left to right,
+    and a ``sizes`` list ends at the first ``]`` that ends the text or is followed by the inputs.
+    Digits are ASCII, at most :data:`ID_DIGITS` of them (torch writes int64 ids)."""
+    if text.count(OP_ID) == 1:  # the usual text: the expression is linear with one op_id to try
+        found = _ONE_OP.fullmatch(text)
+        return found.groups() if found else None  # type: ignore[return-value]
+    ends = _list_ends(text)
+    at = text.find(OP_ID)
+    while at >= 0:
+        digits_end = _digits_end(text, at + len(OP_ID))
+        if 0 < digits_end - at - len(OP_ID) <= ID_DIGITS:
+            rest = _rest(text, digits_end, ends)
+            if rest is not None:
+                name_end, seq = _seq_before(text, at)
+                return (text[:name_end], seq, text[at + len(OP_ID) : digits_end], *rest)
+        at = text.find(OP_ID, at + 1)
+    return None
+
+
+def _list_ends(text: str) -> list[int]:
+    """Where a ``sizes`` list may end: each ``]`` at the text's end or before ``, input_op_ids = ``."""
+    ends = []
+    at = text.find("]")
+    while at >= 0:
+        if at + 1 == len(text) or text.startswith(INPUTS, at + 1):
+            ends.append(at)
+        at = text.find("]", at + 1)
+    return ends
+
+
+def _digits_end(text: str, start: int) -> int:
+    end = start
+    while end < len(text) and text[end] in "0123456789":
+        end += 1
+    return end
+
+
+def _rest(text: str, start: int, ends: list[int]) -> tuple[str | None, str | None] | None:
+    """(sizes, input_op_ids) of what follows ``op_id = N``, None when it does not parse."""
+    if start == len(text):
+        return None, None
+    if text.startswith(INPUTS, start):
+        return None, text[start + len(INPUTS) :]
+    if text.startswith(SIZES, start):
+        found = bisect.bisect_left(ends, start + len(SIZES) - 1)
+        if found < len(ends):
+            end = ends[found]
+            inputs = text[end + 1 + len(INPUTS) :] if end + 1 < len(text) else None
+            return text[start + len(SIZES) - 1 : end + 1], inputs
+    return None
+
+
+def _seq_before(text: str, at: int) -> tuple[int, str | None]:
+    """Where the name ends before the ``op_id`` at ``at``, and the ``seq`` between them if any."""
+    digits_start = at
+    while digits_start > 0 and text[digits_start - 1] in "0123456789":
+        digits_start -= 1
+    if 0 < at - digits_start <= ID_DIGITS and text.endswith(SEQ, 0, digits_start):
+        return digits_start - len(SEQ), text[digits_start:at]
+    return at, None

@@ -26,12 +26,14 @@ not grow with the export.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
 import orjson
 
+from tracemerge.core.errors import shown
 from tracemerge.core.model import FlowPhase, OriginKey, ThreadKey
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.sources.nsys.nvtx import NvtxRanges
@@ -43,6 +45,7 @@ from tracemerge.sources.nsys.schema import (
     Schema,
     Source,
     pid_of,
+    pid_or_none,
     present,
     tid_of,
 )
@@ -74,9 +77,12 @@ _GPU_WORK = (
 )
 
 
-def flow_key(gid: int, correlation: int) -> tuple:
-    """A launch's flow id: its process and correlation id in one int64."""
-    return (FLOW, FLOW, (pid_of(gid) << 32) | correlation if 0 <= correlation < 1 << 32 else (pid_of(gid), correlation))
+def flow_key(gid: Any, correlation: Any) -> tuple:
+    """A launch's flow id: its process and correlation id in one int64 (a pair when they do not fit)."""
+    pid = pid_or_none(gid)
+    if pid is not None and type(correlation) is int and 0 <= correlation < 1 << 32:
+        return (FLOW, FLOW, (pid << 32) | correlation)
+    return (FLOW, FLOW, (pid, correlation))
 
 
 class NsysReader(NvtxRanges):
@@ -89,6 +95,7 @@ class NsysReader(NvtxRanges):
         self.dropped = Losses()
         self.metadata_records = 0
         self._strings: dict[int, str | None] = {}
+        self._string_query: str | None = None  # how a name is looked up by id, once StringIds is seen
         self._named: dict[tuple[Any, str], tuple[bytes, str, bool, bool]] = {}
         self.tracks: dict[ThreadKey, tuple[OriginKey, int | None]] = {}  # key -> (origin, pid)
         self._cpu: dict[Any, tuple] = {}
@@ -103,8 +110,10 @@ class NsysReader(NvtxRanges):
         if sid in self._strings:
             return self._strings[sid]
         found = None
-        if self.schema.has("StringIds", "id", "value"):
-            row = self.con.execute('select "value" from "StringIds" where "id" = ?', (sid,)).fetchone()
+        if self._string_query is None and self.schema.has("StringIds", "id", "value"):
+            self._string_query = _string_lookup(self.con)
+        if self._string_query:
+            row = self.con.execute(self._string_query, (sid,)).fetchone()
             found = row[0] if row is not None and type(row[0]) is str else None
         self._strings[sid] = found
         return found
@@ -151,13 +160,16 @@ class NsysReader(NvtxRanges):
         track; a context's own without a stream), both on the GPU their context's work ran on."""
         found = self._gpu.get((kind, gpid, device, context, stream))
         if found is None:
+            row_key = (kind, gpid, device, context, stream)
+            # a BLOB names no GPU, context or stream: the track of an unknown one ("GPU ?")
+            device, context, stream = (None if type(v) is bytes else v for v in (device, context, stream))
             pid = pid_of(gpid) if type(gpid) is int else None
             on = device if kind == "gpu" else self.place.contexts.get((pid, context), device)
             if kind == "sync":
                 key = ("sync", pid, on, None if stream == NO_STREAM else stream)
             else:
                 key = ("gpu", pid, on, stream)
-            found = self._gpu[(kind, gpid, device, context, stream)] = self.track(key, pid)
+            found = self._gpu[row_key] = self.track(key, pid)
         return found
 
     def merged(self, sources: list[Source | None]) -> None:
@@ -181,13 +193,37 @@ class NsysReader(NvtxRanges):
 
     def flow(self, track: tuple, ts: int, phase: int, gid: Any, corr: int) -> None:
         """A launch's flow point: its id is the process and correlation id in one int64."""
-        fid = (FLOW, FLOW, track[4] | corr) if 0 <= corr < 1 << 32 else flow_key(gid, corr)
+        fid = (FLOW, FLOW, track[4] | corr) if type(corr) is int and 0 <= corr < 1 << 32 else flow_key(gid, corr)
         track[3].append((ts, phase, self.layout.ordinal(), fid, False))
 
     def body(self, prefix: bytes, args: dict | None) -> bytes:
+        """The entry's body: its name's prefix and its args, each value one JSON can hold (a BLOB,
+        an infinite or NaN number is left out and counted: the event keeps the rest)."""
         if not args:
             return prefix
-        return prefix + self.layout.encode_args(orjson.dumps(args, option=orjson.OPT_NON_STR_KEYS))
+        try:
+            text = orjson.dumps(args, option=orjson.OPT_NON_STR_KEYS)
+        except TypeError:  # a BLOB among them
+            text = b""
+        if text == b"" or b"null" in text:  # orjson writes an infinite or NaN number as null
+            args = self._plain_args(args)
+            if not args:
+                return prefix
+            text = orjson.dumps(args, option=orjson.OPT_NON_STR_KEYS)
+        return prefix + self.layout.encode_args(text)
+
+    def _plain_args(self, args: dict) -> dict:
+        plain = {}
+        for key, value in args.items():
+            if all(map(_plain, value)) if type(value) is list else _plain(value):
+                plain[key] = value
+            else:  # a grid or block with such a dimension goes as a whole
+                self.dropped.add(
+                    Stat.NSYS_VALUE_UNREADABLE,
+                    1,
+                    f"nsys {shown(key)} value that is a BLOB or an infinite or NaN number: left out of its event",
+                )
+        return plain
 
     def has_columns(self, table: str, *columns: str) -> bool:
         """Whether ``table`` is there with ``columns``; if it lacks one, its rows are counted."""
@@ -280,6 +316,26 @@ class NsysReader(NvtxRanges):
             self.emit(self.track(("overhead", pid, tid), pid)[2], start, start - end, 0, prefix)
 
         return self.schema.rows(table, ("start", "end", "globalTid", "nameId")), handle
+
+
+def _string_lookup(con: Any) -> str:
+    """The query of a StringIds value by id: on the table itself when an index answers it (its
+    primary key, in every export nsys writes), else on a copy indexed by id in SQLite's temporary
+    store, made once, so that a name costs a lookup, not a scan of every string (the first row of
+    an id wins, as a scan finds it)."""
+    lookup = 'select "value" from "StringIds" where "id" = ?'
+    plan = " ".join(str(row[-1]) for row in con.execute("explain query plan " + lookup, (0,)))
+    if "USING" in plan:  # SEARCH ... USING INTEGER PRIMARY KEY / INDEX
+        return lookup
+    con.execute('create temp table nsys_strings ("id" primary key, "value") without rowid')
+    con.execute('insert or ignore into temp.nsys_strings select "id", "value" from "StringIds"')
+    return 'select "value" from temp.nsys_strings where "id" = ?'
+
+
+def _plain(value: Any) -> bool:
+    """Whether an arg's value is one JSON holds as it is: no BLOB, no infinite or NaN number."""
+    kind = type(value)
+    return kind is not bytes and (kind is not float or math.isfinite(value))
 
 
 def _by_start(rows: Iterable[tuple], source: int) -> Iterator[tuple[int, int, tuple]]:
