@@ -129,7 +129,8 @@ def test_recognised_by_content_not_by_suffix(tmp_path: Path) -> None:
     spans.parent.mkdir()
     spans.write_text('{"name": "generate", "start": 1790000000.0, "end": 1790000001.0, "role": "rollout"}\n')
     shutil.copyfile(TORCHRUN, tmp_path / "in" / "train_2gpu.jsonl")
-    report = merge([tmp_path / "in"], tmp_path / "out.json", jobs=1)
+    # the span log and the capture are years apart: two runs, both merged
+    report = merge([tmp_path / "in"], tmp_path / "out.json", jobs=1, run="all")
     files = {p.label: [f.name for f in p.files] for p in report.processes}
     nsys_files = ["train_2gpu.jsonl"]
     assert files == {"rollout · spans.jsonl": ["spans.jsonl"], "rank 0": nsys_files, "rank 1": nsys_files}
