@@ -11,6 +11,7 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 
+from tracemerge.analysis.device_table import breakdown_table
 from tracemerge.analysis.holdups import order_key
 from tracemerge.core.model import Identity
 from tracemerge.naming.paths import role_sort_key
@@ -80,6 +81,7 @@ def _breakdown_rows(model: PhaseModel) -> list[dict]:
             row = {"role": ident.role, "rank": ident.rank, "step": step, "wall_ns": b.wall}
             row.update({"compute_ns": b.compute, "communication_ns": b.communication})
             row.update({"overlapped_ns": b.overlapped, "free_ns": b.free, "wait_ns": b.wait})
+            row.update({"preparing_ns": b.preparing, "closing_ns": b.closing})
             rows.append(row)
     return rows
 
@@ -184,7 +186,7 @@ def format_summary(numbers: dict) -> str:
     steps = numbers["steps"]
     preset = numbers["preset"] or "none: steps only"
     head = [f"phases ({preset}), {len(steps)} step(s)", *_warning(numbers)]
-    device = [_breakdown_table(numbers["breakdown"])] if numbers.get("breakdown") else []
+    device = [breakdown_table(numbers["breakdown"])] if numbers.get("breakdown") else []
     longest = _longest_segments(numbers.get("critical_path") or [])
     left = _left_out_lines(numbers.get("left_out") or {})
     return "\n".join([*head, _step_table(steps, longest), "", _role_table(numbers), *device, *left])
@@ -265,29 +267,6 @@ def _role_table(numbers: dict) -> str:
         rows.append((*idle, *[""] * (len(rows[0]) - len(idle))))
     title = f"per role, in pipeline order; share: of {SHARE_OF}"
     return title + "\n" + format_table(rows, left=frozenset({0, 2, len(rows[0]) - 2, len(rows[0]) - 1}))
-
-
-BREAKDOWN_PARTS = ("wall", "compute", "communication", "overlapped", "free", "wait")
-
-
-def _breakdown_table(rows: list[dict]) -> str:
-    """Per role: each part of the device time per rank and step, the mean over its ranks' steps
-    and the worst rank (the most exposed communication and free time over its steps)."""
-    by_role: dict[str, dict] = defaultdict(lambda: defaultdict(list))
-    for r in rows:
-        by_role[r["role"]][r["rank"]].append(r)
-    table = [("role", "ranks", "", *BREAKDOWN_PARTS)]
-    for role, ranks in by_role.items():
-        steps = [r for found in ranks.values() for r in found]
-        mean = [format_duration(round(statistics.fmean(r[f"{p}_ns"] for r in steps))) for p in BREAKDOWN_PARTS]
-        table.append((role or "-", str(len(ranks)), "mean per step", *mean))
-        worst = max(ranks, key=lambda k: (sum(r["communication_ns"] + r["free_ns"] for r in ranks[k]), -(k or 0)))
-        found = ranks[worst]
-        sums = [format_duration(round(statistics.fmean(r[f"{p}_ns"] for r in found))) for p in BREAKDOWN_PARTS]
-        table.append(("", "", f"worst: rank {worst}" if worst is not None else "worst: (no rank)", *sums))
-    title = "device time per rank and step: compute + communication (exposed) + free = wall; overlapped: compute"
-    title += " during communication; wait: in collectives, for the last rank to enter"
-    return "\n" + title + "\n" + format_table(table, left=frozenset({0, 2}))
 
 
 def _who(found: dict | None, ranks: int, waited: bool) -> str:

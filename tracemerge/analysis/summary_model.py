@@ -121,6 +121,7 @@ class DeviceRow(_Record):
     free_ns: Ns
     wait_ns: Ns | UnsetType = UNSET
     preparing_ns: Ns | UnsetType = UNSET
+    closing_ns: Ns | UnsetType = UNSET
     process: str | UnsetType = UNSET
 
 

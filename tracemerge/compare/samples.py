@@ -19,7 +19,7 @@ from typing import NamedTuple
 WALL, PHASE, IDLE, ACTIVE, DEVICE = "wall", "phase", "idle", "active", "device"
 STEP_WALL = "step wall"
 NO_PHASES = "(no phases: active)"
-DEVICE_PARTS = ("compute", "communication", "overlapped", "free", "preparing", "wait")
+DEVICE_PARTS = ("compute", "communication", "overlapped", "free", "preparing", "closing", "wait")
 GATED_DEVICE = frozenset({"compute", "communication"})  # a device column the gate watches
 
 Key = tuple[str, str | None, str]  # (kind, role, name)
