@@ -26,6 +26,7 @@ import bisect
 import itertools
 import operator
 from collections import defaultdict
+from collections.abc import Iterable
 
 import msgspec
 import numpy as np
@@ -299,4 +300,34 @@ def worst(by_process: dict[Identity, list[tuple[int, Breakdown]]]) -> dict[str, 
         if len(found) > 1:
             lost = {i: sum(b.wall - b.compute for _, b in by_process[i]) for i in found}
             out[role] = min(found, key=lambda i: (-lost[i], -1 if i.rank is None else i.rank, i.tag))
+    return out
+
+
+def whole_breakdowns(
+    devices: dict[Identity, tuple[list[tuple[int, int]], list[tuple[int, int]]]],
+    scans: Iterable[object],
+    offsets: dict,
+) -> dict[Identity, Breakdown]:
+    """Per process with device activity (``devices``: its compute and communication unions) and no
+    steps: its numbers over its whole profiled time, from the first event of its files to the last
+    (on the aligned timeline; widened to its device work where that reaches beyond)."""
+    spans: dict[Identity, tuple[int, int]] = {}
+    for s in scans:
+        lo = getattr(s, "ts_min", None)
+        if lo is None:
+            continue
+        shift = offsets.get(getattr(s, "path", None), 0)
+        lo, hi = lo + shift, (getattr(s, "ts_max", None) or lo - shift) + shift
+        for ident in {*(getattr(s, "counts", None) or {}), *(getattr(s, "threads", None) or {})} & devices.keys():
+            a, b = spans.get(ident, (lo, hi))
+            spans[ident] = (min(a, lo), max(b, hi))
+    out = {}
+    for ident, (compute, comm) in devices.items():
+        work = [span for span in (*compute[:1], *comm[:1], *compute[-1:], *comm[-1:]) if span[1] > span[0]]
+        if not work:
+            continue
+        lo, hi = spans.get(ident, (min(a for a, _ in work), max(b for _, b in work)))
+        window = (min(lo, *(a for a, _ in work)), max(hi, *(b for _, b in work)))
+        unions = Coverage(compute), Coverage(comm), Coverage(intersection(compute, comm))
+        out[ident] = step_breakdowns([window], *unions, [0])[0]
     return out

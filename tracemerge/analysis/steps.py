@@ -74,10 +74,13 @@ def summary(model: PhaseModel, labels: dict[Identity, str] | None = None) -> dic
 
 
 def _breakdown_rows(model: PhaseModel) -> list[dict]:
-    """Each process's device time per step (:mod:`tracemerge.analysis.device_time`), in role and rank order."""
+    """Each process's device time per step (:mod:`tracemerge.analysis.device_time`), in role and
+    rank order; a process without steps has one row (``step`` None) of its whole profiled time."""
     rows = []
-    for ident in sorted(model.breakdown, key=lambda i: (role_sort_key(i.role), *order_key(i)[1:])):
-        for step, b in model.breakdown[ident]:
+    found = [*model.breakdown, *model.whole]
+    for ident in sorted(found, key=lambda i: (role_sort_key(i.role), *order_key(i)[1:])):
+        numbers = model.breakdown[ident] if ident in model.breakdown else [(None, model.whole[ident])]
+        for step, b in numbers:
             row = {"role": ident.role, "rank": ident.rank, "step": step, "wall_ns": b.wall}
             row.update({"compute_ns": b.compute, "communication_ns": b.communication})
             row.update({"overlapped_ns": b.overlapped, "free_ns": b.free, "wait_ns": b.wait})
@@ -182,7 +185,9 @@ def per_step(numbers: dict) -> bool:
 def format_summary(numbers: dict) -> str:
     """The terminal tables of :func:`summary`: one row per step, then per role and phase."""
     if not numbers["roles"] or not numbers["steps"]:
-        return "\n".join(["phases: none found (name a preset or a rules file with --phases)", *_warning(numbers)])
+        device = [breakdown_table(numbers["breakdown"])] if numbers.get("breakdown") else []
+        none = "phases: none found (name a preset or a rules file with --phases)"
+        return "\n".join([none, *_warning(numbers), *device])
     steps = numbers["steps"]
     preset = numbers["preset"] or "none: steps only"
     head = [f"phases ({preset}), {len(steps)} step(s)", *_warning(numbers)]
@@ -305,9 +310,9 @@ def capped(numbers: dict, limit: int) -> dict:
         rows = numbers.get(key) or []
         if len(rows) <= limit:
             continue
-        per_step: Counter[int] = Counter(r["step"] for r in rows)
+        per_step: Counter[int | None] = Counter(r["step"] for r in rows)
         kept, total = set(), 0
-        for step in sorted(per_step):
+        for step in sorted(per_step, key=lambda n: (n is not None, n or 0)):  # rows of no step first
             if total + per_step[step] > limit:
                 break
             kept.add(step)

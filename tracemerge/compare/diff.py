@@ -182,6 +182,7 @@ def compare(
     steady = [side.counted for side in sides]
     pairs = sorted(steady[0] & steady[1]) if paired else None
     rows = [_row(key, [side.samples.get(key) for side in sides], pairs, steady) for key in _keys(sides)]
+    rows = [r for r in rows if r["base_ns"] is not None or r["new_ns"] is not None]  # (no steps: no wall)
     if pairs:
         wall = rows[0]
         for s in pairs:
@@ -278,7 +279,9 @@ def format_diff(result: dict) -> str:
 
 
 def _step_lines(result: dict) -> list[str]:
-    if result["mode"] == "paired":
+    if not result["steps_base"] and not result["steps_new"] and not result["steps_matched"]:
+        lines = ["no steps in either run: each process's whole profiled time compared"]
+    elif result["mode"] == "paired":
         lines = [f"steps compared pair by pair: {_steps(result['steps_base'])}"]
     else:
         lines = [
