@@ -249,3 +249,17 @@ def _write(folder: Path, **docs: dict) -> dict[str, Path]:
         out[name] = folder / f"{name}.json"
         out[name].write_text(json.dumps(doc))
     return out
+
+
+def test_a_merged_trace_without_a_summary_says_so(tmp_path: Path) -> None:
+    """A merge that found no step nor phase stores no summary: said in one line, pointing at the
+    run's own files (which summary reads)."""
+    for name in ("np.pftrace", "np.json"):
+        out = tmp_path / name
+        assert run(FIXTURES / "nsys" / "torchrun", "-o", out, "-q").exit_code == 0
+        result = run("summary", out)
+        assert result.exit_code == EXIT_FATAL
+        assert result.output.strip() == (
+            f"tracemerge: error: {out}: a trace keeping no phase summary (tracemerge stores one when its merge finds"
+            " steps or phases): summarize the run's own files"
+        )

@@ -48,13 +48,29 @@ def summarize(
     receives what was found, skipped and ignored. Raises
     :class:`~tracemerge.core.errors.FatalError` when no trace file can be read.
     """
+    options = (jobs, executor, clocks, phase_rules, metrics_map, memory_budget, report)
+    return from_numbers(summary_numbers(inputs, *options))
+
+
+def summary_numbers(
+    inputs: Sequence[str | os.PathLike[str]],
+    jobs: int = 0,
+    executor: Executor | None = None,
+    clocks: AlignOptions = AUTOMATIC,
+    phase_rules: PhaseOptions | str | os.PathLike[str] | None = AUTO_PHASES,
+    metrics_map: MetricsMap = NO_MAP,
+    memory_budget: int = DEFAULT_BUDGET,
+    report: RunReport | None = None,
+) -> dict:
+    """:func:`summarize`'s numbers as the JSON they are made as (what the command line prints;
+    no records built of them)."""
     report = report if report is not None else RunReport()
     phase_rules = phase_options(phase_rules)
     runner, asked = asked_of(None, EVERYTHING, clocks, phase_rules, metrics_map, memory_budget, jobs, executor)
     with runner, tempfile.TemporaryDirectory(prefix="tracemerge-summary-") as work:
         candidates, _named = discover_inputs(runner, inputs, Path(work) / "summary", False, report)
         first = read_all(Runner(runner, lambda _msg: None), candidates, asked, Path(work), report)
-    return from_numbers(summary(first.model, {p.identity: p.name for p in first.plan.processes}))
+    return summary(first.model, {p.identity: p.name for p in first.plan.processes})
 
 
 def phase_options(rules: PhaseOptions | str | os.PathLike[str] | None) -> PhaseOptions:

@@ -184,8 +184,10 @@ def from_numbers(numbers: object, where: str = "summary") -> Summary:
 
 
 def checked(numbers: object, where: str = "summary") -> dict:
-    """``numbers`` checked as a :class:`Summary` and given back as its JSON (what is compared)."""
-    return from_numbers(numbers, where).as_dict()
+    """``numbers`` checked as a :class:`Summary` and given back (its JSON, what is compared): a
+    dict that passes holds every value in the type its record says."""
+    found = from_numbers(numbers, where)
+    return numbers if isinstance(numbers, dict) else found.as_dict()
 
 
 def kept(numbers: dict, steps: Container[int] | None, roles: Container[str] | None) -> dict:

@@ -49,7 +49,7 @@ def load(path: Path, phase_rules: object, clocks: object = None, compared: bool 
     wrote or a summary JSON file; exits with one line (1, or 3 for a damaged trace) when there is
     none (or, to be ``compared``, when an older tracemerge wrote it)."""
     try:
-        numbers = engine.summary_numbers(path, phase_rules, clocks)
+        numbers = engine.numbers_of(path, phase_rules, clocks)
         return engine.comparable(numbers, engine.shown(path)) if compared else numbers
     except engine.NoSummary as exc:
         _say(f"error: {exc}")

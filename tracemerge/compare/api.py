@@ -11,7 +11,7 @@ import msgspec
 
 from tracemerge.analysis.summary_model import Summary, checked
 from tracemerge.compare.diff import compare, format_diff, format_gate, gate, parse_threshold
-from tracemerge.compare.inputs import comparable, summary_numbers
+from tracemerge.compare.inputs import comparable, numbers_of
 from tracemerge.select import parse_duration
 
 
@@ -104,4 +104,4 @@ def _numbers(side: Side, phase_rules: object) -> dict:
         return comparable(side.as_dict(), "summary")
     if isinstance(side, dict):
         return comparable(checked(side), "summary")
-    return comparable(summary_numbers(Path(side), phase_rules), str(side))
+    return comparable(numbers_of(Path(side), phase_rules), str(side))

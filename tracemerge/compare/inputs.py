@@ -21,7 +21,7 @@ class NoSummary(TracemergeError):
         self.status = status
 
 
-def summary_numbers(path: Path, phase_rules: object = None, clocks: object = None) -> dict:
+def numbers_of(path: Path, phase_rules: object = None, clocks: object = None) -> dict:
     """The checked summary of ``path`` as its JSON (see the module's text). A trace file that keeps
     no summary is read as an input trace, placed by ``clocks`` and derived by ``phase_rules``."""
     if not path.exists():
@@ -35,11 +35,23 @@ def summary_numbers(path: Path, phase_rules: object = None, clocks: object = Non
             raise NoSummary(part)
         options = {"phase_rules": phase_rules} if phase_rules is not None else {}
         options |= {"clocks": clocks} if clocks is not None else {}
-        return engine.summarize([path], **options).as_dict()
+        try:
+            return engine.summary_numbers([path], **options)
+        except TracemergeError as exc:
+            if path.is_file() and ("already a tracemerge output" in str(exc) or _perfetto(path)):
+                raise NoSummary(
+                    f"{shown(path)}: a trace keeping no phase summary (tracemerge stores one when its merge"
+                    " finds steps or phases): summarize the run's own files"
+                ) from None
+            raise
     try:
         return engine.checked(numbers, shown(path))
     except ValueError as exc:
         raise NoSummary(str(exc)) from None
+
+
+def _perfetto(path: Path) -> bool:
+    return path.name.endswith((".pftrace", ".pftrace.gz", ".perfetto-trace", ".pb"))
 
 
 def _stored(path: Path) -> dict | None:
