@@ -345,7 +345,6 @@ def summary(
     min_delta: cli_diff.MinDeltaOption = None,
     steps: cli_diff.StepsOption = None,
     roles: cli_diff.RolesOption = None,
-    keep_warmup: cli_diff.KeepWarmupOption = False,
 ) -> None:
     """Per step: wall time, who held it up and who started last; per role and phase: total, share, idle.
 
@@ -353,7 +352,7 @@ def summary(
     a trace, placed as a merge places it (--sync, --offset, --offsets, --no-align); a trace
     tracemerge wrote keeps the summary of its own merge. --steps and --roles keep only those.
     """
-    how = cli_diff.gating(steps, roles, keep_warmup, fail_over, min_delta)
+    how = cli_diff.gating(steps, roles, False, fail_over, min_delta)
     if (fail_over is not None or min_delta is not None) and baseline is None:
         raise typer.BadParameter("--fail-over and --min-delta gate on a --baseline: name one")
     try:
