@@ -155,6 +155,16 @@ def test_warmup_steps_are_left_out_unless_kept(phases: dict, tmp_path: Path) -> 
     assert kept.exit_code == 0  # one slow step of three moves no median
 
 
+def test_an_extra_partial_step_still_pairs(phases: dict, tmp_path: Path) -> None:
+    new = copy.deepcopy(phases)
+    extra = dict(new["steps"][-1], step=3, wall_ns=1_000, partial=True, counted=False)
+    new["steps"].append(extra)
+    paths = _write(tmp_path, base=phases, new=new)
+    found = json.loads(run("diff", paths["base"], paths["new"], "--json").output)
+    assert (found["mode"], found["steps_base"], found["steps_only_new"]) == ("paired", [0, 1, 2], [3])
+    assert found["steps_not_counted"] == [[], [3]]
+
+
 def test_steps_roles_and_min_delta(phases: dict, tmp_path: Path) -> None:
     new = copy.deepcopy(phases)
     for p in new["processes"]:

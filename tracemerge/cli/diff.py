@@ -89,9 +89,7 @@ def report(base: dict, new: dict, how: Gating, as_json: bool, extra: dict | None
     return EXIT_REGRESSION if verdict is not None and not verdict["passed"] else 0
 
 
-StepsOption = Annotated[
-    Optional[str], typer.Option("--steps", help="Compare only these steps, e.g. 3-5 (the steps both runs have).")
-]
+StepsOption = Annotated[Optional[str], typer.Option("--steps", help="Compare only these steps, e.g. 3-5.")]
 RolesOption = Annotated[Optional[str], typer.Option("--roles", help="Compare only these roles, e.g. actor,rollout.")]
 MinDeltaOption = Annotated[
     Optional[str], typer.Option("--min-delta", help="With --fail-over: ignore growth shorter than this, e.g. 1ms.")

@@ -9,7 +9,8 @@ preparing and wait time, and the active time of a role without phases.
 
 Which steps: of the steps kept (``--steps``), the counted ones (the steady state; warm-up and
 partial steps are left out when the summary says so). When both runs profiled the same step
-numbers, step k of the base is compared with step k of the new run (*paired*): base and new are
+numbers (or counted the same: one run's extra partial step does not stop it), step k of the base
+is compared with step k of the new run (*paired*): base and new are
 the medians over the pairs, and the noise is the spread the per-step change itself shows, the
 base's median times the population standard deviation of the pairs' ratios new_k / base_k (a run
 slowed evenly has every ratio alike and no noise, however unlike its steps are). Otherwise each
@@ -178,8 +179,9 @@ def compare(
     and those of one side only; the roles and phases that appear or vanish."""
     sides = [side_of(side, steps, roles, keep_warmup) for side in (base, new)]
     numbers = [set(side.walls) for side in sides]
-    paired = numbers[0] == numbers[1] and bool(numbers[0])
     steady = [side.counted for side in sides]
+    # the same steps profiled (or the same counted: one run's extra partial step leaves the pairs)
+    paired = bool(steady[0] & steady[1]) and (numbers[0] == numbers[1] or steady[0] == steady[1])
     pairs = sorted(steady[0] & steady[1]) if paired else None
     rows = [_row(key, [side.samples.get(key) for side in sides], pairs, steady) for key in _keys(sides)]
     rows = [r for r in rows if r["base_ns"] is not None or r["new_ns"] is not None]  # (no steps: no wall)
@@ -288,9 +290,9 @@ def _step_lines(result: dict) -> list[str]:
             "steps compared as the median of each run's counted steps: "
             f"base {_steps(result['steps_base'])}; new {_steps(result['steps_new'])}"
         ]
-        for key, side in (("steps_only_base", "base"), ("steps_only_new", "new")):
-            if result[key]:
-                lines.append(f"steps only in {side}: {_steps(result[key])}")
+    for key, side in (("steps_only_base", "base"), ("steps_only_new", "new")):
+        if result[key]:
+            lines.append(f"steps only in {side}: {_steps(result[key])}")
     left = result["steps_not_counted"]
     if any(left):
         lines.append(f"steps not counted (warm-up or partial): base {_steps(left[0])}; new {_steps(left[1])}")
