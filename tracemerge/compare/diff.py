@@ -38,6 +38,7 @@ from tracemerge.compare.samples import (
     DEVICE,
     GATED_DEVICE,
     IDLE,
+    NO_PHASES,
     PHASE,
     STEP_WALL,
     WALL,
@@ -161,7 +162,7 @@ def _keys(sides: list[Side]) -> list[Key]:
         names += [n for n in sides[1].phases.get(role, []) if n not in names]
         keys += [(PHASE, role, name) for name in names]
         keys += [k for k in ((IDLE, role, IDLE),) if k in found]
-        keys += [k for k in sorted(found) if k[0] == ACTIVE and k[1] == role]
+        keys += [k for k in ((ACTIVE, role, NO_PHASES),) if k in found]
     devices = [k for s in sides for k in s.samples if k[0] == DEVICE]
     keys += [k for k in dict.fromkeys(devices) if k not in keys]
     return keys
