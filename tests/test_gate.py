@@ -93,8 +93,9 @@ def test_a_rerun_of_the_areal_schedule_passes(tmp_path: Path) -> None:
     assert found["gate"]["passed"] and found["gate"]["compared"] == 9
     wall = found["rows"][0]
     assert wall["name"] == "step wall" and abs(wall["delta_ns"]) < 20_000  # jitter of µs in a 3.2 s step
-    # at 0% the jitter itself is beyond nothing that matters: what grew is under its noise or 0
-    assert run("diff", FIXTURES / "frameworks" / "areal", tmp_path / "again", "--fail-over", "0%").exit_code in (0, 4)
+    # every phase's spans are the same 345 ms, 180 ms... in both: only the jitter of µs moves the walls
+    phases = [r for r in found["rows"] if r["kind"] == "phase"]
+    assert phases and all(r["delta_ns"] == 0 for r in phases)
 
 
 @pytest.fixture(scope="module")
