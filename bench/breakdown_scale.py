@@ -5,7 +5,10 @@ on two streams and 4 all-reduces, as the marks a read notes (merged unions per p
 
 Times the noting of the spans (tracemerge.analysis.device_time.add_span, as the layout does per device
 thread), deriving the steps with their breakdown (tracemerge.phases.derive) and the summary's rows,
-and checks compute + communication + free = wall on every row.
+and checks compute + communication + free (+ preparing + closing) = wall on every row. Then what
+``tracemerge summary`` and ``tracemerge diff`` do with those numbers beyond ``derive``: the tables,
+the comparison of the run with a copy 1.3 times slower gated at 10%, and the typed records the
+library's ``summarize()`` returns. Each part in wall and CPU seconds.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracemerge.analysis.device_time import add_span, merged
-from tracemerge.analysis.steps import summary
+from tracemerge.analysis.steps import format_summary, summary
 from tracemerge.core.model import Identity
 from tracemerge.evidence.anchors import DEVICE_COMM, DEVICE_COMPUTE, step_tag
 from tracemerge.phases import derive
@@ -59,23 +62,70 @@ def scan_of(rank: int, steps: int) -> Scan:
     return Scan(Path(f"rank{rank}"), {Identity("actor", rank): tags})
 
 
+def slowed(numbers: dict) -> dict:
+    """The summary's numbers with every step, phase and device time 1.3 times as long."""
+
+    def scaled(row: dict) -> dict:
+        return {k: v * 13 // 10 if k.endswith("_ns") and isinstance(v, int) else v for k, v in row.items()}
+
+    out = dict(numbers)
+    out["steps"] = [scaled(s) for s in numbers["steps"]]
+    out["breakdown"] = [scaled(r) for r in numbers["breakdown"]]
+    out["processes"] = [
+        {**p, "steps": [{**scaled(s), "phases_ns": scaled(s["phases_ns"])} for s in p["steps"]]}
+        for p in numbers["processes"]
+    ]
+    return out
+
+
+class Timer:
+    """Wall and CPU seconds of each part (the CPU time is what another process's load leaves alone)."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def lap(self, what: str) -> None:
+        wall, cpu = time.perf_counter(), time.process_time()
+        print(f"{what:<48} {wall - self.wall:6.2f} s wall {cpu - self.cpu:6.2f} s CPU")
+        self.wall, self.cpu = wall, cpu
+
+
 def main() -> None:
     ranks = int(sys.argv[1]) if len(sys.argv) > 1 else 64
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
-    t0 = time.perf_counter()
-    scans = [scan_of(r, steps) for r in range(ranks)]
-    t1 = time.perf_counter()
-    model = derive(scans, {}, ())
-    t2 = time.perf_counter()
-    rows = summary(model)["breakdown"]
-    t3 = time.perf_counter()
-    assert len(rows) == ranks * steps
-    assert all(r["compute_ns"] + r["communication_ns"] + r["free_ns"] == r["wall_ns"] for r in rows)
     spans = ranks * steps * (KERNELS + COLLECTIVES)
     print(f"{ranks} ranks × {steps} steps, {spans:,} device spans")
-    print(f"noting the spans (unions as they come): {t1 - t0:.2f} s")
-    print(f"steps, phases and breakdown (derive):   {t2 - t1:.2f} s")
-    print(f"summary rows:                           {t3 - t2:.2f} s")
+    timer = Timer()
+    scans = [scan_of(r, steps) for r in range(ranks)]
+    timer.lap("noting the spans (unions as they come)")
+    model = derive(scans, {}, ())
+    timer.lap("steps, phases and breakdown (derive)")
+    numbers = summary(model)
+    timer.lap("summary rows")
+    rows = numbers["breakdown"]
+    assert len(rows) == ranks * steps
+    parts = ("compute_ns", "communication_ns", "free_ns", "preparing_ns", "closing_ns")
+    assert all(sum(r.get(p, 0) for p in parts) == r["wall_ns"] for r in rows)
+    text = format_summary(numbers)
+    timer.lap("summary tables (what `summary` prints)")
+    slower = slowed(numbers)
+    timer = Timer()
+    try:
+        from tracemerge.compare.diff import compare, gate
+    except ImportError:  # the code before the gate paired steps
+        from tracemerge.compare.diff import compare, regressions
+
+        failed = regressions(compare(numbers, slower), 0.1)
+    else:
+        failed = gate(compare(numbers, slower), 0.1)["regressions"]
+    timer.lap("diff with a copy 1.3x slower, gated at 10%")
+    assert text and failed
+    try:
+        from tracemerge.analysis.summary_model import from_numbers
+    except ImportError:
+        return
+    from_numbers(numbers)
+    timer.lap("typed Summary records (library summarize())")
 
 
 if __name__ == "__main__":

@@ -49,15 +49,21 @@ RANK1 = [
     (NCCL, 13, 1400, 1500),
     (GEMM, 8, 1450, 1480),
 ]
-# (rank, step): wall, compute, communication, overlapped, free, wait (µs), worked out by hand:
-# rank 0 step 1: C = [100,500) ∪ [600,650) ∪ [950,1000) = 500, M = [450,800) = 350,
-# C ∩ M = [450,500) ∪ [600,650) = 100, exposed 250, free 1000 − 750 = 250, wait 700 − 450.
+# (rank, step): wall, compute, communication, overlapped, free, wait, preparing, closing (µs),
+# worked out by hand: rank 0 step 1: C = [100,500) ∪ [600,650) ∪ [950,1000) = 500, M = [450,800)
+# = 350, C ∩ M = [450,500) ∪ [600,650) = 100, exposed 250; device work from 100 to 1000: preparing
+# 100, closing 0, free (1000 − 100) − 750 = 150; wait 700 − 450. Rank 1 step 1 ([200, 1000)):
+# work from 250 to 800, preparing 50, closing 200, no gap. Rank 0 step 2: work from 1000 (a
+# kernel crossing in) to 1500: compute [1000,1100) ∪ [1200,1300), communication [1300,1500),
+# free [1100,1200) = 100, closing 500.
 EXPECTED = {
-    (0, 1): (1000, 500, 250, 100, 250, 250),
-    (1, 1): (800, 450, 100, 0, 250, 0),
-    (0, 2): (1000, 200, 200, 0, 600, 100),
-    (1, 2): (1000, 380, 70, 30, 550, 0),
+    (0, 1): (1000, 500, 250, 100, 150, 250, 100, 0),
+    (1, 1): (800, 450, 100, 0, 0, 0, 50, 200),
+    (0, 2): (1000, 200, 200, 0, 100, 100, 0, 500),
+    (1, 2): (1000, 380, 70, 30, 0, 0, 50, 500),
 }
+# the parts compared with the truth computed here (all but the wait)
+PARTS = ("wall_ns", "compute_ns", "communication_ns", "overlapped_ns", "free_ns", "preparing_ns", "closing_ns")
 
 
 def _run(tmp_path: Path) -> Path:
@@ -74,18 +80,20 @@ def _numbers(*args: str) -> dict:
 
 def _by_rank_step(rows: list[dict]) -> dict[tuple, tuple]:
     parts = ("wall_ns", "compute_ns", "communication_ns", "overlapped_ns", "free_ns", "wait_ns")
-    return {(r["rank"], r["step"]): tuple(r[p] for p in parts) for r in rows}
+    return {(r["rank"], r["step"]): tuple(r[p] for p in (*parts, "preparing_ns", "closing_ns")) for r in rows}
 
 
 def test_breakdown_of_known_device_work(tmp_path: Path) -> None:
     rows = _numbers(str(_run(tmp_path)))["breakdown"]
     assert _by_rank_step(rows) == {k: tuple(v * US for v in found) for k, found in EXPECTED.items()}
     for r in rows:
-        assert r["compute_ns"] + r["communication_ns"] + r["free_ns"] == r["wall_ns"]
+        assert sum(r[p] for p in PARTS[1:] if p != "overlapped_ns") == r["wall_ns"]
         assert set(r) == {"role", "rank", "step", "wall_ns", "compute_ns", "communication_ns"} | {
             "overlapped_ns",
             "free_ns",
             "wait_ns",
+            "preparing_ns",
+            "closing_ns",
         }
 
 
@@ -122,14 +130,16 @@ def _spans_of(path: Path) -> tuple[list[tuple[int, int]], list[tuple[int, int]],
     return sorted(steps), compute, comm
 
 
-def _truth(path: Path) -> list[tuple[int, int, int, int, int]]:
-    """Per step: wall, compute, communication, overlapped, free, by sets of nanoseconds' spans."""
+def _truth(path: Path) -> list[tuple[int, ...]]:
+    """Per step: wall, compute, communication, overlapped, free, preparing, closing, by sets of
+    nanoseconds' spans."""
     steps, compute, comm = _spans_of(path)
     return [_parts(lo, hi, compute, comm) for lo, hi in steps]
 
 
 def _parts(lo: int, hi: int, compute: list[tuple[int, int]], comm: list[tuple[int, int]]) -> tuple:
-    """Wall, compute, communication, overlapped, free of [lo, hi), by a sweep over every boundary."""
+    """Wall, compute, communication, overlapped, free, preparing and closing of [lo, hi), by a
+    sweep over every boundary; free is the time between the first and the last device work."""
     c = {(max(a, lo), min(b, hi)) for a, b in compute if min(b, hi) > max(a, lo)}
     m = {(max(a, lo), min(b, hi)) for a, b in comm if min(b, hi) > max(a, lo)}
     # a plain sweep over every boundary: which of C and M cover each piece
@@ -144,15 +154,17 @@ def _parts(lo: int, hi: int, compute: list[tuple[int, int]], comm: list[tuple[in
             parts[1] += b - a
         if in_m and in_c:
             parts[2] += b - a
-    return (hi - lo, *parts, (hi - lo) - parts[0] - parts[1])
+    if not c | m:
+        return (hi - lo, *parts, hi - lo, 0, 0)
+    first, last = min(a for a, _ in c | m), max(b for _, b in c | m)
+    return (hi - lo, *parts, (last - first) - parts[0] - parts[1], first - lo, hi - last)
 
 
 def test_breakdown_of_kineto_gpu_fixture() -> None:
     rows = _numbers(str(FIXTURES / "kineto_gpu"))["breakdown"]
     files = {0: FIXTURES / "kineto_gpu" / "rank0.pt.trace.json", 1: FIXTURES / "kineto_gpu" / "rank1.pt.trace.json.gz"}
-    parts = ("wall_ns", "compute_ns", "communication_ns", "overlapped_ns", "free_ns")
     for rank, path in files.items():
-        found = [tuple(r[p] for p in parts) for r in rows if r["rank"] == rank]
+        found = [tuple(r[p] for p in PARTS) for r in rows if r["rank"] == rank]
         assert found == _truth(path)
         assert all(r["wait_ns"] == 0 for r in rows)  # no collective in these traces
 
@@ -167,7 +179,13 @@ def test_breakdown_of_ascend_db_fixture() -> None:
     (db,) = ASCEND_DB.rglob("*.db")
     with sqlite3.connect(db) as con:
         comm_ids = {n for (n,) in con.execute("select globalTaskId from COMMUNICATION_TASK_INFO")}
-        tasks = [(int(a), int(b), n) for a, b, n in con.execute("select startNs, endNs, globalTaskId from TASK")]
+        tasks = [
+            (int(a), int(b), n)
+            for a, b, n, kind in con.execute(
+                "select startNs, endNs, globalTaskId, s.value from TASK join STRING_IDS s on s.id = TASK.taskType"
+            )
+            if not kind.startswith(ASCEND_COPY)  # a copy is no compute (torch_npu's Computing)
+        ]
         (window,) = con.execute(
             "select p.startNs, p.endNs from PYTORCH_API p join STRING_IDS s on s.id = p.name"
             " where s.value = 'ProfilerStep#1'"
@@ -176,15 +194,15 @@ def test_breakdown_of_ascend_db_fixture() -> None:
     comm = [(a, b) for a, b, n in tasks if n in comm_ids]
     assert comm and compute
     (row,) = _numbers(str(ASCEND_DB))["breakdown"]
-    parts = ("wall_ns", "compute_ns", "communication_ns", "overlapped_ns", "free_ns")
-    assert tuple(row[p] for p in parts) == _parts(int(window[0]), int(window[1]), compute, comm)
+    assert tuple(row[p] for p in PARTS) == _parts(int(window[0]), int(window[1]), compute, comm)
     assert (row["role"], row["rank"], row["step"], row["wait_ns"]) == ("actor", 0, 1, 0)
 
 
 # An Ascend text export's device tasks (Ascend Hardware streams), as msprof types them: HCCL's
-# communication, synchronisation no device work, every other task compute.
+# communication, synchronisation and memory copies no device work, every other task compute.
 ASCEND_HCCL = {"Notify Wait", "Notify Record", "Write Value", "SDMA", "RDMA", "Reduce Inline"}
 ASCEND_SYNC = ("EVENT_RECORD", "EVENT_WAIT", "EVENT_RESET", "PLACE_HOLDER", "PROFILING_")
+ASCEND_COPY = ("PCIE_DMA", "SDMA_SQE", "MEMCPY")
 
 
 def ascend_text_truth(path: Path, window: tuple[int, int]) -> tuple:
@@ -202,7 +220,7 @@ def ascend_text_truth(path: Path, window: tuple[int, int]) -> tuple:
         span = (a, a + int(Decimal(str(e["dur"])) * 1000))
         if kind in ASCEND_HCCL:
             comm.append(span)
-        elif not kind.startswith(ASCEND_SYNC):
+        elif not kind.startswith(ASCEND_SYNC + ASCEND_COPY):
             compute.append(span)
     assert compute and comm
     return _parts(*window, compute, comm)
@@ -210,9 +228,9 @@ def ascend_text_truth(path: Path, window: tuple[int, int]) -> tuple:
 
 def test_breakdown_of_ascend_text_exports() -> None:
     """trace_view.json (a torch_npu export, its Level0 prune) and msprof_*.json: HCCL tasks are
-    communication, AI Core, AI Vector Core and copy tasks compute; the text export of the DB
-    fixture's run gives the DB's numbers."""
-    parts = ("wall_ns", "compute_ns", "communication_ns", "overlapped_ns", "free_ns")
+    communication, AI Core and AI Vector Core tasks compute (copies are not); the text export of
+    the DB fixture's run gives the DB's numbers."""
+    parts = PARTS
     (db_row,) = _numbers(str(ASCEND_DB))["breakdown"]
     for folder, window_name in (("text", "ProfilerStep#1"), ("level0", "ProfilerStep#1"), ("prof", "rollout_generate")):
         (path,) = [
@@ -241,8 +259,7 @@ def test_breakdown_of_many_kernels(tmp_path: Path) -> None:
         tmp_path / "big" / "rank0.pt.trace.json", 0, [(0, 7000), (7000, 15_000), (15_000, 20_100)], kernels, KINETO_US
     )
     rows = _numbers(str(path.parent))["breakdown"]
-    parts = ("wall_ns", "compute_ns", "communication_ns", "overlapped_ns", "free_ns")
-    assert [tuple(r[p] for p in parts) for r in rows] == _truth(path)
+    assert [tuple(r[p] for p in PARTS) for r in rows] == _truth(path)
 
 
 def test_unions_stay_merged() -> None:
@@ -351,7 +368,7 @@ def test_breakdown_of_nsys_export(tmp_path: Path) -> None:
         )
     found = {(r["rank"], r["step"]): r for r in _numbers(str(db.parent))["breakdown"]}
     assert len(found) == len(steps) == 4
-    parts = ("wall_ns", "compute_ns", "communication_ns", "overlapped_ns", "free_ns")
+    parts = PARTS
     for rank, pid in enumerate((401, 402)):
         compute = [(a, b) for p, a, b, n in rows if p == pid and not names[n].startswith("nccl")]
         comm = [(a, b) for p, a, b, n in rows if p == pid and names[n].startswith("nccl")]
@@ -369,9 +386,10 @@ def test_a_step_number_captured_twice_keeps_both_rows(tmp_path: Path) -> None:
     kineto_device(run / "b" / "rank0.pt.trace.json", 0, [(5000, 6000)], [(GEMM, 7, 5100, 5600), (NCCL, 13, 5500, 5800)])
     rows = _numbers(str(run))["breakdown"]
     assert [(r["rank"], r["step"]) for r in rows] == [(0, 1), (0, 1)]
-    assert [(r["compute_ns"], r["communication_ns"], r["overlapped_ns"], r["free_ns"]) for r in rows] == [
-        (200 * US, 0, 0, 800 * US),
-        (500 * US, 200 * US, 100 * US, 300 * US),
+    # a: work [100, 300) of [0, 1000); b: [5100, 5800) of [5000, 6000), no gap in either
+    assert [tuple(r[p] for p in PARTS[1:]) for r in rows] == [
+        (200 * US, 0, 0, 0, 100 * US, 700 * US),
+        (500 * US, 200 * US, 100 * US, 0, 100 * US, 200 * US),
     ]
 
 
@@ -388,10 +406,11 @@ def test_worst_rank_device_time_on_the_pipeline(tmp_path: Path) -> None:
     found = sorted((e for e in events if e.get("cat") == "tracemerge.device"), key=lambda e: e["ts"])
     assert {names[(e["pid"], e["tid"])] for e in found} == {"(no role) device time · worst: rank 0"}
     assert [(e["name"], e["ts"], e["dur"]) for e in found] == [
-        ("compute 50% · communication 25% · free 25%", 0.0, 1000.0),
-        ("compute 20% · communication 20% · free 60%", 1000.0, 1000.0),
+        ("compute 50% · communication 25% · free 15% · preparing 10%", 0.0, 1000.0),
+        ("compute 20% · communication 20% · free 10% · closing 50%", 1000.0, 1000.0),
     ]
     parts = ("wall_ns", "compute_ns", "communication_ns", "overlapped_ns", "free_ns", "wait_ns")
+    parts += ("preparing_ns", "closing_ns")
     assert [tuple(e["args"][p] for p in parts) for e in found] == [
         tuple(v * US for v in EXPECTED[(0, step)]) for step in (1, 2)
     ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+import statistics
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from tracemerge.cli import main as cli
 from tracemerge.compare.diff import compare, format_diff, parse_threshold, regressions
 from tracemerge.core.exit_status import EXIT_REGRESSION
 from tracemerge.pipeline import merge
+from tracemerge.report.run_report import format_duration
 
 PHASES = FIXTURES / "phases"
 SLOWER = 13, 10  # the trainer rank's times, scaled by 13/10
@@ -72,7 +74,19 @@ def test_a_run_against_itself_changes_nothing(runs) -> None:
     assert found["appeared"] == found["vanished"] == []
     assert len(found["rows"]) == 1 + 3 + 4 + 5  # step wall, 3 steps, actor 3 phases + idle, trainer 4 + idle
     assert all(r["delta_ns"] == 0 and r["delta_pct"] == 0 and not r["beyond_noise"] for r in found["rows"])
-    assert found["gate"] == {"fail_over": 0.0, "passed": True, "regressions": []}
+    assert found["mode"] == "paired"
+    # gated: the step wall, actor's 3 phases and trainer's 4 (idle is shown, never gated)
+    assert [r["name"] for r in found["rows"] if r["gated"]] == [
+        "step wall",
+        "update_actor",
+        "update_weights",
+        "old_log_prob",
+        "generate",
+        "update_actor",
+        "old_log_prob",
+        "update_weights",
+    ]
+    assert found["gate"] == {"fail_over": 0.0, "min_delta_ns": 0, "passed": True, "compared": 8, "regressions": []}
 
 
 def test_one_rank_30_percent_slower_has_the_deltas_known(runs) -> None:
@@ -84,17 +98,20 @@ def test_one_rank_30_percent_slower_has_the_deltas_known(runs) -> None:
         assert r["delta_pct"] == pytest.approx(30.0)
         assert r["noise_ns"] == 0  # the same every step: no spread
         assert r["beyond_noise"]
-    # trainer idle per step 1.5, 2.5, 3.5 ms: 2.5 ms mean, 0.75 ms more, under its spread of 0.8165 ms
+    # trainer idle per step 1.5, 2.5, 3.5 ms: 2.5 ms median, 0.75 ms more. The steps are paired
+    # (both runs have steps 0 to 2) and each step's idle grew by the same 1.3 times: no noise in
+    # the change, where the base's own spread (0.8165 ms) once hid it. Idle is shown, not gated.
     idle = rows[("trainer", "idle")]
-    assert (idle["base_ns"], idle["delta_ns"], idle["noise_ns"]) == (2_500_000, 750_000, 816_497)
-    assert not idle["beyond_noise"]
+    assert (idle["base_ns"], idle["delta_ns"], idle["noise_ns"]) == (2_500_000, 750_000, 0)
+    assert idle["beyond_noise"] and not idle["gated"]
     # the actor ranks are untouched
     assert all(r["delta_ns"] == 0 for (role, _), r in rows.items() if role == "actor")
     # Steps 1 and 2 start when the trainer starts them, now 1.3 times as far from its first
     # start (13 ms and 27 ms in): 3.9 ms and 8.1 ms later; each ends with the actor, as before.
     walls = [rows[(None, f"step {s} wall")]["delta_ns"] for s in (0, 1, 2)]
     assert walls == [0, -3_900_000, -8_100_000]
-    assert rows[(None, "step wall")]["delta_ns"] == -4_000_000
+    # the median wall (step 1's in both) is 3.9 ms shorter
+    assert rows[(None, "step wall")]["delta_ns"] == -3_900_000
 
 
 def test_gate_fails_at_10_percent_and_passes_at_50(runs) -> None:
@@ -107,20 +124,30 @@ def test_gate_fails_at_10_percent_and_passes_at_50(runs) -> None:
         "regression: trainer · old_log_prob: 1.500 ms -> 1.950 ms (+30.0%, over 10% and the noise 0 ns)",
         "regression: trainer · update_weights: 1.000 ms -> 1.300 ms (+30.0%, over 10% and the noise 0 ns)",
     ]
-    assert lines[-1] == "gate failed: 4 over 10%"
-    assert "trainer · generate         5.000 ms   6.500 ms  +1.500 ms   +30.0%       0 ns           yes" in lines
+    assert lines[-1] == (
+        "gate failed: 4 over 10%: trainer · generate, trainer · update_actor, trainer · old_log_prob,"
+        " trainer · update_weights"
+    )
+    row = "trainer · generate           5.000 ms   6.500 ms  +1.500 ms   +30.0%      0 ns           yes    yes"
+    assert row in lines
     passed = run("diff", runs["base"], runs["slow"], "--fail-over", "50")
     assert passed.exit_code == 0, passed.output
-    assert passed.output.splitlines()[-1] == "gate passed: nothing grew over 50% and the noise"
+    assert passed.output.splitlines()[-1] == "gate passed: nothing of 8 compared grew over 50% and the noise"
     # without a threshold the table only
     assert run("diff", runs["base"], runs["slow"]).exit_code == 0
-    # Backwards, the phases that got faster never trip the gate; the step wall, 4 ms longer on
-    # average (over the 3.793 ms spread of the slowed run's walls), does.
+    # Backwards, the phases that got faster never trip the gate; the step wall does: its median
+    # grows 3.9 ms (step 1's), over the noise of the paired change (the slowed run's median wall
+    # times the spread of the ratios of the steps' walls, 3.536 ms).
     back = run("diff", runs["slow"], runs["base"], "--fail-over", "0%")
     assert back.exit_code == EXIT_REGRESSION
+    slow_walls, base_walls = [[s["wall_ns"] for s in numbers(runs[k])["steps"]] for k in ("slow.json", "base.json")]
+    assert [b - a for a, b in zip(slow_walls, base_walls, strict=True)] == [0, 3_900_000, 8_100_000]
+    ratios = [b / a for a, b in zip(slow_walls, base_walls, strict=True)]
+    noise = round(statistics.median(slow_walls) * statistics.pstdev(ratios))
+    assert format_duration(noise) == "3.536 ms"
     assert back.output.splitlines()[-2:] == [
-        "regression: step wall: 72.012 ms -> 76.012 ms (+5.6%, over 0% and the noise 3.793 ms)",
-        "gate failed: 1 over 0%",
+        f"regression: step wall: 71.954 ms -> 75.854 ms (+5.4%, over 0% and the noise {format_duration(noise)})",
+        "gate failed: 1 over 0%: step wall",
     ]
     assert run("diff", runs["slow"], runs["base"], "--fail-over", "6%").exit_code == 0
 
@@ -137,7 +164,7 @@ def test_summary_baseline_gates_the_same(runs) -> None:
     assert result.exit_code == EXIT_REGRESSION, result.output
     lines = result.output.splitlines()
     assert lines[0] == "phases (verl), 3 step(s)"
-    assert lines[-1] == "gate failed: 4 over 10%"
+    assert lines[-1].startswith("gate failed: 4 over 10%: trainer · generate")
     doc = run("summary", runs["slow"], "--baseline", runs["base"], "--fail-over", "50%", "--json")
     assert doc.exit_code == 0, doc.output
     found = json.loads(doc.output)
@@ -200,7 +227,9 @@ def test_breakdown_columns_are_compared_when_both_carry_them(runs) -> None:
     rows = rows_by_label(result)
     assert (rows[("actor", "compute")]["base_ns"], rows[("actor", "compute")]["delta_ns"]) == (1000, 1000)
     assert rows[("actor", "free")]["delta_ns"] == 0
-    assert regressions(result, 0.1) == []  # shown, not gated
+    # compute is gated (a device quantity that matters), free is shown only
+    assert [(r["role"], r["name"]) for r in regressions(result, 0.1)] == [("actor", "compute")]
+    assert rows[("actor", "free")]["gated"] is False
     del new["breakdown"]
     result = compare(base, new)
     assert result["breakdown"] == "only in base"
@@ -222,4 +251,6 @@ def test_breakdown_of_a_capped_stored_summary_compares_the_steps_both_kept(runs)
     assert (row["base_ns"], row["new_ns"], row["delta_ns"]) == (1000, 1000, 0)
     assert "breakdown compared on the steps both summaries kept rows of: 0" in format_diff(result)
     del base["left_out"]
-    assert rows_by_label(compare(base, new))[("actor", "compute")]["new_ns"] == 2000  # uncapped: every matched step
+    # uncapped, the base's rows of step 0 alone pair with the new run's step 0 only (steps are
+    # compared pair by pair since both runs have steps 0 to 2)
+    assert rows_by_label(compare(base, new))[("actor", "compute")]["new_ns"] == 1000

@@ -21,7 +21,7 @@ RUNS = ["phases", "frameworks/verl", "frameworks/verl_old", "kineto_gpu", "ascen
 @pytest.mark.parametrize("run", RUNS)
 def test_summarize_gives_the_numbers_a_merge_stores(tmp_path: Path, run: str) -> None:
     merged = merge([FIXTURES / run], tmp_path / "run.pftrace")
-    assert summarize([FIXTURES / run]) == merged.phases
+    assert summarize([FIXTURES / run]).as_dict() == merged.phases
 
 
 @pytest.mark.parametrize("run", ["frameworks/verl", "kineto_gpu", "ascend"])
@@ -37,17 +37,18 @@ def test_a_chrome_json_merge_stores_the_numbers_of_a_perfetto_one(tmp_path: Path
 
 def test_verl_steps_come_from_the_step_folders() -> None:
     numbers = summarize([FIXTURES / "frameworks/verl"])
-    assert [s["step"] for s in numbers["steps"]] == [1, 2, 3]
+    assert [s.step for s in numbers.steps] == [1, 2, 3]
 
 
 def test_kernel_time_is_only_the_kernels() -> None:
     """25 GEMM kernels of 90 µs per 4 ms step on rank 0 of the Kineto GPU fixture: compute is
     the kernels' union, not the step (a summary-only read once took every event for a kernel)."""
-    merged = summarize([FIXTURES / "kineto_gpu"])
+    merged = summarize([FIXTURES / "kineto_gpu"]).as_dict()
     rows = merged["breakdown"]
     assert rows, "the fixture's kernels give breakdown rows"
     for row in rows:
-        assert row["compute_ns"] + row["communication_ns"] + row["free_ns"] == row["wall_ns"]
+        parts = ("compute_ns", "communication_ns", "free_ns", "preparing_ns", "closing_ns")
+        assert sum(row[p] for p in parts) == row["wall_ns"]
         assert row["compute_ns"] < row["wall_ns"]
 
 
@@ -57,7 +58,7 @@ def test_summarize_writes_nothing_beside_the_run(tmp_path: Path) -> None:
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     report = RunReport()
     numbers = summarize([run], report=report, jobs=1)
-    assert numbers["steps"]
+    assert numbers.steps
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
     assert not report.skipped
 
@@ -65,12 +66,45 @@ def test_summarize_writes_nothing_beside_the_run(tmp_path: Path) -> None:
 def test_summarize_places_and_derives_as_asked(tmp_path: Path) -> None:
     """--offset and --phases reach the summary as they reach a merge."""
     shifted = AlignOptions(offsets=(parse_offset("trainer=+1s"),))
-    moved = summarize([FIXTURES / "phases"], clocks=shifted)
+    moved = summarize([FIXTURES / "phases"], clocks=shifted).as_dict()
     assert moved == merge([FIXTURES / "phases"], tmp_path / "moved.pftrace", clocks=shifted).phases
     assert [s["end_ns"] - s["start_ns"] for s in moved["steps"]] != [
-        s["end_ns"] - s["start_ns"] for s in summarize([FIXTURES / "phases"])["steps"]
+        s.end_ns - s.start_ns for s in summarize([FIXTURES / "phases"]).steps
     ]
     areal = PhaseOptions(resolve("areal"))
     as_areal = summarize([FIXTURES / "phases"], phase_rules=areal)
-    assert as_areal == merge([FIXTURES / "phases"], tmp_path / "areal.pftrace", phase_rules=areal).phases
-    assert as_areal["preset"] != summarize([FIXTURES / "phases"])["preset"]
+    assert as_areal.as_dict() == merge([FIXTURES / "phases"], tmp_path / "areal.pftrace", phase_rules=areal).phases
+    assert as_areal.preset != summarize([FIXTURES / "phases"]).preset
+
+
+def test_phase_rules_are_named_as_the_command_line_names_them(tmp_path: Path) -> None:
+    """A preset's name, ``auto`` or a rules file's path, as ``--phases`` takes them."""
+    by_name = summarize([FIXTURES / "phases"], phase_rules="areal")
+    assert by_name == summarize([FIXTURES / "phases"], phase_rules=PhaseOptions(resolve("areal")))
+    assert summarize([FIXTURES / "phases"], phase_rules="auto") == summarize([FIXTURES / "phases"])
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[phase]]\nname = "learn"\nmatch = "^update_actor$"\n')
+    mine = summarize([FIXTURES / "phases"], phase_rules=rules)
+    assert mine.preset == "rules"  # a rules file's preset is named after the file
+    assert {name for r in mine.roles.values() for name in r.phases} == {"learn"}
+    with pytest.raises(ValueError, match="neither a preset"):
+        summarize([FIXTURES / "phases"], phase_rules="nosuch")
+
+
+def test_diff_is_a_library_call_with_a_typed_result(tmp_path: Path) -> None:
+    from tracemerge.compare.api import Comparison, diff
+
+    base = summarize([FIXTURES / "phases"])
+    slower = base.as_dict()
+    for p in slower["processes"]:
+        for s in p["steps"]:
+            s["phases_ns"] = {k: v * 2 for k, v in s["phases_ns"].items()}
+    found = diff(base, slower, fail_over="10%")
+    assert isinstance(found, Comparison) and not found.passed
+    assert {(r.role, r.name) for r in found.gate.regressions} == {("actor", n) for n in base.roles["actor"].phases} | {
+        ("trainer", n) for n in base.roles["trainer"].phases
+    }
+    assert found.format().splitlines()[-1].startswith("gate failed: 7 over 10%: ")
+    same = diff(FIXTURES / "phases", str(FIXTURES / "phases"), fail_over=0.1, phase_rules="verl")
+    assert same.passed and same.gate.compared == 8 and same.mode == "paired"
+    assert diff(base, base).gate is None

@@ -1,13 +1,19 @@
 """Where each rank's device time went in each step: compute, exposed communication, compute
-overlapped with communication, and free time; and each rank's wait in its collectives.
+overlapped with communication, free time, the time before the step's first device work and after
+its last; and each rank's wait in its collectives.
 
-Within a step's window W of one process: C is the union of its compute activity (kernels, memory
-copies and sets on its device streams that are not a collective's), M the union of its collective
-device work (NCCL, HCCL). Then ``compute = |C ∩ W|``, ``overlapped = |C ∩ M ∩ W|``,
-``communication = |(M \\ C) ∩ W|`` (exposed), ``free = |W| − |(C ∪ M) ∩ W|``: compute +
-communication + free = wall, to the nanosecond. A rank's wait in a collective is the time from its
-start to the start of the last rank of its role to enter the same collective (the k-th of a kind in
-each rank's step); its ``wait`` in a step is the sum over the collectives starting in the step.
+Within a step's window W = [a, b) of one process: C is the union of its compute activity (kernels,
+memory copies and sets on its device streams that are not a collective's; on Ascend the compute
+tasks, not the copies: :func:`tracemerge.evidence.anchors.ascend_task_tag`), M the union of its
+collective device work (NCCL, HCCL), D = (C ∪ M) ∩ W its device work, from its first start f to
+its last end l. Then ``compute = |C ∩ W|``, ``overlapped = |C ∩ M ∩ W|``, ``communication =
+|(M \\ C) ∩ W|`` (exposed), ``preparing = f − a`` (torch_npu's Preparing: the step's start to its
+first device work), ``closing = b − l`` (after its last), and ``free = (l − f) − |D|``, the device's
+idle time between (torch_npu's Free, within its Stage ``l − f``): compute + communication + free +
+preparing + closing = wall, to the nanosecond. A step without device work is free throughout. A
+rank's wait in a collective is the time from its start to the start of the last rank of its role
+to enter the same collective (the k-th of a kind in each rank's step); its ``wait`` in a step is
+the sum over the collectives starting in the step.
 
 Device activity is noted while the files are read, as unions of spans per thread (marks under
 ``"device compute"`` and ``"device comm"``, :func:`add_span` keeping each list merged), joined per
@@ -20,6 +26,7 @@ import bisect
 import itertools
 import operator
 from collections import defaultdict
+from collections.abc import Iterable
 
 import msgspec
 import numpy as np
@@ -136,6 +143,43 @@ class Coverage:
             total -= np.maximum(ends[np.maximum(stop - 1, 0)] - his, 0)  # only the last ends after hi
         return np.where((his > los) & (first < stop), total, 0).tolist()
 
+    def bounds_all(self, lo: list[int], hi: list[int]) -> tuple[list[int | None], list[int | None]]:
+        """Per window [lo[k], hi[k]): where the spans' cover of it starts and where it ends (None
+        for a window they do not reach); two binary searches per window, as :meth:`within_all`."""
+        empty: list[int | None] = [None] * len(lo)
+        if self.starts is not None and len(self.starts):
+            try:
+                los, his = np.array(lo, np.int64), np.array(hi, np.int64)
+            except OverflowError:
+                los = his = None
+            if los is not None:
+                count = len(self.starts)
+                first = np.searchsorted(self.ends, los, "right")  # the first span ending after lo
+                last = np.searchsorted(self.starts, his, "left") - 1  # the last starting before hi
+                met = (his > los) & (first < count) & (last >= first)
+                starts = np.maximum(self.starts[np.minimum(first, count - 1)], los)
+                ends = np.minimum(self.ends[np.maximum(last, 0)], his)
+                return (
+                    [int(a) if ok else None for a, ok in zip(starts.tolist(), met.tolist(), strict=True)],
+                    [int(b) if ok else None for b, ok in zip(ends.tolist(), met.tolist(), strict=True)],
+                )
+        elif self.starts is not None:
+            return empty, list(empty)
+        return self._bounds_one_by_one(lo, hi)
+
+    def _bounds_one_by_one(self, lo: list[int], hi: list[int]) -> tuple[list[int | None], list[int | None]]:
+        """:meth:`bounds_all` window by window (times beyond int64)."""
+        spans = [(a, b) for a, b in self.spans if b > a]
+        starts, ends = [a for a, _ in spans], [b for _, b in spans]
+        firsts: list[int | None] = []
+        lasts: list[int | None] = []
+        for a, b in zip(lo, hi, strict=True):
+            i, j = bisect.bisect_right(ends, a), bisect.bisect_left(starts, b) - 1
+            met = b > a and i < len(starts) and j >= i
+            firsts.append(max(starts[i], a) if met else None)
+            lasts.append(min(ends[j], b) if met else None)
+        return firsts, lasts
+
 
 def intersection(x: list[tuple[int, int]], y: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The intersection of two sorted, disjoint span lists, in order.
@@ -192,6 +236,8 @@ class Breakdown(msgspec.Struct, frozen=True):
     overlapped: int
     free: int
     wait: int = 0
+    preparing: int = 0
+    closing: int = 0
 
 
 def step_breakdowns(
@@ -201,10 +247,15 @@ def step_breakdowns(
     their intersection."""
     lo, hi = [a for a, _ in windows], [b for _, b in windows]
     found = zip(compute.within_all(lo, hi), comm.within_all(lo, hi), both.within_all(lo, hi), strict=True)
-    return [
-        Breakdown(b - a, c, m - cm, cm, (b - a) - (c + m - cm), wait)
-        for (a, b), (c, m, cm), wait in zip(windows, found, waited, strict=True)
-    ]
+    reach = zip(*compute.bounds_all(lo, hi), *comm.bounds_all(lo, hi), strict=True)
+    out = []
+    for (a, b), (c, m, cm), wait, (fc, lc, fm, lm) in zip(windows, found, waited, reach, strict=True):
+        busy = c + m - cm
+        firsts, lasts = [x for x in (fc, fm) if x is not None], [x for x in (lc, lm) if x is not None]
+        first, last = (min(firsts), max(lasts)) if firsts else (b, b)  # no device work: all free
+        preparing, closing = (first - a, b - last) if firsts else (0, 0)
+        out.append(Breakdown(b - a, c, m - cm, cm, (b - a) - busy - preparing - closing, wait, preparing, closing))
+    return out
 
 
 def waits(
@@ -238,14 +289,45 @@ def waits(
 
 
 def worst(by_process: dict[Identity, list[tuple[int, Breakdown]]]) -> dict[str, Identity]:
-    """Per role of two ranks or more, its worst rank: the one with the most exposed communication
-    and free time over its steps (the lowest rank on a tie)."""
+    """Per role of two ranks or more, its worst rank: the one with the most time not computing
+    (exposed communication, free, preparing and closing time) over its steps (the lowest rank on
+    a tie)."""
     roles: dict[str, list[Identity]] = defaultdict(list)
     for ident in by_process:
         roles[ident.role].append(ident)
     out = {}
     for role, found in roles.items():
         if len(found) > 1:
-            lost = {i: sum(b.communication + b.free for _, b in by_process[i]) for i in found}
+            lost = {i: sum(b.wall - b.compute for _, b in by_process[i]) for i in found}
             out[role] = min(found, key=lambda i: (-lost[i], -1 if i.rank is None else i.rank, i.tag))
+    return out
+
+
+def whole_breakdowns(
+    devices: dict[Identity, tuple[list[tuple[int, int]], list[tuple[int, int]]]],
+    scans: Iterable[object],
+    offsets: dict,
+) -> dict[Identity, Breakdown]:
+    """Per process with device activity (``devices``: its compute and communication unions) and no
+    steps: its numbers over its whole profiled time, from the first event of its files to the last
+    (on the aligned timeline; widened to its device work where that reaches beyond)."""
+    spans: dict[Identity, tuple[int, int]] = {}
+    for s in scans:
+        lo = getattr(s, "ts_min", None)
+        if lo is None:
+            continue
+        shift = offsets.get(getattr(s, "path", None), 0)
+        lo, hi = lo + shift, (getattr(s, "ts_max", None) or lo - shift) + shift
+        for ident in {*(getattr(s, "counts", None) or {}), *(getattr(s, "threads", None) or {})} & devices.keys():
+            a, b = spans.get(ident, (lo, hi))
+            spans[ident] = (min(a, lo), max(b, hi))
+    out = {}
+    for ident, (compute, comm) in devices.items():
+        work = [span for span in (*compute[:1], *comm[:1], *compute[-1:], *comm[-1:]) if span[1] > span[0]]
+        if not work:
+            continue
+        lo, hi = spans.get(ident, (min(a for a, _ in work), max(b for _, b in work)))
+        window = (min(lo, *(a for a, _ in work)), max(hi, *(b for _, b in work)))
+        unions = Coverage(compute), Coverage(comm), Coverage(intersection(compute, comm))
+        out[ident] = step_breakdowns([window], *unions, [0])[0]
     return out

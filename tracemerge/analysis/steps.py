@@ -11,6 +11,7 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 
+from tracemerge.analysis.device_table import breakdown_table
 from tracemerge.analysis.holdups import order_key
 from tracemerge.core.errors import shown
 from tracemerge.core.model import Identity
@@ -74,13 +75,17 @@ def summary(model: PhaseModel, labels: dict[Identity, str] | None = None) -> dic
 
 
 def _breakdown_rows(model: PhaseModel) -> list[dict]:
-    """Each process's device time per step (:mod:`tracemerge.analysis.device_time`), in role and rank order."""
+    """Each process's device time per step (:mod:`tracemerge.analysis.device_time`), in role and
+    rank order; a process without steps has one row (``step`` None) of its whole profiled time."""
     rows = []
-    for ident in sorted(model.breakdown, key=lambda i: (role_sort_key(i.role), *order_key(i)[1:])):
-        for step, b in model.breakdown[ident]:
+    found = [*model.breakdown, *model.whole]
+    for ident in sorted(found, key=lambda i: (role_sort_key(i.role), *order_key(i)[1:])):
+        numbers = model.breakdown[ident] if ident in model.breakdown else [(None, model.whole[ident])]
+        for step, b in numbers:
             row = {"role": ident.role, "rank": ident.rank, "step": step, "wall_ns": b.wall}
             row.update({"compute_ns": b.compute, "communication_ns": b.communication})
             row.update({"overlapped_ns": b.overlapped, "free_ns": b.free, "wait_ns": b.wait})
+            row.update({"preparing_ns": b.preparing, "closing_ns": b.closing})
             rows.append(row)
     return rows
 
@@ -181,11 +186,13 @@ def per_step(numbers: dict) -> bool:
 def format_summary(numbers: dict) -> str:
     """The terminal tables of :func:`summary`: one row per step, then per role and phase."""
     if not numbers["roles"] or not numbers["steps"]:
-        return "\n".join(["phases: none found (name a preset or a rules file with --phases)", *_warning(numbers)])
+        device = [breakdown_table(numbers["breakdown"])] if numbers.get("breakdown") else []
+        none = "phases: none found (name a preset or a rules file with --phases)"
+        return "\n".join([none, *_warning(numbers), *device])
     steps = numbers["steps"]
     preset = numbers["preset"] or "none: steps only"
     head = [f"phases ({preset}), {len(steps)} step(s)", *_warning(numbers)]
-    device = [_breakdown_table(numbers["breakdown"])] if numbers.get("breakdown") else []
+    device = [breakdown_table(numbers["breakdown"])] if numbers.get("breakdown") else []
     longest = _longest_segments(numbers.get("critical_path") or [])
     left = _left_out_lines(numbers.get("left_out") or {})
     return "\n".join([*head, _step_table(steps, longest), "", _role_table(numbers), *device, *left])
@@ -268,29 +275,6 @@ def _role_table(numbers: dict) -> str:
     return title + "\n" + format_table(rows, left=frozenset({0, 2, len(rows[0]) - 2, len(rows[0]) - 1}))
 
 
-BREAKDOWN_PARTS = ("wall", "compute", "communication", "overlapped", "free", "wait")
-
-
-def _breakdown_table(rows: list[dict]) -> str:
-    """Per role: each part of the device time per rank and step, the mean over its ranks' steps
-    and the worst rank (the most exposed communication and free time over its steps)."""
-    by_role: dict[str, dict] = defaultdict(lambda: defaultdict(list))
-    for r in rows:
-        by_role[r["role"]][r["rank"]].append(r)
-    table = [("role", "ranks", "", *BREAKDOWN_PARTS)]
-    for role, ranks in by_role.items():
-        steps = [r for found in ranks.values() for r in found]
-        mean = [format_duration(round(statistics.fmean(r[f"{p}_ns"] for r in steps))) for p in BREAKDOWN_PARTS]
-        table.append((role or "-", str(len(ranks)), "mean per step", *mean))
-        worst = max(ranks, key=lambda k: (sum(r["communication_ns"] + r["free_ns"] for r in ranks[k]), -(k or 0)))
-        found = ranks[worst]
-        sums = [format_duration(round(statistics.fmean(r[f"{p}_ns"] for r in found))) for p in BREAKDOWN_PARTS]
-        table.append(("", "", f"worst: rank {worst}" if worst is not None else "worst: (no rank)", *sums))
-    title = "device time per rank and step: compute + communication (exposed) + free = wall; overlapped: compute"
-    title += " during communication; wait: in collectives, for the last rank to enter"
-    return "\n" + title + "\n" + format_table(table, left=frozenset({0, 2}))
-
-
 def _who(found: dict | None, ranks: int, waited: bool) -> str:
     """``rank 1: 6.2 ms waited, 2 step(s)``; ``-`` for a role of one rank, or when no one waited
     (started later)."""
@@ -327,9 +311,9 @@ def capped(numbers: dict, limit: int) -> dict:
         rows = numbers.get(key) or []
         if len(rows) <= limit:
             continue
-        per_step: Counter[int] = Counter(r["step"] for r in rows)
+        per_step: Counter[int | None] = Counter(r["step"] for r in rows)
         kept, total = set(), 0
-        for step in sorted(per_step):
+        for step in sorted(per_step, key=lambda n: (n is not None, n or 0)):  # rows of no step first
             if total + per_step[step] > limit:
                 break
             kept.add(step)

@@ -1,7 +1,8 @@
 """The library's ``summarize(inputs)``: where each RL step's time went, without writing a trace.
 
 It runs the stages a merge runs up to the phases (discover → read → align → derive phases) and
-returns the numbers a merge stores in its trace (:func:`~tracemerge.analysis.steps.summary`): per
+returns the numbers a merge stores in its trace (:func:`~tracemerge.analysis.steps.summary`, as a
+typed :class:`~tracemerge.analysis.summary_model.Summary`): per
 step wall time and who held it up, per role and phase totals, the device breakdown and the
 critical path. Nothing is encoded and nothing is written outside a temporary folder for the files
 a large read spills. ``tracemerge summary RUN_DIR`` and ``tracemerge diff`` call it.
@@ -15,10 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tracemerge.analysis.steps import summary
+from tracemerge.analysis.summary_model import Summary, from_numbers
 from tracemerge.clock import AUTOMATIC, AlignOptions
 from tracemerge.clock.runs import ALL, LATEST
 from tracemerge.metrics_map import NO_MAP, MetricsMap
-from tracemerge.phases.rules import AUTO_PHASES, PhaseOptions
+from tracemerge.phases.rules import AUTO_PHASES, PhaseOptions, resolve
 from tracemerge.report.run_report import RunReport
 from tracemerge.run.executors import Executor
 from tracemerge.run.reading import Runner, asked_of, discover_inputs, read_all, read_each_run, with_archives
@@ -32,22 +34,42 @@ def summarize(
     jobs: int = 0,
     executor: Executor | None = None,
     clocks: AlignOptions = AUTOMATIC,
-    phase_rules: PhaseOptions = AUTO_PHASES,
+    phase_rules: PhaseOptions | str | os.PathLike[str] | None = AUTO_PHASES,
     metrics_map: MetricsMap = NO_MAP,
     memory_budget: int = DEFAULT_BUDGET,
     report: RunReport | None = None,
     run: str = LATEST,
-) -> dict:
+) -> Summary:
     """The phase summary of the traces found under ``inputs``, as :func:`~tracemerge.pipeline.merge`
-    would store it in its output (``report.phases``), placed by ``clocks`` and derived by
-    ``phase_rules`` as a merge would.
+    would store it in its output (``report.phases``, which is ``summarize(...).as_dict()``), placed
+    by ``clocks`` and derived by ``phase_rules`` as a merge would: a :class:`PhaseOptions`, or as
+    ``--phases`` takes them, a preset's name (``"verl"``, ``"auto"``; None is ``"auto"``) or the
+    path of a TOML rules file (ValueError when it is neither).
 
     ``jobs`` and ``executor`` say where files are read, as for a merge. ``report``, when given,
     receives what was found, skipped and ignored, and the runs among the inputs (``run`` says
     which is summarized, as for a merge; ``"all"`` here is :func:`summarize_each`). Raises
     :class:`~tracemerge.core.errors.FatalError` when no trace file can be read.
     """
+    options = (jobs, executor, clocks, phase_rules, metrics_map, memory_budget, report, run)
+    return from_numbers(summary_numbers(inputs, *options))
+
+
+def summary_numbers(
+    inputs: Sequence[str | os.PathLike[str]],
+    jobs: int = 0,
+    executor: Executor | None = None,
+    clocks: AlignOptions = AUTOMATIC,
+    phase_rules: PhaseOptions | str | os.PathLike[str] | None = AUTO_PHASES,
+    metrics_map: MetricsMap = NO_MAP,
+    memory_budget: int = DEFAULT_BUDGET,
+    report: RunReport | None = None,
+    run: str = LATEST,
+) -> dict:
+    """:func:`summarize`'s numbers as the JSON they are made as (what the command line prints;
+    no records built of them)."""
     report = report if report is not None else RunReport()
+    phase_rules = phase_options(phase_rules)
     runner, asked = asked_of(None, EVERYTHING, clocks, phase_rules, metrics_map, memory_budget, jobs, executor, run)
     with runner, tempfile.TemporaryDirectory(prefix="tracemerge-summary-") as work:
         found = discover_inputs(runner, inputs, Path(work) / "summary", False, report, lambda: Path(work))
@@ -56,18 +78,26 @@ def summarize(
     return summary(first.model, {p.identity: p.name for p in first.plan.processes})
 
 
+def phase_options(rules: PhaseOptions | str | os.PathLike[str] | None) -> PhaseOptions:
+    """Phase rules as ``--phases`` names them (a preset, ``auto``, a rules file), or as given."""
+    if isinstance(rules, PhaseOptions):
+        return rules
+    return PhaseOptions(resolve(None if rules is None else os.fspath(rules)))
+
+
 def summarize_each(
     inputs: Sequence[str | os.PathLike[str]],
     *,
     clocks: AlignOptions = AUTOMATIC,
-    phase_rules: PhaseOptions = AUTO_PHASES,
+    phase_rules: PhaseOptions | str | os.PathLike[str] | None = AUTO_PHASES,
     report: RunReport | None = None,
 ) -> list[tuple[int | None, dict]]:
-    """The summary of each run among ``inputs`` (:mod:`tracemerge.clock.runs`), each placed and
-    derived on its own, in time order: (the run's number, its summary); one entry, numbered
+    """The summary numbers of each run among ``inputs`` (:mod:`tracemerge.clock.runs`), each placed
+    and derived on its own, in time order: (the run's number, its numbers); one entry, numbered
     None, when the inputs hold one run."""
     report = report if report is not None else RunReport()
-    runner, asked = asked_of(None, EVERYTHING, clocks, phase_rules, NO_MAP, DEFAULT_BUDGET, 0, None, ALL)
+    rules = phase_options(phase_rules)
+    runner, asked = asked_of(None, EVERYTHING, clocks, rules, NO_MAP, DEFAULT_BUDGET, 0, None, ALL)
     with runner, tempfile.TemporaryDirectory(prefix="tracemerge-summary-") as work:
         found = discover_inputs(runner, inputs, Path(work) / "summary", False, report, lambda: Path(work))
         candidates, asked = found[0], with_archives(asked, found[2])

@@ -2,7 +2,7 @@
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Any, NamedTuple, Optional
 
 import typer
 
@@ -10,70 +10,111 @@ from tracemerge.cli import engine
 from tracemerge.core.errors import TracemergeError, shown, terminal_text
 from tracemerge.core.exit_status import EXIT_FATAL, EXIT_REGRESSION
 
-if TYPE_CHECKING:
-    from tracemerge.phases.rules import PhaseOptions
-
 
 def _say(message: str) -> None:
-    typer.echo(shown(message), err=True)  # one line: a name in it cannot forge another
+    typer.echo(f"tracemerge: {shown(message)}", err=True)  # one line: no name in it forges another
 
 
-def load(path: Path, phase_rules: "PhaseOptions") -> dict:
-    """The phase summary of a run directory (merged now), a trace tracemerge wrote or a summary JSON
-    file; exits 1 (or the status of a damaged trace) with one line when there is none."""
-    if not path.exists():
-        _say(f"error: {shown(path)}: no such file or directory")
-        raise typer.Exit(EXIT_FATAL)
+class Gating(NamedTuple):
+    """What is compared and how it is gated: --steps, --roles, --keep-warmup, --fail-over, --min-delta."""
+
+    steps: Any = None  # the step numbers kept (None: all)
+    roles: frozenset[str] | None = None
+    keep_warmup: bool = False
+    threshold: float | None = None  # --fail-over, a fraction
+    min_delta: int = 0  # ns
+
+
+def gating(
+    steps: str | None, roles: str | None, keep_warmup: bool, fail_over: str | None, min_delta: str | None
+) -> Gating:
+    """The options parsed; typer.BadParameter (exit 2) for one that is not."""
     try:
-        run = path.is_dir() or engine.is_archive(path)  # a run's folder, or the archive of one
-        numbers = engine.summarize([path], phase_rules=phase_rules) if run else engine.read_numbers(path)
+        least = engine.parse_duration(min_delta) if min_delta is not None else 0
+        if least < 0:
+            raise ValueError(f"--min-delta: {min_delta!r} is negative")
+        return Gating(
+            engine.parse_ranks(steps, "--steps") if steps is not None else None,
+            engine.parse_roles(roles) if roles is not None else None,
+            keep_warmup,
+            engine.parse_threshold(fail_over) if fail_over is not None else None,
+            least,
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def load(path: Path, phase_rules: object, clocks: object = None, compared: bool = True) -> dict:
+    """The checked summary of a run directory or trace files (summarized now), a trace tracemerge
+    wrote or a summary JSON file; exits with one line (1, or 3 for a damaged trace) when there is
+    none (or, to be ``compared``, when an older tracemerge wrote it)."""
+    try:
+        numbers = engine.numbers_of(path, phase_rules, clocks)
+        return engine.comparable(numbers, engine.shown(path)) if compared else numbers
+    except engine.NoSummary as exc:
+        _say(f"error: {exc}")
+        raise typer.Exit(exc.status) from None
     except engine.Unreadable as exc:
         _say(f"error: {exc}")
         raise typer.Exit(exc.status) from None
     except (TracemergeError, OSError, ValueError) as exc:
         _say(f"error: {exc}")
         raise typer.Exit(EXIT_FATAL) from None
-    if not numbers or not numbers.get("roles") or not numbers.get("steps"):
-        _say(f"error: {shown(path)}: holds no phase summary with steps (merge the run with tracemerge)")
-        raise typer.Exit(EXIT_FATAL)
-    return numbers
 
 
-def threshold_of(fail_over: str | None) -> float | None:
+def compared(numbers: dict, path: Path) -> dict:
+    """``numbers`` when they can be compared; exits 1 with one line when an older tracemerge wrote them."""
     try:
-        return None if fail_over is None else engine.parse_threshold(fail_over)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+        return engine.comparable(numbers, engine.shown(path))
+    except engine.NoSummary as exc:
+        _say(f"error: {exc}")
+        raise typer.Exit(exc.status) from None
 
 
-def report(base: dict, new: dict, threshold: float | None, as_json: bool, extra: dict | None = None) -> int:
+def report(base: dict, new: dict, how: Gating, as_json: bool, extra: dict | None = None) -> int:
     """Prints the comparison (and the gate's lines); the exit status: EXIT_REGRESSION when the
     gate fails, else 0."""
-    result = engine.compare(base, new)
-    failed = engine.regressions(result, threshold) if threshold is not None else []
-    if threshold is not None:
-        result["gate"] = {"fail_over": threshold, "passed": not failed, "regressions": failed}
+    result = engine.compare(base, new, steps=how.steps, roles=how.roles, keep_warmup=how.keep_warmup)
+    verdict = None
+    if how.threshold is not None:
+        verdict = result["gate"] = engine.gate(result, how.threshold, how.min_delta)
     if as_json:
         doc = {**(extra or {}), "diff": result} if extra is not None else result
         typer.echo(engine.json_bytes(doc).decode())
     else:
         typer.echo(terminal_text(engine.format_diff(result)))
-        if threshold is not None:
-            typer.echo(terminal_text(engine.format_gate(failed, threshold)))
+        if verdict is not None:
+            typer.echo(terminal_text(engine.format_gate(verdict)))
     sys.stdout.flush()
-    return EXIT_REGRESSION if failed else 0
+    return EXIT_REGRESSION if verdict is not None and not verdict["passed"] else 0
+
+
+StepsOption = Annotated[Optional[str], typer.Option("--steps", help="Compare only these steps, e.g. 3-5.")]
+RolesOption = Annotated[Optional[str], typer.Option("--roles", help="Compare only these roles, e.g. actor,rollout.")]
+MinDeltaOption = Annotated[
+    Optional[str], typer.Option("--min-delta", help="With --fail-over: ignore growth shorter than this, e.g. 1ms.")
+]
+KeepWarmupOption = Annotated[
+    bool, typer.Option("--keep-warmup", help="Count the warm-up steps in the medians and the gate (left out).")
+]
 
 
 def diff(
-    base: Annotated[Path, typer.Argument(help="Run directory, merged trace or summary JSON file of the base.")],
+    base: Annotated[Path, typer.Argument(help="Run directory, trace file, merged trace or summary JSON of the base.")],
     new: Annotated[Path, typer.Argument(help="The same, of the run compared with it.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as one JSON document.")] = False,
     fail_over: Annotated[
         Optional[str],
         typer.Option(
-            "--fail-over", help="Exit 4 when a step wall or role · phase grows over this (e.g. 10%) and the noise."
+            "--fail-over",
+            help="Exit 4 when the step wall, a role · phase, or a role's device compute or communication grows"
+            " over this (e.g. 10%) and the noise.",
         ),
     ] = None,
+    min_delta: MinDeltaOption = None,
+    steps: StepsOption = None,
+    roles: RolesOption = None,
+    keep_warmup: KeepWarmupOption = False,
     phases: Annotated[
         Optional[str],
         typer.Option(
@@ -83,15 +124,18 @@ def diff(
         ),
     ] = None,
 ) -> None:
-    """Step wall and per role · phase times of NEW against BASE: base, new, delta, delta %, noise.
+    """Step wall, per role · phase and device times of NEW against BASE: base, new, delta, noise.
 
-    Steps are matched by number; each quantity is a mean per step; noise is the spread (standard
-    deviation) of the base across ranks and steps.
+    When both runs have the same steps, step k is compared with step k; otherwise the median of
+    each run's counted steps (warm-up and partial steps left out). Noise: the spread of the
+    per-step change (paired), or of the base's steps.
     """
-    threshold = threshold_of(fail_over)
+    how = gating(steps, roles, keep_warmup, fail_over, min_delta)
+    if min_delta is not None and fail_over is None:
+        raise typer.BadParameter("--min-delta sets the gate of --fail-over: name one")
     try:
         rules = engine.PhaseOptions(engine.resolve(phases))
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    status = report(load(base, rules), load(new, rules), threshold, as_json)
+    status = report(load(base, rules), load(new, rules), how, as_json)
     raise typer.Exit(status)

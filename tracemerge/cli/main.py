@@ -351,7 +351,9 @@ def main() -> None:
 
 @app.command(short_help="Where each step's time went, and who held it up.")
 def summary(
-    path: Annotated[Path, typer.Argument(help="A run directory (merged now) or a trace tracemerge wrote.")],
+    path: Annotated[
+        Path, typer.Argument(help="A run directory or trace file (summarized now), a merged trace or a summary JSON.")
+    ],
     as_json: Annotated[bool, typer.Option("--json", help="Print the numbers as one JSON document.")] = False,
     phases: PhasesOption = None,
     sync: SyncOption = None,
@@ -365,66 +367,76 @@ def summary(
     fail_over: Annotated[
         Optional[str], typer.Option("--fail-over", help="With --baseline: exit 4 on growth over this (e.g. 10%).")
     ] = None,
+    min_delta: cli_diff.MinDeltaOption = None,
+    steps: cli_diff.StepsOption = None,
+    roles: cli_diff.RolesOption = None,
 ) -> None:
     """Per step: wall time, who held it up and who started last; per role and phase: total, share, idle.
 
-    A run directory is read and summarized without writing a trace, placed as a merge places it
-    (--sync, --offset, --offsets, --no-align); a trace keeps the summary of its own merge.
+    A run directory or a trace file other than tracemerge's is read and summarized without writing
+    a trace, placed as a merge places it (--sync, --offset, --offsets, --no-align); a trace
+    tracemerge wrote keeps the summary of its own merge. --steps and --roles keep only those.
     """
-    threshold = cli_diff.threshold_of(fail_over)
-    if threshold is not None and baseline is None:
-        raise typer.BadParameter("--fail-over gates on a --baseline: name one")
+    how = cli_diff.gating(steps, roles, False, fail_over, min_delta)
+    if (fail_over is not None or min_delta is not None) and baseline is None:
+        raise typer.BadParameter("--fail-over and --min-delta gate on a --baseline: name one")
     if not path.exists():
         _say(f"error: {shown(path)}: no such file or directory")
         raise typer.Exit(EXIT_FATAL)
     try:
-        phase_rules = engine.PhaseOptions(engine.resolve(phases))
+        rules = engine.resolve(phases)
         clocks = _placement(sync, offset, offsets_file, no_align)
         a_run = path.is_dir() or engine.is_archive(path)  # a run's folder, or the archive of one
-        if not a_run and (clocks.offsets or sync or no_align):
-            raise ValueError("--sync, --offset, --offsets and --no-align place a run directory, not a merged trace")
         run = engine.check_choice(run)
         if not a_run and run != "latest":
-            raise ValueError("--run chooses among the runs of a run directory, not of a merged trace")
+            raise ValueError("--run chooses among the runs of a run directory, not of a trace file")
         if baseline is not None and run == "all":
             raise ValueError("--baseline compares one run: choose it with --run (latest by default)")
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+    placed = bool(clocks.offsets or sync or no_align)
+    if placed and path.is_file() and _keeps_summary(path):
+        raise typer.BadParameter("--sync, --offset, --offsets and --no-align place a run, not a merged trace")
+    # a run summarized now derives the kept steps alone (a stored summary's rows are filtered)
+    kept_steps = engine.PhaseOptions(rules, how.steps)
+    if a_run:
+        numbers = _summary_of_run(path, kept_steps, clocks, run, as_json)
+    else:
+        numbers = cli_diff.load(path, kept_steps, clocks if placed else None, False)
+    phase_rules = engine.PhaseOptions(rules)
+    if not as_json and not engine.per_step(numbers):
+        _say(f"error: {path}: an older tracemerge wrote its summary (--json prints it; merge the run again)")
+        raise typer.Exit(EXIT_FATAL)
+    if baseline is not None:  # the summary, then the comparison with the baseline (and its gate)
+        base = cli_diff.load(baseline, phase_rules)
+        numbers = cli_diff.compared(numbers, path)
+        if not as_json:
+            typer.echo(terminal_text(engine.format_summary(engine.kept(numbers, how.steps, how.roles))) + "\n")
+        raise typer.Exit(cli_diff.report(base, numbers, how, as_json, extra={"summary": numbers}))
+    kept = engine.kept(numbers, how.steps, how.roles)
+    typer.echo(engine.json_bytes(kept).decode() if as_json else terminal_text(engine.format_summary(kept)))
+
+
+def _summary_of_run(path: Path, phase_rules: Any, clocks: Any, run: str, as_json: bool) -> dict:
+    """``summary DIR``: the summary of the run ``run`` chooses among those in the folder (with
+    ``all``, each run's printed here and the command ends); one line and exit 1 when none is read."""
     from tracemerge.cli import runs as cli_runs  # summary's alone: not loaded at every start
 
     try:
-        if a_run and run == "all":
+        if run == "all":
             raise typer.Exit(cli_runs.each_run(path, phase_rules, clocks, as_json))
-        if a_run:
-            numbers = cli_runs.summary_of_runs(path, phase_rules, clocks, run)
-        else:
-            numbers = engine.stored_summary(path)
-            if numbers is None:
-                _say(f"error: {path}: holds no phase summary (merge the run with tracemerge)")
-                raise typer.Exit(EXIT_FATAL)
-            if not as_json and not engine.per_step(numbers):
-                _say(f"error: {path}: an older tracemerge wrote its summary (--json prints it; merge the run again)")
-                raise typer.Exit(EXIT_FATAL)
-    except engine.Unreadable as exc:
-        _say(f"error: {exc}")
-        raise typer.Exit(exc.status) from None
+        return cli_runs.summary_of_runs(path, phase_rules, clocks, run)
     except (TracemergeError, OSError, ValueError) as exc:
         _say(f"error: {exc}")
         raise typer.Exit(EXIT_FATAL) from None
-    if baseline is not None:  # the summary, then the comparison with the baseline (and its gate)
-        if not numbers.get("roles") or not numbers.get("steps"):
-            _say(f"error: {shown(path)}: holds no phase summary with steps to compare")
-            raise typer.Exit(EXIT_FATAL)
-        base = cli_diff.load(baseline, phase_rules)
-        if not as_json:
-            typer.echo(terminal_text(engine.format_summary(numbers)) + "\n")
-        raise typer.Exit(cli_diff.report(base, numbers, threshold, as_json, extra={"summary": numbers}))
+
+
+def _keeps_summary(path: Path) -> bool:
+    """Whether ``path`` is a trace tracemerge wrote with its summary, or a summary JSON file."""
     try:
-        text = engine.json_bytes(numbers).decode() if as_json else engine.format_summary(numbers)
-    except engine.NOT_A_SUMMARY as exc:  # a summary of another shape than tracemerge writes
-        _say(f"error: {shown(path)}: its phase summary cannot be read ({type(exc).__name__})")
-        raise typer.Exit(EXIT_FATAL) from None
-    typer.echo(terminal_text(text))
+        return engine.read_numbers(path) is not None
+    except (TracemergeError, OSError, ValueError):
+        return False
 
 
 # check, open and scrape: tracemerge.cli.tools, registered here after merge and summary.

@@ -65,15 +65,19 @@ def device_tag(name: str) -> str:
 # stream synchronisation and profiler markers are no device work (as Kineto's cuda_sync is none).
 ASCEND_HCCL_TASKS = frozenset({"Notify Wait", "Notify Record", "Write Value", "SDMA", "RDMA", "Reduce Inline"})
 _ASCEND_SYNC_TASK = re.compile(r"^(EVENT_RECORD|EVENT_WAIT|EVENT_RESET|PLACE_HOLDER|PROFILING_(ENABLE|DISABLE))")
+# Memory copies outside a collective (host-device DMA, the copy engine, an async memcpy): torch_npu
+# counts them in no column but Free (its Computing is the compute tasks' union), and so does the
+# breakdown.
+_ASCEND_COPY_TASK = re.compile(r"^(PCIE_DMA|SDMA_SQE|MEMCPY)")
 
 
 def ascend_task_tag(task_type: object, hccl: bool) -> str | None:
     """The device-activity tag of an Ascend task: communication for one of HCCL's, None for a
-    synchronisation or profiler-marker task, compute for every other (AI Core, AI Vector Core, AI
-    CPU, mixed, memory copies)."""
+    synchronisation or profiler-marker task or a memory copy, compute for every other (AI Core,
+    AI Vector Core, AI CPU, mixed, DSA)."""
     if hccl:
         return DEVICE_COMM
-    if _ASCEND_SYNC_TASK.match(str(task_type)):
+    if _ASCEND_SYNC_TASK.match(str(task_type)) or _ASCEND_COPY_TASK.match(str(task_type)):
         return None
     return DEVICE_COMPUTE
 

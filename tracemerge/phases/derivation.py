@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from tracemerge.analysis.critical_path import first_events
-from tracemerge.analysis.device_time import merged
+from tracemerge.analysis.device_time import merged, whole_breakdowns
 from tracemerge.analysis.holdups import FOREVER
 from tracemerge.core.gc_pause import no_cyclic_gc
 from tracemerge.core.model import Identity
@@ -113,6 +113,7 @@ def derive(
     model.found_steps = sorted(found)
     units = {i: (merged(d[DEVICE_COMPUTE]), merged(d[DEVICE_COMM])) for i, d in devices.items()}
     model.breakdown = device_breakdown(model.processes, units, collectives)
+    model.whole = whole_breakdowns({i: u for i, u in units.items() if i not in model.processes}, scans, offsets)
     model.critical_path = critical_paths(model.processes, units, first_events(scans, offsets, keep))
     for proc in model.processes.values():
         proc.timeline.forget_entries()  # (kept for the holdups and the critical paths alone)

@@ -87,6 +87,8 @@ class PhaseModel(msgspec.Struct):
     active: dict[Identity, int] = field(default_factory=dict)  # per process: first to last event
     # Per process with device activity, per step: its device time (tracemerge.analysis.device_time).
     breakdown: dict[Identity, list[tuple[int, Breakdown]]] = field(default_factory=dict)
+    # Per process with device activity and no steps: its device time over its whole profiled time.
+    whole: dict[Identity, Breakdown] = field(default_factory=dict)
     # Per job step, in step order: its critical path across roles and ranks (tracemerge.analysis.critical_path).
     critical_path: list[Segment] = field(default_factory=list)
 

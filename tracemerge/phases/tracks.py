@@ -93,10 +93,12 @@ def _device_events(model: PhaseModel) -> Iterator[Event]:
     for role, ident in worst(model.breakdown).items():
         for st, (step, b) in zip(model.processes[ident].steps, model.breakdown[ident], strict=True):
             shares = [(part, getattr(b, part)) for part in ("compute", "communication", "free")]
+            shares += [(part, getattr(b, part)) for part in ("preparing", "closing") if getattr(b, part)]
             name = " · ".join(f"{part} {100 * ns / b.wall:.0f}%" if b.wall else f"{part} 0%" for part, ns in shares)
             args = {"step": step, "rank": ident.rank, "process": ident.label, "wall_ns": b.wall}
             args.update({"compute_ns": b.compute, "communication_ns": b.communication})
             args.update({"overlapped_ns": b.overlapped, "free_ns": b.free, "wait_ns": b.wait})
+            args.update({"preparing_ns": b.preparing, "closing_ns": b.closing})
             yield Event(Kind.SLICE, st.start, device_thread(role), name, DEVICE_CAT, b.wall, args, PIPELINE)
 
 

@@ -62,7 +62,9 @@ def stored_summary(path: Path) -> dict | None:
         if type(exc).__name__ != "DecodeError":  # protobuf's, from its C or Python implementation
             raise
         raise Unreadable(path, EXIT_INCOMPLETE, "damaged: a packet is not a Perfetto packet") from None
-    return found if isinstance(found, dict) else None
+    if found is not None and not isinstance(found, dict):  # a note of no shape tracemerge writes
+        raise Unreadable(path, EXIT_FATAL, f"not a trace tracemerge wrote, or damaged ({type(found).__name__} summary)")
+    return found
 
 
 def trace_problem(path: Path) -> tuple[int, str] | None:

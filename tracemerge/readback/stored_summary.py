@@ -22,7 +22,7 @@ def read_summary(path: Path) -> dict | None:
         gz = raw.read(2) == GZIP_MAGIC
     opener = gzip.open if gz else open
     with opener(path, "rb") as f:
-        head = f.read(1)
+        head = f.read(64).lstrip(b" \t\r\n")[:1]  # JSON may open with blanks (Kineto's does)
     with opener(path, "rb") as f:
         found = _from_json(f) if head in (b"{", b"[") else _from_pftrace(f)  # type: ignore[arg-type]
     if isinstance(found, dict) and isinstance(found.get("numbers"), str):
