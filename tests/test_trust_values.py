@@ -154,3 +154,18 @@ def test_an_ascend_profiler_info_with_nan_keeps_its_rank_and_a_bad_one_is_counte
     assert report.skipped == []
     assert {p.rank for p in report.processes} == {rank}
     assert report.stats.count(Stat.RANK_UNREADABLE) == unreadable
+
+
+def test_a_session_record_rank_that_is_no_rank_is_counted_and_the_record_kept(tmp_path: Path) -> None:
+    from conftest import FIXTURES
+
+    source = FIXTURES / "clock" / "areal" / "session_tracer" / "rollout" / "sessions-r0.jsonl"
+    before = merge([source], tmp_path / "a.pftrace")
+    lines = source.read_text().splitlines()
+    lines[0] = lines[0].replace('"rank": 0', '"rank": "²"', 1)
+    _write(tmp_path, "\n".join(lines) + "\n", "sessions-r0.jsonl")
+    report = merge([tmp_path / "run"], tmp_path / "out.pftrace")
+    assert report.read.as_dict() == before.read.as_dict()
+    assert report.stats.tally()["rank_unreadable"]["reasons"] == {
+        "session record whose rank is not a rank: read without it": 1
+    }
