@@ -363,3 +363,12 @@ def test_a_hidden_trace_in_a_folder_is_named_not_read_and_read_when_named(tmp_pa
     assert report["read"]["slices"] == 1
     named = run(str(tmp_path / "d" / ".rank0.pt.trace.json"), "-o", str(tmp_path / "h.pftrace"), "-q")
     assert named.exit_code == 0, named.output
+
+
+def test_a_report_naming_a_folder_is_a_usage_error_and_nothing_is_written(tmp_path: Path) -> None:
+    result = run(str(FIXTURES / "kineto_gpu"), "-o", str(tmp_path / "m.pftrace"), "--report", f"{tmp_path}/r/")
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        f"tracemerge: error: --report: {tmp_path}/r/ names a folder; name the file, e.g. {tmp_path}/r/report.json"
+    )
+    assert list(tmp_path.iterdir()) == []

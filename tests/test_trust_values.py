@@ -75,7 +75,7 @@ def test_a_header_value_json_cannot_hold_keeps_the_file(tmp_path: Path, value: s
 
 @pytest.mark.parametrize(
     ("rank", "shown"),
-    [('"²"', "'²'"), ("7" * 5000, "77777777777777777777…(5,000 characters)"), ('"٣"', "'٣'"), ("-1", "-1")],
+    [('"²"', "'²'"), ("7" * 5000, "77777777777777777777…(5,000 characters)"), ('"٣"', "'٣'"), ("-5", "-5")],
 )
 def test_a_rank_that_is_no_rank_costs_the_rank_not_the_file(tmp_path: Path, rank: str, shown: str) -> None:
     _write(tmp_path, f'{{"distributedInfo":{{"rank":{rank}}},"traceEvents":[{_event("a")}]}}', "trace.json")
@@ -96,6 +96,12 @@ def test_a_span_rank_that_is_no_rank_is_counted_per_span(tmp_path: Path) -> None
     report = merge([tmp_path / "run"], tmp_path / "out.pftrace")
     assert report.read.slices == 3
     assert report.stats.tally()["rank_unreadable"]["reasons"] == {"span whose rank is not a rank: read without it": 2}
+
+
+def test_minus_one_is_no_rank_not_an_unreadable_one(tmp_path: Path) -> None:
+    _write(tmp_path, f'{{"distributedInfo":{{"rank":-1}},"traceEvents":[{_event("a")}]}}', "trace.json")
+    report = merge([tmp_path / "run"], tmp_path / "out.pftrace")
+    assert ([p.rank for p in report.processes], report.exit_code) == ([None], 0)
 
 
 def test_as_rank_never_raises() -> None:
@@ -148,3 +154,18 @@ def test_an_ascend_profiler_info_with_nan_keeps_its_rank_and_a_bad_one_is_counte
     assert report.skipped == []
     assert {p.rank for p in report.processes} == {rank}
     assert report.stats.count(Stat.RANK_UNREADABLE) == unreadable
+
+
+def test_a_session_record_rank_that_is_no_rank_is_counted_and_the_record_kept(tmp_path: Path) -> None:
+    from conftest import FIXTURES
+
+    source = FIXTURES / "clock" / "areal" / "session_tracer" / "rollout" / "sessions-r0.jsonl"
+    before = merge([source], tmp_path / "a.pftrace")
+    lines = source.read_text().splitlines()
+    lines[0] = lines[0].replace('"rank": 0', '"rank": "²"', 1)
+    _write(tmp_path, "\n".join(lines) + "\n", "sessions-r0.jsonl")
+    report = merge([tmp_path / "run"], tmp_path / "out.pftrace")
+    assert report.read.as_dict() == before.read.as_dict()
+    assert report.stats.tally()["rank_unreadable"]["reasons"] == {
+        "session record whose rank is not a rank: read without it": 1
+    }

@@ -135,8 +135,9 @@ def merge(
         Optional[str],
         typer.Option("--format", "-f", help="perfetto, perfetto.gz, json or json.gz (default: from -o)."),
     ] = None,
-    report: Annotated[
-        Optional[Path], typer.Option("--report", help="Also write the run report as JSON to this file.")
+    report_text: Annotated[
+        Optional[str],
+        typer.Option("--report", metavar="FILE", help="Also write the run report as JSON to this file."),
     ] = None,
     jobs: Annotated[
         int, typer.Option("--jobs", "-j", help="Worker processes reading and encoding files (0: automatic).")
@@ -204,6 +205,7 @@ def merge(
             notes.append(f"--jobs {jobs}: this machine gives it {cores} CPUs; {cores} processes used")
             jobs = cores
         output_path = _output_file(output)
+        report = _output_file(report_text, "--report", "report.json") if report_text is not None else None
         selection = _selection(roles, ranks, where, window, min_dur, keep_zero_counters)
         if format is not None and format not in engine.WRITERS:
             raise ValueError(f"--format: unknown output format {format!r} (choose from {', '.join(engine.WRITERS)})")
@@ -253,12 +255,13 @@ def merge(
     raise typer.Exit(_said(result, report, summary, quiet))
 
 
-def _output_file(output: str) -> Path:
-    """``-o`` as a file: a name that ends in a slash or is a directory names a folder, not a trace."""
+def _output_file(output: str, option: str = "-o", example: str = "merged.pftrace") -> Path:
+    """``-o`` (or ``--report``) as a file: a name that ends in a slash or is a directory names a
+    folder, not a file to write."""
     path = Path(output)
     if output.endswith(("/", os.sep)) or path.is_dir():
-        example = shown(path / "merged.pftrace")
-        raise ValueError(f"-o: {shown(output)} names a folder; name the trace file, e.g. {example}")
+        named = "the trace file" if option == "-o" else "the file"
+        raise ValueError(f"{option}: {shown(output)} names a folder; name {named}, e.g. {shown(path / example)}")
     return path
 
 

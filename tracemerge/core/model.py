@@ -152,6 +152,12 @@ def as_rank(value: Any) -> int | None:
     return None
 
 
+# What says "no rank" rather than a rank that cannot be read: Ascend writes rank_id -1 when not distributed.
+NO_RANK = frozenset({-1, "-1", ""})
+
+
 def rank_unreadable(value: Any) -> bool:
-    """Whether a rank field is given (not null) but is not a rank :func:`as_rank` reads."""
-    return value is not None and as_rank(value) is None
+    """Whether a rank field gives a value (not null, not -1: no rank) that :func:`as_rank` cannot read."""
+    if value is None or (type(value) in (int, str) and value in NO_RANK):
+        return False
+    return as_rank(value) is None

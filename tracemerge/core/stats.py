@@ -136,8 +136,9 @@ class Stat(Enum):
     RANK_UNREADABLE = (
         "rank_unreadable",
         Severity.DATA_LOSS,
-        'files whose rank field is not a rank (text such as "²", a fraction, a negative number, a number of '
-        "thousands of digits): read without it, ranked by their file name if it gives one",
+        'rank fields (of a file, a span or a record) that are not a rank (text such as "²", a fraction, a '
+        "negative number other than -1, which says no rank; thousands of digits): read without them, ranked by "
+        "the file name if it gives one",
     )
     CONNECTION_SHARED = (
         "connection_shared",
