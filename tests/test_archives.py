@@ -215,7 +215,7 @@ def test_summary_and_diff_take_an_archive_as_a_run(tmp_path: Path) -> None:
     runner = CliRunner()
     shown = runner.invoke(cli.app, ["summary", str(ARCHIVE), "--json"])
     assert shown.exit_code == 0, shown.output
-    assert json.loads(shown.output)["processes"] == summarize([ARCHIVE])["processes"]
+    assert json.loads(shown.output)["processes"] == summarize([ARCHIVE]).as_dict()["processes"]
     out = tmp_path / "merged.pftrace"
     merge([ARCHIVE], out)
     compared = runner.invoke(cli.app, ["diff", str(ARCHIVE), str(out)])

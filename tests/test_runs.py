@@ -147,7 +147,7 @@ def test_summarize_each_run_on_its_own() -> None:
         assert [s["wall_ns"] for s in numbers["steps"]] == [109_315_062, 123_504_860]
     assert [r["merged"] for r in found.runs] == [True, True]
     assert not any(n.startswith("--run all") for n in found.notes)  # each run on its own timeline
-    latest = summarize([TWO_RUNS])
+    latest = summarize([TWO_RUNS]).as_dict()
     assert [s["wall_ns"] for s in latest["steps"]] == [109_315_062, 123_504_860]
 
 
@@ -200,7 +200,7 @@ def test_two_unrelated_hta_traces_give_no_figure_beyond_their_step(tmp_path: Pat
     for p in HTA_PAIR:
         shutil.copyfile(p, folder / p.name)
     found = RunReport()
-    numbers = summarize([folder], report=found)
+    numbers = summarize([folder], report=found).as_dict()
     assert [len(r["files"]) for r in found.runs] == [1, 1]
     assert [r["merged"] for r in found.runs] == [False, True]
     assert [r["processes"] for r in found.runs] == [["rank 0"], ["rank 34"]]

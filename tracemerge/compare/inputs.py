@@ -28,7 +28,7 @@ def numbers_of(path: Path, phase_rules: object = None, clocks: object = None) ->
         raise NoSummary(f"{shown(path)}: no such file or directory")
     if not path.is_dir() and not path.is_file():
         raise NoSummary(f"{shown(path)}: not a regular file (a FIFO, socket or device is not read)")
-    numbers = None if path.is_dir() else _stored(path)
+    numbers = None if path.is_dir() or engine.is_archive(path) else _stored(path)  # a run (or its archive)
     if numbers is None:
         part = split_part(path) if path.is_file() else None
         if part is not None:
