@@ -136,7 +136,7 @@ def test_summary_baseline_gates_the_same(runs) -> None:
     result = run("summary", runs["slow.pftrace"], "--baseline", runs["base.json"], "--fail-over", "10%")
     assert result.exit_code == EXIT_REGRESSION, result.output
     lines = result.output.splitlines()
-    assert lines[0] == "phases (verl), 3 step(s)"
+    assert lines[0] == "phases (verl), 3 step(s), 2 counted (the warm-up left out of the means)"
     assert lines[-1] == "gate failed: 4 over 10%"
     doc = run("summary", runs["slow"], "--baseline", runs["base"], "--fail-over", "50%", "--json")
     assert doc.exit_code == 0, doc.output

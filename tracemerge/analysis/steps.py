@@ -11,7 +11,9 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 
-from tracemerge.analysis.holdups import order_key
+from tracemerge.analysis.critical_path import NOT_PROFILED, WAITING_ON
+from tracemerge.analysis.holdups import WAITING, order_key
+from tracemerge.analysis.step_checks import unrecorded, withhold
 from tracemerge.core.model import Identity
 from tracemerge.naming.paths import role_sort_key
 from tracemerge.phases.model import IDLE, PhaseModel, PipelineSlice, ProcessPhases
@@ -57,18 +59,17 @@ def summary(model: PhaseModel, labels: dict[Identity, str] | None = None) -> dic
         ],
     }
     for ident, proc in model.processes.items():
+        off = unrecorded(proc, model.recorded.get(ident))
+        rows = [
+            {"step": st.step, "dur_ns": st.dur, "idle_ns": st.idle - off.get(st.step, 0), "phases_ns": dict(st.phases)}
+            for st in proc.steps
+        ]
+        for row in rows:
+            row["not_profiled_ns"] = off.get(row["step"], 0)
         out["processes"].append(
-            {
-                "process": name(ident),
-                "role": ident.role,
-                "rank": ident.rank,
-                "preset": proc.preset,
-                "steps": [
-                    {"step": st.step, "dur_ns": st.dur, "idle_ns": st.idle, "phases_ns": dict(st.phases)}
-                    for st in proc.steps
-                ],
-            }
+            {"process": name(ident), "role": ident.role, "rank": ident.rank, "preset": proc.preset, "steps": rows}
         )
+    out["withheld"] = withhold(out)
     return out
 
 
@@ -85,18 +86,38 @@ def _breakdown_rows(model: PhaseModel) -> list[dict]:
 
 
 def _steps(model: PhaseModel, name: Callable[[Identity], str]) -> list[dict]:
+    """Per job step: its first and last event across every process, wall and period, whether
+    means count it (:mod:`tracemerge.phases.step_counting`), and who held it up."""
     rows = []
     for step, a, b in model.steps:
         held = model.holdups.get(step)
-        row = {"step": step, "start_ns": a, "end_ns": b, "wall_ns": b - a}
+        row = {"step": step, "start_ns": a, "end_ns": b, "wall_ns": b - a, **_kind(model, step)}
         if held is not None:
             c, late = held.critical, held.late
             row["start_skew_ns"], row["end_skew_ns"] = held.start_skew, held.end_skew
             row["critical"] = {"role": c.role, "rank": c.rank, "phase": held.phase, "ns": held.waited}
-            row["critical"]["process"] = name(c)
+            cause = _waiting_on(model, step, c) if held.cause == WAITING else held.cause
+            row["critical"].update({"process": name(c), "cause": cause, "cause_ns": held.cause_ns})
             row["late"] = {"role": late.role, "rank": late.rank, "process": name(late), "ns": held.start_skew}
         rows.append(row)
     return rows
+
+
+def _waiting_on(model: PhaseModel, step: int, ident: Identity) -> str:
+    """``waiting on <role>``: the role the step's critical path has ``ident`` waiting on longest
+    (``waiting`` when it shows none)."""
+    found: Counter[str] = Counter()
+    for seg in model.critical_path:
+        if seg.step == step and seg.ident == ident and seg.bound_by.startswith(WAITING_ON):
+            found[seg.bound_by] += seg.dur
+    return min(found, key=lambda b: (-found[b], b)) if found else WAITING
+
+
+def _kind(model: PhaseModel, step: int) -> dict:
+    kind = model.kinds.get(step)
+    if kind is None:  # (a model made without classifying its steps)
+        return {"period_ns": None, "partial": False, "warmup": False, "counted": True}
+    return {"period_ns": kind.period, "partial": kind.partial, "warmup": kind.warmup, "counted": kind.counted}
 
 
 def _roles(model: PhaseModel) -> dict[str, dict]:
@@ -114,15 +135,28 @@ def _roles(model: PhaseModel) -> dict[str, dict]:
         if role in quiet:
             out[role] = {"ranks": len(quiet[role]), "active_ns": sum(quiet[role]), "phases": {}}
         else:
-            out[role] = _role(by_role[role], model.roles.get(role, []))
+            counted = {i: _counted_steps(p, model) for i, p in by_role[role].items()}
+            off = {
+                i: sum(n for st, n in unrecorded(p, model.recorded.get(i)).items() if model.counted(st))
+                for i, p in by_role[role].items()
+            }
+            out[role] = _role(
+                counted, [s for s in model.roles.get(role, []) if model.counted(s.step)], sum(off.values())
+            )
     return out
 
 
-def _role(procs: dict[Identity, ProcessPhases], slices: list[PipelineSlice]) -> dict:
+def _counted_steps(proc: ProcessPhases, model: PhaseModel) -> ProcessPhases:
+    """The process with the steps the means count alone."""
+    return ProcessPhases(proc.preset, steps=[st for st in proc.steps if model.counted(st.step)])
+
+
+def _role(procs: dict[Identity, ProcessPhases], slices: list[PipelineSlice], not_profiled: int) -> dict:
     """A role's numbers: per phase, total, share, per-rank mean (and p50, p90 from 5 ranks), max,
-    the rank holding it up most and the one starting it last most; its idle time."""
+    the rank holding it up most and the one starting it last most; its idle time, and the part
+    of its step time its profilers did not record (``not_profiled``: no longer idle)."""
     step_total = sum(st.dur for p in procs.values() for st in p.steps)
-    idle_total = sum(st.idle for p in procs.values() for st in p.steps)
+    idle_total = sum(st.idle for p in procs.values() for st in p.steps) - not_profiled
     names = sorted({ph for p in procs.values() for st in p.steps for ph in st.phases})
     phases = {}
     for name in names:
@@ -143,6 +177,8 @@ def _role(procs: dict[Identity, ProcessPhases], slices: list[PipelineSlice]) -> 
         "step_ns": step_total,
         "idle_ns": idle_total,
         "idle_fraction": idle_total / step_total if step_total else 0.0,
+        "not_profiled_ns": not_profiled,
+        "not_profiled_fraction": not_profiled / step_total if step_total else 0.0,
         "phases": phases,
     }
 
@@ -183,11 +219,44 @@ def format_summary(numbers: dict) -> str:
         return "\n".join(["phases: none found (name a preset or a rules file with --phases)", *_warning(numbers)])
     steps = numbers["steps"]
     preset = numbers["preset"] or "none: steps only"
-    head = [f"phases ({preset}), {len(steps)} step(s)", *_warning(numbers)]
+    head = [f"phases ({preset}), {len(steps)} step(s){_counted_text(steps)}", *_warning(numbers)]
+    head += [f"⚠ {line}" for line in numbers.get("withheld") or ()]
     device = [_breakdown_table(numbers["breakdown"])] if numbers.get("breakdown") else []
     longest = _longest_segments(numbers.get("critical_path") or [])
     left = _left_out_lines(numbers.get("left_out") or {})
     return "\n".join([*head, _step_table(steps, longest), "", _role_table(numbers), *device, *left])
+
+
+def _counted_text(steps: list[dict]) -> str:
+    """``, 2 counted (the warm-up and 1 partial left out of the means)``; nothing when all are."""
+    left = [s for s in steps if not s.get("counted", True)]
+    if not left:
+        return ""
+    warmup = [s for s in left if s.get("warmup") and not s.get("partial")]
+    partial = [s for s in left if s.get("partial")]
+    out = [*(["the warm-up"] if warmup else []), *([f"{len(partial)} partial"] if partial else [])]
+    return f", {len(steps) - len(left)} counted ({' and '.join(out)} left out of the means)"
+
+
+def _step_name(s: dict) -> str:
+    """``0``, ``0 warm-up``, ``3 partial``."""
+    marks = [m for m in ("warm-up", "partial") if s.get(m.replace("-", ""))]
+    return " ".join([str(s["step"]), *marks])
+
+
+def _cause(c: dict | None) -> str:
+    """How the critical process held the step up: ``started late 337.0 ms``, ``slower phase``."""
+    if not c or not c.get("cause"):
+        return "-"
+    return f"{c['cause']} {brief(c['cause_ns'])}" if c["cause_ns"] else c["cause"]
+
+
+def _critical_text(c: dict | None) -> str:
+    """The critical process, with its phase when a slower phase is what held the step up."""
+    if not c:
+        return "-"
+    slower = c["phase"] and c.get("cause", "slower phase") == "slower phase"
+    return f"{c['process']} · {c['phase']}" if slower else c["process"]
 
 
 def _longest_segments(segments: list[dict]) -> dict[int, dict]:
@@ -213,27 +282,33 @@ def _warning(numbers: dict) -> list[str]:
     if not found:
         return []
     n = len(found)
-    return [f"⚠ {n} process{'es' if n > 1 else ''} unaligned (placed without clock evidence): {', '.join(found)}"]
+    return [
+        f"⚠ {n} process{'es' if n > 1 else ''} unaligned (placed without clock evidence): {', '.join(found)};"
+        " left out of skews, late, critical and waits (their times are not comparable with the others')"
+    ]
 
 
 def _step_table(steps: list[dict], longest: dict[int, dict] | None = None) -> str:
-    head = ("step", "wall", "critical: process · phase", "waited on it", "started last", "start skew", "end skew")
-    rows = [(*head, "longest on the critical path")]
+    head = ("step", "wall", "period", "critical: process · phase", "how", "waited on it", "started last")
+    rows = [(*head, "start skew", "end skew", "longest on the critical path")]
     for s in steps:
         c, late = s.get("critical"), s.get("late")
+        period = s.get("period_ns")
         rows.append(
             (
-                str(s["step"]),
+                _step_name(s),
                 format_duration(s["wall_ns"]),
-                f"{c['process']} · {c['phase']}" if c and c["phase"] else (c["process"] if c else "-"),
-                format_duration(c["ns"]) if c else "-",
+                format_duration(period) if period is not None else "-",
+                _critical_text(c),
+                _cause(c),
+                format_duration(c["ns"]) if c and c["ns"] is not None else "-",
                 late["process"] if late and late["ns"] else "-",  # all started at once: nobody late
                 format_duration(s["start_skew_ns"]) if late else "-",
                 format_duration(s["end_skew_ns"]) if late else "-",
                 _segment_text((longest or {}).get(s["step"])),
             )
         )
-    return format_table(rows, left=frozenset({2, 4, 7}))
+    return format_table(rows, left=frozenset({0, 3, 4, 6, 9}))
 
 
 def _role_table(numbers: dict) -> str:
@@ -263,6 +338,14 @@ def _role_table(numbers: dict) -> str:
             )
         idle = (*lead, IDLE, format_duration(r["idle_ns"]), f"{100 * r['idle_fraction']:.1f}%")
         rows.append((*idle, *[""] * (len(rows[0]) - len(idle))))
+        if r.get("not_profiled_ns"):  # time its profilers did not record: not idle
+            off = (
+                *lead,
+                NOT_PROFILED,
+                format_duration(r["not_profiled_ns"]),
+                f"{100 * r['not_profiled_fraction']:.1f}%",
+            )
+            rows.append((*off, *[""] * (len(rows[0]) - len(off))))
     title = f"per role, in pipeline order; share: of {SHARE_OF}"
     return title + "\n" + format_table(rows, left=frozenset({0, 2, len(rows[0]) - 2, len(rows[0]) - 1}))
 
@@ -349,13 +432,18 @@ def _left_out_lines(left_out: dict) -> list[str]:
 
 
 def _step_line(s: dict) -> str:
-    text = f"step {s['step']}: {brief(s['wall_ns'])}"
+    marks = [m for m in ("warm-up", "partial") if s.get(m.replace("-", ""))]
+    flags = f" ({', '.join(marks)})" if marks else ""
+    text = f"step {s['step']}{flags}: {brief(s['wall_ns'])}"
+    if s.get("period_ns") is not None:
+        text += f", the next {brief(s['period_ns'])} after its start"
     c, late = s.get("critical"), s.get("late")
     if c:
-        where = f"{c['process']} · {c['phase']}" if c["phase"] else c["process"]
-        text += f"; held up by {where} ({brief(c['ns'])} waited on it)"
+        how = f": {_cause(c)}" if c.get("cause") else ""
+        waited = f"{brief(c['ns'])} waited on it" if c["ns"] is not None else "wait not shown"
+        text += f"; held up by {_critical_text(c)}{how} ({waited})"
     if late and late["ns"]:
-        text += f"; started last: {late['process']}, {brief(late['ns'])} after the first"
+        text += f"; started last: {late['process']}, {brief(late['ns'])} after the first of its role"
     return text
 
 
@@ -364,4 +452,7 @@ def _role_line(role: str, r: dict) -> str:
     if "active_ns" in r:
         return f"{name}: no phases; active {brief(r['active_ns'])} (first to last event, summed over ranks)"
     shares = [f"{ph} {100 * p['share']:.1f}%" for ph, p in r["phases"].items()]
-    return f"{name}: " + ", ".join([*shares, f"idle {100 * r['idle_fraction']:.1f}%"]) + " of its step time"
+    shares.append(f"idle {100 * r['idle_fraction']:.1f}%")
+    if r.get("not_profiled_ns"):
+        shares.append(f"not profiled {100 * r['not_profiled_fraction']:.1f}%")
+    return f"{name}: " + ", ".join(shares) + " of its step time"

@@ -76,6 +76,9 @@ PhasesOption = Annotated[
         help="Phase rules: auto (the default), verl, areal, skyrl, or a TOML rules file.",
     ),
 ]
+KeepWarmupOption = Annotated[
+    bool, typer.Option("--keep-warmup", help="Count the first (warm-up) step in the means as the others.")
+]
 
 app = typer.Typer(
     cls=_DefaultToMerge,
@@ -170,6 +173,7 @@ def merge(
     offsets_file: OffsetsFileOption = None,
     no_align: NoAlignOption = False,
     phases: PhasesOption = None,
+    keep_warmup: KeepWarmupOption = False,
     steps: Annotated[
         Optional[str], typer.Option("--steps", help="Keep only these RL steps (and their phases), e.g. 3-5.")
     ] = None,
@@ -198,7 +202,7 @@ def merge(
             raise ValueError(f"--format: unknown output format {format!r} (choose from {', '.join(engine.WRITERS)})")
         clocks = _placement(sync, offset, offsets_file, no_align)
         steps_kept = engine.parse_ranks(steps, "--steps") if steps is not None else None
-        phase_rules = engine.PhaseOptions(engine.resolve(phases), steps_kept)
+        phase_rules = engine.PhaseOptions(engine.resolve(phases), steps_kept, keep_warmup)
         if split_by is not None:
             engine.check_kind(split_by)
         metrics_map = engine.load_metrics_map(metrics_map_file) if metrics_map_file is not None else engine.NO_MAP
@@ -330,6 +334,7 @@ def summary(
     path: Annotated[Path, typer.Argument(help="A run directory (merged now) or a trace tracemerge wrote.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the numbers as one JSON document.")] = False,
     phases: PhasesOption = None,
+    keep_warmup: KeepWarmupOption = False,
     sync: SyncOption = None,
     offset: OffsetOption = None,
     offsets_file: OffsetsFileOption = None,
@@ -353,7 +358,7 @@ def summary(
         _say(f"error: {path}: no such file or directory")
         raise typer.Exit(EXIT_FATAL)
     try:
-        phase_rules = engine.PhaseOptions(engine.resolve(phases))
+        phase_rules = engine.PhaseOptions(engine.resolve(phases), keep_warmup=keep_warmup)
         clocks = _placement(sync, offset, offsets_file, no_align)
         if not path.is_dir() and (clocks.offsets or sync or no_align):
             raise ValueError("--sync, --offset, --offsets and --no-align place a run directory, not a merged trace")
