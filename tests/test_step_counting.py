@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from builders import kineto_device
 from conftest import FIXTURES
+from readback import read_pftrace
 from typer.testing import CliRunner
 
 from tracemerge.analysis.summarize import summarize
@@ -194,3 +195,45 @@ def test_a_pair_of_unrelated_traces_yields_no_figure_beyond_its_step() -> None:
         assert row["wait_ns"] is None or row["wait_ns"] <= row["wall_ns"] <= hi - lo
     for seg in numbers["critical_path"]:
         assert seg["end_ns"] - seg["start_ns"] <= walls[seg["step"]]
+
+
+@pytest.mark.skipif(not HTA_PAIR.is_dir(), reason="the shared corpus is absent")
+def test_unrelated_runs_give_no_period_across_them(tmp_path: Path) -> None:
+    """Two HTA traces of separate runs, 692 days apart, each its own step (551 and 1009): no
+    period spans them (step 552 and 1010 are in neither), nobody is late or waited on."""
+    data = HTA_PAIR.parent
+    for found in (
+        "cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+        "distributed_info_unavailable/distributed_info_not_found.json.gz",
+    ):
+        (tmp_path / "run").mkdir(exist_ok=True)
+        (tmp_path / "run" / Path(found).name).write_bytes((data / found).read_bytes())
+    numbers = summarize([tmp_path / "run"])
+    steps = numbers["steps"]
+    assert [(s["step"], s["period_ns"], s["warmup"], s["counted"]) for s in steps] == [
+        (551, None, True, False),
+        (1009, None, False, True),
+    ]
+    assert [(s["start_skew_ns"], s["end_skew_ns"], s["critical"]["ns"]) for s in steps] == [(0, 0, 0), (0, 0, 0)]
+
+
+def test_the_collapsed_pipeline_shows_the_steps(tmp_path: Path) -> None:
+    """A UI draws a collapsed top-level group from the slices on its own track (v52): the steps sit
+    on the Pipeline's own track, no Steps track of their own; the other rows stay its children."""
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
+
+    out = tmp_path / "o.pftrace"
+    from tracemerge.pipeline import merge
+
+    merge([FIXTURES / "rl_run"], out)
+    trace = official.Trace()
+    trace.ParseFromString(out.read_bytes())
+    descriptors = [p.track_descriptor for p in trace.packet if p.HasField("track_descriptor")]
+    [group] = [d for d in descriptors if d.name == "Pipeline" and not d.HasField("process")]
+    assert not group.parent_uuid
+    assert not [d for d in descriptors if d.name == "Steps"]
+    children = sorted(d.name for d in descriptors if d.parent_uuid == group.uuid)
+    assert children == ["Critical path", "actor", "actor · 2", "actor · 3", "actor · 4", "rollout", "rollout · 2"]
+    rb = read_pftrace(out)
+    steps = rb.derived[("Pipeline", "Steps")]
+    assert [(s.name, s.track) for s in steps] == [("step 0", group.uuid), ("step 1", group.uuid)]

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from tracemerge.analysis.critical_path import NOT_PROFILED, WAITING_ON
 from tracemerge.analysis.holdups import WAITING, order_key
 from tracemerge.analysis.step_checks import unrecorded, withhold
+from tracemerge.analysis.step_rows import counted_text, longest_segments, step_line, step_table
 from tracemerge.core.model import Identity
 from tracemerge.naming.paths import role_sort_key
 from tracemerge.phases.model import IDLE, PhaseModel, PipelineSlice, ProcessPhases
@@ -219,62 +220,12 @@ def format_summary(numbers: dict) -> str:
         return "\n".join(["phases: none found (name a preset or a rules file with --phases)", *_warning(numbers)])
     steps = numbers["steps"]
     preset = numbers["preset"] or "none: steps only"
-    head = [f"phases ({preset}), {len(steps)} step(s){_counted_text(steps)}", *_warning(numbers)]
+    head = [f"phases ({preset}), {len(steps)} step(s){counted_text(steps)}", *_warning(numbers)]
     head += [f"⚠ {line}" for line in numbers.get("withheld") or ()]
     device = [_breakdown_table(numbers["breakdown"])] if numbers.get("breakdown") else []
-    longest = _longest_segments(numbers.get("critical_path") or [])
+    longest = longest_segments(numbers.get("critical_path") or [])
     left = _left_out_lines(numbers.get("left_out") or {})
-    return "\n".join([*head, _step_table(steps, longest), "", _role_table(numbers), *device, *left])
-
-
-def _counted_text(steps: list[dict]) -> str:
-    """``, 2 counted (the warm-up and 1 partial left out of the means)``; nothing when all are."""
-    left = [s for s in steps if not s.get("counted", True)]
-    if not left:
-        return ""
-    warmup = [s for s in left if s.get("warmup") and not s.get("partial")]
-    partial = [s for s in left if s.get("partial")]
-    out = [*(["the warm-up"] if warmup else []), *([f"{len(partial)} partial"] if partial else [])]
-    return f", {len(steps) - len(left)} counted ({' and '.join(out)} left out of the means)"
-
-
-def _step_name(s: dict) -> str:
-    """``0``, ``0 warm-up``, ``3 partial``."""
-    marks = [m for m in ("warm-up", "partial") if s.get(m.replace("-", ""))]
-    return " ".join([str(s["step"]), *marks])
-
-
-def _cause(c: dict | None) -> str:
-    """How the critical process held the step up: ``started late 337.0 ms``, ``slower phase``."""
-    if not c or not c.get("cause"):
-        return "-"
-    return f"{c['cause']} {brief(c['cause_ns'])}" if c["cause_ns"] else c["cause"]
-
-
-def _critical_text(c: dict | None) -> str:
-    """The critical process, with its phase when a slower phase is what held the step up."""
-    if not c:
-        return "-"
-    slower = c["phase"] and c.get("cause", "slower phase") == "slower phase"
-    return f"{c['process']} · {c['phase']}" if slower else c["process"]
-
-
-def _longest_segments(segments: list[dict]) -> dict[int, dict]:
-    """Per step, the longest segment of its critical path (the earliest on a tie)."""
-    out: dict[int, dict] = {}
-    for seg in segments:
-        found = out.get(seg["step"])
-        if found is None or seg["end_ns"] - seg["start_ns"] > found["end_ns"] - found["start_ns"]:
-            out[seg["step"]] = seg
-    return out
-
-
-def _segment_text(seg: dict | None) -> str:
-    """``actor · rank 1 · update_actor, 35.0 ms (compute)``."""
-    if seg is None:
-        return "-"
-    where = seg.get("process") or seg["role"] or "-"
-    return f"{where} · {seg['phase']}, {brief(seg['end_ns'] - seg['start_ns'])} ({seg['bound_by']})"
+    return "\n".join([*head, step_table(steps, longest), "", _role_table(numbers), *device, *left])
 
 
 def _warning(numbers: dict) -> list[str]:
@@ -286,29 +237,6 @@ def _warning(numbers: dict) -> list[str]:
         f"⚠ {n} process{'es' if n > 1 else ''} unaligned (placed without clock evidence): {', '.join(found)};"
         " left out of skews, late, critical and waits (their times are not comparable with the others')"
     ]
-
-
-def _step_table(steps: list[dict], longest: dict[int, dict] | None = None) -> str:
-    head = ("step", "wall", "period", "critical: process · phase", "how", "waited on it", "started last")
-    rows = [(*head, "start skew", "end skew", "longest on the critical path")]
-    for s in steps:
-        c, late = s.get("critical"), s.get("late")
-        period = s.get("period_ns")
-        rows.append(
-            (
-                _step_name(s),
-                format_duration(s["wall_ns"]),
-                format_duration(period) if period is not None else "-",
-                _critical_text(c),
-                _cause(c),
-                format_duration(c["ns"]) if c and c["ns"] is not None else "-",
-                late["process"] if late and late["ns"] else "-",  # all started at once: nobody late
-                format_duration(s["start_skew_ns"]) if late else "-",
-                format_duration(s["end_skew_ns"]) if late else "-",
-                _segment_text((longest or {}).get(s["step"])),
-            )
-        )
-    return format_table(rows, left=frozenset({0, 3, 4, 6, 9}))
 
 
 def _role_table(numbers: dict) -> str:
@@ -388,7 +316,7 @@ def stored(numbers: dict) -> dict:
     numbers themselves as one JSON text (for ``tracemerge summary TRACE``)."""
     steps = numbers["steps"]
     shown = sorted(sorted(steps, key=lambda s: -s["wall_ns"])[:STORED_STEPS], key=lambda s: s["step"])
-    lines = [_step_line(s) for s in shown]
+    lines = [step_line(s) for s in shown]
     if len(shown) < len(steps):
         lines.append(f"the {len(shown)} longest of {len(steps)} steps; `tracemerge summary` lists them all")
     out: dict = {"steps": lines, "roles": [_role_line(role, r) for role, r in numbers["roles"].items()]}
@@ -429,22 +357,6 @@ def _left_out_lines(left_out: dict) -> list[str]:
         " in step order); `tracemerge summary RUN_DIR` lists them all"
         for key, n in left_out.items()
     ]
-
-
-def _step_line(s: dict) -> str:
-    marks = [m for m in ("warm-up", "partial") if s.get(m.replace("-", ""))]
-    flags = f" ({', '.join(marks)})" if marks else ""
-    text = f"step {s['step']}{flags}: {brief(s['wall_ns'])}"
-    if s.get("period_ns") is not None:
-        text += f", the next {brief(s['period_ns'])} after its start"
-    c, late = s.get("critical"), s.get("late")
-    if c:
-        how = f": {_cause(c)}" if c.get("cause") else ""
-        waited = f"{brief(c['ns'])} waited on it" if c["ns"] is not None else "wait not shown"
-        text += f"; held up by {_critical_text(c)}{how} ({waited})"
-    if late and late["ns"]:
-        text += f"; started last: {late['process']}, {brief(late['ns'])} after the first of its role"
-    return text
 
 
 def _role_line(role: str, r: dict) -> str:

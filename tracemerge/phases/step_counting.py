@@ -3,17 +3,18 @@
 A span belongs to step k when the framework says so: torch's ``ProfilerStep#k``, the step its
 args give it (AReaL's ``global_step``, a span log's ``step``, a rollout's ``version``:
 :data:`tracemerge.evidence.anchors.STEP_ARGS`), the step a file's name gives (verl's ``step<S>``).
-A process none of these numbers takes its steps by time: a step starts at each start of the phase
-it runs first, numbered on from the job's first step.
+A process none of these numbers takes its steps by time: the job's steps where they hold most of
+its phases, else a step at each start of the phase it runs first, numbered on from the job's first
+(:func:`tracemerge.phases.derivation.derive`).
 
 A job step runs from its first to its last event across every process (its ``wall``); its
-``period`` is the next step's start minus its start (pipelined and asynchronous RL overlap steps,
-so the period, not the wall, is the pace). A step is **partial** when no process did real work
-in it: the longest time one process spent in it is under 1/:data:`PARTIAL_UNDER` of the median of
-that over the job's steps (torch's trailing ``ProfilerStep#N`` the schedule writes as it stops, a
-step one role recorded for a moment). The first step of the run is the **warm-up** when a later
-step is not partial. Means, shares and gates count a step when it is neither partial nor the
-warm-up (the warm-up too with ``--keep-warmup``).
+``period`` is step k+1's start minus its start (pipelined and asynchronous RL overlap steps, so the
+period, not the wall, is the pace; none without a step k+1 starting after it). A step is
+**partial** when no process did real work in it: the longest time one process spent in it is under
+1/:data:`PARTIAL_UNDER` of the median of that over the job's steps (torch's trailing
+``ProfilerStep#N`` the schedule writes as it stops, a step one role recorded for a moment). The
+first step of the run is the **warm-up** when a later step is not partial. Means, shares and gates
+count a step when it is neither partial nor the warm-up (the warm-up too with ``--keep-warmup``).
 """
 
 from __future__ import annotations
@@ -48,8 +49,10 @@ def kinds(
     usual = statistics.median(busiest.values()) if busiest else 0
     partial = {n for n, _, _ in steps if PARTIAL_UNDER * busiest.get(n, 0) < usual}
     real_after = any(n != first and n not in partial for n, _, _ in steps)
-    starts = sorted((a, n) for n, a, _ in steps)
-    period = {n: starts[k + 1][0] - a for k, (a, n) in enumerate(starts[:-1])}
+    starts = {n: a for n, a, _ in steps}
+    # Step k+1's start minus step k's: none without a step k+1, nor when it starts first (two runs'
+    # files, or clocks placed wrong).
+    period = {n: starts[n + 1] - a for n, a in starts.items() if starts.get(n + 1, a - 1) >= a}
     out = {}
     for n, _, _ in steps:
         warmup = n == first and real_after

@@ -20,12 +20,12 @@ from msgspec import field
 
 from tracemerge.analysis.device_time import worst
 from tracemerge.analysis.holdups import FOREVER, Holdup, order_key
-from tracemerge.core.model import Event, Identity, Kind, ThreadInfo
+from tracemerge.core.model import GROUP_HEADER, Event, Identity, Kind, ThreadInfo
 from tracemerge.phases.model import IDLE, PhaseModel, PipelineSlice
 
 PIPELINE = Identity("", None, "Pipeline")  # the top-level group: job steps and per-role phases
 PHASES_THREAD: tuple = ("phases",)
-STEPS_THREAD: tuple = ("steps",)
+STEPS_THREAD: tuple = GROUP_HEADER  # on the Pipeline's own track: a collapsed Pipeline shows the steps
 CRITICAL_THREAD: tuple = ("critical path",)
 SCALARS_THREAD: tuple = ("scalars",)
 UNALIGNED_THREAD: tuple = ("unaligned",)
