@@ -11,8 +11,8 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 
-from tracemerge.analysis.critical_path import NOT_PROFILED, WAITING_ON
-from tracemerge.analysis.holdups import WAITING, order_key
+from tracemerge.analysis.critical_path import NOT_PROFILED
+from tracemerge.analysis.holdups import order_key
 from tracemerge.analysis.step_checks import unrecorded, withhold
 from tracemerge.analysis.step_rows import counted_text, longest_segments, step_line, step_table
 from tracemerge.core.model import Identity
@@ -97,21 +97,10 @@ def _steps(model: PhaseModel, name: Callable[[Identity], str]) -> list[dict]:
             c, late = held.critical, held.late
             row["start_skew_ns"], row["end_skew_ns"] = held.start_skew, held.end_skew
             row["critical"] = {"role": c.role, "rank": c.rank, "phase": held.phase, "ns": held.waited}
-            cause = _waiting_on(model, step, c) if held.cause == WAITING else held.cause
-            row["critical"].update({"process": name(c), "cause": cause, "cause_ns": held.cause_ns})
+            row["critical"].update({"process": name(c), "cause": held.cause, "cause_ns": held.cause_ns})
             row["late"] = {"role": late.role, "rank": late.rank, "process": name(late), "ns": held.start_skew}
         rows.append(row)
     return rows
-
-
-def _waiting_on(model: PhaseModel, step: int, ident: Identity) -> str:
-    """``waiting on <role>``: the role the step's critical path has ``ident`` waiting on longest
-    (``waiting`` when it shows none)."""
-    found: Counter[str] = Counter()
-    for seg in model.critical_path:
-        if seg.step == step and seg.ident == ident and seg.bound_by.startswith(WAITING_ON):
-            found[seg.bound_by] += seg.dur
-    return min(found, key=lambda b: (-found[b], b)) if found else WAITING
 
 
 def _kind(model: PhaseModel, step: int) -> dict:
@@ -222,7 +211,8 @@ def format_summary(numbers: dict) -> str:
     preset = numbers["preset"] or "none: steps only"
     head = [f"phases ({preset}), {len(steps)} step(s){counted_text(steps)}", *_warning(numbers)]
     head += [f"⚠ {line}" for line in numbers.get("withheld") or ()]
-    device = [_breakdown_table(numbers["breakdown"])] if numbers.get("breakdown") else []
+    counted = {s["step"] for s in steps if s.get("counted", True)}
+    device = [_breakdown_table(numbers["breakdown"], counted)] if numbers.get("breakdown") else []
     longest = longest_segments(numbers.get("critical_path") or [])
     left = _left_out_lines(numbers.get("left_out") or {})
     return "\n".join([*head, step_table(steps, longest), "", _role_table(numbers), *device, *left])
@@ -281,24 +271,33 @@ def _role_table(numbers: dict) -> str:
 BREAKDOWN_PARTS = ("wall", "compute", "communication", "overlapped", "free", "wait")
 
 
-def _breakdown_table(rows: list[dict]) -> str:
-    """Per role: each part of the device time per rank and step, the mean over its ranks' steps
-    and the worst rank (the most exposed communication and free time over its steps)."""
+def _breakdown_table(rows: list[dict], counted: set[int]) -> str:
+    """Per role: each part of the device time per rank and step, the mean over its ranks' counted
+    steps (all of them when none is counted) and the worst rank (the most exposed communication
+    and free time over its steps)."""
+    rows = [r for r in rows if r["step"] in counted] or rows
     by_role: dict[str, dict] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         by_role[r["role"]][r["rank"]].append(r)
     table = [("role", "ranks", "", *BREAKDOWN_PARTS)]
     for role, ranks in by_role.items():
         steps = [r for found in ranks.values() for r in found]
-        mean = [format_duration(round(statistics.fmean(r[f"{p}_ns"] for r in steps))) for p in BREAKDOWN_PARTS]
-        table.append((role or "-", str(len(ranks)), "mean per step", *mean))
+        table.append((role or "-", str(len(ranks)), "mean per step", *_means(steps)))
         worst = max(ranks, key=lambda k: (sum(r["communication_ns"] + r["free_ns"] for r in ranks[k]), -(k or 0)))
         found = ranks[worst]
-        sums = [format_duration(round(statistics.fmean(r[f"{p}_ns"] for r in found))) for p in BREAKDOWN_PARTS]
-        table.append(("", "", f"worst: rank {worst}" if worst is not None else "worst: (no rank)", *sums))
+        table.append(("", "", f"worst: rank {worst}" if worst is not None else "worst: (no rank)", *_means(found)))
     title = "device time per rank and step: compute + communication (exposed) + free = wall; overlapped: compute"
     title += " during communication; wait: in collectives, for the last rank to enter"
     return "\n" + title + "\n" + format_table(table, left=frozenset({0, 2}))
+
+
+def _means(rows: list[dict]) -> list[str]:
+    """Each part's mean over ``rows``, of the values shown (a withheld wait is None)."""
+    out = []
+    for part in BREAKDOWN_PARTS:
+        values = [r[f"{part}_ns"] for r in rows if r[f"{part}_ns"] is not None]
+        out.append(format_duration(round(statistics.fmean(values))) if values else "-")
+    return out
 
 
 def _who(found: dict | None, ranks: int, waited: bool) -> str:

@@ -5,11 +5,13 @@ device time per step (:func:`device_breakdown`) and each step's critical path
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
-from tracemerge.analysis.critical_path import Devices, Segment, step_path
+from msgspec.structs import replace
+
+from tracemerge.analysis.critical_path import WAITING_ON, Devices, Segment, step_path
 from tracemerge.analysis.device_time import Breakdown, Coverage, intersection, step_breakdowns, waits
-from tracemerge.analysis.holdups import Holdup, holdup, order_key
+from tracemerge.analysis.holdups import WAITING, Holdup, holdup, order_key
 from tracemerge.core.model import Identity
 from tracemerge.phases.model import IDLE, Occurrence, PipelineSlice, ProcessPhases
 
@@ -97,3 +99,18 @@ def critical_paths(
         for n, found in sorted(windows.items())
         for seg in step_path(n, aligned(found, unaligned), timelines, devices, IDLE, first)
     ]
+
+
+def waiting_on(holdups: dict[int, Holdup], path: list[Segment]) -> dict[int, Holdup]:
+    """The holdups whose critical process was ``waiting``, named by the role the step's critical
+    path has it waiting on longest (``waiting on rollout``); the others as they are."""
+    found: dict[tuple[int, Identity], Counter[str]] = defaultdict(Counter)
+    for seg in path:
+        if seg.bound_by.startswith(WAITING_ON):
+            found[(seg.step, seg.ident)][seg.bound_by] += seg.dur
+    out = dict(holdups)
+    for n, held in holdups.items():
+        bounds = found.get((n, held.critical))
+        if held.cause == WAITING and bounds:
+            out[n] = replace(held, cause=min(bounds, key=lambda b: (-bounds[b], b)))
+    return out

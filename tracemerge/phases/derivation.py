@@ -36,7 +36,7 @@ from tracemerge.evidence.anchors import (
     STEP,
     preferred_preset,
 )
-from tracemerge.phases.across import critical_paths, device_breakdown, pipeline, step_holdups
+from tracemerge.phases.across import critical_paths, device_breakdown, pipeline, step_holdups, waiting_on
 from tracemerge.phases.model import (
     IDLE,
     HasMarks,
@@ -162,6 +162,7 @@ def _across(
     model.breakdown = device_breakdown(model.processes, units, collectives, unaligned)
     first = first_events(scans, offsets, keep)
     model.critical_path = critical_paths(model.processes, units, first, unaligned)
+    model.holdups = waiting_on(model.holdups, model.critical_path)
     for proc in model.processes.values():
         proc.timeline.forget_entries()  # (kept for the holdups and the critical paths alone)
 
