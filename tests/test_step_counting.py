@@ -237,3 +237,17 @@ def test_the_collapsed_pipeline_shows_the_steps(tmp_path: Path) -> None:
     rb = read_pftrace(out)
     steps = rb.derived[("Pipeline", "Steps")]
     assert [(s.name, s.track) for s in steps] == [("step 0", group.uuid), ("step 1", group.uuid)]
+
+
+def test_a_rank_blocked_on_another_role_is_named_waiting_on_it() -> None:
+    """AReaL's actors idle until the master's rollout is done: the actor the step's walk ends on
+    was waiting on the master, not slower; in verl's step 3 the actor waits on a process of no role
+    (named by its label)."""
+    areal = summarize([FIXTURES / "clock" / "areal"])
+    causes = {s["step"]: (s["critical"]["role"], s["critical"]["cause"]) for s in areal["steps"]}
+    assert causes[1] == ("actor", "waiting on master")
+    verl = summarize([FIXTURES / "frameworks" / "verl"])
+    [step3] = [s for s in verl["steps"] if s["step"] == 3]
+    assert (step3["critical"]["process"], step3["critical"]["cause"]) == ("actor · rank 0", "waiting on rank 0")
+    assert step3["critical"]["cause_ns"] <= step3["wall_ns"]
+    assert "waiting on " not in {seg["bound_by"] for seg in verl["critical_path"]}

@@ -107,7 +107,7 @@ def derive(
         _account(proc, windows, _named_spans(step_marks.get(ident, {})))
         proc.timeline.idle = merged([(a, b) for _, a, b in proc.idle] + gaps)
     # The job's steps: every process's, those whose spans alone carry a step (no phase) too.
-    steps_of = {i: [w for w in found if steps_kept is None or w[0] in steps_kept] for i, found in own_steps.items()}
+    steps_of = {i: [w for w in ws if steps_kept is None or w[0] in steps_kept] for i, ws in own_steps.items()}
     steps_of.update({i: [(st.step, st.start, st.end) for st in p.steps] for i, p in model.processes.items()})
     model.steps = _job_steps(steps_of, unaligned)
     model.found_steps = sorted(found.union(*({n for n, _, _ in w} for w in own_steps.values())))
