@@ -176,6 +176,13 @@ def test_an_unaligned_process_is_left_out_of_the_cross_rank_figures(tmp_path: Pa
     assert table[1].endswith(
         "left out of skews, late, critical and waits (their times are not comparable with the others')"
     )
+    assert numbers["unaligned_why"] == {
+        "actor · rank 1": "r1.jsonl: nothing relates it to the other files, first event placed at the run start"
+    }
+    assert (
+        table[2]
+        == "  actor · rank 1: r1.jsonl: nothing relates it to the other files, first event placed at the run start"
+    )
 
 
 @pytest.mark.skipif(not HTA_PAIR.is_dir(), reason="the shared corpus is absent")

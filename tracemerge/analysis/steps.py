@@ -43,6 +43,11 @@ def summary(model: PhaseModel, labels: dict[Identity, str] | None = None) -> dic
         "share_of": SHARE_OF,
         "roles": _roles(model),
         "unaligned": [i.label for i in sorted(model.unaligned, key=lambda i: (role_sort_key(i.role), i.rank or 0))],
+        # why each was placed without clock evidence: a line per such file
+        "unaligned_why": {
+            i.label: "; ".join(model.unaligned[i])
+            for i in sorted(model.unaligned, key=lambda i: (role_sort_key(i.role), i.rank or 0))
+        },
         "processes": [],
         "breakdown": _breakdown_rows(model),
         "critical_path": [
@@ -210,6 +215,7 @@ def format_summary(numbers: dict) -> str:
     steps = numbers["steps"]
     preset = numbers["preset"] or "none: steps only"
     head = [f"phases ({preset}), {len(steps)} step(s){counted_text(steps)}", *_warning(numbers)]
+    head += [f"  {who}: {why}" for who, why in (numbers.get("unaligned_why") or {}).items()]
     head += [f"⚠ {line}" for line in numbers.get("withheld") or ()]
     counted = {s["step"] for s in steps if s.get("counted", True)}
     device = [_breakdown_table(numbers["breakdown"], counted)] if numbers.get("breakdown") else []
