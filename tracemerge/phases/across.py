@@ -11,7 +11,7 @@ from msgspec.structs import replace
 
 from tracemerge.analysis.critical_path import WAITING_ON, Devices, Segment, step_path
 from tracemerge.analysis.device_time import Breakdown, Coverage, intersection, step_breakdowns, waits
-from tracemerge.analysis.holdups import WAITING, Holdup, holdup, order_key
+from tracemerge.analysis.holdups import SLOWER_PHASE, WAITING, Holdup, holdup, order_key
 from tracemerge.core.model import Identity
 from tracemerge.phases.model import IDLE, Occurrence, PipelineSlice, ProcessPhases
 
@@ -102,15 +102,29 @@ def critical_paths(
 
 
 def waiting_on(holdups: dict[int, Holdup], path: list[Segment]) -> dict[int, Holdup]:
-    """The holdups whose critical process was ``waiting``, named by the role the step's critical
-    path has it waiting on longest (``waiting on rollout``); the others as they are."""
-    found: dict[tuple[int, Identity], Counter[str]] = defaultdict(Counter)
+    """The holdups whose critical process was ``waiting``: where the step's critical path has it
+    waiting on another role (a hand-off), that role's process and phase the path spends longest
+    on hold the step up instead (a slower phase, the wait on it the waiting process's); named
+    ``waiting on <role>`` when the path shows none of that role's work. The others as they are."""
+    waits: dict[tuple[int, Identity], Counter[str]] = defaultdict(Counter)
+    work: dict[int, Counter[tuple[Identity, str]]] = defaultdict(Counter)
     for seg in path:
         if seg.bound_by.startswith(WAITING_ON):
-            found[(seg.step, seg.ident)][seg.bound_by] += seg.dur
+            waits[(seg.step, seg.ident)][seg.bound_by] += seg.dur
+        elif seg.phase != IDLE:
+            work[seg.step][(seg.ident, seg.phase)] += seg.dur
     out = dict(holdups)
     for n, held in holdups.items():
-        bounds = found.get((n, held.critical))
-        if held.cause == WAITING and bounds:
-            out[n] = replace(held, cause=min(bounds, key=lambda b: (-bounds[b], b)))
+        bounds = waits.get((n, held.critical))
+        if held.cause != WAITING or not bounds:
+            continue
+        bound = min(bounds, key=lambda b: (-bounds[b], b))
+        role = bound[len(WAITING_ON) :]
+        theirs = {k: ns for k, ns in work[n].items() if (k[0].role or k[0].label) == role}
+        if not theirs:
+            out[n] = replace(held, cause=bound)
+            continue
+        who, phase = min(theirs, key=lambda k: (-theirs[k], order_key(k[0]), k[1]))
+        out[n] = replace(held, critical=who, phase=phase, waited=bounds[bound], cause=SLOWER_PHASE)
+        out[n] = replace(out[n], cause_ns=theirs[(who, phase)])
     return out
