@@ -21,6 +21,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
 
 TE = official.TrackEvent
 PIPELINE, PHASES = "Pipeline", "Phases"  # the derived process and track
+GROUP_ROW = "Steps"  # the row a group draws on its own track, shown when it is collapsed
 CLOCK_NOTE = "clock alignment"  # .pftrace: the track of each process's clock notes
 
 
@@ -165,6 +166,8 @@ def read_pftrace(path: Path) -> Readback:
                 # A top-level group of tracks (Pipeline): a pseudo process, its children pseudo threads.
                 group_pid[td.uuid] = -len(group_pid) - 1
                 rb.processes[group_pid[td.uuid]] = td.name
+                # Its own track holds its header row (tracemerge.core.model.GROUP_HEADER): the Steps.
+                rb.threads[td.uuid] = (group_pid[td.uuid], GROUP_ROW)
             elif td.parent_uuid in group_pid and not td.HasField("counter"):
                 thread_pid[td.uuid] = group_pid[td.parent_uuid]
                 rb.threads[td.uuid] = (group_pid[td.parent_uuid], td.name)

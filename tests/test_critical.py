@@ -14,7 +14,10 @@ from readback import read_chrome_json, read_pftrace
 from typer.testing import CliRunner
 
 from tracemerge.cli import main as cli
+from tracemerge.phases.rules import PhaseOptions
 from tracemerge.pipeline import merge
+
+KEEP_WARMUP = PhaseOptions(keep_warmup=True)  # the first step in the means too
 
 READERS = {".pftrace": read_pftrace, ".json": read_chrome_json}
 T0 = 1_790_000_000_000_000_000
@@ -94,7 +97,7 @@ def _args(s) -> dict:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("ext", [".pftrace", ".json"])
 def test_the_rank_arriving_last_holds_the_step_up_not_the_one_waiting(tmp_path: Path, ext: str) -> None:
     out = tmp_path / f"out{ext}"
-    report = merge([_held_up_run(tmp_path)], out)
+    report = merge([_held_up_run(tmp_path)], out, phase_rules=KEEP_WARMUP)
     steps = {s["step"]: s for s in report.phases["steps"]}
     assert report.phases["critical_path"] == [
         {
@@ -114,21 +117,37 @@ def test_the_rank_arriving_last_holds_the_step_up_not_the_one_waiting(tmp_path: 
         "start_ns": T0,
         "end_ns": T0 + 99 * MS,
         "wall_ns": 99 * MS,
+        "period_ns": 100 * MS,
+        "partial": False,
+        "warmup": True,
+        "counted": True,  # (the warm-up kept)
         "start_skew_ns": 30 * MS,
         "end_skew_ns": 3 * MS,
-        # 25 + 15 ms in the all_reduce, 3 + 2 ms idle after their own end; the walk back from its
-        # end stays on rank 2 (it entered the all_reduce last) and goes back to the role's start.
-        "critical": {"role": "actor", "rank": 2, "phase": "generate", "ns": 45 * MS, "process": "actor · rank 2"},
+        # The longest wait on it: rank 0's, 25 ms in the all_reduce and 3 ms idle after its own end
+        # (rank 1's: 15 + 2). The walk back from its end stays on rank 2 (it entered the all_reduce
+        # last) and goes back to the role's start: 30 ms late, then 40 ms of generate, the most.
+        "critical": {
+            "role": "actor",
+            "rank": 2,
+            "phase": "generate",
+            "ns": 28 * MS,
+            "process": "actor · rank 2",
+            "cause": "slower phase",
+            "cause_ns": 40 * MS,
+        },
         "late": {"role": "actor", "rank": 2, "process": "actor · rank 2", "ns": 30 * MS},
     }
     # Step 1: the walk back from rank 0's end (the first of those ending last) meets the
     # all_reduce rank 1 entered last, and goes on on rank 1 from its entry: 35 ms on it, 10 on rank 0.
+    # Rank 0 waited longest on it, 15 ms in the all_reduce (rank 2: 13).
     assert steps[1]["critical"] == {
         "role": "actor",
         "rank": 1,
         "phase": "generate",
-        "ns": 28 * MS,
+        "ns": 15 * MS,
         "process": "actor · rank 1",
+        "cause": "slower phase",
+        "cause_ns": 25 * MS,
     }
     assert steps[1]["late"] == {"role": "actor", "rank": 0, "process": "actor · rank 0", "ns": 0}
     assert (steps[1]["start_skew_ns"], steps[1]["end_skew_ns"]) == (0, 0)
@@ -139,26 +158,27 @@ def test_the_rank_arriving_last_holds_the_step_up_not_the_one_waiting(tmp_path: 
         "ranks": 3,
         "late_rank": 2,
         "critical_rank": 2,
-        "waited on it": "46.0 ms",  # 25 + 15 in the all_reduce; 3 + 3 idle from 95 to rank 2's 98
+        "waited on it": "28.0 ms",  # rank 0's: 25 in the all_reduce, 3 idle from 95 to rank 2's 98
         "start skew": "30.0 ms",
         "end skew": "3.0 ms",
         "spread": "27.0 ms",  # 55 ms on rank 0, 28 on rank 2
-        "waited_ns": 46 * MS,
+        "waited_ns": 28 * MS,
         "start_skew_ns": 30 * MS,
         "end_skew_ns": 3 * MS,
         "spread_ns": 27 * MS,
     }
-    assert (held[(1, "update_actor")]["critical_rank"], held[(1, "update_actor")]["waited_ns"]) == (1, 31 * MS)
+    # rank 0: 15 ms in the all_reduce and 1 idle after its end (rank 2: 13 + 2)
+    assert (held[(1, "update_actor")]["critical_rank"], held[(1, "update_actor")]["waited_ns"]) == (1, 16 * MS)
     assert (held[(1, "update_actor")]["late_rank"], held[(1, "update_actor")]["start_skew_ns"]) == (1, 15 * MS)
     # generate of step 0: no collective, nobody idle (the others went on to update_actor).
     assert (held[(0, "generate")]["critical_rank"], held[(0, "generate")]["waited_ns"]) == (2, 0)
     [step0] = [s for s in rows["Steps"] if s.name == "step 0"]
     assert {k: _args(step0)[k] for k in ("critical", "waited on it", "late", "start skew", "waited_ns")} == {
         "critical": "actor · rank 2 · generate",
-        "waited on it": "45.0 ms",
+        "waited on it": "28.0 ms",
         "late": "actor · rank 2",
         "start skew": "30.0 ms",
-        "waited_ns": 45 * MS,
+        "waited_ns": 28 * MS,
     }
     # Phases that cross go to a second row of the role, the longest first on the first row.
     assert {track: sorted((s.name, s.ts - T0, s.dur) for s in found) for track, found in rows.items()} == {
@@ -168,7 +188,7 @@ def test_the_rank_arriving_last_holds_the_step_up_not_the_one_waiting(tmp_path: 
         "Critical path": CRITICAL_PATH_ROW,
     }
     roles = report.phases["roles"]["actor"]["phases"]
-    assert roles["update_actor"]["critical"] == {"rank": 2, "process": "actor · rank 2", "ns": 46 * MS, "steps": 1}
+    assert roles["update_actor"]["critical"] == {"rank": 2, "process": "actor · rank 2", "ns": 28 * MS, "steps": 1}
     assert roles["update_actor"]["late"] == {"rank": 2, "process": "actor · rank 2", "ns": 30 * MS, "steps": 1}
     assert roles["update_actor"]["p50_ns"] is None  # three ranks: no percentiles
 
@@ -187,6 +207,8 @@ def test_a_collective_of_other_ranks_is_not_matched(tmp_path: Path) -> None:
         "phase": "update_actor",
         "ns": 1 * MS,
         "process": "actor · rank 1",
+        "cause": "slower phase",
+        "cause_ns": 50 * MS,
     }
 
 
@@ -245,7 +267,10 @@ def test_a_process_placed_without_clock_evidence_says_so(tmp_path: Path) -> None
     assert report.phases["unaligned"] == ["reward · rank 0"]
     assert report.phases["roles"]["reward"] == {"ranks": 1, "active_ns": 4 * MS, "phases": {}}
     table = runner.invoke(cli.app, ["summary", str(run)]).output.splitlines()
-    assert table[1] == "⚠ 1 process unaligned (placed without clock evidence): reward · rank 0"
+    assert table[1] == (
+        "⚠ 1 process unaligned (placed without clock evidence): reward · rank 0; left out of skews, late, critical"
+        " and waits (their times are not comparable with the others')"
+    )
 
 
 def test_a_run_without_phases_still_warns(tmp_path: Path) -> None:
@@ -274,11 +299,11 @@ def test_genuine_run_names_the_late_rank_not_the_one_waiting_in_gloo(tmp_path: P
     steps = report.phases["steps"]
     # Step 0: rank 1 entered the first all_reduce at 510.605283 ms (its thread's), rank 0 at
     # 516.210225 ms; the second ones were never in at once (rank 1 left before rank 0 entered).
-    # Step 1: no all_reduce in common either; rank 1 idled from its end (545.778323) to rank 0's
-    # (554.504860).
+    # Step 1: no all_reduce in common either; rank 1 idled from the end of its step1 span
+    # (545.778694, the record_function numbering the step) to rank 0's (554.504860).
     assert [(s["critical"]["process"], s["critical"]["phase"], s["critical"]["ns"]) for s in steps] == [
         ("actor · rank 0", "old_log_prob", 516_210_225 - 510_605_283),
-        ("actor · rank 0", "update_actor", 554_504_860 - 545_778_323),
+        ("actor · rank 0", "update_actor", 554_504_860 - 545_778_694),
     ]
     rows = _pipeline(READERS[ext](out).set_derived_apart())
     update = {_args(s)["step"]: _args(s) for found in rows.values() for s in found if s.name == "update_actor"}
@@ -292,22 +317,23 @@ def test_summary_prints_a_row_per_step_then_the_roles(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[:5] == [
-        "phases (areal, verl), 2 step(s)",
+        "phases (areal, verl), 2 step(s), 1 counted (the warm-up left out of the means)",
         (
-            "step  wall        critical: process · phase      waited on it  started last    start skew  end skew  "
-            "  longest on the critical path"
+            "step       wall        period     critical: process · phase      how                   waited on it"
+            "  started last      start skew  end skew  longest on the critical path"
         ),
         (
-            "----  ----------  -----------------------------  ------------  --------------  ----------  ----------"
-            "  -----------------------------------------------------"
+            "---------  ----------  ---------  -----------------------------  --------------------  ------------"
+            "  ----------------  ----------  --------  -----------------------------------------------------"
+        ),
+        # Step 0 is the warm-up; the rollout's step 1 (its global_step) starts 10 ms after step 0.
+        (
+            "0 warm-up  109.186 ms  10.000 ms  actor · rank 0 · old_log_prob  slower phase 31.6 ms      5.605 ms"
+            "  actor · rank 0     19.400 ms  5.000 ms  actor · rank 0 · old_log_prob, 31.6 ms (host)"
         ),
         (
-            "   0  109.315 ms  actor · rank 0 · old_log_prob      5.605 ms  actor · rank 0   23.732 ms   99.315 ms"
-            "  actor · rank 0 · old_log_prob, 31.6 ms (host)"
-        ),
-        (
-            "   1  123.505 ms  actor · rank 0 · update_actor      8.727 ms  actor · rank 1   99.315 ms  115.505 ms"
-            "  actor · rank 0 · old_log_prob, 31.6 ms (earlier step)"
+            "1          123.519 ms          -  actor · rank 0 · update_actor  slower phase 24.7 ms      8.726 ms"
+            "  rollout · rank 1    5.000 ms  8.726 ms  actor · rank 0 · old_log_prob, 31.6 ms (earlier step)"
         ),
     ]
     assert lines[6] == (
@@ -347,15 +373,17 @@ def test_the_trace_keeps_the_summary_as_read_and_the_numbers_beside(tmp_path: Pa
     report = merge([FIXTURES / "rl_run"], out)
     kept = _stored_summary(out)
     assert kept["steps"] == [
-        "step 0: 109.3 ms; held up by actor · rank 0 · old_log_prob (5.6 ms waited on it); "
-        "started last: actor · rank 0, 23.7 ms after the first",
-        "step 1: 123.5 ms; held up by actor · rank 0 · update_actor (8.7 ms waited on it); "
-        "started last: actor · rank 1, 99.3 ms after the first",
+        "step 0 (warm-up): 109.2 ms, the next 10.0 ms after its start; held up by actor · rank 0 · old_log_prob:"
+        " slower phase 31.6 ms (5.6 ms waited on it); started last: actor · rank 0, 19.4 ms after the first of its"
+        " role",
+        "step 1: 123.5 ms; held up by actor · rank 0 · update_actor: slower phase 24.7 ms (8.7 ms waited on it);"
+        " started last: rollout · rank 1, 5.0 ms after the first of its role",
     ]
+    # Shares of the counted steps (step 1: step 0 is the warm-up).
     assert kept["roles"] == [
-        "rollout (2 ranks): generate 88.9%, idle 11.1% of its step time",
+        "rollout (2 ranks): generate 85.6%, idle 14.4% of its step time",
         "reward (2 ranks): no phases; active 132.1 ms (first to last event, summed over ranks)",
-        "actor (2 ranks): update_actor 43.9%, generate 41.8%, old_log_prob 14.1%, idle 0.2% of its step time",
+        "actor (2 ranks): update_actor 94.4%, generate 4.0%, old_log_prob 1.0%, idle 0.5% of its step time",
     ]
     assert sorted(kept) == ["numbers", "roles", "steps"]
     assert json.loads(kept["numbers"]) == json.loads(json.dumps(report.phases))
@@ -379,7 +407,8 @@ def _stored_summary(path: Path) -> dict:
 
 
 def test_percentiles_only_for_roles_of_five_ranks_or_more(tmp_path: Path) -> None:
-    report = merge([FIXTURES / "frameworks" / "verl"], tmp_path / "o.pftrace")
+    # (the rollout generates in step 1 alone, the warm-up: kept in the means here)
+    report = merge([FIXTURES / "frameworks" / "verl"], tmp_path / "o.pftrace", phase_rules=KEEP_WARMUP)
     roles = report.phases["roles"]
     assert {role: r["ranks"] for role, r in roles.items()} == {
         "rollout": 8,
@@ -398,7 +427,8 @@ def test_percentiles_only_for_roles_of_five_ranks_or_more(tmp_path: Path) -> Non
     assert all(
         p["p50_ns"] is None and p["p90_ns"] is None for r in list(roles.values())[1:] for p in r["phases"].values()
     )
-    table = runner.invoke(cli.app, ["summary", str(FIXTURES / "frameworks" / "verl")]).output.splitlines()
+    verl = str(FIXTURES / "frameworks" / "verl")
+    table = runner.invoke(cli.app, ["summary", verl, "--keep-warmup"]).output.splitlines()
     assert table[8].split()[7:9] == ["p50", "p90"]
 
 

@@ -72,7 +72,8 @@ def test_a_run_against_itself_changes_nothing(runs) -> None:
     assert found["steps_matched"] == [0, 1, 2]
     assert found["steps_only_base"] == found["steps_only_new"] == []
     assert found["appeared"] == found["vanished"] == []
-    assert len(found["rows"]) == 1 + 3 + 4 + 5  # step wall, 3 steps, actor 3 phases + idle, trainer 4 + idle
+    # step wall, the 2 counted steps (step 0 is the warm-up), actor 3 phases + idle, trainer 4 + idle
+    assert len(found["rows"]) == 1 + 2 + 4 + 5
     assert all(r["delta_ns"] == 0 and r["delta_pct"] == 0 and not r["beyond_noise"] for r in found["rows"])
     assert found["mode"] == "paired"
     # gated: the step wall, actor's 3 phases and trainer's 4 (idle is shown, never gated)
@@ -163,7 +164,7 @@ def test_summary_baseline_gates_the_same(runs) -> None:
     result = run("summary", runs["slow.pftrace"], "--baseline", runs["base.json"], "--fail-over", "10%")
     assert result.exit_code == EXIT_REGRESSION, result.output
     lines = result.output.splitlines()
-    assert lines[0] == "phases (verl), 3 step(s)"
+    assert lines[0] == "phases (verl), 3 step(s), 2 counted (the warm-up left out of the means)"
     assert lines[-1].startswith("gate failed: 4 over 10%: trainer · generate")
     doc = run("summary", runs["slow"], "--baseline", runs["base"], "--fail-over", "50%", "--json")
     assert doc.exit_code == 0, doc.output

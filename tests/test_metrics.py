@@ -80,14 +80,19 @@ def test_tracker_scalars_ride_on_the_steps(tmp_path: Path) -> None:
             # who held the step up: every process started it at once, none waited on another
             "wall": "5.90 s",
             "wall_ns": 5_900_000_000,
-            "critical": "rollout · rank 0 · generate",
-            "waited on it": "0 ns",
+            # the rollout rank the walk ends on waited on the trainer: the trainer's gen timer (3 s)
+            # held the step up, the rollout's last 100 ms on the critical path a wait on it
+            "critical": "trainer · rank 0 · generate",
+            "waited on it": "100.0 ms",
+            "how": "slower phase 3.00 s",
             "start skew": "0 ns",
             "end skew": "0 ns",
             "critical_rank": 0,
-            "waited_ns": 0,
+            "waited_ns": 100_000_000,
             "start_skew_ns": 0,
             "end_skew_ns": 0,
+            **({"period": "6.00 s", "period_ns": 6 * 10**9} if n < 2 else {}),
+            **({"warm-up": True} if n == 0 else {}),
             "timing_s/gen": 3.0,
             "timing_s/update_actor": 1.4,
             "perf/throughput": 1520.5 + n,

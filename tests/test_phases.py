@@ -54,10 +54,17 @@ def test_trainer_timers_are_accounted_to_the_nanosecond(tmp_path: Path) -> None:
             "update_weights": 1_000_000,
         }
         assert step["idle_ns"] == 1_500_000 + n * 1_000_000
+    # The role's numbers count steps 1 and 2: step 0 is the warm-up.
+    assert [(s["step"], s["warmup"], s["counted"]) for s in report.phases["steps"]] == [
+        (0, True, False),
+        (1, False, True),
+        (2, False, True),
+    ]
     role = report.phases["roles"]["trainer"]
-    assert role["step_ns"] == 42_000_000
-    assert role["idle_ns"] == 7_500_000
-    assert role["phases"]["update_actor"]["total_ns"] == 12_000_000
+    assert role["step_ns"] == 29_000_000
+    assert role["idle_ns"] == 6_000_000
+    assert role["not_profiled_ns"] == 0
+    assert role["phases"]["update_actor"]["total_ns"] == 8_000_000
 
 
 @pytest.mark.parametrize("ext", [".pftrace", ".json"])
@@ -356,43 +363,44 @@ def test_summary_command_and_json(tmp_path: Path) -> None:
     table = runner.invoke(cli.app, ["summary", str(out)])
     assert table.exit_code == 0
     lines = table.output.splitlines()
-    # A row per step first: rank 1 started each step last (its profiler began 54.3 ms after rank
-    # 0's) and held it up, rank 0 waiting for it in gloo:all_reduce.
+    # A row per step first: rank 1 started step 0 last (its profiler began 54.3 ms after rank 0's)
+    # and held it up by that, rank 0 waiting for it in gloo:all_reduce; in steps 1 and 2 its
+    # update_actor was the slower. Step 0 is the warm-up, left out of the means.
     assert lines[:6] == [
-        "phases (verl), 3 step(s)",
+        "phases (verl), 3 step(s), 2 counted (the warm-up left out of the means)",
         (
-            "step  wall       critical: process · phase      waited on it  started last    start skew  end skew "
-            "  longest on the critical path"
+            "step       wall       period     critical: process · phase      how                   waited on it"
+            "  started last    start skew  end skew  longest on the critical path"
         ),
         (
-            "----  ---------  -----------------------------  ------------  --------------  ----------  ---------"
-            "  ---------------------------------------------"
+            "---------  ---------  ---------  -----------------------------  --------------------  ------------"
+            "  --------------  ----------  --------  ---------------------------------------------"
         ),
         # the longest: rank 1's time before its profiler's first event, not a wait on the trainer
         (
-            "   0  76.686 ms  actor · rank 1 · update_actor     54.793 ms  actor · rank 1   55.667 ms  63.686 ms"
-            "  actor · rank 1 · idle, 42.9 ms (not profiled)"
+            "0 warm-up  76.686 ms  13.000 ms  actor · rank 1                 started late 54.3 ms     54.793 ms"
+            "  actor · rank 1   54.284 ms   31.2 µs  actor · rank 1 · idle, 42.9 ms (not profiled)"
         ),
         (
-            "   1  75.854 ms  actor · rank 1 · update_actor        9.5 µs  actor · rank 1   63.776 ms  61.854 ms"
-            "  actor · rank 1 · idle, 29.9 ms (not profiled)"
+            "1          75.854 ms  14.000 ms  actor · rank 1 · update_actor  slower phase 7.2 ms         9.5 µs"
+            "  actor · rank 1     46.0 µs    9.5 µs  actor · rank 1 · idle, 29.9 ms (not profiled)"
         ),
         (
-            "   2  75.495 ms  actor · rank 1 · update_actor      736.3 µs  actor · rank 1   61.944 ms  60.495 ms"
-            "  actor · rank 1 · idle, 15.9 ms (not profiled)"
+            "2          75.495 ms          -  actor · rank 1 · update_actor  slower phase 7.5 ms       736.3 µs"
+            "  actor · rank 1      8.2 µs  736.3 µs  actor · rank 1 · idle, 15.9 ms (not profiled)"
         ),
     ]
-    # Then per role, in pipeline order, no percentiles for fewer than 5 ranks.
+    # Then per role, in pipeline order, no percentiles for fewer than 5 ranks; of steps 1 and 2.
     assert lines[8].split() == [
         "role", "ranks", "phase", "total", "share", "mean/rank", "max/rank", "held", "up", "by", "started", "last"
     ]  # fmt: skip
     rows = {tuple(line.split()[:3:2]): line.split() for line in lines[10:]}
     assert [line.split()[0] for line in lines[10:]] == ["actor"] * 4 + ["trainer"] * 5
-    assert rows[("trainer", "generate")][3:5] == ["15.000", "ms"]
-    assert rows[("trainer", "idle")][3:6] == ["7.500", "ms", "17.9%"]
+    assert rows[("trainer", "generate")][3:5] == ["10.000", "ms"]
+    assert rows[("trainer", "idle")][3:6] == ["6.000", "ms", "20.7%"]
     assert (
         " ".join(rows[("actor", "update_actor")][10:])
-        == "rank 1: 54.8 ms waited, 1 step(s) rank 1: 54.6 ms late, 3 step(s)"
+        == "rank 0: 29.7 µs waited, 2 step(s) rank 1: 178.7 µs late, 2 step(s)"
     )
     none = tmp_path / "plain.json"
     none.write_text('{"traceEvents": []}')
@@ -404,7 +412,7 @@ def test_merge_summary_option_prints_the_table(tmp_path: Path) -> None:
         cli.app, ["merge", str(PHASES / "trainer"), "-o", str(tmp_path / "o.pftrace"), "--summary", "-q"]
     )
     assert result.exit_code == 0
-    assert result.output.splitlines()[0] == "phases (verl), 3 step(s)"
+    assert result.output.splitlines()[0] == "phases (verl), 3 step(s), 2 counted (the warm-up left out of the means)"
 
 
 def test_run_table_names_each_process_preset(tmp_path: Path) -> None:

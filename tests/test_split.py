@@ -155,7 +155,9 @@ def test_split_by_host_groups_files_by_the_host_that_wrote_them(fixtures: Path, 
     merge([fixtures / "clock" / "gloo"], tmp_path / "g.pftrace", split_by="host")
     index = json.loads((tmp_path / "g.index.json").read_text())
     groups = {t["group"]: t for t in index["traces"]}
-    assert sorted(groups) == ["node-a", "node-b"]  # no phases in a bare gloo run
+    # No phases in a bare gloo run, but each rank numbers its steps (record_function "step<N>"):
+    # the Pipeline group holds them.
+    assert sorted(groups) == ["node-a", "node-b", "pipeline"]
     assert groups["node-a"]["processes"] == ["rank 0", "rank 1"]
     assert groups["node-b"]["processes"] == ["rank 2", "rank 3"]
     assert sorted(Path(p).name for p in groups["node-b"]["inputs"]) == ["rank2.pt.trace.json", "rank3.pt.trace.json"]

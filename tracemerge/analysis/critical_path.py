@@ -19,7 +19,8 @@ that ends last (the first in role and rank order on a tie):
 * idle (in the step, or before the process's window of the step began) while a phase of another
   role ran and ended at or before the time: a hand-off. The walk moves to the process of that other
   role whose phase ended last, at that end; the idle gap is a segment of the waiting process,
-  bound by ``waiting on <role>``. Idle time without a hand-off is a segment bound by ``idle``;
+  bound by ``waiting on <role>`` (its label, for a process of no role). Idle time without a
+  hand-off is a segment bound by ``idle``;
 * of such idle time (waiting on a role, or idle), the part before the process's first event
   (nothing of it recorded yet: its profiler, or the process itself, had not started) is a segment
   bound by ``not profiled``: whether it waited, and on what, is unknown.
@@ -172,7 +173,7 @@ class _Walk:
         handed = _hand_off(self.ids, self.ends, cur, a, t)
         if handed is not None:
             n, end = handed
-            self.add(cur, self.idle, max(end, first), t, WAITING_ON + self.ids[n].role)
+            self.add(cur, self.idle, max(end, first), t, WAITING_ON + (self.ids[n].role or self.ids[n].label))
             self.add(cur, self.idle, end, min(first, t), NOT_PROFILED)
             return n, end
         a = max(a, self.lo)

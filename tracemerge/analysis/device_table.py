@@ -18,13 +18,18 @@ TITLE = (
 
 
 def _mean(rows: list[dict], part: str) -> str:
-    # a row an older tracemerge stored has no preparing nor closing (its free holds them)
-    return format_duration(round(statistics.fmean(r.get(f"{part}_ns", 0) for r in rows)))
+    # a row an older tracemerge stored has no preparing nor closing (its free holds them); a
+    # withheld wait is None (not shown, not averaged)
+    values = [v for r in rows if (v := r.get(f"{part}_ns", 0)) is not None]
+    return format_duration(round(statistics.fmean(values))) if values else "-"
 
 
-def breakdown_table(rows: list[dict]) -> str:
-    """Per role: each part of the device time per rank and step, the mean over its ranks' steps
-    and the worst rank (the most time not computing over its steps)."""
+def breakdown_table(rows: list[dict], counted: set[int] | None = None) -> str:
+    """Per role: each part of the device time per rank and step, the mean over its ranks' counted
+    steps (all of them when none is counted; a process's whole-time row always) and the worst rank
+    (the most time not computing over its steps)."""
+    if counted is not None:
+        rows = [r for r in rows if r["step"] is None or r["step"] in counted] or rows
     by_role: dict[str, dict] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         by_role[r["role"]][r["rank"]].append(r)

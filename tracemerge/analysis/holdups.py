@@ -5,9 +5,11 @@ A *group* is one step, or one phase of a step, as several processes ran it: each
 (from its first start to its last end in the group) and a :class:`Timeline` of the collectives it
 took part in, its idle time and what it ran. The definitions:
 
-* **start skew**, **end skew**: the latest start (end) in the group minus the earliest;
-* **late**: the process that started last (the first in role and rank order on a tie); it started
-  the start skew after the first;
+* **start skew**, **end skew**: the latest start (end) in the group minus the earliest of the same
+  role (roles of an RL step run one after another by design: a trainer starting when the rollout
+  is done is not late), the largest over the roles;
+* **late**: the process that started the most after the first of its role (the first in role and
+  rank order on a tie); it started the start skew after that first;
 * **critical path**: a walk back in time from the end of the process that ended last. Where the
   walk meets the end of a collective this process took part in, and another process of its role
   entered that collective later (but before this one left it), this process was waiting: the walk
@@ -18,11 +20,15 @@ took part in, its idle time and what it ran. The definitions:
   instant (each entered before any left): collectives of separate groups are not matched;
 * **critical**: the process the walk spends most time on (the one that ended last, then the first
   in role and rank order, on a tie); with it, the phase it ran longest on the walk;
-* **waited on it**: the time the other processes of the critical one's role spent waiting on it:
-  in each collective it entered last, each other's time from its own entry to that entry (at most
-  its time in the collective); if it ended last, each other's idle time from its own end to that
-  end. A process waiting in a collective is thus never the one holding the others up: the one
-  arriving last is.
+* **waited on it**: the longest time one other process of the critical one's role spent waiting
+  on it (never longer than the step): in each collective it entered last, the other's time from
+  its own entry to that entry (at most its time in the collective); if it ended last, the other's
+  idle time from its own end to that end. A process waiting in a collective is thus never the one
+  holding the others up: the one arriving last is;
+* **cause**: how the critical process held the step up, what most of its time on the critical
+  path was: ``started late`` (before its own start, from the first start of its role),
+  ``slower phase`` (running a phase: :attr:`Holdup.phase`), or ``waiting`` (idle on the path:
+  blocked on something outside the group, another role's work); with the time it took.
 """
 
 from __future__ import annotations
@@ -101,8 +107,13 @@ class Holdup(msgspec.Struct, frozen=True):
     end_skew: int
     late: Identity
     critical: Identity
-    waited: int  # time the others waited on the critical process
+    waited: int  # the longest time another process waited on the critical one
     phase: str | None = None  # what the critical process ran longest on the critical path
+    cause: str = ""  # STARTED_LATE, SLOWER_PHASE or WAITING ("": a group of one process)
+    cause_ns: int = 0  # the critical process's time on the path spent so
+
+
+STARTED_LATE, SLOWER_PHASE, WAITING = "started late", "slower phase", "waiting"
 
 
 def order_key(ident: Identity) -> tuple:
@@ -119,27 +130,35 @@ def holdup(
         return _alone(ids[0], windows[ids[0]], timelines[ids[0]], idle_name)
     win = [windows[i] for i in ids]
     roles = [i.role for i in ids]
-    late = max(range(len(ids)), key=lambda n: (win[n][0], -n))
+    role_start = {r: min(w[0] for n, w in enumerate(win) if roles[n] == r) for r in set(roles)}
+    role_end = {r: min(w[1] for n, w in enumerate(win) if roles[n] == r) for r in set(roles)}
+    late = max(range(len(ids)), key=lambda n: (win[n][0] - role_start[roles[n]], -n))
     last = max(range(len(ids)), key=lambda n: (win[n][1], -n))
     entered = [timelines[ids[n]].entries(roles[n], win[n]) for n in range(len(ids))]
     arrivals = _last_arrivals(entered)
-    waited = [0] * len(ids)
+    waited = [[0] * len(ids) for _ in ids]  # waited[who][n]: process n's wait on process who
     for n, mine in enumerate(entered):
         for entry, leave, gid in mine:
             who, at = arrivals.get(gid, (n, entry))
             if who != n and at > entry:
-                waited[who] += min(at, leave) - entry
+                waited[who][n] += min(at, leave) - entry
     for n in range(len(ids)):
         if n != last and roles[n] == roles[last]:
-            waited[last] += timelines[ids[n]].idle_within(win[n][1], win[last][1])
+            waited[last][n] += timelines[ids[n]].idle_within(win[n][1], win[last][1])
     path, stop = _walk(last, win, entered, arrivals)
     time_on = [sum(b - a for a, b in path.get(n, ())) for n in range(len(ids))]
-    time_on[stop] += win[stop][0] - min(w[0] for n, w in enumerate(win) if roles[n] == roles[stop])
+    late_start = win[stop][0] - role_start[roles[stop]]
+    time_on[stop] += late_start
     critical = min(range(len(ids)), key=lambda n: (-time_on[n], n != last, n))
-    phase = _longest(timelines[ids[critical]].ran(path.get(critical, [])), idle_name)
-    start_skew = win[late][0] - min(w[0] for w in win)
-    end_skew = win[last][1] - min(w[1] for w in win)
-    return Holdup(start_skew, end_skew, ids[late], ids[critical], waited[critical], phase)
+    ran = timelines[ids[critical]].ran(path.get(critical, []))
+    idle = ran.get(idle_name, 0)
+    phase = _longest(ran, idle_name)
+    causes = [(late_start if critical == stop else 0, STARTED_LATE)]
+    causes += [(ran[phase] if phase is not None else 0, SLOWER_PHASE), (idle, WAITING)]
+    cause_ns, cause = max(causes, key=lambda c: c[0])  # (the first listed on a tie)
+    start_skew = win[late][0] - role_start[roles[late]]
+    end_skew = max(w[1] - role_end[roles[n]] for n, w in enumerate(win))
+    return Holdup(start_skew, end_skew, ids[late], ids[critical], max(waited[critical]), phase, cause, cause_ns)
 
 
 def _alone(ident: Identity, window: tuple[int, int], timeline: Timeline, idle_name: str) -> Holdup:

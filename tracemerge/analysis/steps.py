@@ -11,8 +11,11 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 
+from tracemerge.analysis.critical_path import NOT_PROFILED
 from tracemerge.analysis.device_table import breakdown_table
 from tracemerge.analysis.holdups import order_key
+from tracemerge.analysis.step_checks import unrecorded, withhold
+from tracemerge.analysis.step_rows import counted_text, longest_segments, step_line, step_table
 from tracemerge.core.errors import shown
 from tracemerge.core.model import Identity
 from tracemerge.naming.paths import role_sort_key
@@ -42,6 +45,11 @@ def summary(model: PhaseModel, labels: dict[Identity, str] | None = None) -> dic
         "share_of": SHARE_OF,
         "roles": _roles(model),
         "unaligned": [i.label for i in sorted(model.unaligned, key=lambda i: (role_sort_key(i.role), i.rank or 0))],
+        # why each was placed without clock evidence: a line per such file
+        "unaligned_why": {
+            i.label: "; ".join(model.unaligned[i])
+            for i in sorted(model.unaligned, key=lambda i: (role_sort_key(i.role), i.rank or 0))
+        },
         "processes": [],
         "breakdown": _breakdown_rows(model),
         "critical_path": [
@@ -59,18 +67,17 @@ def summary(model: PhaseModel, labels: dict[Identity, str] | None = None) -> dic
         ],
     }
     for ident, proc in model.processes.items():
+        off = unrecorded(proc, model.recorded.get(ident))
+        rows = [
+            {"step": st.step, "dur_ns": st.dur, "idle_ns": st.idle - off.get(st.step, 0), "phases_ns": dict(st.phases)}
+            for st in proc.steps
+        ]
+        for row in rows:
+            row["not_profiled_ns"] = off.get(row["step"], 0)
         out["processes"].append(
-            {
-                "process": name(ident),
-                "role": ident.role,
-                "rank": ident.rank,
-                "preset": proc.preset,
-                "steps": [
-                    {"step": st.step, "dur_ns": st.dur, "idle_ns": st.idle, "phases_ns": dict(st.phases)}
-                    for st in proc.steps
-                ],
-            }
+            {"process": name(ident), "role": ident.role, "rank": ident.rank, "preset": proc.preset, "steps": rows}
         )
+    out["withheld"] = withhold(out)
     return out
 
 
@@ -91,18 +98,27 @@ def _breakdown_rows(model: PhaseModel) -> list[dict]:
 
 
 def _steps(model: PhaseModel, name: Callable[[Identity], str]) -> list[dict]:
+    """Per job step: its first and last event across every process, wall and period, whether
+    means count it (:mod:`tracemerge.phases.step_counting`), and who held it up."""
     rows = []
     for step, a, b in model.steps:
         held = model.holdups.get(step)
-        row = {"step": step, "start_ns": a, "end_ns": b, "wall_ns": b - a}
+        row = {"step": step, "start_ns": a, "end_ns": b, "wall_ns": b - a, **_kind(model, step)}
         if held is not None:
             c, late = held.critical, held.late
             row["start_skew_ns"], row["end_skew_ns"] = held.start_skew, held.end_skew
             row["critical"] = {"role": c.role, "rank": c.rank, "phase": held.phase, "ns": held.waited}
-            row["critical"]["process"] = name(c)
+            row["critical"].update({"process": name(c), "cause": held.cause, "cause_ns": held.cause_ns})
             row["late"] = {"role": late.role, "rank": late.rank, "process": name(late), "ns": held.start_skew}
         rows.append(row)
     return rows
+
+
+def _kind(model: PhaseModel, step: int) -> dict:
+    kind = model.kinds.get(step)
+    if kind is None:  # (a model made without classifying its steps)
+        return {"period_ns": None, "partial": False, "warmup": False, "counted": True}
+    return {"period_ns": kind.period, "partial": kind.partial, "warmup": kind.warmup, "counted": kind.counted}
 
 
 def _roles(model: PhaseModel) -> dict[str, dict]:
@@ -120,15 +136,28 @@ def _roles(model: PhaseModel) -> dict[str, dict]:
         if role in quiet:
             out[role] = {"ranks": len(quiet[role]), "active_ns": sum(quiet[role]), "phases": {}}
         else:
-            out[role] = _role(by_role[role], model.roles.get(role, []))
+            counted = {i: _counted_steps(p, model) for i, p in by_role[role].items()}
+            off = {
+                i: sum(n for st, n in unrecorded(p, model.recorded.get(i)).items() if model.counted(st))
+                for i, p in by_role[role].items()
+            }
+            out[role] = _role(
+                counted, [s for s in model.roles.get(role, []) if model.counted(s.step)], sum(off.values())
+            )
     return out
 
 
-def _role(procs: dict[Identity, ProcessPhases], slices: list[PipelineSlice]) -> dict:
+def _counted_steps(proc: ProcessPhases, model: PhaseModel) -> ProcessPhases:
+    """The process with the steps the means count alone."""
+    return ProcessPhases(proc.preset, steps=[st for st in proc.steps if model.counted(st.step)])
+
+
+def _role(procs: dict[Identity, ProcessPhases], slices: list[PipelineSlice], not_profiled: int) -> dict:
     """A role's numbers: per phase, total, share, per-rank mean (and p50, p90 from 5 ranks), max,
-    the rank holding it up most and the one starting it last most; its idle time."""
+    the rank holding it up most and the one starting it last most; its idle time, and the part
+    of its step time its profilers did not record (``not_profiled``: no longer idle)."""
     step_total = sum(st.dur for p in procs.values() for st in p.steps)
-    idle_total = sum(st.idle for p in procs.values() for st in p.steps)
+    idle_total = sum(st.idle for p in procs.values() for st in p.steps) - not_profiled
     names = sorted({ph for p in procs.values() for st in p.steps for ph in st.phases})
     phases = {}
     for name in names:
@@ -149,6 +178,8 @@ def _role(procs: dict[Identity, ProcessPhases], slices: list[PipelineSlice]) -> 
         "step_ns": step_total,
         "idle_ns": idle_total,
         "idle_fraction": idle_total / step_total if step_total else 0.0,
+        "not_profiled_ns": not_profiled,
+        "not_profiled_fraction": not_profiled / step_total if step_total else 0.0,
         "phases": phases,
     }
 
@@ -191,29 +222,14 @@ def format_summary(numbers: dict) -> str:
         return "\n".join([none, *_warning(numbers), *device])
     steps = numbers["steps"]
     preset = numbers["preset"] or "none: steps only"
-    head = [f"phases ({preset}), {len(steps)} step(s)", *_warning(numbers)]
-    device = [breakdown_table(numbers["breakdown"])] if numbers.get("breakdown") else []
-    longest = _longest_segments(numbers.get("critical_path") or [])
+    head = [f"phases ({preset}), {len(steps)} step(s){counted_text(steps)}", *_warning(numbers)]
+    head += [f"  {shown(who)}: {why}" for who, why in (numbers.get("unaligned_why") or {}).items()]
+    head += [f"⚠ {line}" for line in numbers.get("withheld") or ()]
+    counted = {s["step"] for s in steps if s.get("counted", True)}
+    device = [breakdown_table(numbers["breakdown"], counted)] if numbers.get("breakdown") else []
+    longest = longest_segments(numbers.get("critical_path") or [])
     left = _left_out_lines(numbers.get("left_out") or {})
-    return "\n".join([*head, _step_table(steps, longest), "", _role_table(numbers), *device, *left])
-
-
-def _longest_segments(segments: list[dict]) -> dict[int, dict]:
-    """Per step, the longest segment of its critical path (the earliest on a tie)."""
-    out: dict[int, dict] = {}
-    for seg in segments:
-        found = out.get(seg["step"])
-        if found is None or seg["end_ns"] - seg["start_ns"] > found["end_ns"] - found["start_ns"]:
-            out[seg["step"]] = seg
-    return out
-
-
-def _segment_text(seg: dict | None) -> str:
-    """``actor · rank 1 · update_actor, 35.0 ms (compute)``."""
-    if seg is None:
-        return "-"
-    where = seg.get("process") or seg["role"] or "-"
-    return f"{where} · {seg['phase']}, {brief(seg['end_ns'] - seg['start_ns'])} ({seg['bound_by']})"
+    return "\n".join([*head, step_table(steps, longest), "", _role_table(numbers), *device, *left])
 
 
 def _warning(numbers: dict) -> list[str]:
@@ -221,27 +237,10 @@ def _warning(numbers: dict) -> list[str]:
     if not found:
         return []
     n, names = len(found), ", ".join(map(shown, found))
-    return [f"⚠ {n} process{'es' if n > 1 else ''} unaligned (placed without clock evidence): {names}"]
-
-
-def _step_table(steps: list[dict], longest: dict[int, dict] | None = None) -> str:
-    head = ("step", "wall", "critical: process · phase", "waited on it", "started last", "start skew", "end skew")
-    rows = [(*head, "longest on the critical path")]
-    for s in steps:
-        c, late = s.get("critical"), s.get("late")
-        rows.append(
-            (
-                str(s["step"]),
-                format_duration(s["wall_ns"]),
-                f"{c['process']} · {c['phase']}" if c and c["phase"] else (c["process"] if c else "-"),
-                format_duration(c["ns"]) if c else "-",
-                late["process"] if late and late["ns"] else "-",  # all started at once: nobody late
-                format_duration(s["start_skew_ns"]) if late else "-",
-                format_duration(s["end_skew_ns"]) if late else "-",
-                _segment_text((longest or {}).get(s["step"])),
-            )
-        )
-    return format_table(rows, left=frozenset({2, 4, 7}))
+    return [
+        f"⚠ {n} process{'es' if n > 1 else ''} unaligned (placed without clock evidence): {names};"
+        " left out of skews, late, critical and waits (their times are not comparable with the others')"
+    ]
 
 
 def _role_table(numbers: dict) -> str:
@@ -271,6 +270,14 @@ def _role_table(numbers: dict) -> str:
             )
         idle = (*lead, IDLE, format_duration(r["idle_ns"]), f"{100 * r['idle_fraction']:.1f}%")
         rows.append((*idle, *[""] * (len(rows[0]) - len(idle))))
+        if r.get("not_profiled_ns"):  # time its profilers did not record: not idle
+            off = (
+                *lead,
+                NOT_PROFILED,
+                format_duration(r["not_profiled_ns"]),
+                f"{100 * r['not_profiled_fraction']:.1f}%",
+            )
+            rows.append((*off, *[""] * (len(rows[0]) - len(off))))
     title = f"per role, in pipeline order; share: of {SHARE_OF}"
     return title + "\n" + format_table(rows, left=frozenset({0, 2, len(rows[0]) - 2, len(rows[0]) - 1}))
 
@@ -290,7 +297,7 @@ def stored(numbers: dict) -> dict:
     numbers themselves as one JSON text (for ``tracemerge summary TRACE``)."""
     steps = numbers["steps"]
     shown = sorted(sorted(steps, key=lambda s: -s["wall_ns"])[:STORED_STEPS], key=lambda s: s["step"])
-    lines = [_step_line(s) for s in shown]
+    lines = [step_line(s) for s in shown]
     if len(shown) < len(steps):
         lines.append(f"the {len(shown)} longest of {len(steps)} steps; `tracemerge summary` lists them all")
     out: dict = {"steps": lines, "roles": [_role_line(role, r) for role, r in numbers["roles"].items()]}
@@ -333,20 +340,12 @@ def _left_out_lines(left_out: dict) -> list[str]:
     ]
 
 
-def _step_line(s: dict) -> str:
-    text = f"step {s['step']}: {brief(s['wall_ns'])}"
-    c, late = s.get("critical"), s.get("late")
-    if c:
-        where = f"{c['process']} · {c['phase']}" if c["phase"] else c["process"]
-        text += f"; held up by {where} ({brief(c['ns'])} waited on it)"
-    if late and late["ns"]:
-        text += f"; started last: {late['process']}, {brief(late['ns'])} after the first"
-    return text
-
-
 def _role_line(role: str, r: dict) -> str:
     name = f"{role or '(no role)'} ({r['ranks']} rank{'s' if r['ranks'] > 1 else ''})"
     if "active_ns" in r:
         return f"{name}: no phases; active {brief(r['active_ns'])} (first to last event, summed over ranks)"
     shares = [f"{ph} {100 * p['share']:.1f}%" for ph, p in r["phases"].items()]
-    return f"{name}: " + ", ".join([*shares, f"idle {100 * r['idle_fraction']:.1f}%"]) + " of its step time"
+    shares.append(f"idle {100 * r['idle_fraction']:.1f}%")
+    if r.get("not_profiled_ns"):
+        shares.append(f"not profiled {100 * r['not_profiled_fraction']:.1f}%")
+    return f"{name}: " + ", ".join(shares) + " of its step time"

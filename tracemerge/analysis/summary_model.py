@@ -36,8 +36,10 @@ class Who(_Record):
     role: str | None
     rank: int | None
     process: str
-    ns: Ns
+    ns: Ns | None  # None: withheld (a figure that cannot be true, said in ``withheld``)
     phase: str | UnsetType | None = UNSET
+    cause: str | UnsetType = UNSET  # started late, slower phase, waiting on a role
+    cause_ns: Ns | UnsetType | None = UNSET
 
 
 class StepRow(_Record):
@@ -89,6 +91,8 @@ class RoleNumbers(_Record):
     step_ns: Ns | UnsetType = UNSET
     idle_ns: Ns | UnsetType = UNSET
     idle_fraction: Fraction | UnsetType = UNSET
+    not_profiled_ns: Ns | UnsetType = UNSET  # step time no profiler recorded: not idle
+    not_profiled_fraction: Fraction | UnsetType = UNSET
     active_ns: Ns | UnsetType = UNSET
 
 
@@ -97,6 +101,7 @@ class ProcessStep(_Record):
     dur_ns: Ns
     idle_ns: Ns
     phases_ns: dict[str, Ns]
+    not_profiled_ns: Ns | UnsetType = UNSET
 
 
 class ProcessRow(_Record):
@@ -119,7 +124,7 @@ class DeviceRow(_Record):
     communication_ns: Ns
     overlapped_ns: Ns
     free_ns: Ns
-    wait_ns: Ns | UnsetType = UNSET
+    wait_ns: Ns | UnsetType | None = UNSET  # None: withheld (longer than its step)
     preparing_ns: Ns | UnsetType = UNSET
     closing_ns: Ns | UnsetType = UNSET
     process: str | UnsetType = UNSET
@@ -154,6 +159,8 @@ class Summary(_Record):
     breakdown: list[DeviceRow] | UnsetType = UNSET
     critical_path: list[Segment] | UnsetType = UNSET
     left_out: dict[str, LeftOut] | UnsetType = UNSET
+    withheld: list[str] | UnsetType = UNSET  # figures not shown, each with why
+    unaligned_why: dict[str, str] | UnsetType = UNSET  # per process placed without clock evidence
 
     def as_dict(self) -> dict:
         """The summary as the JSON ``--json`` prints (and a merged trace stores)."""

@@ -84,6 +84,9 @@ PhasesOption = Annotated[
         help="Phase rules: auto (the default), verl, areal, skyrl, or a TOML rules file.",
     ),
 ]
+KeepWarmupOption = Annotated[
+    bool, typer.Option("--keep-warmup", help="Count the first (warm-up) step in the means as the others.")
+]
 
 app = typer.Typer(
     cls=_DefaultToMerge,
@@ -181,6 +184,7 @@ def merge(
     no_align: NoAlignOption = False,
     run: RunOption = "latest",
     phases: PhasesOption = None,
+    keep_warmup: KeepWarmupOption = False,
     steps: Annotated[
         Optional[str], typer.Option("--steps", help="Keep only these RL steps (and their phases), e.g. 3-5.")
     ] = None,
@@ -212,7 +216,7 @@ def merge(
         clocks = _placement(sync, offset, offsets_file, no_align)
         run = engine.check_choice(run)
         steps_kept = engine.parse_ranks(steps, "--steps") if steps is not None else None
-        phase_rules = engine.PhaseOptions(engine.resolve(phases), steps_kept)
+        phase_rules = engine.PhaseOptions(engine.resolve(phases), steps_kept, keep_warmup)
         if split_by is not None:
             engine.check_kind(split_by)
         metrics_map = engine.load_metrics_map(metrics_map_file) if metrics_map_file is not None else engine.NO_MAP
@@ -359,6 +363,7 @@ def summary(
     ],
     as_json: Annotated[bool, typer.Option("--json", help="Print the numbers as one JSON document.")] = False,
     phases: PhasesOption = None,
+    keep_warmup: KeepWarmupOption = False,
     sync: SyncOption = None,
     offset: OffsetOption = None,
     offsets_file: OffsetsFileOption = None,
@@ -380,7 +385,7 @@ def summary(
     a trace, placed as a merge places it (--sync, --offset, --offsets, --no-align); a trace
     tracemerge wrote keeps the summary of its own merge. --steps and --roles keep only those.
     """
-    how = cli_diff.gating(steps, roles, False, fail_over, min_delta)
+    how = cli_diff.gating(steps, roles, keep_warmup, fail_over, min_delta)
     if (fail_over is not None or min_delta is not None) and baseline is None:
         raise typer.BadParameter("--fail-over and --min-delta gate on a --baseline: name one")
     if not path.exists():
@@ -401,12 +406,12 @@ def summary(
     if placed and path.is_file() and _keeps_summary(path):
         raise typer.BadParameter("--sync, --offset, --offsets and --no-align place a run, not a merged trace")
     # a run summarized now derives the kept steps alone (a stored summary's rows are filtered)
-    kept_steps = engine.PhaseOptions(rules, how.steps)
+    kept_steps = engine.PhaseOptions(rules, how.steps, keep_warmup)
     if a_run:
         numbers = _summary_of_run(path, kept_steps, clocks, run, as_json)
     else:
         numbers = cli_diff.load(path, kept_steps, clocks if placed else None, False)
-    phase_rules = engine.PhaseOptions(rules)
+    phase_rules = engine.PhaseOptions(rules, keep_warmup=keep_warmup)
     if not as_json and not engine.per_step(numbers):
         _say(f"error: {path}: an older tracemerge wrote its summary (--json prints it; merge the run again)")
         raise typer.Exit(EXIT_FATAL)

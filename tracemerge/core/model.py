@@ -82,6 +82,11 @@ class ClockDomain(msgspec.Struct, frozen=True):
 UNIX_EPOCH = ClockDomain("unix epoch", anchored=True)
 
 
+# The thread key of a derived group's row drawn on the group's own track (the Pipeline's Steps):
+# a UI draws a collapsed top-level group from the slices on its own track alone (Perfetto v52).
+GROUP_HEADER: tuple = ("group header",)
+
+
 class ThreadInfo(msgspec.Struct):
     """Display facts about a source thread: its name and where it sorts inside its process."""
 

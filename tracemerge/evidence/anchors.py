@@ -128,6 +128,20 @@ def step_tag(preset: str, step: str) -> str:
     return f"{STEP} {preset}\t{step}"
 
 
+# The step a framework gives a span in its args (AReaL's perf tracer: ``global_step`` on every
+# span; generic span logs: ``step``; an asynchronous rollout's weight ``version``), in that order.
+FRAMEWORK_STEPS = "args"
+STEP_ARGS = ("global_step", "step", "version")
+
+
+def framework_step(values: tuple[object, ...]) -> int | None:
+    """The first of the :data:`STEP_ARGS` values (in their order) that is a whole number >= 0."""
+    for value in values:
+        if type(value) is int and value >= 0:
+            return value
+    return None
+
+
 class Watch:
     """Says which event names are evidence: collectives, the ``--sync`` span names, and what
     ``phase_rules`` (name -> phase, step and a preset's sync tags) recognise."""

@@ -11,9 +11,11 @@ from typing import Any
 
 from tracemerge.analysis.device_time import merged
 from tracemerge.core.model import Identity
-from tracemerge.evidence.anchors import DEVICE, phase_tag, step_tag
+from tracemerge.evidence.anchors import DEVICE, FRAMEWORK_STEPS, phase_tag, step_tag
 from tracemerge.naming.paths import PathFacts
 from tracemerge.phases.rules import NAMED_STEPS, VERL
+
+_FRAMEWORK_STEP = step_tag(FRAMEWORK_STEPS, "")
 
 
 def process_marks(
@@ -23,7 +25,8 @@ def process_marks(
     per rank, not once per level that records it. Whole operations follow one another on their
     thread, so the thread whose marks do not overlap and cover the most time is taken (Ascend's
     communication-op row rather than its parallel tasks on a stream, or its launch on the host).
-    Device activity is the union over the process's threads (its device streams)."""
+    Device activity is the union over the process's threads (its device streams), and so are the
+    spans a framework numbers a step of (every thread's work of the step is the step's)."""
     best: dict[Identity, dict[str, list[tuple[int, int]]]] = defaultdict(dict)
     scores: dict[tuple[Identity, str], tuple[bool, int]] = {}
     for (tag, origin, _thread), found in sorted(marks.items(), key=lambda kv: repr(kv[0])):
@@ -31,6 +34,9 @@ def process_marks(
         if tag.startswith(DEVICE):
             mine = best[ident].get(tag, [])
             best[ident][tag] = merged([*mine, *((a + origin_ns, b + origin_ns) for a, b in found)])
+            continue
+        if tag.startswith(_FRAMEWORK_STEP):
+            best[ident][tag] = sorted([*best[ident].get(tag, []), *((a + origin_ns, b + origin_ns) for a, b in found)])
             continue
         found = sorted((a + origin_ns, b + origin_ns) for a, b in found)
         sequential = all(found[n][0] >= found[n - 1][1] for n in range(1, len(found)))

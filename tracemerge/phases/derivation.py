@@ -22,13 +22,21 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from tracemerge.analysis.critical_path import first_events
-from tracemerge.analysis.device_time import merged, whole_breakdowns
+from tracemerge.analysis.device_time import covered, merged, whole_breakdowns
 from tracemerge.analysis.holdups import FOREVER
 from tracemerge.core.gc_pause import no_cyclic_gc
 from tracemerge.core.model import Identity
 from tracemerge.core.stats import Losses, Stat
-from tracemerge.evidence.anchors import COLLECTIVE, DEVICE_COMM, DEVICE_COMPUTE, PHASE, STEP, preferred_preset
-from tracemerge.phases.across import critical_paths, device_breakdown, pipeline, step_holdups
+from tracemerge.evidence.anchors import (
+    COLLECTIVE,
+    DEVICE_COMM,
+    DEVICE_COMPUTE,
+    FRAMEWORK_STEPS,
+    PHASE,
+    STEP,
+    preferred_preset,
+)
+from tracemerge.phases.across import critical_paths, device_breakdown, pipeline, step_holdups, waiting_on
 from tracemerge.phases.model import (
     IDLE,
     HasMarks,
@@ -39,6 +47,7 @@ from tracemerge.phases.model import (
     StepScalars,
 )
 from tracemerge.phases.rules import MSTX, NAMED_STEPS, TORCH_STEPS, Preset
+from tracemerge.phases.step_counting import kinds, numbered
 
 UNPLACED_SCALARS = "tracker scalars of steps the merged trace has no step for"
 REPEATED_SCALARS = "tracker scalar given again for one step (the first kept)"
@@ -70,13 +79,55 @@ def derive(
     presets: tuple[Preset, ...],
     steps_kept: frozenset[int] | None = None,
     keep: Callable[[Identity], bool] | None = None,
+    keep_warmup: bool = False,
+    unaligned: frozenset[Identity] = frozenset(),
 ) -> PhaseModel:
     """Phases and steps of every process ``keep`` keeps, on the aligned timeline (file time +
-    its offset)."""
+    its offset). The ``unaligned`` processes (placed without clock evidence) are left out of
+    what is measured across processes: skews, who was late, waits, critical paths."""
     devices: dict[Identity, dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
     scans = list(scans)
     phase_marks, step_marks, collectives = _gather(scans, offsets, keep, devices)
     model = PhaseModel("", {}, [], {})
+    _processes(model, phase_marks, step_marks, collectives, presets)
+    own_steps = {ident: _own_steps(by_preset, "") for ident, by_preset in step_marks.items()}
+    own_steps.update({ident: _own_steps(step_marks.get(ident, {}), p.preset) for ident, p in model.processes.items()})
+    job = _job_steps(own_steps, unaligned)
+    found: set[int] = set()
+    for ident, proc in model.processes.items():
+        windows = own_steps[ident] or _by_time(job, proc.occurrences)
+        found.update(n for n, _, _ in windows)
+        gaps = _gaps(windows)
+        if steps_kept is not None:
+            kept = [w for w in windows if w[0] in steps_kept]
+            inside = [o for o in proc.occurrences if any(a <= o.start < b for _, a, b in kept)]
+            model.left_out[Stat.FILTERED_STEP_PHASES] += len(proc.occurrences) - len(inside)
+            proc.occurrences = inside
+            windows = kept
+        _account(proc, windows, _named_spans(step_marks.get(ident, {})))
+        proc.timeline.idle = merged([(a, b) for _, a, b in proc.idle] + gaps)
+    # The job's steps: every process's, those whose spans alone carry a step (no phase) too.
+    steps_of = {i: [w for w in ws if steps_kept is None or w[0] in steps_kept] for i, ws in own_steps.items()}
+    steps_of.update({i: [(st.step, st.start, st.end) for st in p.steps] for i, p in model.processes.items()})
+    model.steps = _job_steps(steps_of, unaligned)
+    model.found_steps = sorted(found.union(*({n for n, _, _ in w} for w in own_steps.values())))
+    first = model.found_steps[0] if model.found_steps else None
+    model.kinds = kinds(model.steps, model.processes, first, keep_warmup)
+    _across(model, scans, offsets, keep, devices, collectives, unaligned)
+    if steps_kept is not None and not model.steps:
+        model.processes.clear()  # nothing of the run is kept
+    return model
+
+
+def _processes(
+    model: PhaseModel,
+    phase_marks: Marks,
+    step_marks: Marks,
+    collectives: dict[Identity, list[tuple[int, int, str]]],
+    presets: tuple[Preset, ...],
+) -> None:
+    """The processes with phases (each with the preset whose phases occur most in it), and those
+    with numbered steps and no phase."""
     for ident, by_preset in phase_marks.items():
         preset = _choose(by_preset, presets)
         found = sorted(by_preset.get(preset, ()), key=lambda o: (o[1], -o[2], o[0]))
@@ -86,40 +137,35 @@ def derive(
             model.processes[ident].timeline.collectives = sorted(collectives.get(ident, ()))
     for ident, by_preset in step_marks.items():
         # A process with numbered steps (torch's ProfilerStep#N, a file name's step) and no phase
-        # still has its steps: all idle, in the Pipeline's Steps row and the summary.
+        # still has its steps: all idle, in the Pipeline's Steps row and the summary. One whose
+        # spans alone carry a step (a rollout's perf-tracer spans) sets the job steps' bounds.
         if ident not in model.processes and (by_preset.get(TORCH_STEPS) or by_preset.get(NAMED_STEPS)):
             model.processes[ident] = ProcessPhases("", [])
             model.processes[ident].timeline.collectives = sorted(collectives.get(ident, ()))
     model.preset = ", ".join(sorted({p.preset for p in model.processes.values()} - {""}))
-    own_steps = {ident: _own_steps(step_marks.get(ident, {}), p.preset) for ident, p in model.processes.items()}
-    job = _job_steps([steps for steps in own_steps.values() if steps])
-    found: set[int] = set()
-    for ident, proc in model.processes.items():
-        windows = own_steps[ident] or job or _cycle_steps(proc.occurrences)
-        found.update(n for n, _, _ in windows)
-        gaps = _gaps(windows)
-        if steps_kept is not None:
-            kept = [w for w in windows if w[0] in steps_kept]
-            inside = [o for o in proc.occurrences if any(a <= o.start < b for _, a, b in kept)]
-            model.left_out[Stat.FILTERED_STEP_PHASES] += len(proc.occurrences) - len(inside)
-            proc.occurrences = inside
-            windows = kept
-        _account(proc, windows)
-        proc.timeline.idle = merged([(a, b) for _, a, b in proc.idle] + gaps)
-    job = _job_steps([[(st.step, st.start, st.end) for st in p.steps] for p in model.processes.values()])
-    model.steps = job
-    model.roles = pipeline(model.processes)
-    model.holdups = step_holdups(model.processes)
-    model.found_steps = sorted(found)
+
+
+def _across(
+    model: PhaseModel,
+    scans: list[HasMarks],
+    offsets: dict[Path, int],
+    keep: Callable[[Identity], bool] | None,
+    devices: dict[Identity, dict[str, list[tuple[int, int]]]],
+    collectives: dict[Identity, list[tuple[int, int, str]]],
+    unaligned: frozenset[Identity],
+) -> None:
+    """What is measured across processes, of the aligned ones (an unaligned process alone where
+    its role or step has no other)."""
+    model.roles = pipeline(model.processes, unaligned)
+    model.holdups = step_holdups(model.processes, unaligned)
     units = {i: (merged(d[DEVICE_COMPUTE]), merged(d[DEVICE_COMM])) for i, d in devices.items()}
-    model.breakdown = device_breakdown(model.processes, units, collectives)
+    model.breakdown = device_breakdown(model.processes, units, collectives, unaligned)
     model.whole = whole_breakdowns({i: u for i, u in units.items() if i not in model.processes}, scans, offsets)
-    model.critical_path = critical_paths(model.processes, units, first_events(scans, offsets, keep))
+    first = first_events(scans, offsets, keep)
+    model.critical_path = critical_paths(model.processes, units, first, unaligned)
+    model.holdups = waiting_on(model.holdups, model.critical_path)
     for proc in model.processes.values():
         proc.timeline.forget_entries()  # (kept for the holdups and the critical paths alone)
-    if steps_kept is not None and not model.steps:
-        model.processes.clear()  # nothing of the run is kept
-    return model
 
 
 def _gather(
@@ -187,16 +233,16 @@ def _choose(by_preset: dict[str, list], presets: tuple[Preset, ...]) -> str:
 
 def _own_steps(by_preset: dict[str, list[tuple[str, int, int]]], preset: str) -> list[tuple[int, int, int]]:
     """A process's steps from its markers: torch's numbered ProfilerStep#N first, then the steps
-    its files' names give (the files of one step joined), else the preset's."""
+    its spans' args give (each from its first span to its last), then those its files' names give
+    (the files of one step joined), else the preset's."""
     torch = sorted((int(n), a, b) for n, a, b in by_preset.get(TORCH_STEPS, ()))
     if torch:  # each ProfilerStep#N row is a step (two captures of one process may both hold #1)
         return torch
-    spans: dict[int, tuple[int, int]] = {}
-    for n, a, b in by_preset.get(NAMED_STEPS, ()):  # the files a name calls step S are step S
-        lo, hi = spans.get(int(n), (a, b))
-        spans[int(n)] = (min(lo, a), max(hi, b))
-    if spans:
-        return [(n, a, b) for n, (a, b) in sorted(spans.items())]
+    for source in (FRAMEWORK_STEPS, NAMED_STEPS):  # the files a name calls step S are step S
+        if by_preset.get(source):
+            return numbered(by_preset[source])
+    if not preset:
+        return []
     found = sorted((a, b) for _, a, b in by_preset.get(preset, ()))
     return [(n, a, b) for n, (a, b) in enumerate(_outermost(found))]
 
@@ -210,25 +256,59 @@ def _outermost(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def _job_steps(per_process: list[list[tuple[int, int, int]]]) -> list[tuple[int, int, int]]:
-    spans: dict[int, tuple[int, int]] = {}
-    for steps in per_process:
+def _job_steps(
+    per_process: dict[Identity, list[tuple[int, int, int]]], unaligned: frozenset[Identity]
+) -> list[tuple[int, int, int]]:
+    """Each step from its first start to its last end over the processes that have it: the
+    aligned ones (an unaligned process's clock may be days off), the unaligned where no aligned
+    process has the step."""
+    spans: dict[int, tuple[int, int, bool]] = {}
+    for ident, steps in per_process.items():
+        off = ident in unaligned
         for n, a, b in steps:
-            lo, hi = spans.get(n, (a, b))
-            spans[n] = (min(lo, a), max(hi, b))
-    return [(n, a, b) for n, (a, b) in sorted(spans.items())]
+            lo, hi, was_off = spans.get(n, (a, b, off))
+            if was_off and not off:
+                lo, hi = a, b
+            elif off and not was_off:
+                continue
+            spans[n] = (min(lo, a), max(hi, b), was_off and off)
+    return [(n, a, b) for n, (a, b, _) in sorted(spans.items())]
+
+
+def _by_time(job: list[tuple[int, int, int]], occurrences: list[Occurrence]) -> list[tuple[int, int, int]]:
+    """A process no step marker numbers a step of: the job's steps, when they hold most of its
+    phases' time; else a step starts at each start of the phase it runs first, numbered on from
+    the job's first step (a trainer whose only numbered neighbours are rollout workers running
+    ahead of it, as asynchronous RL does: their steps are no measure of its own)."""
+    if job:
+        union = merged([(a, b) for _, a, b in job])
+        busy = sum(o.end - o.start for o in occurrences)
+        if 2 * sum(covered(union, o.start, o.end) for o in occurrences) >= busy:
+            return job
+    first = min((n for n, _, _ in job), default=0)
+    return [(first + n, a, b) for n, a, b in _cycle_steps(occurrences)]
 
 
 def _cycle_steps(occurrences: list[Occurrence]) -> list[tuple[int, int, int]]:
     """No step marker anywhere: a step starts at each start of the phase the process runs first."""
+    if not occurrences:
+        return []
     first = occurrences[0].phase
     starts = [o.start for o in occurrences if o.phase == first]
     end = max(o.end for o in occurrences)
     return [(n, a, starts[n + 1] if n + 1 < len(starts) else end) for n, a in enumerate(starts)]
 
 
-def _account(proc: ProcessPhases, windows: list[tuple[int, int, int]]) -> None:
-    """Split each step window between the innermost running phase and idle time.
+def _named_spans(by_preset: dict[str, list[tuple[str, int, int]]]) -> dict[tuple[int, int], int]:
+    """The spans whose args name their step: (start, end) -> step."""
+    return {(a, b): int(n) for n, a, b in by_preset.get(FRAMEWORK_STEPS, ())}
+
+
+def _account(
+    proc: ProcessPhases, windows: list[tuple[int, int, int]], named: dict[tuple[int, int], int] | None = None
+) -> None:
+    """Split each step window between the innermost running phase and idle time. A phase's step
+    is the one its args name (``named``), else the one its start falls in.
 
     A sweep over the window's boundaries with a heap of the running phases, innermost (latest
     started, then shortest) on top: O(n log n) in the phases, however many steps there are.
@@ -241,6 +321,8 @@ def _account(proc: ProcessPhases, windows: list[tuple[int, int, int]]) -> None:
     for o in occurrences:
         k = bisect.bisect_right(window_starts, o.start) - 1
         o.step = by_start[k][0] if k >= 0 and o.start < by_start[k][2] else None
+        if named:
+            o.step = named.get((o.start, o.end), o.step)
     for n, a, b in windows:
         step = Step(n, a, b)
         lo_index = bisect.bisect_left(starts, a - longest)

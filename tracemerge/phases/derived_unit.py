@@ -14,7 +14,9 @@ from tracemerge.clock.unaligned import unaligned
 from tracemerge.core.errors import FatalError
 from tracemerge.core.model import UNIX_EPOCH, Identity
 from tracemerge.naming.paths import role_sort_key
+from tracemerge.phases.derivation import derive
 from tracemerge.phases.model import PhaseModel
+from tracemerge.phases.rules import PhaseOptions
 from tracemerge.phases.tracks import events as phase_events
 from tracemerge.phases.tracks import scalar_series, track_infos
 from tracemerge.plan.types import (
@@ -56,6 +58,18 @@ def derived_scan(model: PhaseModel, sequence_id: int, chunk: Path, wall_clock: b
     )
 
 
+def derive_run(
+    scans: list[FileScan], alignment: Alignment, options: PhaseOptions, keep: Callable[[Identity], bool] | None
+) -> PhaseModel:
+    """The phase model of a run placed by ``alignment`` (:func:`tracemerge.phases.derive`), with
+    what :func:`note_run` says beside it; the processes placed without clock evidence are left out
+    of the figures measured across processes."""
+    off = frozenset(i for i in unaligned(scans, alignment) if keep is None or keep(i))
+    model = derive(scans, alignment.offsets, options.presets, options.steps, keep, options.keep_warmup, off)
+    note_run(model, scans, alignment, keep)
+    return model
+
+
 def note_run(
     model: PhaseModel, scans: list[FileScan], alignment: Alignment, keep: Callable[[Identity], bool] | None
 ) -> None:
@@ -74,6 +88,7 @@ def note_run(
                 a, b = spans.get(ident, (lo, hi))
                 spans[ident] = (min(a, lo), max(b, hi))
     model.active = {i: b - a for i, (a, b) in spans.items()}
+    model.recorded = spans
     if spans:
         model.span = (min(a for a, _ in spans.values()), max(b for _, b in spans.values()))
 

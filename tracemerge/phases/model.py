@@ -72,6 +72,15 @@ class StepScalars(msgspec.Struct):
     dropped: Losses = field(default_factory=Losses)
 
 
+class StepKind(msgspec.Struct, frozen=True):
+    """What a job step is, for the means (:mod:`tracemerge.phases.step_counting`)."""
+
+    partial: bool  # no process did real work in it
+    warmup: bool  # the run's first step
+    counted: bool  # in means and gates: not partial, and not the warm-up unless it is kept
+    period: int | None  # the next step's start minus this one's (None for the last)
+
+
 class PhaseModel(msgspec.Struct):
     preset: str  # the presets used, as the processes chose them ("" when no phase was found)
     processes: dict[Identity, ProcessPhases]
@@ -85,12 +94,19 @@ class PhaseModel(msgspec.Struct):
     unaligned: dict[Identity, list[str]] = field(default_factory=dict)
     span: tuple[int, int] | None = None  # the run's first and last event (aligned)
     active: dict[Identity, int] = field(default_factory=dict)  # per process: first to last event
+    recorded: dict[Identity, tuple[int, int]] = field(default_factory=dict)  # its first and last event
     # Per process with device activity, per step: its device time (tracemerge.analysis.device_time).
     breakdown: dict[Identity, list[tuple[int, Breakdown]]] = field(default_factory=dict)
     # Per process with device activity and no steps: its device time over its whole profiled time.
     whole: dict[Identity, Breakdown] = field(default_factory=dict)
     # Per job step, in step order: its critical path across roles and ranks (tracemerge.analysis.critical_path).
     critical_path: list[Segment] = field(default_factory=list)
+    kinds: dict[int, StepKind] = field(default_factory=dict)  # of the job steps, by step
+
+    def counted(self, step: int) -> bool:
+        """Whether a mean over steps counts ``step`` (one not classified is)."""
+        kind = self.kinds.get(step)
+        return kind is None or kind.counted
 
     @property
     def empty(self) -> bool:

@@ -26,7 +26,9 @@ from tracemerge.core.tomlfile import read_toml
 from tracemerge.evidence.anchors import phase_tag, preset_sync_tag, step_tag
 
 MSTX = "mstx"  # Ascend MSTX ranges: phases named after the range (noted by the Ascend readers)
-TORCH_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+# Spans that are one numbered step each: torch's ``ProfilerStep#N`` rows, and a step annotated
+# with its number (``record_function(f"step{n}")``, verl's ``step<S>`` as a span's name).
+TORCH_STEP = re.compile(r"^(?:ProfilerStep#|step_?)(\d+)$")
 # Numbered steps: torch's ProfilerStep#N rows, then the step a file's name gives (verl's
 # ``step<S>``, a discrete-mode stage's phase noted under the verl preset): both before the
 # presets' unnumbered step spans.
@@ -145,6 +147,8 @@ class PhaseOptions(msgspec.Struct, frozen=True):
 
     presets: tuple[Preset, ...] = tuple(PRESETS.values())
     steps: frozenset[int] | None = None
+    # The first (warm-up) step counted in means and gates as the others are (--keep-warmup).
+    keep_warmup: bool = False
 
 
 AUTO_PHASES = PhaseOptions()

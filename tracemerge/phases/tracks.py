@@ -19,13 +19,13 @@ import msgspec
 from msgspec import field
 
 from tracemerge.analysis.device_time import worst
-from tracemerge.analysis.holdups import FOREVER, Holdup, order_key
-from tracemerge.core.model import Event, Identity, Kind, ThreadInfo
+from tracemerge.analysis.holdups import FOREVER, SLOWER_PHASE, Holdup, order_key
+from tracemerge.core.model import GROUP_HEADER, Event, Identity, Kind, ThreadInfo
 from tracemerge.phases.model import IDLE, PhaseModel, PipelineSlice
 
 PIPELINE = Identity("", None, "Pipeline")  # the top-level group: job steps and per-role phases
 PHASES_THREAD: tuple = ("phases",)
-STEPS_THREAD: tuple = ("steps",)
+STEPS_THREAD: tuple = GROUP_HEADER  # on the Pipeline's own track: a collapsed Pipeline shows the steps
 CRITICAL_THREAD: tuple = ("critical path",)
 SCALARS_THREAD: tuple = ("scalars",)
 UNALIGNED_THREAD: tuple = ("unaligned",)
@@ -148,10 +148,24 @@ def _step_events(model: PhaseModel) -> Iterator[Event]:
     for k, (step, a, b) in enumerate(ordered):
         drawn = min(b, ordered[k + 1][1]) if k + 1 < len(ordered) else b
         scalars = model.scalars.get(step, {})
-        args = {"step": step, **step_args(model.holdups.get(step), b - a, b - drawn), **scalars}
+        args = {"step": step, **step_args(model.holdups.get(step), b - a, b - drawn), **_kind_args(model, step)}
+        args.update(scalars)
         yield Event(Kind.SLICE, a, STEPS_THREAD, f"step {step}", STEP_CAT, drawn - a, args, PIPELINE)
         for name, value in scalars.items():
             yield Event(Kind.COUNTER, a, SCALARS_THREAD, name, STEP_CAT, value=value, origin=PIPELINE)
+
+
+def _kind_args(model: PhaseModel, step: int) -> dict:
+    """A step's period (to the next step's start), and whether it is the warm-up or partial
+    (left out of the means: :mod:`tracemerge.phases.step_counting`)."""
+    kind = model.kinds.get(step)
+    if kind is None:
+        return {}
+    args: dict = {}
+    if kind.period is not None:
+        args.update({"period": brief(kind.period), "period_ns": kind.period})
+    args.update({flag: True for flag, on in (("warm-up", kind.warmup), ("partial", kind.partial)) if on})
+    return args
 
 
 def _critical_events(model: PhaseModel) -> Iterator[Event]:
@@ -183,7 +197,10 @@ def step_args(held: Holdup | None, wall: int, overlap: int) -> dict:
         args.update({"overlaps next step by": brief(overlap), "overlap_ns": overlap})
     if held is None:
         return args
-    args.update({"critical": who(held.critical, held.phase), "waited on it": brief(held.waited)})
+    slower = held.cause in ("", SLOWER_PHASE)  # else its phase is not what held the step up
+    args.update({"critical": who(held.critical, held.phase if slower else None), "waited on it": brief(held.waited)})
+    if held.cause:  # how the critical process held it up (see tracemerge.analysis.holdups)
+        args["how"] = f"{held.cause} {brief(held.cause_ns)}"
     if held.start_skew:  # else all started at once: nobody is late
         args["late"] = who(held.late)
     args.update({"start skew": brief(held.start_skew), "end skew": brief(held.end_skew)})

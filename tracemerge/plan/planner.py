@@ -61,7 +61,9 @@ def make_plan(
     counters = _counter_tracks(scans, processes, wide)
     planned = {t.uuid: t for t in threads.values()}
     lanes = _planned_lanes(scans, threads, salts, wide)
-    uuids = [p.uuid for p in processes.values()] + list(planned) + [c.uuid for c in counters.values()]
+    # (a group's row on its own track shares the group's uuid: tracemerge.core.model.GROUP_HEADER)
+    uuids = [p.uuid for p in processes.values()] + [u for u, t in planned.items() if u != t.process_uuid]
+    uuids += [c.uuid for c in counters.values()]
     uuids += lanes.values()
     if len(set(uuids)) < len(uuids) or len(planned) < len(threads):
         raise IdCollision("two tracks share a uuid")

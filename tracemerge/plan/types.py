@@ -18,7 +18,7 @@ import msgspec
 from msgspec import field
 
 from tracemerge.clock import Alignment
-from tracemerge.core.model import ClockDomain, Identity, OriginKey, SourceData, ThreadInfo, ThreadKey
+from tracemerge.core.model import GROUP_HEADER, ClockDomain, Identity, OriginKey, SourceData, ThreadInfo, ThreadKey
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.naming.paths import PathFacts, role_sort_key
 from tracemerge.report.run_report import EventCounts
@@ -214,6 +214,8 @@ def process_uuid(ident: Identity, wide: bool = False) -> int:
 
 
 def thread_uuid(ident: Identity, key: ThreadKey, salt: str = "", wide: bool = False) -> int:
+    if key == GROUP_HEADER and is_first(ident):  # the group's own track: what it shows collapsed
+        return process_uuid(ident, wide)
     return track_id(wide, "thread", process_uuid(ident, wide), key, salt)
 
 

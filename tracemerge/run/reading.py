@@ -27,8 +27,8 @@ from tracemerge.discovery.archives import Unpacked, is_archive, unpack
 from tracemerge.discovery.discover import Candidate
 from tracemerge.discovery.same_content import read_once
 from tracemerge.metrics_map import MetricsMap
-from tracemerge.phases import PhaseModel, StepScalars, attach_scalars, derive
-from tracemerge.phases.derived_unit import derived_scan, note_run
+from tracemerge.phases import PhaseModel, StepScalars, attach_scalars
+from tracemerge.phases.derived_unit import derive_run, derived_scan
 from tracemerge.phases.rules import PhaseOptions
 from tracemerge.plan.planner import make_plan
 from tracemerge.plan.types import FileScan, IdCollision, MergePlan, identity_sort_key
@@ -286,8 +286,7 @@ def _plan(
         alignment = align(scans, asked.clocks, identity_sort_key)
     alignment.offsets.update({s.path: 0 for s in scans if s.path not in alignment.offsets})
     keep = process_filter(asked.selection, scans)
-    model = derive(scans, alignment.offsets, asked.phase_rules.presets, asked.phase_rules.steps, keep)
-    note_run(model, scans, alignment, keep)
+    model = derive_run(scans, alignment, asked.phase_rules, keep)
     scalars_dropped = Losses()
     for f in scalars:
         scalars_dropped.update(f.dropped)

@@ -112,6 +112,8 @@ def _write_threads(out: BinaryIO, plan: MergePlan, lanes: list[ThreadTrack], on:
     """A descriptor per thread track, then per overlap lane (placed by whether its track is a thread)."""
     as_thread = {thread.uuid for thread in plan.threads if thread.as_thread}
     for thread in plan.threads:
+        if thread.uuid == thread.process_uuid:
+            continue  # a group's row on the group's own track (GROUP_HEADER): described with the group
         pkt = _descriptor(thread.uuid, thread.process_uuid, on.get(thread.process_uuid, 0))
         td = pkt.track_descriptor
         td.sibling_order_rank = thread.order  # the thread's place in its process (v57+)

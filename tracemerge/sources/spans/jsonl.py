@@ -28,7 +28,7 @@ import msgspec
 from tracemerge.core.model import ClockDomain, Event, Kind, SourceData, ThreadInfo, as_rank, rank_unreadable
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.core.units import FLOAT_EXACT_LIMIT_US, checked_ns, plain_json, seconds_to_ns, us_to_ns
-from tracemerge.evidence.anchors import session_tag
+from tracemerge.evidence.anchors import FRAMEWORK_STEPS, STEP_ARGS, framework_step, session_tag, step_tag
 from tracemerge.sources.base import SourceFormat, read_bytes
 from tracemerge.sources.chrome.events import ChromeEvents
 from tracemerge.sources.chrome.files import JsonLines, first_json_object, opens_chrome_trace
@@ -119,8 +119,10 @@ def _add_line(
             ev = _EXACT.decode(line)
             chrome.add(ev, origin)
         args = obj.get("args")
-        if type(args) is dict and "session_id" in args and ev.ph == "X":
-            _note_session(args["session_id"], ev, origin, layout)
+        if type(args) is dict and ev.ph == "X":
+            if "session_id" in args:
+                _note_session(args["session_id"], ev, origin, layout)
+            _note_step(framework_step(tuple(args.get(key) for key in STEP_ARGS)), ev, origin, layout)
     elif _is_span_line(obj):
         _add_span(obj, line, layout, span_threads, dropped)
     else:
@@ -134,6 +136,9 @@ class _OriginArgs(msgspec.Struct, gc=False):
     rank: Any = None
     name: Any = None
     session_id: Any = msgspec.UNSET
+    global_step: Any = None  # the framework's step (tracemerge.evidence.anchors.STEP_ARGS)
+    step: Any = None
+    version: Any = None
 
 
 class _LineView(msgspec.Struct, gc=False):
@@ -172,8 +177,11 @@ def _add_block(block: list[tuple[int, bytes]], chrome: ChromeEvents, layout: Fil
         n = sum(1 for _ in run)
         chrome.add_batch(events[at : at + n], origin, plain_text=plain, bind_ids=binds)
         for view, ev in zip(views[at : at + n], events[at : at + n], strict=True):
-            if view.args is not None and view.args.session_id is not msgspec.UNSET and ev.ph == "X":
-                _note_session(view.args.session_id, ev, origin, layout)
+            args = view.args
+            if args is not None and ev.ph == "X":
+                if args.session_id is not msgspec.UNSET:
+                    _note_session(args.session_id, ev, origin, layout)
+                _note_step(framework_step((args.global_step, args.step, args.version)), ev, origin, layout)
         at += n
     return True
 
@@ -196,6 +204,17 @@ def _note_session(session_id: Any, ev: Any, origin: tuple, layout: FileLayout) -
     except (ValueError, TypeError):
         return  # the span itself is counted as unreadable by the event reader
     layout.mark(session_tag(session_id, str(ev.name)), origin, (ev.pid, ev.tid), start, start + dur)
+
+
+def _note_step(step: int | None, ev: Any, origin: tuple, layout: FileLayout) -> None:
+    """A span the framework says belongs to ``step``: the phases count the step by it."""
+    if step is None:
+        return
+    try:
+        start, dur = us_to_ns(ev.ts), us_to_ns(ev.dur)
+    except (ValueError, TypeError):
+        return  # the span itself is counted as unreadable by the event reader
+    layout.mark(step_tag(FRAMEWORK_STEPS, str(step)), origin, (ev.pid, ev.tid), start, start + dur)
 
 
 def _chrome_origin(obj: dict, pid_origin: dict) -> tuple[str | None, int | None]:
@@ -262,6 +281,9 @@ def _add_span(obj: dict, line: bytes, layout: FileLayout, threads: dict, dropped
     cat = cat if type(cat) is str else str(cat)
     kind = Kind.INSTANT if end is None else Kind.SLICE
     layout.add_event(Event(kind, start, key, obj["name"], cat, 0 if end is None else end - start, args, origin))
+    step = framework_step(tuple(args.get(k) for k in STEP_ARGS)) if args is not None and end is not None else None
+    if step is not None:  # a span the framework says belongs to that step
+        layout.mark(step_tag(FRAMEWORK_STEPS, str(step)), origin, key, start, end)
 
 
 def _span_times(line: bytes) -> tuple[int, int | None]:
