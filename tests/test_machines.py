@@ -135,9 +135,12 @@ def test_four_ranks_on_two_hosts_by_their_own_metadata(tmp_path: Path) -> None:
     """clock/gloo: four ranks whose Kineto metadata names two hosts, two ranks each."""
     out = tmp_path / "merged.pftrace"
     merge([FIXTURES / "clock" / "gloo"], out)
-    [processes] = query(
-        out, "select p.name, m.raw_id from process p join machine m on p.machine_id = m.id where p.name is not null"
+    processes, problems = query(
+        out,
+        "select p.name, m.raw_id from process p join machine m on p.machine_id = m.id where p.name is not null",
+        "select name, value from stats where severity in ('error', 'data_loss') and value > 0",
     )
+    assert problems == []
     assert sorted((p["name"], p["raw_id"]) for p in processes) == [
         ("rank 0", 1),
         ("rank 1", 1),
