@@ -236,3 +236,20 @@ def test_a_member_that_cannot_be_written_costs_that_member(tmp_path: Path) -> No
     report = merge([write_tar(tmp_path / "run.tar", files)], tmp_path / "merged.pftrace")
     assert [s.split("run.tar:", 1)[1] for s in report.skipped] == ["a/b.json: cannot be written: File exists"]
     assert report.written.slices == 970
+
+
+def test_a_ring_of_pins(tmp_path: Path) -> None:
+    """Each file pinned to the other: the first by name is placed as if it were not, the other by
+    its pin against it."""
+    files = members()
+    body = {
+        "version": 1,
+        "files": [
+            {"path": NODE_A, "clocks": {"sync_to": {"file": NODE_B}, "offset_ns": 7}},
+            {"path": NODE_B, "clocks": {"sync_to": {"file": NODE_A}, "offset_ns": 5}},
+        ],
+    }
+    files["perfetto_manifest.json"] = json.dumps({"perfetto_manifest": body}).encode()
+    report = merge([write_tar(tmp_path / "run.tar", files)], tmp_path / "merged.pftrace")
+    placed = {Path(a["file"]).name: (a["method"], a["offset_ns"]) for a in report.alignment}
+    assert placed == {NODE_A: ("reference", 0), NODE_B: ("manual", 5)}

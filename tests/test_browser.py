@@ -216,3 +216,27 @@ def test_nsys_flows_reach_the_ui(tmp_path: Path, ext: str) -> None:
     _check_first_screen(out, labels, result)
     assert report.written.flows == 48
     assert re.search(r"drawn_flows\s+48\b", result["query"]), result["query"]
+
+
+def test_two_hosts_open_with_each_process_on_its_machine(tmp_path: Path) -> None:
+    """Two hosts as Perfetto machines: the v52 UI lists every process, draws each long-running one,
+    and titles a process on a machine of its own with that machine."""
+    out = tmp_path / "two_hosts.pftrace"
+    report = merge([FIXTURES / "machines" / "two_hosts"], out)
+    labels = [p.label for p in report.processes]
+    result = _show(out, [*labels, "Pipeline"], ["actor · rank 1"])
+    assert result["overview"] >= MIN_INK
+    rows = {label: [r for r in result["rows"] if r["title"].startswith(label + " ")] for label in labels}
+    assert all(len(found) == 1 for found in rows.values()), result["rows"]
+    # v52 titles a process "<name> <pid>", and " (machine N)" after it on a machine of its own.
+    pid = {p.label: n for n, p in enumerate(report.processes, 2)}
+    assert {label: found[0]["title"] for label, found in rows.items()} == {
+        "reward · rank 0": f"reward · rank 0 {pid['reward · rank 0']}",
+        "reward · rank 1": f"reward · rank 1 {pid['reward · rank 1']}",
+        "actor · rank 0": f"actor · rank 0 {pid['actor · rank 0']} (machine 1)",
+        "actor · rank 1": f"actor · rank 1 {pid['actor · rank 1']} (machine 2)",
+    }
+    for label in _long_running(out):
+        assert rows[label][0]["ink"] >= MIN_INK, (label, result["rows"])
+    # The derived Phases track of a process on a machine of its own is drawn there too.
+    assert result["expanded"]["actor · rank 1"][0] == f"Phases {pid['actor · rank 1']}"

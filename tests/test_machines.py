@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from builders import kineto
+from builders import EPOCH_US, kineto
 from conftest import FIXTURES, unavailable
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
 from readback import read_pftrace
@@ -135,9 +135,12 @@ def test_four_ranks_on_two_hosts_by_their_own_metadata(tmp_path: Path) -> None:
     """clock/gloo: four ranks whose Kineto metadata names two hosts, two ranks each."""
     out = tmp_path / "merged.pftrace"
     merge([FIXTURES / "clock" / "gloo"], out)
-    [processes] = query(
-        out, "select p.name, m.raw_id from process p join machine m on p.machine_id = m.id where p.name is not null"
+    processes, problems = query(
+        out,
+        "select p.name, m.raw_id from process p join machine m on p.machine_id = m.id where p.name is not null",
+        "select name, value from stats where severity in ('error', 'data_loss') and value > 0",
     )
+    assert problems == []
     assert sorted((p["name"], p["raw_id"]) for p in processes) == [
         ("rank 0", 1),
         ("rank 1", 1),
@@ -264,3 +267,25 @@ def test_check_shows_each_process_on_its_machine(two_hosts) -> None:
     lines = format_check(result).splitlines()
     assert lines[1].split() == ["pid", "process", "machine", "tracks", "slices", "counters", "flows"]
     assert lines[5].split()[1:6] == ["actor", "·", "rank", "0", "machine"]
+
+
+def test_a_process_whose_files_name_two_hosts_is_on_no_machine(tmp_path: Path) -> None:
+    for name, rank, host, t0 in (
+        ("rank0-a", 0, "gpu-a", 0),
+        ("rank0-b", 0, "gpu-b", 10_000),  # later in the run, on another host
+        ("rank1", 1, "gpu-c", 0),
+        ("rank2", 2, "gpu-d", 0),
+    ):
+        path = kineto(tmp_path / "run" / f"{name}.pt.trace.json", rank=rank, t0_us=EPOCH_US + t0)
+        top = json.loads(path.read_text())
+        top["host_name"] = host
+        path.write_text(json.dumps(top))
+    out = tmp_path / "merged.pftrace"
+    report = merge([tmp_path / "run"], out)
+    assert [n for n in report.notes if "machine" in n] == [
+        "hosts as Perfetto machines: gpu-c (machine 1): rank 1; gpu-d (machine 2): rank 2",
+        "rank 0: its files name hosts gpu-a and gpu-b; on no machine",
+    ]
+    [processes] = query(out, "select p.name, p.machine_id from process p where p.name like 'rank %'")
+    on_a_machine = {p["name"]: p["machine_id"] is not None for p in processes}
+    assert on_a_machine == {"rank 0": False, "rank 1": True, "rank 2": True}

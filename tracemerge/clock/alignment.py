@@ -81,10 +81,12 @@ def align(scans: list[HasClock], options: AlignOptions, order: Callable[[Identit
         return _finish(usable, sources, all(s.clock.anchored for s in usable))
 
     pins = {pin.path: pin for pin in options.pinned}
-    held = [s for s in usable if s.path in pins]  # placed by their manifest alone, after the rest
-    if len(held) == len(usable):
-        held = []
-    groups = _groups([s for s in usable if s not in held], options)
+    # Files placed by their manifest alone, after the rest; when every file is (a ring of pins),
+    # the first by name is placed as if it were not.
+    held = sorted((s for s in usable if s.path in pins), key=lambda s: str(s.path))
+    held = held[1:] if len(held) == len(usable) else held
+    free = {s.path for s in usable} - {s.path for s in held}
+    groups = _groups([s for s in usable if s.path in free], options)
     placed: list[_Group] = []
     reference = _place_reference_and_manual(groups, placed, sources, order)
     # Epoch clocks first, from evidence between epoch clocks only: an epoch clock is an anchor of
