@@ -199,3 +199,17 @@ def test_an_ascend_string_that_is_not_utf8_is_read_with_a_replacement_character(
     names = [s.name for s in read_pftrace(tmp_path / "out.pftrace").slices]
     assert "MatMul\ufffdV2" in names and value not in names
     assert report.as_dict()["stats"]["db_text_not_utf8"]["count"] == 1
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf")])
+def test_an_infinite_time_in_an_ascend_db_costs_that_event(tmp_path: Path, value: float) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "ascend" / "db", run)
+    [db] = run.rglob("*.db")
+    with sqlite3.connect(db) as con:
+        con.execute("update TASK set startNs = ? where rowid = (select min(rowid) from TASK)", (value,))
+    con.close()
+    before = merge([FIXTURES / "ascend" / "db"], tmp_path / "before.pftrace")
+    report = merge([run], tmp_path / "out.pftrace")
+    assert report.skipped == [] and report.written.slices == before.written.slices - 1
+    assert report.as_dict()["stats"]["event_time_unreadable"]["count"] == 1

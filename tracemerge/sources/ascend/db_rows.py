@@ -76,7 +76,7 @@ class DbRows:
     ) -> Event | None:
         try:
             start, end = checked_ns(int(start)), checked_ns(int(end))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite REAL
             self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, f"{what} row with unreadable times")
             return None
         if end < start:
@@ -89,7 +89,7 @@ class DbRows:
     def _instant(self, key: ThreadKey, ts: Any, name: str, cat: str, args: dict | None, what: str) -> None:
         try:
             ts = checked_ns(int(ts))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite REAL
             self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, f"{what} row with unreadable times")
             return
         self.emit(Event(Kind.INSTANT, ts, key, name, cat, 0, args))

@@ -17,7 +17,10 @@ The host is ``TARGET_INFO_SYSTEM_ENV``'s ``Hostname``. The host tables are read 
 rows of the other event tables are counted here by table. A report (``.nsys-rep``) is exported
 by ``nsys`` when it is on PATH, into a private temporary folder removed afterwards; without
 ``nsys`` it is named with the command that exports it (:data:`tracemerge.naming.paths.NEEDS_EXPORT`);
-beside its own export (``X.sqlite`` next to ``X.nsys-rep``) it is read through that export.
+beside its own export (``X.sqlite``, or the JSON-lines ``X.jsonl``, next to ``X.nsys-rep``) it is
+read through that export. :func:`read_rows` reads an export's tables from an SQLite database: the
+export itself, a report's export, or the rows of a JSON-lines export
+(:mod:`tracemerge.sources.nsys.jsonl`).
 
 Every query names only this package's own table and column constants, once the export is seen to
 have them: nothing read from the file becomes SQL.
@@ -127,7 +130,7 @@ def read(path: Path, layout: FileLayout) -> SourceData:
         return read_rows(path, path, layout)
     beside = export_beside(path)
     if beside is not None:
-        raise NotATrace(path, f"read through its SQLite export beside it, {shown(beside.name)}")
+        raise NotATrace(path, f"read through its export beside it, {shown(beside.name)}")
     with _exported(path, layout.store.directory) as db:
         return read_rows(path, db, layout)
 
