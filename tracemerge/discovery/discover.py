@@ -10,7 +10,14 @@ import msgspec
 from msgspec.structs import replace
 
 from tracemerge.core.errors import FatalError, InputError, shown
-from tracemerge.naming.paths import PathFacts, generic_facts, join_frontends, needs_export, path_facts
+from tracemerge.naming.paths import (
+    PathFacts,
+    generic_facts,
+    join_frontends,
+    needs_export,
+    path_facts,
+    tell_apart,
+)
 from tracemerge.sources import FORMATS, SourceFormat, read_head
 
 
@@ -62,6 +69,8 @@ def discover(inputs: list[Path]) -> Discovery:
         else:
             raise FatalError(f"{shown(given)}: no such file or directory")
     joined = join_frontends({c.path: c.facts for c in candidates})
+    # Ascend runs are read by their run folders (their own layout): only other files are "of no layout".
+    joined |= tell_apart({c.path: joined[c.path] for c in candidates if c.format.hints is None})
     candidates = [replace(c, facts=joined[c.path]) for c in candidates]
     return Discovery(candidates, skipped, ignored, notes, used)
 

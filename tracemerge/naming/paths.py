@@ -12,6 +12,7 @@ they must become.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -62,6 +63,10 @@ class PathFacts(msgspec.Struct, frozen=True):
     host: str | None = None  # the host the name gives
     pid: int | None = None  # the OS process id the name gives
     action: int | None = None  # a profiled action's id (a verl nsys report of discrete mode)
+    # A file of no known layout, among such files in several folders (other jobs' maybe): its
+    # process is told apart by the OS process and host the file states, else by this (its name,
+    # or as much of its path as tells it from the others'). None: the rank alone names it.
+    apart: str | None = None
 
     @property
     def stage_role(self) -> str | None:
@@ -254,6 +259,36 @@ def join_frontends(facts: dict[Path, PathFacts]) -> dict[Path, PathFacts]:
     return out
 
 
+def tell_apart(facts: dict[Path, PathFacts]) -> dict[Path, PathFacts]:
+    """Files of no known layout and no role, found in several folders, may be of several jobs:
+    two rank-0 traces there are one process only when they say they are (the same OS process on
+    the same host). Each gets ``apart``, what names its process when the file says nothing of its
+    own: its name, or its path's last parts where names repeat (never a folder alone)."""
+    generic = [path for path, f in facts.items() if _of_no_layout(f)]
+    if len({path.parent for path in generic}) < 2:
+        return facts
+    tails = _distinct_tails(generic)
+    return {path: replace(f, apart=tails[path]) if path in tails else f for path, f in facts.items()}
+
+
+def _of_no_layout(f: PathFacts) -> bool:
+    return not f.convention and f.role is None and f.label is None and not f.names_win
+
+
+def _distinct_tails(paths: list[Path]) -> dict[Path, str]:
+    """Each path's shortest tail (its name, then with the folders above it) no other path shares."""
+    out: dict[Path, str] = {}
+    left, n = list(paths), 1
+    while left:
+        tails = {path: Path(*path.parts[-n:]) for path in paths}
+        count = Counter(tails.values())
+        for path in left:
+            if count[tails[path]] == 1 or n >= len(path.parts):
+                out[path] = tails[path].as_posix()
+        left, n = [path for path in left if path not in out], n + 1
+    return out
+
+
 def _replica_key(path: Path, f: PathFacts) -> tuple[Path, str | None, int | None]:
     """The files of one replica: its engine folder, or (relocated into save_path) its number."""
     if read_engine_folder(path.parent.name) is not None:
@@ -342,9 +377,6 @@ def _dirs_below(path: Path, root: Path) -> list[str]:
 def _role_from_path(dirs: list[str], filename: str) -> str | None:
     for part in reversed(dirs):
         if part.lower() in ROLE_WORDS:
-            return part
-    for part in dirs:
-        if part.lower() not in CONTAINER_DIRS and not _RANK_WORD.search(part) and read_engine_folder(part) is None:
             return part
     prefix = filename.split("_", 1)[0]
     if prefix != filename and prefix.lower() in ROLE_WORDS:

@@ -69,6 +69,7 @@ def read(path: Path, layout: FileLayout) -> SourceData:
         origin_ns=origin,
         rank_hint=_rank(meta.get("distributedInfo")),
         host=host_of(meta.get("host_name", meta.get("hostName")), path.name),
+        pid=reader.own_pid(),
         dropped=reader.dropped,
         metadata_records=reader.metadata_records,
     )
