@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from builders import EPOCH_US, areal_jsonl, kineto
 
 from tracemerge.discovery.discover import discover, path_hints
 from tracemerge.pipeline import merge
+from tracemerge.report.run_report import format_found
 
 
 def found(root: Path) -> dict[str, tuple]:
@@ -120,10 +122,13 @@ def test_rank_zero_of_two_folders_is_told_apart_by_its_os_process(tmp_path: Path
     # OS process its trace states, so two jobs' rank 0 stay apart ...
     kineto(tmp_path / "runs" / "baseline" / "trace.json", rank=0, pid=4242)
     kineto(tmp_path / "runs" / "tuned" / "trace.json", rank=0, pid=5151, names=("c",))
-    assert found(tmp_path / "runs") == {
-        "rank 0 · pid 4242": ("", 0, ["trace.json"]),
-        "rank 0 · pid 5151": ("", 0, ["trace.json"]),
-    }
+    report = merge([tmp_path / "runs"], tmp_path / "runs.pftrace")
+    assert [(p.label, p.role, p.rank, p.files) for p in report.processes] == [
+        ("rank 0 · pid 4242", "", 0, [tmp_path / "runs" / "baseline" / "trace.json"]),
+        ("rank 0 · pid 5151", "", 0, [tmp_path / "runs" / "tuned" / "trace.json"]),
+    ]
+    table = format_found(report).splitlines()[2:]  # the run table: the rank column says which
+    assert [re.split(r"\s{2,}", row)[:2] for row in table] == [["-", "0 · pid 4242"], ["-", "0 · pid 5151"]]
     # ... and two captures of one process (one per step) stay one process.
     kineto(tmp_path / "steps" / "step1" / "rank0.json", pid=4242)
     kineto(tmp_path / "steps" / "step2" / "rank0.json", pid=4242, t0_us=EPOCH_US + 5_000_000)

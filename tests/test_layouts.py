@@ -421,6 +421,23 @@ def test_the_folder_given_speaks_for_its_files() -> None:
     assert (f.role, f.rank, f.phase) == ("actor", 3, "update_actor")
 
 
+def test_an_areal_role_folder_is_one_inside_its_tracer_folder() -> None:
+    found = facts(
+        "trial0/perf_tracer/gen-server/traces-r1.jsonl",  # any name: AReaL's own role folder
+        "trial0/session_tracer/judge/sessions-r0.jsonl",
+        "copied/mystuff/traces-r2.jsonl",  # a folder of the user's: no role
+        "copied/critic/traces-r3.jsonl",  # a role word names its role anywhere
+    )
+    assert [(f.role, f.rank, f.convention) for f in found.values()] == [
+        ("gen-server", 1, "AReaL"),
+        ("judge", 0, "AReaL"),
+        (None, 2, "AReaL"),
+        ("critic", 3, "AReaL"),
+    ]
+    given = Path("/logs/trial0/perf_tracer/gen-server")  # the role folder given itself
+    assert path_facts(given / "traces-r1.jsonl", given).role == "gen-server"
+
+
 def test_folders_of_no_known_layout_name_no_role() -> None:
     found = facts(
         "misc/trace.json",

@@ -106,7 +106,7 @@ def path_facts(path: Path, root: Path) -> PathFacts:
         if m is None:
             continue
         folder_match = None
-        if convention.folder is not None and _speaks(folder, bool(dirs)):
+        if convention.folder is not None and _folder_speaks(convention, path, bool(dirs)):
             folder_match = convention.folder.fullmatch(folder)
         if convention is VERL_RELOCATED:
             rank = int(m.group("rank")) if m.group("rank") else None
@@ -119,6 +119,15 @@ def path_facts(path: Path, root: Path) -> PathFacts:
             groups = {**{k: v for k, v in folder_match.groupdict().items() if v is not None}, **groups}
         return _convention_facts(convention, groups, dirs)
     return generic_facts(dirs, name)
+
+
+def _folder_speaks(convention: Convention, path: Path, below_input: bool) -> bool:
+    """Whether the folder holding a file is the one ``convention`` reads (inside the folders it
+    must lie in, when the convention says)."""
+    folder = path.parent
+    if convention.folder_under:
+        return folder.name.lower() in ROLE_WORDS or folder.parent.name in convention.folder_under
+    return _speaks(folder.name, below_input)
 
 
 def _speaks(folder: str, below_input: bool) -> bool:
