@@ -35,7 +35,7 @@ from msgspec.structs import replace
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from tracemerge.core.errors import FatalError, InputError, shown
-from tracemerge.discovery.discover import Candidate, Discovery, discover, told_apart
+from tracemerge.discovery.discover import Candidate, Discovery, discover
 from tracemerge.run.filework import FileJob, FileOutcome, process_file
 
 # A file's place in a local walk of the inputs: (input index, per directory level below the
@@ -265,8 +265,7 @@ class RayExecutor:
             node = min(same, key=lambda n: (load[n], order.index(n)))
             load[node] += size
             self.placed[path] = _Placed(node, [n for n in same if n != node])
-        # Each node discovered its inputs one by one: files of no layout are told apart over all.
-        candidates = told_apart([cand for _, cand in sorted(cand_of.values(), key=lambda kc: kc[0])])
+        candidates = [cand for _, cand in sorted(cand_of.values(), key=lambda kc: kc[0])]
         return Discovery(candidates, skipped, list(ignored), list(notes), list(used))
 
     def node_of(self, path: Path) -> str:
