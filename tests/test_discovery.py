@@ -153,3 +153,11 @@ def test_a_role_folder_still_names_its_role_beside_folders_of_no_layout(tmp_path
     kineto(tmp_path / "runs" / "misc" / "trace.json", rank=0, pid=5151)
     kineto(tmp_path / "runs" / "old" / "trace.json", rank=0, pid=6161)
     assert sorted(found(tmp_path / "runs")) == ["actor · rank 0", "rank 0 · pid 5151", "rank 0 · pid 6161"]
+
+
+def test_a_told_apart_rank_shows_the_host_its_torch_worker_name_gives(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    kineto(runs / "a" / "node-7_4242.1764590400123.pt.trace.json", rank=0, pid=4242)
+    # HTA's renamed sample: shaped like {host}_{pid}.<time>, but 41 is not the trace's pid
+    kineto(runs / "b" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json", rank=34, pid=1074)
+    assert sorted(found(runs)) == ["rank 0 · node-7 · pid 4242", "rank 34 · pid 1074"]

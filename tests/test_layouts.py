@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tracemerge.naming.apart import tell_apart
 from tracemerge.naming.paths import (
     PathFacts,
     ascend_run_facts,
@@ -14,7 +15,6 @@ from tracemerge.naming.paths import (
     needs_export,
     path_facts,
     role_sort_key,
-    tell_apart,
 )
 
 ROOT = Path("/save")

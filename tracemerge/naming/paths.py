@@ -3,7 +3,8 @@ process that wrote it (role, rank, step, stage, parallel coordinates).
 
 Everything here and in :mod:`tracemerge.naming.conventions` (each framework's name patterns) is data
 read by two small functions: :func:`path_facts` for one path and :func:`join_frontends` for the
-few facts that need the other files of a run. Discovery, the Ascend run reader and the process
+few facts that need the other files of a run (:mod:`tracemerge.naming.apart` the one that files
+of no known layout need). Discovery, the Ascend run reader and the process
 order all use it; no other module lists role words or name patterns. Each convention names the
 framework source it follows; ``tests/test_layouts.py`` holds real file names of each and what
 they must become.
@@ -12,7 +13,6 @@ they must become.
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -268,36 +268,6 @@ def join_frontends(facts: dict[Path, PathFacts]) -> dict[Path, PathFacts]:
     return out
 
 
-def tell_apart(facts: dict[Path, PathFacts]) -> dict[Path, PathFacts]:
-    """Files of no known layout and no role, found in several folders, may be of several jobs:
-    two rank-0 traces there are one process only when they say they are (the same OS process on
-    the same host). Each gets ``apart``, what names its process when the file says nothing of its
-    own: its name, or its path's last parts where names repeat (never a folder alone)."""
-    generic = [path for path, f in facts.items() if _of_no_layout(f)]
-    if len({path.parent for path in generic}) < 2:
-        return facts
-    tails = _distinct_tails(generic)
-    return {path: replace(f, apart=tails[path]) if path in tails else f for path, f in facts.items()}
-
-
-def _of_no_layout(f: PathFacts) -> bool:
-    return not f.convention and f.role is None and f.label is None and not f.names_win
-
-
-def _distinct_tails(paths: list[Path]) -> dict[Path, str]:
-    """Each path's shortest tail (its name, then with the folders above it) no other path shares."""
-    out: dict[Path, str] = {}
-    left, n = list(paths), 1
-    while left:
-        tails = {path: Path(*path.parts[-n:]) for path in paths}
-        count = Counter(tails.values())
-        for path in left:
-            if count[tails[path]] == 1 or n >= len(path.parts):
-                out[path] = tails[path].as_posix()
-        left, n = [path for path in left if path not in out], n + 1
-    return out
-
-
 def _replica_key(path: Path, f: PathFacts) -> tuple[Path, str | None, int | None]:
     """The files of one replica: its engine folder, or (relocated into save_path) its number."""
     if read_engine_folder(path.parent.name) is not None:
@@ -356,16 +326,22 @@ def _names_run(folder: str) -> bool:
 
 # ``{hostname}_{pid}`` then a timestamp: torch's tensorboard_trace_handler files
 # (``{worker}.{time_ns}.pt.trace.json``) and torch_npu run directories (``{worker}_{ts}_ascend_pt``).
-_WORKER_NAME = re.compile(r"^(?P<host>.+)_\d+[._]\d+(?:\.pt\.trace\.json(?:\.gz)?|_ascend_(?:pt|ms))$")
+_WORKER_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)[._]\d+(?:\.pt\.trace\.json(?:\.gz)?|_ascend_(?:pt|ms))$")
 
 
 def host_from_name(name: str) -> str | None:
     """The host a trace file's or run folder's name gives, when it is ``{hostname}_{pid}…`` (and
     no framework's convention reads the name otherwise: slime's ``<target>_rank_<r>.<ms>…``)."""
+    found = worker_from_name(name)
+    return found[0] if found else None
+
+
+def worker_from_name(name: str) -> tuple[str, int] | None:
+    """The host and pid of a ``{hostname}_{pid}…`` name (as :func:`host_from_name` reads it)."""
     found = _WORKER_NAME.match(name)
     if found is None or any(c.file.fullmatch(name) and "host" not in c.file.groupindex for c in CONVENTIONS):
         return None
-    return found.group("host")
+    return found.group("host"), int(found.group("pid"))
 
 
 def needs_export(path: Path) -> str | None:

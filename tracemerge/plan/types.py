@@ -20,7 +20,7 @@ from msgspec import field
 from tracemerge.clock import Alignment
 from tracemerge.core.model import ClockDomain, Identity, OriginKey, SourceData, ThreadInfo, ThreadKey
 from tracemerge.core.stats import Losses, Stat
-from tracemerge.naming.paths import PathFacts, role_sort_key
+from tracemerge.naming.paths import PathFacts, role_sort_key, worker_from_name
 from tracemerge.report.run_report import EventCounts
 
 
@@ -189,6 +189,9 @@ def _own_process(data: SourceData, facts: PathFacts) -> str:
     files of one process (two steps' captures) still meet, two jobs' rank 0 do not."""
     host = data.host or facts.host
     pid = data.pid if data.pid is not None else facts.pid
+    named = worker_from_name(data.path.name)
+    if named is not None and named[0] == host and pid is not None and named[1] != pid:
+        host = None  # a name only shaped like torch's {host}_{pid}: its pid is not the trace's
     return " · ".join([host] * bool(host) + [f"pid {pid}"] * (pid is not None))
 
 
