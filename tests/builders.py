@@ -9,12 +9,15 @@ from pathlib import Path
 EPOCH_US = 1_790_000_000_000_000  # 2026-09, absolute µs
 
 
-def kineto(path: Path, rank: int | None = None, t0_us: int = EPOCH_US, names=("a", "b"), gz: bool = False) -> Path:
-    """A minimal torch<=2.3-style trace: one CPU thread with nested slices, absolute integer µs."""
-    events = [{"ph": "M", "name": "thread_name", "pid": 10, "tid": 11, "args": {"name": "thread 11 (python)"}}]
+def kineto(
+    path: Path, rank: int | None = None, t0_us: int = EPOCH_US, names=("a", "b"), gz: bool = False, pid: int = 10
+) -> Path:
+    """A minimal torch<=2.3-style trace: one CPU thread (of OS process ``pid``) with nested
+    slices, absolute integer µs."""
+    events = [{"ph": "M", "name": "thread_name", "pid": pid, "tid": 11, "args": {"name": "thread 11 (python)"}}]
     for n, name in enumerate(names):
         events.append(
-            {"ph": "X", "cat": "cpu_op", "name": name, "pid": 10, "tid": 11, "ts": t0_us + 100 * n, "dur": 50}
+            {"ph": "X", "cat": "cpu_op", "name": name, "pid": pid, "tid": 11, "ts": t0_us + 100 * n, "dur": 50}
         )
     top: dict = {"schemaVersion": 1, "traceEvents": events}
     if rank is not None:

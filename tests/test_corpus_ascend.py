@@ -167,7 +167,7 @@ def test_every_event_and_row_is_on_its_process_and_track(merged_corpus) -> None:
             db_got[label][(track, ts, dur)] += n
     db_want: dict[str, Counter] = defaultdict(Counter)
     for path in [*dbs, *hand_edited]:
-        label = _label(path.parent.parent) if path in dbs else f"msinsight · {path.name}"
+        label = _label(path.parent.parent) if path in dbs else path.name
         rows, counters = db_expectations(path)
         db_want[label].update(rows)
         want_counters[label] += counters
@@ -186,8 +186,9 @@ def test_every_event_and_row_is_on_its_process_and_track(merged_corpus) -> None:
 def test_one_process_per_rank_and_reported_gaps(merged_corpus) -> None:
     rb, report = merged_corpus
     # the runs of both levels are ranks 0 and 1 (their folders name no role); the hand-edited DB
-    # is in no run folder: the generic reading of its path names it
-    assert sorted(rb.processes.values()) == ["msinsight · msprof_0.db", "rank 0", "rank 1"]
+    # is in no run folder and its folders name no role ("msinsight" is the tool's repository):
+    # it states no rank, so its file names it
+    assert sorted(rb.processes.values()) == ["msprof_0.db", "rank 0", "rank 1"]
     names = rb.thread_names("rank 0")
     for expected in (
         "Python · Thread 3096504",
@@ -198,7 +199,7 @@ def test_one_process_per_rank_and_reported_gaps(merged_corpus) -> None:
         "Overlap · Free",
     ):
         assert expected in names
-    assert "MSTX" in rb.thread_names("msinsight · msprof_0.db")
+    assert "MSTX" in rb.thread_names("msprof_0.db")
     # The 4 Level2 runs hold summaries only; the Level0 exports lost their CANN launches.
     assert len(report.skipped) == 4 and all("summaries only" in s for s in report.skipped)
     # Memory records, which the text export keeps in CSVs too, are counted, not drawn (info).

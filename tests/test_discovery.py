@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from builders import EPOCH_US, areal_jsonl, kineto
 
 from tracemerge.discovery.discover import discover, path_hints
 from tracemerge.pipeline import merge
+from tracemerge.report.run_report import format_found
 
 
 def found(root: Path) -> dict[str, tuple]:
@@ -98,4 +100,64 @@ def test_overlapping_files_of_one_rank_keep_separate_threads(tmp_path: Path) -> 
 def test_file_without_any_rank_gets_a_process_of_its_own(tmp_path: Path) -> None:
     kineto(tmp_path / "runs" / "misc" / "trace.json")
     kineto(tmp_path / "runs" / "misc" / "other.json", names=("c", "d"))
-    assert sorted(found(tmp_path / "runs")) == ["misc · other.json", "misc · trace.json"]
+    # "misc" reads as no role: each process is named by its file alone
+    assert sorted(found(tmp_path / "runs")) == ["other.json", "trace.json"]
+
+
+# A folder names a role only when it reads as one: a folder of no known layout names nothing, and
+# the process is named by what the file says (distributedInfo.rank, else a rank word in its name).
+def test_folders_of_no_known_layout_name_no_process(tmp_path: Path) -> None:
+    kineto(tmp_path / "runs" / "misc" / "trace.json", rank=0)
+    assert found(tmp_path / "runs") == {"rank 0": ("", 0, ["trace.json"])}
+    kineto(tmp_path / "experiments" / "2026-11-30" / "rank0.json")
+    assert found(tmp_path / "experiments") == {"rank 0": ("", 0, ["rank0.json"])}
+    kineto(tmp_path / "my_job" / "profile" / "worker3.pt.trace.json", rank=3)
+    assert found(tmp_path / "my_job") == {"rank 3": ("", 3, ["worker3.pt.trace.json"])}
+    kineto(tmp_path / "my_job2" / "profile" / "worker3.pt.trace.json")  # nothing says a rank
+    assert found(tmp_path / "my_job2") == {"worker3.pt.trace.json": ("", None, ["worker3.pt.trace.json"])}
+
+
+def test_rank_zero_of_two_folders_is_told_apart_by_its_os_process(tmp_path: Path) -> None:
+    # Two folders of files of no layout may be two jobs: a role-less rank is then named with the
+    # OS process its trace states, so two jobs' rank 0 stay apart ...
+    kineto(tmp_path / "runs" / "baseline" / "trace.json", rank=0, pid=4242)
+    kineto(tmp_path / "runs" / "tuned" / "trace.json", rank=0, pid=5151, names=("c",))
+    report = merge([tmp_path / "runs"], tmp_path / "runs.pftrace")
+    assert [(p.label, p.role, p.rank, p.files) for p in report.processes] == [
+        ("rank 0 · pid 4242", "", 0, [tmp_path / "runs" / "baseline" / "trace.json"]),
+        ("rank 0 · pid 5151", "", 0, [tmp_path / "runs" / "tuned" / "trace.json"]),
+    ]
+    table = format_found(report).splitlines()[2:]  # the run table: the rank column says which
+    assert [re.split(r"\s{2,}", row)[:2] for row in table] == [["-", "0 · pid 4242"], ["-", "0 · pid 5151"]]
+    # ... and two captures of one process (one per step) stay one process.
+    kineto(tmp_path / "steps" / "step1" / "rank0.json", pid=4242)
+    kineto(tmp_path / "steps" / "step2" / "rank0.json", pid=4242, t0_us=EPOCH_US + 5_000_000)
+    report = merge([tmp_path / "steps"], tmp_path / "steps.pftrace")
+    assert [(p.label, [f.parent.name for f in p.files]) for p in report.processes] == [
+        ("rank 0 · pid 4242", ["step1", "step2"])
+    ]
+    assert report.processes[0].written.slices == 4
+
+
+def test_files_without_a_rank_in_two_folders_are_named_by_as_much_path_as_tells_them_apart(
+    tmp_path: Path,
+) -> None:
+    kineto(tmp_path / "runs" / "a" / "trace.json")
+    kineto(tmp_path / "runs" / "b" / "trace.json", names=("c",))
+    kineto(tmp_path / "runs" / "b" / "other.json", names=("d",))
+    assert sorted(found(tmp_path / "runs")) == ["a/trace.json", "b/trace.json", "other.json"]
+
+
+def test_a_role_folder_still_names_its_role_beside_folders_of_no_layout(tmp_path: Path) -> None:
+    kineto(tmp_path / "runs" / "actor" / "trace.json", rank=0, pid=4242)
+    kineto(tmp_path / "runs" / "misc" / "trace.json", rank=0, pid=5151)
+    kineto(tmp_path / "runs" / "old" / "trace.json", rank=0, pid=6161)
+    assert sorted(found(tmp_path / "runs")) == ["actor · rank 0", "rank 0 · pid 5151", "rank 0 · pid 6161"]
+
+
+def test_a_told_apart_rank_shows_the_host_its_torch_worker_name_gives(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    kineto(runs / "a" / "node-7_4242.1764590400123.pt.trace.json", rank=0, pid=4242)
+    # HTA's renamed sample: shaped like {host}_{pid}.<time>, but 41 is not the trace's pid
+    kineto(runs / "b" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json", rank=34, pid=1074)
+    assert sorted(found(runs)) == ["rank 0 · node-7 · pid 4242", "rank 34 · pid 1074"]

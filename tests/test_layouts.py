@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tracemerge.naming.apart import tell_apart
 from tracemerge.naming.paths import (
     PathFacts,
     ascend_run_facts,
@@ -418,3 +419,55 @@ def test_the_folder_given_speaks_for_its_files() -> None:
     stage = Path("/save/actor_update")
     f = path_facts(stage / "prof_rank-3.json.gz", stage)
     assert (f.role, f.rank, f.phase) == ("actor", 3, "update_actor")
+
+
+def test_an_areal_role_folder_is_one_inside_its_tracer_folder() -> None:
+    found = facts(
+        "trial0/perf_tracer/gen-server/traces-r1.jsonl",  # any name: AReaL's own role folder
+        "trial0/session_tracer/judge/sessions-r0.jsonl",
+        "copied/mystuff/traces-r2.jsonl",  # a folder of the user's: no role
+        "copied/critic/traces-r3.jsonl",  # a role word names its role anywhere
+    )
+    assert [(f.role, f.rank, f.convention) for f in found.values()] == [
+        ("gen-server", 1, "AReaL"),
+        ("judge", 0, "AReaL"),
+        (None, 2, "AReaL"),
+        ("critic", 3, "AReaL"),
+    ]
+    given = Path("/logs/trial0/perf_tracer/gen-server")  # the role folder given itself
+    assert path_facts(given / "traces-r1.jsonl", given).role == "gen-server"
+
+
+def test_folders_of_no_known_layout_name_no_role() -> None:
+    found = facts(
+        "misc/trace.json",
+        "experiments/2026-11-30/rank0.json",
+        "my_job/profile/worker3.pt.trace.json",
+        "my_job/nsys/worker_process_4242.sqlite",  # verl nsys's name, a folder of the user's
+        "my_job/critic/trace.json",
+    )
+    assert [(f.role, f.rank) for f in found.values()] == [
+        (None, None),
+        (None, 0),
+        (None, None),
+        (None, None),
+        ("critic", None),
+    ]
+
+
+def test_files_of_no_layout_in_several_folders_are_told_apart_by_their_tails() -> None:
+    names = [
+        "a/trace.json",
+        "b/trace.json",
+        "b/rank1.json",
+        "actor/trace.json",
+        "rank0_pid41234_20261201120000123.json",
+    ]
+    found = {
+        str(p.relative_to(ROOT)): f.apart
+        for p, f in tell_apart({ROOT / n: path_facts(ROOT / n, ROOT) for n in names}).items()
+    }
+    # the role folder's file and the verl file follow a layout: nothing to tell apart
+    assert found == dict(zip(names, ["a/trace.json", "b/trace.json", "rank1.json", None, None], strict=True))
+    one_folder = {ROOT / n: path_facts(ROOT / n, ROOT) for n in ["a/trace.json", "a/rank1.json", "actor/x.json"]}
+    assert tell_apart(one_folder) == one_folder  # one folder of them: the rank alone names each

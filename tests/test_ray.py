@@ -337,3 +337,24 @@ def test_the_verl_recipe_merges_every_nodes_save_path(nodes: Nodes, tmp_path: Pa
         "rollout · replica 0 · tp 0",
     ]
     assert len(found["processes"]) == 16
+
+
+def test_files_of_no_layout_on_two_nodes_are_told_apart_as_in_a_local_merge(nodes: Nodes, tmp_path: Path) -> None:
+    """Each node sees one folder of files of no known layout; together they are two folders (two
+    jobs maybe): the processes are told apart by their OS process, as a local merge tells them."""
+    from builders import kineto
+
+    for where in ("node_a", "all"):
+        kineto(nodes.root / where / "generic" / "baseline" / "trace.json", rank=0, pid=4242)
+    for where in ("node_b", "all"):
+        kineto(nodes.root / where / "generic" / "tuned" / "trace.json", rank=0, pid=5151, names=("c",))
+    with RayExecutor() as executor:
+        report = merge(["generic"], tmp_path / "ray.pftrace", executor=executor)
+    assert [p.label for p in report.processes] == ["rank 0 · pid 4242", "rank 0 · pid 5151"]
+    here = os.getcwd()
+    os.chdir(nodes.root / "all")
+    try:
+        merge(["generic"], tmp_path / "local.pftrace", jobs=1)
+    finally:
+        os.chdir(here)
+    assert (tmp_path / "ray.pftrace").read_bytes() == (tmp_path / "local.pftrace").read_bytes()

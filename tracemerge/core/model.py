@@ -113,6 +113,8 @@ class SourceData(msgspec.Struct):
     rank_hint: int | None = None
     # The machine that wrote the file, when the file or its name says: files of one host share a clock.
     host: str | None = None
+    # The OS process that wrote the file, when the file says (a torch trace's one CPU pid).
+    pid: int | None = None
     # What names the file's process when no rank is known (default: the file name); an Ascend run
     # directory's name, since every run's file is called trace_view.json.
     tag_hint: str | None = None
@@ -129,7 +131,8 @@ class SourceData(msgspec.Struct):
 class Identity(msgspec.Struct, frozen=True):
     """A process in the merged trace: one role and rank of the training job.
 
-    ``tag`` separates sources whose rank could not be determined (one process per file then).
+    ``tag`` separates sources whose rank could not be determined (one process per file then),
+    and role-less ranks of files that may be of several jobs (the OS process they state).
     """
 
     role: str
@@ -139,6 +142,8 @@ class Identity(msgspec.Struct, frozen=True):
     @property
     def label(self) -> str:
         who = f"rank {self.rank}" if self.rank is not None else (self.tag or "rank ?")
+        if self.rank is not None and self.tag:  # a rank told apart by its process (no role to)
+            who = f"{who} · {self.tag}"
         return f"{self.role} · {who}" if self.role else who
 
 

@@ -10,6 +10,7 @@ import msgspec
 from msgspec.structs import replace
 
 from tracemerge.core.errors import FatalError, InputError, shown
+from tracemerge.naming.apart import tell_apart
 from tracemerge.naming.paths import PathFacts, generic_facts, join_frontends, needs_export, path_facts
 from tracemerge.sources import FORMATS, SourceFormat, read_head
 
@@ -65,6 +66,15 @@ def discover(inputs: list[Path]) -> Discovery:
     joined = join_frontends({c.path: c.facts for c in candidates})
     candidates = [replace(c, facts=joined[c.path]) for c in candidates]
     return Discovery(candidates, skipped, ignored, notes, used)
+
+
+def told_apart(candidates: list[Candidate]) -> list[Candidate]:
+    """The candidates, files of no known layout in several folders told apart
+    (:func:`tracemerge.naming.apart.tell_apart`). Ascend runs are read by their run folders (their
+    own layout): only other files can be of no layout. Applied to all the files of a run at once,
+    copies left out (a copied folder is no second job), on whichever nodes they are."""
+    apart = tell_apart({c.path: c.facts for c in candidates if c.format.hints is None})
+    return [replace(c, facts=apart[c.path]) if c.path in apart else c for c in candidates]
 
 
 def _walk(root: Path, skipped: list[InputError], notes: list[str]) -> tuple[list[Path], list[Path], list[Path]]:

@@ -60,6 +60,9 @@ class Convention(msgspec.Struct, frozen=True):
     file: re.Pattern[str]
     folder: re.Pattern[str] | None = None
     role: str | None = None  # the role every such file has
+    # The folders ``folder`` must lie in to name a role (AReaL's tracer folders); () for any
+    # folder below the input. A role word names its role anywhere.
+    folder_under: tuple[str, ...] = ()
     names_win: bool = False
     frontend: bool = False
 
@@ -145,6 +148,7 @@ AREAL = Convention(
     "<fileroot>/logs/<user>/<experiment>/<trial>/{perf,session}_tracer/<role>/{traces,sessions}-r<rank>.jsonl",
     re.compile(r"(?:traces|sessions)-r(?P<rank>\d+)\.jsonl"),
     re.compile(r"(?P<role>.+)"),
+    folder_under=("perf_tracer", "session_tracer"),
 )
 SLIME = Convention(
     "slime",

@@ -3,7 +3,8 @@ process that wrote it (role, rank, step, stage, parallel coordinates).
 
 Everything here and in :mod:`tracemerge.naming.conventions` (each framework's name patterns) is data
 read by two small functions: :func:`path_facts` for one path and :func:`join_frontends` for the
-few facts that need the other files of a run. Discovery, the Ascend run reader and the process
+few facts that need the other files of a run (:mod:`tracemerge.naming.apart` the one that files
+of no known layout need). Discovery, the Ascend run reader and the process
 order all use it; no other module lists role words or name patterns. Each convention names the
 framework source it follows; ``tests/test_layouts.py`` holds real file names of each and what
 they must become.
@@ -63,6 +64,10 @@ class PathFacts(msgspec.Struct, frozen=True):
     host: str | None = None  # the host the name gives
     pid: int | None = None  # the OS process id the name gives
     action: int | None = None  # a profiled action's id (a verl nsys report of discrete mode)
+    # A file of no known layout, among such files in several folders (other jobs' maybe): its
+    # process is told apart by the OS process and host the file states, else by this (its name,
+    # or as much of its path as tells it from the others'). None: the rank alone names it.
+    apart: str | None = None
 
     @property
     def stage_role(self) -> str | None:
@@ -102,7 +107,7 @@ def path_facts(path: Path, root: Path) -> PathFacts:
         if m is None:
             continue
         folder_match = None
-        if convention.folder is not None and _speaks(folder, bool(dirs)):
+        if convention.folder is not None and _folder_speaks(convention, path, bool(dirs)):
             folder_match = convention.folder.fullmatch(folder)
         if convention is VERL_RELOCATED:
             rank = int(m.group("rank")) if m.group("rank") else None
@@ -115,6 +120,15 @@ def path_facts(path: Path, root: Path) -> PathFacts:
             groups = {**{k: v for k, v in folder_match.groupdict().items() if v is not None}, **groups}
         return _convention_facts(convention, groups, dirs)
     return generic_facts(dirs, name)
+
+
+def _folder_speaks(convention: Convention, path: Path, below_input: bool) -> bool:
+    """Whether the folder holding a file is the one ``convention`` reads (inside the folders it
+    must lie in, when the convention says)."""
+    folder = path.parent
+    if convention.folder_under:
+        return folder.name.lower() in ROLE_WORDS or folder.parent.name in convention.folder_under
+    return _speaks(folder.name, below_input)
 
 
 def _speaks(folder: str, below_input: bool) -> bool:
@@ -313,16 +327,22 @@ def _names_run(folder: str) -> bool:
 
 # ``{hostname}_{pid}`` then a timestamp: torch's tensorboard_trace_handler files
 # (``{worker}.{time_ns}.pt.trace.json``) and torch_npu run directories (``{worker}_{ts}_ascend_pt``).
-_WORKER_NAME = re.compile(r"^(?P<host>.+)_\d+[._]\d+(?:\.pt\.trace\.json(?:\.gz)?|_ascend_(?:pt|ms))$")
+_WORKER_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)[._]\d+(?:\.pt\.trace\.json(?:\.gz)?|_ascend_(?:pt|ms))$")
 
 
 def host_from_name(name: str) -> str | None:
     """The host a trace file's or run folder's name gives, when it is ``{hostname}_{pid}…`` (and
     no framework's convention reads the name otherwise: slime's ``<target>_rank_<r>.<ms>…``)."""
+    found = worker_from_name(name)
+    return found[0] if found else None
+
+
+def worker_from_name(name: str) -> tuple[str, int] | None:
+    """The host and pid of a ``{hostname}_{pid}…`` name (as :func:`host_from_name` reads it)."""
     found = _WORKER_NAME.match(name)
     if found is None or any(c.file.fullmatch(name) and "host" not in c.file.groupindex for c in CONVENTIONS):
         return None
-    return found.group("host")
+    return found.group("host"), int(found.group("pid"))
 
 
 def needs_export(path: Path) -> str | None:
@@ -345,9 +365,6 @@ def _dirs_below(path: Path, root: Path) -> list[str]:
 def _role_from_path(dirs: list[str], filename: str) -> str | None:
     for part in reversed(dirs):
         if part.lower() in ROLE_WORDS:
-            return part
-    for part in dirs:
-        if part.lower() not in CONTAINER_DIRS and not _RANK_WORD.search(part) and read_engine_folder(part) is None:
             return part
     prefix = filename.split("_", 1)[0]
     if prefix != filename and prefix.lower() in ROLE_WORDS:

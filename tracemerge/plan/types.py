@@ -20,7 +20,7 @@ from msgspec import field
 from tracemerge.clock import Alignment
 from tracemerge.core.model import GROUP_HEADER, ClockDomain, Identity, OriginKey, SourceData, ThreadInfo, ThreadKey
 from tracemerge.core.stats import Losses, Stat
-from tracemerge.naming.paths import PathFacts, role_sort_key
+from tracemerge.naming.paths import PathFacts, role_sort_key, worker_from_name
 from tracemerge.report.run_report import EventCounts
 
 
@@ -175,7 +175,8 @@ def resolve_identity(origin: OriginKey, data: SourceData, facts: PathFacts) -> I
     then its path, except where a framework's naming convention says the name wins (an engine
     trace holds its engine-local rank; the name its global rank or replica). Metric series say it
     all themselves: their origin's third part is the tag of a process without a rank (the path
-    of a file of many engines' metrics says nothing of any one)."""
+    of a file of many engines' metrics says nothing of any one). A role-less rank of a file of no
+    layout that may be another job's (``facts.apart``) is told apart by the OS process it states."""
     if len(origin) > 2:
         return Identity(origin[0] or "", origin[1], "" if origin[1] is not None else origin[2])
     label = None
@@ -191,7 +192,23 @@ def resolve_identity(origin: OriginKey, data: SourceData, facts: PathFacts) -> I
         role = origin[0] or data.role_hint or facts.role or ""
         rank = next((r for r in (origin[1], data.rank_hint, facts.rank) if r is not None), None)
     tag = "" if rank is not None else (label or data.tag_hint or data.path.name)
+    if not role and facts.apart is not None:  # a file of no layout: maybe another job's
+        # Without a rank, one process per file as always, its name told from the others'.
+        own = data.tag_hint if rank is None else _own_process(data, facts)
+        tag = own or facts.apart
     return Identity(role, rank, tag)
+
+
+def _own_process(data: SourceData, facts: PathFacts) -> str:
+    """The OS process a file states it is, ``<host> · pid <pid>`` as far as it says ("" if not):
+    what keeps apart role-less ranks of files that may be of several jobs. Not a folder: two
+    files of one process (two steps' captures) still meet, two jobs' rank 0 do not."""
+    host = data.host or facts.host
+    pid = data.pid if data.pid is not None else facts.pid
+    named = worker_from_name(data.path.name)
+    if named is not None and named[0] == host and pid is not None and named[1] != pid:
+        host = None  # a name only shaped like torch's {host}_{pid}: its pid is not the trace's
+    return " · ".join([host] * bool(host) + [f"pid {pid}"] * (pid is not None))
 
 
 # Track uuids are hashes of what the track is, so that a file can be encoded before the plan

@@ -222,8 +222,12 @@ def format_found(report: RunReport) -> str:
     keys = [k for k in COORDINATE_ORDER if k in given] + sorted(given - set(COORDINATE_ORDER))
     rows = [("role", "rank", *keys, "files", "events", "phases", "clock")]
     for p in report.processes:
-        # A process without a rank is told apart by its tag (a file or run directory, an instance).
-        rank = str(p.rank) if p.rank is not None else _tag_of(p) or "?"
+        # A process without a rank is told apart by its tag (a file or run directory, an instance),
+        # a role-less rank maybe by its OS process ("0 · pid 4242").
+        tag = _tag_of(p)
+        rank = (tag or "?") if p.rank is None else str(p.rank)
+        if p.rank is not None and tag.startswith(f"rank {p.rank} · "):
+            rank = tag.removeprefix("rank ")
         clocks = "; ".join(sorted(p.clocks))
         coords = (str(p.coords[k]) if k in p.coords else "-" for k in keys)
         phases = presets.get(p.label, "-")

@@ -24,7 +24,7 @@ from tracemerge.core.errors import FatalError, InputError, shown
 from tracemerge.core.model import Identity
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.discovery.archives import Unpacked, is_archive, unpack
-from tracemerge.discovery.discover import Candidate
+from tracemerge.discovery.discover import Candidate, told_apart
 from tracemerge.discovery.same_content import read_once
 from tracemerge.metrics_map import MetricsMap
 from tracemerge.phases import PhaseModel, StepScalars, attach_scalars
@@ -119,6 +119,7 @@ def discover_inputs(
     candidates = [c for c in found.candidates if c.path.resolve() != out_path.resolve()]
     if isinstance(runner, SerialExecutor):  # the files are here to compare (a Ray node's are not)
         candidates = read_once(candidates, report)
+    candidates = told_apart(candidates)  # over every node's files, copies left out
     if not candidates:
         where = ", ".join(str(p) for p in inputs)
         if report.skipped:

@@ -86,6 +86,7 @@ def read(path: Path, layout: FileLayout) -> SourceData:
         origin_ns=origin,
         rank_hint=_rank(meta.get("distributedInfo")),
         host=host_of(next((meta[k] for k in HOST_KEYS if k in meta), None), path.name),
+        pid=reader.own_pid(),
         dropped=reader.dropped,
         metadata_records=reader.metadata_records,
     )

@@ -39,10 +39,19 @@ class ThreadNames:
             return f"GPU {pid}"
         return None
 
+    def _cpu_pids(self) -> set[int]:
+        keys = self.threads_seen | self.counter_threads
+        return {pid for pid, _ in keys if type(pid) is int and pid >= 0 and self.device_label(pid) is None}
+
+    def own_pid(self) -> int | None:
+        """The OS process the trace is of: its one CPU pid (None when it holds none or several)."""
+        pids = self._cpu_pids()
+        return next(iter(pids)) if len(pids) == 1 else None
+
     def threads(self) -> dict[ThreadKey, ThreadInfo]:
         """Readable names and an in-process order for every thread that holds events."""
         keys = self.threads_seen | self.counter_threads
-        cpu_pids = {pid for pid, _ in keys if type(pid) is int and pid >= 0 and self.device_label(pid) is None}
+        cpu_pids = self._cpu_pids()
         return {key: self._thread_info(key[0], key[1], len(cpu_pids) > 1) for key in keys}
 
     def _thread_info(self, pid: Any, tid: Any, several_cpu_pids: bool) -> ThreadInfo:
