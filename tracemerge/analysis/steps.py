@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 
 from tracemerge.analysis.device_table import breakdown_table
 from tracemerge.analysis.holdups import order_key
+from tracemerge.analysis.kernels_table import kernels_table
 from tracemerge.core.errors import shown
 from tracemerge.core.model import Identity
 from tracemerge.naming.paths import role_sort_key
@@ -58,6 +59,8 @@ def summary(model: PhaseModel, labels: dict[Identity, str] | None = None) -> dic
             for seg in model.critical_path
         ],
     }
+    if model.kernels:
+        out["kernels"] = _kernel_rows(model, name)
     for ident, proc in model.processes.items():
         out["processes"].append(
             {
@@ -87,6 +90,22 @@ def _breakdown_rows(model: PhaseModel) -> list[dict]:
             row.update({"overlapped_ns": b.overlapped, "free_ns": b.free, "wait_ns": b.wait})
             row.update({"preparing_ns": b.preparing, "closing_ns": b.closing})
             rows.append(row)
+    return rows
+
+
+def _kernel_rows(model: PhaseModel, name: Callable[[Identity], str]) -> list[dict]:
+    """Per process, in role and rank order: its busiest kernels and ops
+    (:mod:`tracemerge.analysis.kernels`), each with its share of the process's device busy time."""
+    rows = []
+    for ident in sorted(model.kernels, key=lambda i: (role_sort_key(i.role), *order_key(i)[1:])):
+        found = model.kernels[ident]
+        row = {"role": ident.role, "rank": ident.rank, "process": name(ident), "busy_ns": found.busy_ns}
+        row["names"] = found.names
+        row["top"] = [
+            {"name": n, "count": count, "total_ns": total, "share": total / found.busy_ns if found.busy_ns else 0.0}
+            for n, total, count in found.top
+        ]
+        rows.append(row)
     return rows
 
 
@@ -187,12 +206,14 @@ def format_summary(numbers: dict) -> str:
     """The terminal tables of :func:`summary`: one row per step, then per role and phase."""
     if not numbers["roles"] or not numbers["steps"]:
         device = [breakdown_table(numbers["breakdown"])] if numbers.get("breakdown") else []
+        device += [kernels_table(numbers["kernels"])] if numbers.get("kernels") else []
         none = "phases: none found (name a preset or a rules file with --phases)"
         return "\n".join([none, *_warning(numbers), *device])
     steps = numbers["steps"]
     preset = numbers["preset"] or "none: steps only"
     head = [f"phases ({preset}), {len(steps)} step(s)", *_warning(numbers)]
     device = [breakdown_table(numbers["breakdown"])] if numbers.get("breakdown") else []
+    device += [kernels_table(numbers["kernels"])] if numbers.get("kernels") else []
     longest = _longest_segments(numbers.get("critical_path") or [])
     left = _left_out_lines(numbers.get("left_out") or {})
     return "\n".join([*head, _step_table(steps, longest), "", _role_table(numbers), *device, *left])

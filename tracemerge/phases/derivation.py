@@ -24,10 +24,12 @@ from pathlib import Path
 from tracemerge.analysis.critical_path import first_events
 from tracemerge.analysis.device_time import merged, whole_breakdowns
 from tracemerge.analysis.holdups import FOREVER
+from tracemerge.analysis.kernels import busiest
 from tracemerge.core.gc_pause import no_cyclic_gc
 from tracemerge.core.model import Identity
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.evidence.anchors import COLLECTIVE, DEVICE_COMM, DEVICE_COMPUTE, PHASE, STEP, preferred_preset
+from tracemerge.evidence.kernel_tally import joined
 from tracemerge.phases.across import critical_paths, device_breakdown, pipeline, step_holdups
 from tracemerge.phases.model import (
     IDLE,
@@ -114,6 +116,7 @@ def derive(
     units = {i: (merged(d[DEVICE_COMPUTE]), merged(d[DEVICE_COMM])) for i, d in devices.items()}
     model.breakdown = device_breakdown(model.processes, units, collectives)
     model.whole = whole_breakdowns({i: u for i, u in units.items() if i not in model.processes}, scans, offsets)
+    model.kernels = busiest(joined((getattr(s, "kernels", {}) for s in scans), keep), units)
     model.critical_path = critical_paths(model.processes, units, first_events(scans, offsets, keep))
     for proc in model.processes.values():
         proc.timeline.forget_entries()  # (kept for the holdups and the critical paths alone)
