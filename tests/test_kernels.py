@@ -12,7 +12,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-from conftest import FIXTURES
+import pytest
+from conftest import FIXTURES, ROOT
 from expected import exact_ns, load_json, union
 from typer.testing import CliRunner
 
@@ -254,3 +255,20 @@ def test_a_tally_by_rows_is_the_tally_one_by_one() -> None:
     for (origin, _), found in parts.by_stream.items():
         by_process[origin] += found["a"][0]
     assert dict(by_process) == {("actor", 0): 18}
+
+
+HTA_DATA = ROOT.parent / "shared" / "corpus" / "torch" / "HolisticTraceAnalysis" / "tests" / "data"
+
+
+@pytest.mark.skipif(not HTA_DATA.is_dir(), reason=f"no corpus at {HTA_DATA}")
+def test_genuine_gpu_traces_busiest_kernels() -> None:
+    """Two ranks of a genuine Kineto profile (NCCL and compute kernels, copies, sets)."""
+    folder = HTA_DATA / "trace_filter"
+    rows = {r["rank"]: r for r in summary_json(folder)["kernels"]}
+    for path in sorted(folder.glob("sampled_rank-*.json.gz")):
+        trace = load_json(path)
+        totals, spans = kineto_work(path)
+        row = rows[trace["distributedInfo"]["rank"]]
+        assert shown(row) == top_of(totals) and row["names"] == len(totals) > 10
+        check_shares(row, union(spans))
+    assert len(rows) == 2
