@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from tracemerge.analysis.critical_path import NOT_PROFILED
 from tracemerge.analysis.device_table import breakdown_table
 from tracemerge.analysis.holdups import order_key
+from tracemerge.analysis.kernels_table import kernels_table
 from tracemerge.analysis.step_checks import unrecorded, withhold
 from tracemerge.analysis.step_rows import counted_text, longest_segments, step_line, step_table
 from tracemerge.core.errors import shown
@@ -66,6 +67,8 @@ def summary(model: PhaseModel, labels: dict[Identity, str] | None = None) -> dic
             for seg in model.critical_path
         ],
     }
+    if model.kernels:
+        out["kernels"] = _kernel_rows(model, name)
     for ident, proc in model.processes.items():
         off = unrecorded(proc, model.recorded.get(ident))
         rows = [
@@ -94,6 +97,22 @@ def _breakdown_rows(model: PhaseModel) -> list[dict]:
             row.update({"overlapped_ns": b.overlapped, "free_ns": b.free, "wait_ns": b.wait})
             row.update({"preparing_ns": b.preparing, "closing_ns": b.closing})
             rows.append(row)
+    return rows
+
+
+def _kernel_rows(model: PhaseModel, name: Callable[[Identity], str]) -> list[dict]:
+    """Per process, in role and rank order: its busiest kernels and ops
+    (:mod:`tracemerge.analysis.kernels`), each with its share of the process's device busy time."""
+    rows = []
+    for ident in sorted(model.kernels, key=lambda i: (role_sort_key(i.role), *order_key(i)[1:])):
+        found = model.kernels[ident]
+        row = {"role": ident.role, "rank": ident.rank, "process": name(ident), "busy_ns": found.busy_ns}
+        row["names"] = found.names
+        row["top"] = [
+            {"name": n, "count": count, "total_ns": total, "share": total / found.busy_ns if found.busy_ns else 0.0}
+            for n, total, count in found.top
+        ]
+        rows.append(row)
     return rows
 
 
@@ -218,6 +237,7 @@ def format_summary(numbers: dict) -> str:
     """The terminal tables of :func:`summary`: one row per step, then per role and phase."""
     if not numbers["roles"] or not numbers["steps"]:
         device = [breakdown_table(numbers["breakdown"])] if numbers.get("breakdown") else []
+        device += [kernels_table(numbers["kernels"])] if numbers.get("kernels") else []
         none = "phases: none found (name a preset or a rules file with --phases)"
         return "\n".join([none, *_warning(numbers), *device])
     steps = numbers["steps"]
@@ -227,6 +247,7 @@ def format_summary(numbers: dict) -> str:
     head += [f"⚠ {line}" for line in numbers.get("withheld") or ()]
     counted = {s["step"] for s in steps if s.get("counted", True)}
     device = [breakdown_table(numbers["breakdown"], counted)] if numbers.get("breakdown") else []
+    device += [kernels_table(numbers["kernels"])] if numbers.get("kernels") else []
     longest = longest_segments(numbers.get("critical_path") or [])
     left = _left_out_lines(numbers.get("left_out") or {})
     return "\n".join([*head, step_table(steps, longest), "", _role_table(numbers), *device, *left])

@@ -130,6 +130,28 @@ class DeviceRow(_Record):
     process: str | UnsetType = UNSET
 
 
+class KernelRow(_Record):
+    """One kernel or op of a process: its count, total device time, and share of the process's
+    device busy time."""
+
+    name: str
+    count: Count
+    total_ns: Ns
+    share: Fraction
+
+
+class ProcessKernels(_Record):
+    """A process's busiest kernels and ops over its whole profiled time
+    (:mod:`tracemerge.analysis.kernels`): the longest first; ``names``: how many it ran in all."""
+
+    role: str | None
+    rank: int | None
+    process: str
+    busy_ns: Ns
+    names: Count
+    top: list[KernelRow]
+
+
 class Segment(_Record):
     step: Ns
     role: str | None
@@ -158,6 +180,7 @@ class Summary(_Record):
     processes: list[ProcessRow] | UnsetType = UNSET
     breakdown: list[DeviceRow] | UnsetType = UNSET
     critical_path: list[Segment] | UnsetType = UNSET
+    kernels: list[ProcessKernels] | UnsetType = UNSET
     left_out: dict[str, LeftOut] | UnsetType = UNSET
     withheld: list[str] | UnsetType = UNSET  # figures not shown, each with why
     unaligned_why: dict[str, str] | UnsetType = UNSET  # per process placed without clock evidence
@@ -221,4 +244,6 @@ def kept(numbers: dict, steps: Container[int] | None, roles: Container[str] | No
     for key in ("breakdown", "critical_path"):
         if key in numbers:
             out[key] = [r for r in numbers[key] if role_kept(r) and step_kept(r)]
+    if "kernels" in numbers:
+        out["kernels"] = [r for r in numbers["kernels"] if role_kept(r)]
     return out

@@ -39,6 +39,29 @@ class Gate(msgspec.Struct):
     regressions: list[Row]
 
 
+class KernelChange(msgspec.Struct):
+    """One kernel or op of one process in both runs (None: not among that run's busiest)."""
+
+    role: str | None
+    rank: int | None
+    process: str
+    name: str
+    base_ns: int | None
+    new_ns: int | None
+    delta_ns: int | None
+    base_count: int | None
+    new_count: int | None
+
+
+class KernelChanges(msgspec.Struct):
+    """The busiest kernels and ops side by side: shown, never gated."""
+
+    rows: list[KernelChange]
+    only_base: list[str]  # processes with busiest kernels in one run only
+    only_new: list[str]
+    gated: bool = False
+
+
 class Comparison(msgspec.Struct, omit_defaults=True):
     """What :func:`diff` found (the JSON ``tracemerge diff --json`` prints)."""
 
@@ -55,6 +78,7 @@ class Comparison(msgspec.Struct, omit_defaults=True):
     rows: list[Row]
     breakdown_steps: list[int] | None = None
     gate: Gate | None = None
+    kernels: KernelChanges | None = None  # the busiest kernels and ops, shown, not gated
 
     @property
     def passed(self) -> bool:

@@ -5,7 +5,8 @@ files summarized now, a trace tracemerge wrote, or the JSON ``tracemerge summary
 printed), checked against :class:`tracemerge.analysis.summary_model.Summary` first. The quantities
 compared, each with its value per step, are :mod:`tracemerge.compare.samples`'s: the step wall,
 each role · phase (and idle), a role's device compute, exposed communication, overlap, free,
-preparing and wait time, and the active time of a role without phases.
+preparing and wait time, and the active time of a role without phases. Each process's busiest
+kernels and ops are shown beside (:mod:`tracemerge.compare.kernels`), never gated.
 
 Which steps: of the steps kept (``--steps``), the counted ones (the steady state; warm-up and
 partial steps are left out when the summary says so). When both runs profiled the same step
@@ -33,6 +34,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from tracemerge.cli import engine
+from tracemerge.compare.kernels import compare_kernels, format_kernels
 from tracemerge.compare.samples import (
     ACTIVE,
     DEVICE,
@@ -211,6 +213,9 @@ def compare(
         kept = [{r["step"] for r in side["breakdown"]} for side in (base, new)]
         out["breakdown_steps"] = sorted(k for k in kept[0] & kept[1] & set(pairs or ()) if k is not None)
     out["rows"] = rows
+    kernels = compare_kernels(base, new)
+    if kernels is not None:
+        out["kernels"] = kernels  # shown, never gated (tracemerge.compare.kernels)
     return out
 
 
@@ -278,7 +283,8 @@ def format_diff(result: dict) -> str:
         beyond = "-" if r["delta_ns"] is None else "yes" if r["beyond_noise"] else "no"
         cells = (label(r), ns(r["base_ns"]), ns(r["new_ns"]), ns(r["delta_ns"], True), shown, ns(r["noise_ns"]))
         rows.append((*cells, beyond, "yes" if r["gated"] else ""))
-    return "\n".join([*_step_lines(result), format_table(rows, left=frozenset({0})), *_one_side_lines(result)])
+    tables = [format_table(rows, left=frozenset({0})), *_one_side_lines(result)]
+    return "\n".join([*_step_lines(result), *tables, *format_kernels(result.get("kernels"))])
 
 
 def _step_lines(result: dict) -> list[str]:

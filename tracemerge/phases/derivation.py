@@ -24,6 +24,7 @@ from pathlib import Path
 from tracemerge.analysis.critical_path import first_events
 from tracemerge.analysis.device_time import covered, merged, whole_breakdowns
 from tracemerge.analysis.holdups import FOREVER
+from tracemerge.analysis.kernels import busiest
 from tracemerge.core.gc_pause import no_cyclic_gc
 from tracemerge.core.model import Identity
 from tracemerge.core.stats import Losses, Stat
@@ -36,6 +37,7 @@ from tracemerge.evidence.anchors import (
     STEP,
     preferred_preset,
 )
+from tracemerge.evidence.kernel_tally import joined
 from tracemerge.phases.across import critical_paths, device_breakdown, pipeline, step_holdups, waiting_on
 from tracemerge.phases.model import (
     IDLE,
@@ -161,6 +163,7 @@ def _across(
     units = {i: (merged(d[DEVICE_COMPUTE]), merged(d[DEVICE_COMM])) for i, d in devices.items()}
     model.breakdown = device_breakdown(model.processes, units, collectives, unaligned)
     model.whole = whole_breakdowns({i: u for i, u in units.items() if i not in model.processes}, scans, offsets)
+    model.kernels = busiest(joined((getattr(s, "kernels", {}) for s in scans), keep), units)
     first = first_events(scans, offsets, keep)
     model.critical_path = critical_paths(model.processes, units, first, unaligned)
     model.holdups = waiting_on(model.holdups, model.critical_path)

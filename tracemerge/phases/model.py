@@ -14,6 +14,7 @@ from msgspec import field
 from tracemerge.analysis.critical_path import Segment
 from tracemerge.analysis.device_time import Breakdown
 from tracemerge.analysis.holdups import Holdup, Timeline
+from tracemerge.analysis.kernels import Busiest
 from tracemerge.core.model import Identity
 from tracemerge.core.stats import Losses, Stat
 
@@ -99,6 +100,8 @@ class PhaseModel(msgspec.Struct):
     breakdown: dict[Identity, list[tuple[int, Breakdown]]] = field(default_factory=dict)
     # Per process with device activity and no steps: its device time over its whole profiled time.
     whole: dict[Identity, Breakdown] = field(default_factory=dict)
+    # Per process with device activity: its busiest kernels and ops (tracemerge.analysis.kernels).
+    kernels: dict[Identity, Busiest] = field(default_factory=dict)
     # Per job step, in step order: its critical path across roles and ranks (tracemerge.analysis.critical_path).
     critical_path: list[Segment] = field(default_factory=list)
     kinds: dict[int, StepKind] = field(default_factory=dict)  # of the job steps, by step

@@ -58,6 +58,8 @@ class FileScan(msgspec.Struct):
     # Clock evidence (see tracemerge.evidence.anchors): per process and tag, (start, end) on the file's
     # clock (origin_ns included), in time order; the host that wrote the file; its mtime.
     marks: dict[Identity, dict[str, list[tuple[int, int]]]] = field(default_factory=dict)
+    # Per process, per kernel or op name: its total device time (ns) and count (the busiest kernels).
+    kernels: dict[Identity, dict[str, tuple[int, int]]] = field(default_factory=dict)
     host: str | None = None
     mtime_ns: int | None = None
     facts: PathFacts = field(default_factory=PathFacts)  # what the file's path says (tracemerge.naming.paths)

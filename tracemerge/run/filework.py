@@ -28,7 +28,7 @@ from tracemerge.core.model import UNIX_EPOCH, ClockDomain, Identity, SourceData,
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.discovery.discover import Candidate
 from tracemerge.evidence.anchors import Watch
-from tracemerge.evidence.notes import EvidenceNotes
+from tracemerge.evidence.kernel_tally import process_kernels
 from tracemerge.evidence.scan_marks import process_marks, with_named_marks
 from tracemerge.layout.types import Encoder, LayoutResult
 from tracemerge.phases import StepScalars
@@ -204,7 +204,7 @@ def _process_file(job: FileJob) -> FileOutcome:
 
         result = _lay_out_read(job, layout, identity_of, keep_layout)
         # Scanned while a packing process may still write the last batches.
-        scan = None if result.ts_min is None else _scan(job, data, layout.notes, result, identities, identity_of)
+        scan = None if result.ts_min is None else _scan(job, data, layout, result, identities, identity_of)
         enc.close()
     if scan is None:
         if data.step_values:
@@ -257,13 +257,13 @@ def _lay_out_read(
 def _scan(
     job: FileJob,
     data: SourceData,
-    notes: EvidenceNotes,
+    layout: FileLayout,
     result: LayoutResult,
     identities: dict,
     identity_of: Callable[[Any], Identity],
 ) -> FileScan:
     """The summary of a file read and laid out, for the plan."""
-    cand = job.candidate
+    cand, notes = job.candidate, layout.notes
     assert result.ts_min is not None
     clock = data.clock
     if clock is None:
@@ -309,6 +309,7 @@ def _scan(
         marks=with_named_marks(
             process_marks(notes.marks, identity_of, data.origin_ns), cand.facts, result, data.origin_ns
         ),
+        kernels=process_kernels(layout.kernels.by_stream, identity_of),
         facts=cand.facts,
         host=data.host,
         mtime_ns=_mtime_ns(cand.path),

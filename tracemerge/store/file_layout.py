@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from tracemerge.core.model import Event, Identity, Kind, OriginKey, ThreadKey
+from tracemerge.evidence.kernel_tally import KernelTally
 from tracemerge.evidence.notes import EvidenceNotes
 from tracemerge.layout.emit import lay_out
 from tracemerge.layout.types import Encoder, Items, LayoutResult, Tracks
@@ -76,6 +77,9 @@ class FileLayout(EventStore):
         # The notes' members sources reach through the layout, bound once (they are called per event).
         self.tags = notes.tags
         self.tag, self.note, self.mark, self.mark_device = notes.tag, notes.note, notes.mark, notes.mark_device
+        # Each kernel's or op's device time, by name (the busiest kernels), beside the marks.
+        self.kernels = KernelTally()
+        self.tally, self.tally_rows = self.kernels.add, self.kernels.add_rows
         # Read in parts: every part's name and category, numbered in order.
         self.part_names: dict[tuple[str, str], int] = {}
 
@@ -97,11 +101,13 @@ class FileLayout(EventStore):
         """Forget every event and mark handed over so far (the source reads the file again)."""
         super().reset()
         self.notes.clear()
+        self.kernels.clear()
 
     def regroup(self, origin_of: Callable[[OriginKey, ThreadKey], OriginKey]) -> None:
         """Re-key events and marks whose origin is only known once the whole file is read."""
         super().regroup(origin_of)
         self.notes.regroup(origin_of)
+        self.kernels.regroup(origin_of)
 
     # -- a file read in parts (tracemerge.sources.json.segments) -------------------------------
 
@@ -143,6 +149,7 @@ class FileLayout(EventStore):
             "samples": dict(self.samples),
             "marks": self.notes.marks,
             "marks_over": self.notes.marks_over,
+            "kernels": self.kernels.by_stream,
             "point_keys": self.point_keys,
             "names": self.enc.table,
             "store": self.store,
@@ -171,6 +178,7 @@ class FileLayout(EventStore):
         for key, samples in part["samples"].items():
             self.samples[key].extend(samples.loaded(store))
         self.notes.absorb(part["marks"], part["marks_over"])
+        self.kernels.absorb(part["kernels"])
         self.parts_taken = max(self.parts_taken, index + 1)
 
     def intern_parts(self) -> None:

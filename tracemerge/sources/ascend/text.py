@@ -41,7 +41,7 @@ from tracemerge.sources.chrome.events import ChromeEvents
 from tracemerge.sources.chrome.files import read_events
 from tracemerge.sources.chrome.kinds import INSTANT, SLICE
 from tracemerge.sources.chrome.schema import ExactEvent, LenientEvent, TraceEvent, us_to_ns
-from tracemerge.sources.chrome.values import counter_series, hashable_id, plain_args
+from tracemerge.sources.chrome.values import _text, counter_series, hashable_id, plain_args
 from tracemerge.store.file_layout import FileLayout
 
 NAME = "ascend-text"
@@ -69,7 +69,7 @@ class AscendEvents(ChromeEvents):
         self.series_parts: dict[str, tuple[str, str]] = {}  # series -> msprof's event name and arg key
         # Events with a "Task Type": (origin, pid, tid, start, end, task type), device activity
         # once the file names its processes (their names may come last).
-        self.tasks: list[tuple[OriginKey, Any, Any, int, int, object]] = []
+        self.tasks: list[tuple[OriginKey, Any, Any, int, int, object, str]] = []
 
     def add_batch(
         self, batch: list, origin: OriginKey = NO_ORIGIN, plain_text: bool = False, bind_ids: bool = True
@@ -100,17 +100,18 @@ class AscendEvents(ChromeEvents):
         except (ValueError, TypeError):
             return
         if end > start:
-            self.tasks.append((origin, hashable_id(e.pid), hashable_id(e.tid), start, end, task_type))
+            self.tasks.append((origin, hashable_id(e.pid), hashable_id(e.tid), start, end, task_type, _text(e.name)))
 
     def finish(self) -> None:
         """Device activity (:mod:`tracemerge.analysis.device_time`): the tasks on the Ascend Hardware
         streams, HCCL's communication, the others compute but synchronisation (``ascend_task_tag``)."""
         super().finish()
-        for origin, pid, tid, start, end, task_type in self.tasks:
+        for origin, pid, tid, start, end, task_type, name in self.tasks:
             if self.process_of(pid) == HARDWARE:
                 tag = ascend_task_tag(task_type, task_type in ASCEND_HCCL_TASKS)
                 if tag is not None:
                     self.layout.mark(tag, origin, (pid, tid), start, end)
+                    self.layout.tally(origin, (pid, tid), name, end - start)
         self.tasks.clear()
 
     def _counter_args(self, e: Any) -> tuple[str, dict | None]:

@@ -27,6 +27,7 @@ from tracemerge.core.bounds import DEEP_FROM
 from tracemerge.core.model import OriginKey, ThreadKey
 from tracemerge.evidence.anchors import DEVICE_COMM, DEVICE_COMPUTE
 from tracemerge.sources.chrome.column_times import INEXACT, micros_to_ns
+from tracemerge.sources.chrome.values import _text
 from tracemerge.store.column_blocks import Block
 from tracemerge.store.entries import ENTRY_SCHEMA, POINT_SCHEMA, equal_runs
 from tracemerge.store.file_layout import FileLayout
@@ -154,6 +155,7 @@ class _Slices(_Rows):
     watched: np.ndarray | None = None  # per row, whether its name is watched as evidence
     compute: np.ndarray | None = None  # per row, whether it is device compute (kernel, copy, set)
     comm: np.ndarray | None = None  # per row, whether it is a collective's device work
+    names: np.ndarray | None = None  # per row, the name of device activity (None for the others)
     xs: list
 
     def __init__(self, reader: BatchReader, batch: list, phs: list, plain_text: bool, bind_ids: bool) -> None:
@@ -184,6 +186,7 @@ class _Slices(_Rows):
         self.threads = reader.thread_indexes([(e.pid, e.tid) for e in xs])
         reader.note_devices(self.threads, prefixes)
         self.compute, self.comm = reader.activity_rows(prefixes, watched, xs)
+        self.names = _activity_names(xs, self.compute, self.comm)
         if watched is not None and watched.any():
             self.watched, self.xs = watched, xs
             rows = np.flatnonzero(watched)
@@ -237,10 +240,25 @@ class _Slices(_Rows):
                 picked = rows[on[rows]]
                 starts = self.starts[picked]
                 layout.mark_device(tag, origin, thread, starts, starts - self.negdurs[picked])
+        if self.names is not None:
+            active = rows[self.names[rows] != None]  # noqa: E711 (element-wise)
+            layout.tally_rows(origin, thread, self.names[active].tolist(), -self.negdurs[active])
         if self.watched is not None:
             for row in rows[self.watched[rows]].tolist():
                 length = -int(self.negdurs[row])
                 layout.note(self.xs[row].name, origin, thread, int(self.starts[row]), length)
+
+
+def _activity_names(xs: list, compute: np.ndarray | None, comm: np.ndarray | None) -> np.ndarray | None:
+    """Per row, the name of a kernel, copy, set or collective's device work, for the busiest
+    kernels (None for the other rows; None when the batch holds none)."""
+    if compute is None and comm is None:
+        return None
+    active = compute if comm is None else comm if compute is None else compute | comm
+    names = np.full(len(xs), None, object)
+    rows = np.flatnonzero(active)
+    names[rows] = [_text(xs[row].name) for row in rows.tolist()]
+    return names
 
 
 def _prefixes(reader: BatchReader, batch: list, phs: list, xs: list, at: np.ndarray) -> tuple[list, np.ndarray | None]:

@@ -52,6 +52,7 @@ def _kernels(r: NsysReader) -> Source | None:
     cols += ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread")
     cols += ("staticSharedMemory", "dynamicSharedMemory")
     heads, note, ordinal, mark = r.layout.args_heads, r.layout.note, r.layout.ordinal, r.layout.mark
+    tally = r.layout.tally
     tracks, names = r._gpu, r._named
 
     def handle(row: tuple) -> None:
@@ -80,6 +81,7 @@ def _kernels(r: NsysReader) -> Source | None:
             body = r.body(prefix, present(args))
         track[2].append((start, start - end, 0, ordinal(), body))
         mark(device_tag(name), track[0], track[1], start, end)
+        tally(track[0], track[1], name, end - start)
         if watched:
             note(name, track[0], track[1], start, end - start)
         _flow_end(r, track, start, gpid, corr, launched)
@@ -133,6 +135,7 @@ def _copies(r: NsysReader, table: str) -> Source | None:
         track = r.gpu(gpid, device, ctx, stream)
         r.emit(track[2], start, start - end, 0, r.body(r.layout.prefix(name, cat), present(args)))
         r.layout.mark(DEVICE_COMPUTE, track[0], track[1], start, end)
+        r.layout.tally(track[0], track[1], name, end - start)
         _flow_end(r, track, start, gpid, corr, launched)
 
     return r.con.execute(_launched_select(r, table, cols)), handle

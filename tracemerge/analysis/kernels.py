@@ -1,0 +1,43 @@
+"""The busiest kernels and ops of each process: the names that took the most device time.
+
+The reads total each name's device time and count per process (:mod:`tracemerge.evidence.kernel_tally`:
+the kernels, copies and sets, the collectives' device work and Ascend's tasks that the breakdown's
+compute and communication are made of). Here each process keeps its :data:`TOP` names by total
+device time, each with its share of the process's device busy time (the union of its compute and
+communication). Over the whole profiled time, not per step: the tally keeps no times. Kernels run
+at once on several streams can make the shares add up to more than 100%.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from tracemerge.analysis.device_time import merged
+from tracemerge.core.model import Identity
+
+TOP = 10  # names kept per process
+
+
+class Busiest(msgspec.Struct, frozen=True):
+    """A process's busiest kernels and ops: (name, total device time in ns, count), the longest
+    first; its device busy time and how many names it ran in all."""
+
+    busy_ns: int
+    top: list[tuple[str, int, int]]
+    names: int
+
+
+def busiest(
+    kernels: dict[Identity, dict[str, tuple[int, int]]],
+    units: dict[Identity, tuple[list[tuple[int, int]], list[tuple[int, int]]]],
+    top: int = TOP,
+) -> dict[Identity, Busiest]:
+    """Per process with a tally: its ``top`` names by total device time (then by name), and its
+    busy time, the length of the union of its compute and communication (``units``)."""
+    out = {}
+    for ident, names in kernels.items():
+        compute, comm = units.get(ident, ([], []))
+        busy = sum(b - a for a, b in merged([*compute, *comm]) if b > a)
+        ranked = sorted(names.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top]
+        out[ident] = Busiest(busy, [(name, total, count) for name, (total, count) in ranked], len(names))
+    return out
