@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tracemerge.analysis.summarize import summarize, summarize_each
+from tracemerge.cli import runs as cli_runs
 from tracemerge.cli.main import app
 from tracemerge.clock.placement import Alignment, SourceClock
 from tracemerge.clock.runs import HOUR_NS, MAX_GAP_NS, check_choice, choose, find_runs, gap_limit
@@ -148,7 +149,7 @@ def test_summarize_each_run_on_its_own() -> None:
     assert [r["merged"] for r in found.runs] == [True, True]
     assert not any(n.startswith("--run all") for n in found.notes)  # each run on its own timeline
     latest = summarize([TWO_RUNS])
-    assert [s["wall_ns"] for s in latest["steps"]] == [109_315_062, 123_504_860]
+    assert [s.wall_ns for s in latest.steps] == [109_315_062, 123_504_860]
 
 
 def test_cli_merge_prints_the_run_table_and_summary_reports_each(tmp_path: Path) -> None:
@@ -205,8 +206,8 @@ def test_two_unrelated_hta_traces_give_no_figure_beyond_their_step(tmp_path: Pat
     assert [r["merged"] for r in found.runs] == [False, True]
     assert [r["processes"] for r in found.runs] == [["rank 0"], ["rank 34"]]
     # The latest run alone (rank 34's one step): no wait, skew or wall beyond that step.
-    [step] = numbers["steps"]
-    assert step["step"] == 551 and step["wall_ns"] < 10**9
+    [step] = numbers.steps
+    assert step.step == 551 and step.wall_ns < 10**9
     each = summarize_each([folder])
     assert [max(s["wall_ns"] for s in n["steps"]) < 10**9 for _, n in each] == [True, True]
 
@@ -272,3 +273,57 @@ def test_a_file_nothing_places_in_time_goes_with_the_run_merged(tmp_path: Path) 
     latest = merge([folder], tmp_path / "m.pftrace")
     assert f"files nothing places in time, kept with run 2: {loose}" in latest.notes
     assert latest.read.total == RUN_EVENTS + 2
+
+
+def _forged_runs(tmp_path: Path) -> Path:
+    """fixtures/two_runs in a folder named with a terminal escape and a newline, its reward role
+    renamed so too: names from data in the run table, the notes and the loss lines."""
+    folder = tmp_path / FORGED
+    shutil.copytree(TWO_RUNS, folder)
+    for spans in folder.glob("run_*/reward/spans.jsonl"):
+        rows = [json.loads(line) for line in spans.read_text().splitlines()]
+        spans.write_text("".join(json.dumps({**row, "role": "rew" + FORGED}) + "\n" for row in rows))
+    return folder
+
+
+FORGED = "x\x1b[2J\nFORGED"
+FORGED_SHOWN = "x\\x1b[2J\\nFORGED"
+
+
+def _no_forged_line(text: str) -> None:
+    assert "\x1b" not in text
+    assert not [line for line in text.splitlines() if line.startswith("FORGED")]
+
+
+def test_names_from_data_are_escaped_in_the_run_table_and_notes(tmp_path: Path) -> None:
+    folder = _forged_runs(tmp_path)
+    runner = CliRunner()
+    merged = runner.invoke(app, ["merge", str(folder), "-o", str(tmp_path / "m.pftrace")])
+    assert merged.exit_code == 0, merged.output
+    _no_forged_line(merged.output)
+    [row] = [line for line in merged.stderr.splitlines() if line.startswith("  1  2026-11-29")]
+    assert f"6: actor · rank 0, actor · rank 1, rew{FORGED_SHOWN} · rank 0, rew{FORGED_SHOWN} · rank 1 (+2)" in row
+    shown_folder = str(tmp_path) + "/" + FORGED_SHOWN
+    other_run = f"  left out 505 input events of {shown_folder}/run_1/actor/rank0.pt.trace.json: run 1, started"
+    lines = merged.stderr.splitlines()
+    assert any(line.startswith(other_run) for line in lines)
+    assert any(line.startswith("note: placed by records") and shown_folder in line for line in lines)
+    for args in (["--run", "1"], ["--run", "all"]):
+        summary = runner.invoke(app, ["summary", str(folder), *args])
+        assert summary.exit_code == 0, summary.output
+        _no_forged_line(summary.stdout + summary.stderr)
+        table = summary.stderr.splitlines()
+        assert table[2].startswith("  1  2026-11-29 15:37:48.421      7      2   109.315 ms  6: actor · rank 0")
+        assert f"rew{FORGED_SHOWN} · rank 0" in table[2]
+        notes = [line for line in table if line.startswith("note: placed by records")]
+        assert len(notes) == 2 and all(shown_folder in line for line in notes)
+    each = runner.invoke(app, ["summary", str(folder), "--run", "all"])
+    assert f"rew{FORGED_SHOWN}" in each.stdout
+
+
+def test_a_note_on_the_runs_is_one_line_whatever_it_names(capsys: pytest.CaptureFixture[str]) -> None:
+    """The notes summary prints beside the run table are escaped as they are printed, not only
+    where they are made: a note naming a file unescaped still prints as one line."""
+    found = RunReport(notes=["the inputs hold 2 runs: skipped", f"kept with run 2: {FORGED}/a.json"])
+    cli_runs._said_notes(found)
+    assert capsys.readouterr().err == f"note: kept with run 2: {FORGED_SHOWN}/a.json\n"
