@@ -7,14 +7,17 @@ import os
 import shutil
 from pathlib import Path
 
+import msgspec
 import pytest
 from typer.testing import CliRunner
 
 from tracemerge.analysis.summarize import summarize, summarize_each
+from tracemerge.analysis.summary_model import RunHeld, from_numbers
 from tracemerge.cli import runs as cli_runs
 from tracemerge.cli.main import app
 from tracemerge.clock.placement import Alignment, SourceClock
-from tracemerge.clock.runs import HOUR_NS, MAX_GAP_NS, check_choice, choose, find_runs, gap_limit
+from tracemerge.clock.runs import HOUR_NS, MAX_GAP_NS, check_choice, choose, find_runs, gap_limit, utc_text
+from tracemerge.compare.diff import read_numbers
 from tracemerge.core.errors import FatalError
 from tracemerge.core.model import Identity
 from tracemerge.core.stats import Stat
@@ -327,3 +330,28 @@ def test_a_note_on_the_runs_is_one_line_whatever_it_names(capsys: pytest.Capture
     found = RunReport(notes=["the inputs hold 2 runs: skipped", f"kept with run 2: {FORGED}/a.json"])
     cli_runs._said_notes(found)
     assert capsys.readouterr().err == f"note: kept with run 2: {FORGED_SHOWN}/a.json\n"
+
+
+def test_the_trace_records_which_run_it_holds(tmp_path: Path) -> None:
+    """The summary a merge stores names the run it is of (its number, start, and the runs the
+    inputs held), and ``summary TRACE`` says it; the typed summary keeps it."""
+    runner = CliRunner()
+    for choice, number, start in (("latest", 2, RUN_2_START), ("1", 1, RUN_1_START), ("all", None, RUN_1_START)):
+        out = tmp_path / f"{choice}.pftrace"
+        report = merge([TWO_RUNS], out, run=choice)
+        held = {"number": number, "start_unix_ns": start, "start_utc": utc_text(start), "runs": 2}
+        assert report.phases["run"] == held
+        stored = read_numbers(out)
+        assert stored is not None and stored["run"] == held
+        assert from_numbers(stored).run == RunHeld(number, start, utc_text(start), 2)
+        text = runner.invoke(app, ["summary", str(out)])
+        assert text.exit_code == 0, text.output
+        said = text.stdout.splitlines()[1]
+        if number is None:
+            assert said == "all 2 runs among the inputs, on one timeline from 2026-11-29 15:37:48.421 UTC"
+        else:
+            assert said == f"run {number} of 2 among the inputs, started {utc_text(start)}"
+    assert utc_text(RUN_2_START) == "2026-11-30 15:37:48.421 UTC"
+    one = merge([FIXTURES / "rl_run"], tmp_path / "one.pftrace")
+    assert "run" not in one.phases and "run" not in (read_numbers(tmp_path / "one.pftrace") or {})
+    assert from_numbers(one.phases).run is msgspec.UNSET

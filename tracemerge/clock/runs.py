@@ -274,6 +274,21 @@ def listed(runs: Sequence[Run]) -> str:
     return ", ".join(f"{r.number} (started {r.started}, {len(r.files)} file{'s' * (len(r.files) != 1)})" for r in runs)
 
 
+def held(listed_runs: Sequence[dict]) -> dict | None:
+    """What a summary records of the runs it holds, of runs as :meth:`Run.as_dict` lists them
+    (None when the inputs hold one run: a summary of one run says nothing of runs). ``number`` is
+    None when every run is held (``--run all``); ``start_*`` is then the first run's start."""
+    if len(listed_runs) < 2:
+        return None
+    merged = [r for r in listed_runs if r["merged"]]
+    return {
+        "number": merged[0]["number"] if len(merged) == 1 else None,
+        "start_unix_ns": merged[0]["start_unix_ns"],
+        "start_utc": merged[0]["start_utc"],
+        "runs": len(listed_runs),
+    }
+
+
 def chosen_number(listed_runs: Sequence[dict], choice: str) -> int | None:
     """The number of the run ``choice`` names among runs as :meth:`Run.as_dict` lists them (None:
     no run is placed in time, the inputs are one); ``ValueError`` as :func:`choose`."""
