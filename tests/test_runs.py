@@ -16,7 +16,16 @@ from tracemerge.analysis.summary_model import RunHeld, from_numbers
 from tracemerge.cli import runs as cli_runs
 from tracemerge.cli.main import app
 from tracemerge.clock.placement import Alignment, SourceClock
-from tracemerge.clock.runs import HOUR_NS, MAX_GAP_NS, check_choice, choose, find_runs, gap_limit, utc_text
+from tracemerge.clock.runs import (
+    HOUR_NS,
+    MAX_GAP_NS,
+    check_choice,
+    check_pair,
+    choose,
+    find_runs,
+    gap_limit,
+    utc_text,
+)
 from tracemerge.compare.diff import read_numbers
 from tracemerge.core.errors import FatalError
 from tracemerge.core.model import Identity
@@ -355,3 +364,75 @@ def test_the_trace_records_which_run_it_holds(tmp_path: Path) -> None:
     one = merge([FIXTURES / "rl_run"], tmp_path / "one.pftrace")
     assert "run" not in one.phases and "run" not in (read_numbers(tmp_path / "one.pftrace") or {})
     assert from_numbers(one.phases).run is msgspec.UNSET
+
+
+def test_diff_run_choice_forms() -> None:
+    assert check_pair("latest") == ("latest", "latest")
+    assert check_pair("2") == ("2", "2")
+    assert check_pair("1:2") == ("1", "2")
+    assert check_pair("latest:1") == ("latest", "1")
+    # A start time has colons: when the whole value is one, it is for both sides.
+    assert check_pair("2026-11-29T15:37") == ("2026-11-29T15:37", "2026-11-29T15:37")
+    assert check_pair("2026-11-29T15:37:2026-11-30") == ("2026-11-29T15:37", "2026-11-30")
+    for bad in ("all", "1:all", "1:2:3", "soon:1", ":"):
+        with pytest.raises(ValueError, match="--run"):
+            check_pair(bad)
+
+
+def test_diff_compares_the_runs_run_names(tmp_path: Path) -> None:
+    """A folder of two runs, the first without its reward role: --run BASE:NEW picks each side's
+    run (the reward role appears or vanishes), one choice is for both, and each side's run is said."""
+    folder = tmp_path / "runs"
+    shutil.copytree(TWO_RUNS, folder)
+    (folder / "run_1" / "reward" / "spans.jsonl").unlink()
+    runner = CliRunner()
+
+    def diffed(*args: str) -> tuple[dict, list[str]]:
+        done = runner.invoke(app, ["diff", str(folder), str(folder), "--json", *args])
+        assert done.exit_code == 0, done.output
+        return json.loads(done.stdout), done.stderr.splitlines()
+
+    doc, said = diffed("--run", "1:2")
+    assert (doc["appeared"], doc["vanished"], doc["steps_matched"]) == (["reward"], [], [0, 1])
+    assert said == [
+        "tracemerge: note: base is run 1, started 2026-11-29 15:37:48.421 UTC, of the 2 runs its inputs hold"
+        " (--run chooses)",
+        "tracemerge: note: new is run 2, started 2026-11-30 15:37:48.421 UTC, of the 2 runs its inputs hold"
+        " (--run chooses)",
+    ]
+    doc, _ = diffed("--run", "2026-11-30:2026-11-29T15")
+    assert (doc["appeared"], doc["vanished"]) == ([], ["reward"])
+    doc, said = diffed("--run", "1")
+    assert (doc["appeared"], doc["vanished"]) == ([], [])
+    assert [line.split(",")[0] for line in said] == [
+        "tracemerge: note: base is run 1",
+        "tracemerge: note: new is run 1",
+    ]
+    doc, said = diffed()  # the latest of each
+    assert (doc["appeared"], doc["vanished"]) == ([], [])
+    assert [line.split(",")[0] for line in said] == [
+        "tracemerge: note: base is run 2",
+        "tracemerge: note: new is run 2",
+    ]
+    missing = runner.invoke(app, ["diff", str(folder), str(folder), "--run", "1:3"])
+    assert missing.exit_code == 1
+    assert missing.stderr.startswith(f"tracemerge: error: {folder}: --run 3: no run of the inputs' 2: 1 (started")
+    assert runner.invoke(app, ["diff", str(folder), str(folder), "--run", "all"]).exit_code == 2
+
+
+def test_diff_run_of_a_merged_trace_must_be_the_run_it_holds(tmp_path: Path) -> None:
+    merge([TWO_RUNS], tmp_path / "m.pftrace", run="1")
+    merge([FIXTURES / "rl_run"], tmp_path / "one.pftrace")
+    runner = CliRunner()
+    same = runner.invoke(app, ["diff", str(tmp_path / "m.pftrace"), str(TWO_RUNS), "--run", "1"])
+    assert same.exit_code == 0, same.output
+    other = runner.invoke(app, ["diff", str(tmp_path / "m.pftrace"), str(TWO_RUNS), "--run", "2"])
+    assert other.exit_code == 1
+    assert other.stderr == (
+        f"tracemerge: error: {tmp_path / 'm.pftrace'}: --run 2: it keeps the summary of run 1 of 2"
+        " (started 2026-11-29 15:37:48.421 UTC) alone\n"
+    )
+    one = runner.invoke(app, ["diff", str(tmp_path / "one.pftrace"), str(TWO_RUNS), "--run", "2:2"])
+    assert one.exit_code == 1
+    assert one.stderr.endswith("--run 2: it keeps the summary of one run (its inputs held one)\n")
+    assert runner.invoke(app, ["diff", str(tmp_path / "one.pftrace"), str(TWO_RUNS), "--run", "1:2"]).exit_code == 0

@@ -245,6 +245,43 @@ def check_choice(text: str) -> str:
     )
 
 
+def check_pair(text: str) -> tuple[str, str]:
+    """``diff --run``'s value: one choice (:func:`check_choice`) for both sides, or
+    ``BASE:NEW``, a choice for each. A value that is itself one choice (a start time has colons:
+    ``2026-10-02T09:57``) is one for both; else it must split at exactly one colon into two.
+    ``all`` is refused: a comparison is of one run each side."""
+    try:
+        pair = (check_choice(text),) * 2
+    except ValueError:
+        pairs = set()
+        for at in (i for i, c in enumerate(text) if c == ":"):
+            try:
+                pairs.add((check_choice(text[:at]), check_choice(text[at + 1 :])))
+            except ValueError:
+                continue
+        if len(pairs) != 1:
+            raise ValueError(
+                f"--run: {text!r} is neither a run's choice for both sides (latest, a run's number, its UTC start)"
+                " nor BASE:NEW, one for each (e.g. 1:2, latest:1, 2026-10-01:2026-10-02)"
+            ) from None
+        pair = pairs.pop()
+    if ALL in pair:
+        raise ValueError("--run: diff compares one run of each side, not all: name it (latest, N or START)")
+    return pair[0], pair[1]
+
+
+def names_held(held_run: dict, choice: str) -> bool:
+    """Whether ``choice`` names the run a stored summary records (:func:`held`); ``latest`` is
+    whatever it holds (the default asks nothing)."""
+    if choice == LATEST:
+        return True
+    if held_run["number"] is None:  # every run, on one timeline
+        return False
+    if choice.isdigit():
+        return int(choice) == held_run["number"]
+    return held_run["start_utc"].startswith(_as_shown(choice))
+
+
 def _as_shown(choice: str) -> str:
     """A start time as the run table shows it: a space between date and time, no zone."""
     return choice.removesuffix("Z").removesuffix(" UTC").replace("T", " ")
