@@ -9,6 +9,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from readback import read_pftrace
 from typer.testing import CliRunner
 
 from tracemerge.analysis.summarize import summarize, summarize_each
@@ -436,3 +437,41 @@ def test_diff_run_of_a_merged_trace_must_be_the_run_it_holds(tmp_path: Path) -> 
     assert one.exit_code == 1
     assert one.stderr.endswith("--run 2: it keeps the summary of one run (its inputs held one)\n")
     assert runner.invoke(app, ["diff", str(tmp_path / "one.pftrace"), str(TWO_RUNS), "--run", "1:2"]).exit_code == 0
+
+
+def _with_scalars(tmp_path: Path) -> Path:
+    """fixtures/two_runs with a tracker's step-keyed scalars in each run's folder (loss 10, 11 in
+    run 1's; 20, 21 in run 2's) and one beside both runs' folders."""
+    folder = tmp_path / "runs"
+    shutil.copytree(TWO_RUNS, folder)
+    for n in (1, 2):
+        rows = [{"step": s, "loss": 10 * n + s, "lr": 0.5} for s in (0, 1)]
+        (folder / f"run_{n}" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "metrics.jsonl").write_text(json.dumps({"step": 1, "grad_norm": 3.5}) + "\n")
+    return folder
+
+
+def _scalars_drawn(trace: Path) -> dict[str, list[float]]:
+    rb = read_pftrace(trace)
+    return {name: [v for _, v in rb.counters[t]] for t, (p, name) in rb.counter_tracks.items() if p < 0}
+
+
+def test_tracker_scalars_go_with_the_run_in_whose_folder_they_sit(tmp_path: Path) -> None:
+    """Tracker scalars have steps, not times: each file belongs to the run whose files share its
+    folder; the run left out's are counted; one beside every run goes with the run merged."""
+    folder = _with_scalars(tmp_path)
+    for choice, loss in (("latest", [20.0, 21.0]), ("1", [10.0, 11.0])):
+        out = tmp_path / f"{choice}.pftrace"
+        report = merge([folder], out, run=choice)
+        assert _scalars_drawn(out) == {"loss": loss, "lr": [0.5, 0.5], "grad_norm": [3.5]}
+        left = 2 if choice == "1" else 1
+        assert report.losses.count(Stat.OTHER_RUN_SCALARS) == 4  # two steps of two values
+        assert report.losses.messages_of(Stat.OTHER_RUN_SCALARS) == {
+            f"{folder}/run_{left}/metrics.jsonl: run {left}, started {utc_text(RUN_1_START + (left - 1) * DAY_NS)}": 4
+        }
+        assert report.losses.count(Stat.OTHER_RUN) == RUN_EVENTS
+        assert report.exit_code == 0
+    both = merge([folder], tmp_path / "all.pftrace", run="all")
+    assert both.losses.count(Stat.OTHER_RUN_SCALARS) == 0
+    # --run all: steps 0 and 1 of both runs are one step each; the second value of a name is counted.
+    assert both.losses.count(Stat.TRACKER_VALUE_NOT_NUMBER) == 4

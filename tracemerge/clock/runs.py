@@ -200,6 +200,16 @@ def one_timeline(
     return Alignment(offsets, min(a.base_ns for a in placements), wall_clock, sources)
 
 
+def owner(path: Path, runs: Sequence[Run]) -> Run | None:
+    """The run a file without time (tracker scalars, keyed by step) belongs to: the one whose
+    files share the longest folder with it; None when several share it alike (a file beside the
+    runs' folders, not in one of them) or there is no run."""
+    shared = [(_common_folder(path, r.files), r) for r in runs]
+    best = max((n for n, _ in shared), default=0)
+    owners = [r for n, r in shared if n == best]
+    return owners[0] if len(owners) == 1 else None
+
+
 def _method(alignment: Alignment, scan: HasSpan) -> str:
     source = alignment.sources.get(scan.path)
     return source.method if source is not None and scan.ts_min is not None else ""
