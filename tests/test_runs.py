@@ -184,6 +184,12 @@ def test_cli_merge_prints_the_run_table_and_summary_reports_each(tmp_path: Path)
     assert [r["start_unix_ns"] for r in doc["runs"]] == [RUN_1_START, RUN_2_START]
     latest = runner.invoke(app, ["summary", str(TWO_RUNS), "--json"])
     assert [r["merged"] for r in json.loads(latest.stdout)["runs"]] == [False, True]
+    assert json.loads(latest.stdout)["run"] == {
+        "number": 2,
+        "start_unix_ns": RUN_2_START,
+        "start_utc": "2026-11-30 15:37:48.421 UTC",
+        "runs": 2,
+    }
     text = runner.invoke(app, ["summary", str(TWO_RUNS), "--run", "1"])
     assert text.exit_code == 0, text.output
     table = text.stderr.splitlines()
@@ -201,7 +207,7 @@ def test_cli_merge_prints_the_run_table_and_summary_reports_each(tmp_path: Path)
     assert table[2].split()[:7] == ["1", "2026-11-29", "15:37:48.421", "7", "2", "109.315", "ms"]
     assert table[2].endswith("yes") and table[3].endswith("no (another run)")
     assert "note: summarized run 1 of 2; --run N, --run START or --run all for the others" in table
-    assert text.stdout.startswith("phases (areal, verl), 2 step(s)")
+    assert text.stdout.startswith("phases (areal, verl), 2 step(s)\nrun 1 of 2 among the inputs, started 2026-11-29 ")
     missing = runner.invoke(app, ["summary", str(TWO_RUNS), "--run", "2027-01"])
     assert missing.exit_code == 1
     assert missing.stderr.startswith("tracemerge: error: --run 2027-01: no run of the inputs' 2: 1 (started")

@@ -28,6 +28,7 @@ def summary_of_runs(path: Path, phase_rules: Any, clocks: Any, choice: str) -> d
     for r in found.runs:
         r["merged"] = r["number"] == number
     numbers["runs"] = found.runs
+    numbers["run"] = engine.held(found.runs)  # as a merge of this run records it
     walls = {n: [s["wall_ns"] for s in figures.get("steps", ())] for n, figures in each.items() if n is not None}
     _err(engine.format_runs(found.runs, walls, kept="summarized"))
     _err(f"note: summarized run {number} of {len(found.runs)}; --run N, --run START or --run all for the others")
