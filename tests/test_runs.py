@@ -27,6 +27,7 @@ from tracemerge.clock.runs import (
     gap_limit,
     utc_text,
 )
+from tracemerge.compare.api import diff as library_diff
 from tracemerge.compare.diff import read_numbers
 from tracemerge.core.errors import FatalError
 from tracemerge.core.model import Identity
@@ -481,3 +482,12 @@ def test_tracker_scalars_go_with_the_run_in_whose_folder_they_sit(tmp_path: Path
     assert both.losses.count(Stat.OTHER_RUN_SCALARS) == 0
     # --run all: steps 0 and 1 of both runs are one step each; the second value of a name is counted.
     assert both.losses.count(Stat.TRACKER_VALUE_NOT_NUMBER) == 4
+
+
+def test_library_diff_takes_run_as_the_command_line_does(tmp_path: Path) -> None:
+    folder = tmp_path / "runs"
+    shutil.copytree(TWO_RUNS, folder)
+    (folder / "run_1" / "reward" / "spans.jsonl").unlink()
+    assert (library_diff(folder, folder, run="1:2").appeared, library_diff(folder, folder).appeared) == (["reward"], [])
+    with pytest.raises(ValueError, match="--run: diff compares one run of each side"):
+        library_diff(folder, folder, run="all")
