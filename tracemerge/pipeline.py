@@ -30,7 +30,7 @@ from msgspec.structs import replace
 from tracemerge.analysis.steps import stored, summary
 from tracemerge.clock import AUTOMATIC, AlignOptions
 from tracemerge.clock.offsets import unmatched
-from tracemerge.clock.runs import LATEST, check_choice
+from tracemerge.clock.runs import LATEST, check_choice, held
 from tracemerge.core.errors import FatalError, shown
 from tracemerge.core.stats import Stat
 from tracemerge.metrics_map import NO_MAP, MetricsMap
@@ -136,6 +136,8 @@ def merge(
                 report.notes += machine_notes(first.plan)
             asked = replace(asked, selection=steps_window(selection, phase_rules.steps, first.model, first.plan))
             numbers = summary(first.model, {p.identity: p.name for p in first.plan.processes})
+            if (runs_held := held(report.runs)) is not None:  # which of the inputs' runs the trace is
+                numbers["run"] = runs_held
             scan_of, chunk_of = _encode(reader, first, asked, numbers, report)
             _report_outcome(report, first, [scan_of[sc.path] for sc in first.scans], numbers, writer)
             if strict and (problem := report.incomplete) is not None:

@@ -239,10 +239,10 @@ def format_summary(numbers: dict) -> str:
         device = [breakdown_table(numbers["breakdown"])] if numbers.get("breakdown") else []
         device += [kernels_table(numbers["kernels"])] if numbers.get("kernels") else []
         none = "phases: none found (name a preset or a rules file with --phases)"
-        return "\n".join([none, *_warning(numbers), *device])
+        return "\n".join([none, *_run_line(numbers), *_warning(numbers), *device])
     steps = numbers["steps"]
     preset = numbers["preset"] or "none: steps only"
-    head = [f"phases ({preset}), {len(steps)} step(s){counted_text(steps)}", *_warning(numbers)]
+    head = [f"phases ({preset}), {len(steps)} step(s){counted_text(steps)}", *_run_line(numbers), *_warning(numbers)]
     head += [f"  {shown(who)}: {why}" for who, why in (numbers.get("unaligned_why") or {}).items()]
     head += [f"⚠ {line}" for line in numbers.get("withheld") or ()]
     counted = {s["step"] for s in steps if s.get("counted", True)}
@@ -251,6 +251,17 @@ def format_summary(numbers: dict) -> str:
     longest = longest_segments(numbers.get("critical_path") or [])
     left = _left_out_lines(numbers.get("left_out") or {})
     return "\n".join([*head, step_table(steps, longest), "", _role_table(numbers), *device, *left])
+
+
+def _run_line(numbers: dict) -> list[str]:
+    """``run 2 of 3 among the inputs, started 2026-11-30 15:37:48.421 UTC``: said when the inputs
+    held several runs (the summary's ``run``, :func:`tracemerge.clock.runs.held`)."""
+    held = numbers.get("run")
+    if not held:
+        return []
+    if held["number"] is None:
+        return [f"all {held['runs']} runs among the inputs, on one timeline from {held['start_utc']}"]
+    return [f"run {held['number']} of {held['runs']} among the inputs, started {held['start_utc']}"]
 
 
 def _warning(numbers: dict) -> list[str]:
@@ -324,6 +335,8 @@ def stored(numbers: dict) -> dict:
     out: dict = {"steps": lines, "roles": [_role_line(role, r) for role, r in numbers["roles"].items()]}
     if numbers.get("unaligned"):
         out["unaligned"] = _warning(numbers)[0]
+    if numbers.get("run"):
+        out["run"] = _run_line(numbers)[0]
     numbers = capped(numbers, STORED_ROWS)
     if numbers.get("left_out"):
         out["left_out"] = _left_out_lines(numbers["left_out"])

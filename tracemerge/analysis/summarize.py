@@ -18,7 +18,7 @@ from pathlib import Path
 from tracemerge.analysis.steps import summary
 from tracemerge.analysis.summary_model import Summary, from_numbers
 from tracemerge.clock import AUTOMATIC, AlignOptions
-from tracemerge.clock.runs import ALL, LATEST
+from tracemerge.clock.runs import ALL, LATEST, held
 from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.phases.rules import AUTO_PHASES, PhaseOptions, resolve
 from tracemerge.report.run_report import RunReport
@@ -75,7 +75,10 @@ def summary_numbers(
         found = discover_inputs(runner, inputs, Path(work) / "summary", False, report, lambda: Path(work))
         candidates, asked = found[0], with_archives(asked, found[2])
         first = read_all(Runner(runner, lambda _msg: None), candidates, asked, Path(work), report)
-    return summary(first.model, {p.identity: p.name for p in first.plan.processes})
+    numbers = summary(first.model, {p.identity: p.name for p in first.plan.processes})
+    if (runs_held := held(report.runs)) is not None:  # which of the inputs' runs it is of
+        numbers["run"] = runs_held
+    return numbers
 
 
 def phase_options(rules: PhaseOptions | str | os.PathLike[str] | None) -> PhaseOptions:

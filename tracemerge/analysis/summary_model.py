@@ -169,6 +169,17 @@ class LeftOut(_Record):
     limit: Count
 
 
+class RunHeld(_Record):
+    """Which run among the inputs the summary is of, when they held several
+    (:func:`tracemerge.clock.runs.held`): its number (None: all of them, ``--run all``), its
+    start, and how many runs the inputs held."""
+
+    number: Count | None
+    start_unix_ns: Ns
+    start_utc: str
+    runs: Count
+
+
 class Summary(_Record):
     """Where each step's time went (:func:`tracemerge.analysis.steps.summary`)."""
 
@@ -184,6 +195,7 @@ class Summary(_Record):
     left_out: dict[str, LeftOut] | UnsetType = UNSET
     withheld: list[str] | UnsetType = UNSET  # figures not shown, each with why
     unaligned_why: dict[str, str] | UnsetType = UNSET  # per process placed without clock evidence
+    run: RunHeld | UnsetType = UNSET  # present when the inputs held several runs
 
     def as_dict(self) -> dict:
         """The summary as the JSON ``--json`` prints (and a merged trace stores)."""

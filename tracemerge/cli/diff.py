@@ -44,12 +44,13 @@ def gating(
         raise typer.BadParameter(str(exc)) from None
 
 
-def load(path: Path, phase_rules: object, clocks: object = None, compared: bool = True) -> dict:
-    """The checked summary of a run directory or trace files (summarized now), a trace tracemerge
-    wrote or a summary JSON file; exits with one line (1, or 3 for a damaged trace) when there is
-    none (or, to be ``compared``, when an older tracemerge wrote it)."""
+def load(path: Path, phase_rules: object, clocks: object = None, compared: bool = True, run: str = "latest") -> dict:
+    """The checked summary of a run directory or trace files (summarized now: of the run ``run``
+    names among them), a trace tracemerge wrote or a summary JSON file; exits with one line (1, or
+    3 for a damaged trace) when there is none (or, to be ``compared``, when an older tracemerge
+    wrote it)."""
     try:
-        numbers = engine.numbers_of(path, phase_rules, clocks)
+        numbers = engine.numbers_of(path, phase_rules, clocks, run)
         return engine.comparable(numbers, engine.shown(path)) if compared else numbers
     except engine.NoSummary as exc:
         _say(f"error: {exc}")
@@ -123,6 +124,14 @@ def diff(
             help="Phase rules for run directories: auto (the default), verl, areal, skyrl, or a TOML file.",
         ),
     ] = None,
+    run: Annotated[
+        str,
+        typer.Option(
+            "--run",
+            help="Of inputs holding several runs (far apart in time), the one compared: latest, a run's number"
+            " or its UTC start, for both sides; or BASE:NEW, one for each (e.g. 1:2).",
+        ),
+    ] = "latest",
 ) -> None:
     """Step wall, per role · phase and device times of NEW against BASE: base, new, delta, noise.
 
@@ -135,7 +144,15 @@ def diff(
         raise typer.BadParameter("--min-delta sets the gate of --fail-over: name one")
     try:
         rules = engine.PhaseOptions(engine.resolve(phases))
+        base_run, new_run = engine.check_pair(run)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    status = report(load(base, rules), load(new, rules), how, as_json)
-    raise typer.Exit(status)
+    sides = [
+        (side, load(path, rules, run=choice))
+        for side, path, choice in (("base", base, base_run), ("new", new, new_run))
+    ]
+    for side, numbers in sides:
+        if held := numbers.get("run"):  # the inputs held several runs: which one is compared
+            which = "all" if held["number"] is None else f"run {held['number']}, started {held['start_utc']},"
+            _say(f"note: {side} is {which} of the {held['runs']} runs its inputs hold (--run chooses)")
+    raise typer.Exit(report(sides[0][1], sides[1][1], how, as_json))

@@ -25,6 +25,8 @@ _HOME = {
     "format_outcome": "tracemerge.report.run_report",
     "format_runs": "tracemerge.report.run_report",
     "check_choice": "tracemerge.clock.runs",
+    "check_pair": "tracemerge.clock.runs",
+    "held": "tracemerge.clock.runs",
     "chosen_number": "tracemerge.clock.runs",
     "json_bytes": "tracemerge.report.run_report",
     "Selection": "tracemerge.select",

@@ -6,11 +6,12 @@ from typing import Any
 import typer
 
 from tracemerge.cli import engine
+from tracemerge.core.errors import shown, terminal_text
 from tracemerge.core.exit_status import EXIT_OK
 
 
 def _err(message: str) -> None:
-    typer.echo(message, err=True)
+    typer.echo(terminal_text(message), err=True)  # the tool's lines kept, any escape from data shown
 
 
 def summary_of_runs(path: Path, phase_rules: Any, clocks: Any, choice: str) -> dict:
@@ -27,6 +28,7 @@ def summary_of_runs(path: Path, phase_rules: Any, clocks: Any, choice: str) -> d
     for r in found.runs:
         r["merged"] = r["number"] == number
     numbers["runs"] = found.runs
+    numbers["run"] = engine.held(found.runs)  # as a merge of this run records it
     walls = {n: [s["wall_ns"] for s in figures.get("steps", ())] for n, figures in each.items() if n is not None}
     _err(engine.format_runs(found.runs, walls, kept="summarized"))
     _err(f"note: summarized run {number} of {len(found.runs)}; --run N, --run START or --run all for the others")
@@ -38,7 +40,7 @@ def _said_notes(found: Any) -> None:
     """The notes on the runs beyond their list (files several runs' records place alike)."""
     for note in found.notes:
         if not note.startswith("the inputs hold"):
-            _err(f"note: {note}")
+            _err(f"note: {shown(note)}")  # a note is one line, whatever names it holds
 
 
 def each_run(path: Path, phase_rules: Any, clocks: Any, as_json: bool) -> int:
@@ -58,5 +60,5 @@ def each_run(path: Path, phase_rules: Any, clocks: Any, as_json: bool) -> int:
         walls = {n: [s["wall_ns"] for s in numbers.get("steps", ())] for n, numbers in each if n is not None}
         _err(engine.format_runs(found.runs, walls, kept="summarized"))
         _said_notes(found)
-    typer.echo("\n\n".join(texts))
+    typer.echo(terminal_text("\n\n".join(texts)))
     return EXIT_OK

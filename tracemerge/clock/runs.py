@@ -200,6 +200,16 @@ def one_timeline(
     return Alignment(offsets, min(a.base_ns for a in placements), wall_clock, sources)
 
 
+def owner(path: Path, runs: Sequence[Run]) -> Run | None:
+    """The run a file without time (tracker scalars, keyed by step) belongs to: the one whose
+    files share the longest folder with it; None when several share it alike (a file beside the
+    runs' folders, not in one of them) or there is no run."""
+    shared = [(_common_folder(path, r.files), r) for r in runs]
+    best = max((n for n, _ in shared), default=0)
+    owners = [r for n, r in shared if n == best]
+    return owners[0] if len(owners) == 1 else None
+
+
 def _method(alignment: Alignment, scan: HasSpan) -> str:
     source = alignment.sources.get(scan.path)
     return source.method if source is not None and scan.ts_min is not None else ""
@@ -245,6 +255,43 @@ def check_choice(text: str) -> str:
     )
 
 
+def check_pair(text: str) -> tuple[str, str]:
+    """``diff --run``'s value: one choice (:func:`check_choice`) for both sides, or
+    ``BASE:NEW``, a choice for each. A value that is itself one choice (a start time has colons:
+    ``2026-10-02T09:57``) is one for both; else it must split at exactly one colon into two.
+    ``all`` is refused: a comparison is of one run each side."""
+    try:
+        pair = (check_choice(text),) * 2
+    except ValueError:
+        pairs = set()
+        for at in (i for i, c in enumerate(text) if c == ":"):
+            try:
+                pairs.add((check_choice(text[:at]), check_choice(text[at + 1 :])))
+            except ValueError:
+                continue
+        if len(pairs) != 1:
+            raise ValueError(
+                f"--run: {text!r} is neither a run's choice for both sides (latest, a run's number, its UTC start)"
+                " nor BASE:NEW, one for each (e.g. 1:2, latest:1, 2026-10-01:2026-10-02)"
+            ) from None
+        pair = pairs.pop()
+    if ALL in pair:
+        raise ValueError("--run: diff compares one run of each side, not all: name it (latest, N or START)")
+    return pair[0], pair[1]
+
+
+def names_held(held_run: dict, choice: str) -> bool:
+    """Whether ``choice`` names the run a stored summary records (:func:`held`); ``latest`` is
+    whatever it holds (the default asks nothing)."""
+    if choice == LATEST:
+        return True
+    if held_run["number"] is None:  # every run, on one timeline
+        return False
+    if choice.isdigit():
+        return int(choice) == held_run["number"]
+    return held_run["start_utc"].startswith(_as_shown(choice))
+
+
 def _as_shown(choice: str) -> str:
     """A start time as the run table shows it: a space between date and time, no zone."""
     return choice.removesuffix("Z").removesuffix(" UTC").replace("T", " ")
@@ -272,6 +319,21 @@ def choose(runs: Runs, choice: str) -> tuple[Run, ...]:
 def listed(runs: Sequence[Run]) -> str:
     """``1 (started 2026-10-01 09:57:48.421 UTC, 7 files), 2 (...)``: runs named in a line."""
     return ", ".join(f"{r.number} (started {r.started}, {len(r.files)} file{'s' * (len(r.files) != 1)})" for r in runs)
+
+
+def held(listed_runs: Sequence[dict]) -> dict | None:
+    """What a summary records of the runs it holds, of runs as :meth:`Run.as_dict` lists them
+    (None when the inputs hold one run: a summary of one run says nothing of runs). ``number`` is
+    None when every run is held (``--run all``); ``start_*`` is then the first run's start."""
+    if len(listed_runs) < 2:
+        return None
+    merged = [r for r in listed_runs if r["merged"]]
+    return {
+        "number": merged[0]["number"] if len(merged) == 1 else None,
+        "start_unix_ns": merged[0]["start_unix_ns"],
+        "start_utc": merged[0]["start_utc"],
+        "runs": len(listed_runs),
+    }
 
 
 def chosen_number(listed_runs: Sequence[dict], choice: str) -> int | None:

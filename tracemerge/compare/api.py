@@ -10,6 +10,7 @@ from pathlib import Path
 import msgspec
 
 from tracemerge.analysis.summary_model import Summary, checked
+from tracemerge.clock.runs import LATEST, check_pair
 from tracemerge.compare.diff import compare, format_diff, format_gate, gate, parse_threshold
 from tracemerge.compare.inputs import comparable, numbers_of
 from tracemerge.select import parse_duration
@@ -108,13 +109,17 @@ def diff(
     roles: Container[str] | None = None,
     keep_warmup: bool = False,
     phase_rules: object = None,
+    run: str = LATEST,
 ) -> Comparison:
     """NEW against BASE, each a run directory or trace files (summarized with ``phase_rules``: a
     preset's name, a rules file or a PhaseOptions), a trace tracemerge wrote, a summary JSON
     file, a :class:`Summary` or its JSON as a dict. ``fail_over`` (a fraction, or text as
     ``--fail-over`` takes it: ``"10%"``) and ``min_delta`` (ns, or text: ``"1ms"``) set the
-    gate; ``steps`` and ``roles`` keep only those. Raises ValueError on a bad option or input."""
-    sides = [_numbers(side, phase_rules) for side in (base, new)]
+    gate; ``steps`` and ``roles`` keep only those; ``run`` (as ``--run`` takes it: one choice for
+    both, or ``"BASE:NEW"``) picks the run of a side given as a path that holds several. Raises
+    ValueError on a bad option or input."""
+    base_run, new_run = check_pair(run)
+    sides = [_numbers(side, phase_rules, choice) for side, choice in ((base, base_run), (new, new_run))]
     result = compare(*sides, steps=steps, roles=roles, keep_warmup=keep_warmup)  # type: ignore[arg-type]
     if fail_over is not None:
         threshold = parse_threshold(fail_over) if isinstance(fail_over, str) else float(fail_over)
@@ -123,9 +128,9 @@ def diff(
     return msgspec.convert(result, Comparison)
 
 
-def _numbers(side: Side, phase_rules: object) -> dict:
+def _numbers(side: Side, phase_rules: object, run: str) -> dict:
     if isinstance(side, Summary):
         return comparable(side.as_dict(), "summary")
     if isinstance(side, dict):
         return comparable(checked(side), "summary")
-    return comparable(numbers_of(Path(side), phase_rules), str(side))
+    return comparable(numbers_of(Path(side), phase_rules, run=run), str(side))

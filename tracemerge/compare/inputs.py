@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from tracemerge.cli import engine
+from tracemerge.clock.runs import LATEST, names_held
 from tracemerge.core.errors import TracemergeError, shown
 from tracemerge.core.exit_status import EXIT_FATAL
 
@@ -21,9 +22,11 @@ class NoSummary(TracemergeError):
         self.status = status
 
 
-def numbers_of(path: Path, phase_rules: object = None, clocks: object = None) -> dict:
+def numbers_of(path: Path, phase_rules: object = None, clocks: object = None, run: str = LATEST) -> dict:
     """The checked summary of ``path`` as its JSON (see the module's text). A trace file that keeps
-    no summary is read as an input trace, placed by ``clocks`` and derived by ``phase_rules``."""
+    no summary is read as an input trace, placed by ``clocks`` and derived by ``phase_rules``; of
+    the runs among the files read, the one ``run`` names (:func:`tracemerge.clock.runs.choose`).
+    A stored summary is of the run it records: ``run`` must name it (or be ``latest``)."""
     if not path.exists():
         raise NoSummary(f"{shown(path)}: no such file or directory")
     if not path.is_dir() and not path.is_file():
@@ -36,8 +39,10 @@ def numbers_of(path: Path, phase_rules: object = None, clocks: object = None) ->
         options = {"phase_rules": phase_rules} if phase_rules is not None else {}
         options |= {"clocks": clocks} if clocks is not None else {}
         try:
-            return engine.summary_numbers([path], **options)
+            return engine.summary_numbers([path], **options, run=run)
         except TracemergeError as exc:
+            if str(exc).startswith("--run "):  # the run asked is not among the files: say whose
+                raise NoSummary(f"{shown(path)}: {exc}") from None
             if path.is_file() and ("already a tracemerge output" in str(exc) or _perfetto(path)):
                 raise NoSummary(
                     f"{shown(path)}: a trace keeping no phase summary (tracemerge stores one when its merge"
@@ -45,9 +50,25 @@ def numbers_of(path: Path, phase_rules: object = None, clocks: object = None) ->
                 ) from None
             raise
     try:
-        return engine.checked(numbers, shown(path))
+        numbers = engine.checked(numbers, shown(path))
     except ValueError as exc:
         raise NoSummary(str(exc)) from None
+    if not names_held(numbers.get("run") or _ONE_RUN, run):
+        raise NoSummary(f"{shown(path)}: --run {run}: it keeps the summary of {_held_text(numbers)}")
+    return numbers
+
+
+# What a stored summary without a ``run`` record is of: the one run of its inputs.
+_ONE_RUN = {"number": 1, "start_utc": "", "runs": 1}
+
+
+def _held_text(numbers: dict) -> str:
+    held_run = numbers.get("run")
+    if not held_run:
+        return "one run (its inputs held one)"
+    if held_run["number"] is None:
+        return f"all {held_run['runs']} runs of its inputs"
+    return f"run {held_run['number']} of {held_run['runs']} (started {held_run['start_utc']}) alone"
 
 
 def _perfetto(path: Path) -> bool:

@@ -180,6 +180,12 @@ class Stat(Enum):
         "events of files of another run among the inputs (far apart in time from the run merged): left out as "
         "--run asked",
     )
+    OTHER_RUN_SCALARS = (
+        "other_run_scalars",
+        Severity.INFO,
+        "step-keyed tracker scalars in the folder of another run among the inputs (not the run merged): left out"
+        " as --run asked",
+    )
     MANIFEST_ENTRY_UNUSED = (
         "manifest_entry_unused",
         Severity.INFO,

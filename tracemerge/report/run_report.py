@@ -379,6 +379,8 @@ def format_losses(losses: Losses) -> list[str]:
 def _loss_line(stat: Stat, message: str, count: int) -> str:
     if stat is Stat.OTHER_RUN:
         return f"left out {count:,} input events of {message} (as --run asked)"
+    if stat is Stat.OTHER_RUN_SCALARS:
+        return f"left out {count:,} tracker values of {message} (as --run asked)"
     if stat in _NOT_EVENTS:
         return f"data loss: {count:,} × {message}"
     if stat.is_loss:

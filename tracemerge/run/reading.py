@@ -19,7 +19,7 @@ import msgspec
 from msgspec.structs import replace
 
 from tracemerge.clock import Alignment, AlignOptions, align
-from tracemerge.clock.runs import LATEST, Run, Runs, choose, listed, one_timeline, runs_of
+from tracemerge.clock.runs import LATEST, Run, Runs, choose, listed, one_timeline, owner, runs_of
 from tracemerge.core.errors import FatalError, InputError, shown
 from tracemerge.core.model import Identity
 from tracemerge.core.stats import Losses, Stat
@@ -188,7 +188,8 @@ def read_each_run(
         out: list[tuple[Run | None, FirstRead]] = []
         for one in runs.runs:
             mine = _files_of(scans, runs, (one,))
-            out.append((one, _plan(jobs, mine, scalars, asked, work, wide, len(candidates))))
+            its_scalars = [f for f in scalars if owner(f.path, runs.runs) in (one, None)]
+            out.append((one, _plan(jobs, mine, its_scalars, asked, work, wide, len(candidates))))
         return out
 
     return _with_wide_retry(report, each)
@@ -225,6 +226,7 @@ def _read_and_plan(
     note_runs(report, runs, kept, left, scans)
     if left:  # the runs kept placed anew, as if alone: their start is the trace's zero
         scans = _files_of(scans, runs, kept)
+        scalars = _scalars_kept(report, scalars, runs, kept)
         alignment = None
     elif runs.several:
         alignment = one_timeline(runs, scans, asked.clocks, identity_sort_key)
@@ -301,6 +303,26 @@ def _files_of(scans: list[FileScan], runs: Runs, kept: tuple[Run, ...]) -> list[
     """The summaries of the files of the runs ``kept``, and of the files no time places."""
     paths = {p for r in kept for p in r.files} | set(runs.unplaced)
     return [s for s in scans if s.path in paths]
+
+
+def _scalars_kept(
+    report: RunReport, scalars: list[StepScalars], runs: Runs, kept: tuple[Run, ...]
+) -> list[StepScalars]:
+    """The tracker scalars of the runs ``kept``: keyed by step, with no time, each file belongs to
+    the run in whose folder it sits (:func:`~tracemerge.clock.runs.owner`); one that no run's
+    folder holds alone goes with those kept. Those of a run left out are counted, value by value."""
+    out = []
+    for f in scalars:
+        belongs = owner(f.path, runs.runs)
+        if belongs is None or belongs in kept:
+            out.append(f)
+            continue
+        values = sum(len(named) for named in f.values.values())
+        report.losses.add(
+            Stat.OTHER_RUN_SCALARS, values, f"{shown(f.path)}: run {belongs.number}, started {belongs.started}"
+        )
+        report.losses.update(f.dropped)
+    return out
 
 
 def note_runs(
