@@ -10,6 +10,7 @@ import gzip
 import json
 import os
 import shutil
+import statistics
 import sys
 from pathlib import Path
 
@@ -52,7 +53,7 @@ def test_a_torch_run_1_3_times_slower_fails_the_gate_naming_update_actor(tmp_pat
     result = run("diff", TORCH_RUN, slow, "--fail-over", "10%", "--json")
     assert result.exit_code == EXIT_REGRESSION, result.output
     found = json.loads(result.output)
-    assert found["mode"] == "paired" and found["steps_base"] == [0, 1]
+    assert found["mode"] == "paired" and found["steps_base"] == [1]  # step 0 is the warm-up
     failed = {r["name"]: r for r in found["gate"]["regressions"]}
     assert set(failed) == {"step wall", "update_actor", "generate", "old_log_prob"}
     # update_actor per step: the mean of the two ranks' times in it; base and new: the median over steps
@@ -62,7 +63,7 @@ def test_a_torch_run_1_3_times_slower_fails_the_gate_naming_update_actor(tmp_pat
         assert len(procs) == 2
         per_step = [[s["phases_ns"].get("update_actor", 0) for s in p["steps"]] for p in procs]
         means = [sum(pair) / 2 for pair in zip(*per_step, strict=True)]
-        medians.append(round((means[0] + means[1]) / 2))
+        medians.append(round(means[1]))  # the one counted step (step 0 is the warm-up)
     update = failed["update_actor"]
     assert (update["base_ns"], update["new_ns"]) == tuple(medians)
     assert update["delta_pct"] == pytest.approx(30.0, abs=0.01)
@@ -118,10 +119,11 @@ def test_renumbered_steps_compare_as_medians_and_fail(phases: dict, tmp_path: Pa
     assert result.exit_code == EXIT_REGRESSION, result.output
     found = json.loads(result.output)
     assert found["mode"] == "steady state"
-    assert (found["steps_base"], found["steps_new"]) == ([0, 1, 2], [100, 101, 102])
+    assert (found["steps_base"], found["steps_new"]) == ([1, 2], [101, 102])  # step 0 and 100: warm-ups
     wall = found["rows"][0]
-    walls = sorted(s["wall_ns"] for s in phases["steps"])
-    assert (wall["base_ns"], wall["new_ns"]) == (walls[1], 5 * walls[1])
+    walls = [s["wall_ns"] for s in phases["steps"] if s.get("counted", True)]
+    assert len(walls) == 2
+    assert (wall["base_ns"], wall["new_ns"]) == (round(statistics.median(walls)), round(statistics.median(walls) * 5))
     assert [r["name"] for r in found["gate"]["regressions"]] == ["step wall"]
 
 
@@ -162,8 +164,8 @@ def test_an_extra_partial_step_still_pairs(phases: dict, tmp_path: Path) -> None
     new["steps"].append(extra)
     paths = _write(tmp_path, base=phases, new=new)
     found = json.loads(run("diff", paths["base"], paths["new"], "--json").output)
-    assert (found["mode"], found["steps_base"], found["steps_only_new"]) == ("paired", [0, 1, 2], [3])
-    assert found["steps_not_counted"] == [[], [3]]
+    assert (found["mode"], found["steps_base"], found["steps_only_new"]) == ("paired", [1, 2], [3])
+    assert found["steps_not_counted"] == [[0], [0, 3]]  # the warm-up on both sides, the partial step
 
 
 def test_steps_roles_and_min_delta(phases: dict, tmp_path: Path) -> None:
