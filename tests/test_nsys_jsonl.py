@@ -146,14 +146,18 @@ def test_lines_that_are_not_rows_and_values_sqlite_cannot_hold_are_counted(tmp_p
         b'{"table": "sqlite_master", "name": "x"}\n',
         b'{"table": "ANALYSIS_DETAILS", "startTime": [1, 2], "globalVid": 1}\n',
         b"\n",
+        b'{"table": "\\ud800", "a": 1}\n',  # a table no SQLite name can hold
+        b'{"table": "ANALYSIS_DETAILS", "\\udc00": 1, "globalVid": 2}\n',  # a key no column can
     ]
     damaged = tmp_path / "damaged.jsonl"
     damaged.write_bytes(b"".join(lines[:3] + bad + lines[3:]))
     good = merge([TORCHRUN], tmp_path / "good.json", jobs=1)
     report = merge([damaged], tmp_path / "damaged.json", jobs=1)
     assert (report.written.slices, report.written.flows) == (good.written.slices, good.written.flows)
-    assert stats(report) == stats(good) | {"line_unreadable": 4, "nsys_value_unreadable": 1}
-    assert dict(report.dropped)["nsys JSON-lines line that is not a table row (first at line 4)"] == 4
+    assert stats(report) == stats(good) | {"line_unreadable": 5, "nsys_value_unreadable": 2}
+    assert dict(report.dropped)["nsys JSON-lines line that is not a table row (first at line 4)"] == 5
+    bad_key = "nsys JSON-lines value left out: key \\udc00 of ANALYSIS_DETAILS cannot be a column of its own"
+    assert dict(report.dropped)[bad_key] == 1
     left_out = "nsys JSON-lines value left out: an array or object in a column of ANALYSIS_DETAILS"
     assert dict(report.dropped)[left_out] == 1
 

@@ -187,9 +187,9 @@ class Staging:
         if table in self.columns:
             return True
         folded = table.casefold()
-        if not table or "\x00" in table or folded.startswith("sqlite_") or folded in self._tables_folded:
+        if not _name(table) or folded.startswith("sqlite_") or folded in self._tables_folded:
             return False
-        first = next((k for k in obj if k and "\x00" not in k), None)
+        first = next((k for k in obj if _name(k)), None)
         if len(self.columns) >= MAX_TABLES or first is None:
             return False
         self._tables_folded[folded] = table
@@ -204,7 +204,7 @@ class Staging:
             if key in self._folded[table].values():
                 continue
             folded = key.casefold()
-            if not key or "\x00" in key or folded in self._folded[table] or len(self.columns[table]) >= MAX_COLUMNS:
+            if not _name(key) or folded in self._folded[table] or len(self.columns[table]) >= MAX_COLUMNS:
                 fits = False
                 continue
             self._flush_table(table)  # the rows held so far have no such column
@@ -271,6 +271,17 @@ class Staging:
 
     def close(self) -> None:
         self.con.close()
+
+
+def _name(name: str) -> bool:
+    """Whether ``name`` can name an SQLite table or column: not empty, no NUL, no lone surrogate."""
+    if not name or "\x00" in name:
+        return False
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _parsed(line: bytes) -> Any:
