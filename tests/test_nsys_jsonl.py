@@ -280,3 +280,16 @@ def test_the_lines_are_streamed_in_memory_that_does_not_grow_with_the_file(
         stage.close()
     assert stage.rows == len(lines) + 30_000 and stage.bad_lines == 0
     assert peak < 3 << 20, f"{peak / 1e6:.1f} MB"
+
+
+def test_a_cut_gzipped_export_is_read_up_to_the_cut(tmp_path: Path) -> None:
+    lines = TORCHRUN.read_bytes().splitlines(keepends=True)
+    packed = gzip.compress(b"".join(lines))
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(packed[: len(packed) * 3 // 4])
+    report = merge([cut], tmp_path / "out.json", jobs=1)
+    assert report.skipped == [] and 0 < report.written.slices < 144
+    assert report.as_dict()["stats"]["file_damaged"]["count"] == 1
+    [message] = [m for m in dict(report.dropped) if m.startswith("nsys JSON lines cut or damaged after line ")]
+    read_lines = int(message.split("after line ")[1].split(":")[0])
+    assert 0 < read_lines < len(lines)

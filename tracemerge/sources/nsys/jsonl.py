@@ -27,6 +27,7 @@ import gzip
 import json
 import sqlite3
 import tempfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -72,7 +73,8 @@ def is_nsys_table(name: Any) -> bool:
 def read(path: Path, layout: FileLayout) -> SourceData:
     with tempfile.TemporaryDirectory(prefix=".tracemerge-nsys-", dir=layout.store.directory) as tmp:
         staged = Path(tmp) / "rows.sqlite"
-        with _lines(path) as lines:
+        reading = _lines(path)
+        with reading as lines:
             stage = Staging(staged)
             try:
                 for line in lines:
@@ -86,6 +88,10 @@ def read(path: Path, layout: FileLayout) -> SourceData:
             raise InputError(path, "no line is an Nsight Systems table row")
         data = read_rows(path, staged, layout, NAME)
     _account(stage, data.dropped)
+    if reading.damaged is not None:
+        data.dropped.add(
+            Stat.FILE_DAMAGED, 1, f"nsys JSON lines cut or damaged after line {stage.lines}: {shown(reading.damaged)}"
+        )
     return data
 
 
@@ -105,21 +111,26 @@ def _account(stage: Staging, dropped: Losses) -> None:
 
 
 class _lines:
-    """The file's lines, streamed (gunzipped when it is gzip data): each at most MAX_LINE bytes,
-    a longer one given as an empty line and counted by the caller as unreadable."""
+    """The file's lines, streamed (gunzipped when it is gzip data): each at most MAX_LINE bytes, a
+    longer one given as a line that is no JSON (counted by the caller). A gzip stream cut or
+    damaged ends the lines there: what came before is read, the damage kept in :attr:`damaged`."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.file: IO[bytes] | None = None
+        self.files: list[IO[bytes]] = []
+        self.damaged: str | None = None
 
     def __enter__(self) -> Iterator[bytes]:
         try:
             raw = self.path.open("rb")
         except OSError as exc:
             raise InputError(self.path, f"cannot read: {exc.strerror or exc}") from None
-        self.file = gzip.GzipFile(fileobj=raw) if raw.read(2) == GZIP_MAGIC else raw
+        self.files.append(raw)
+        packed = raw.read(2) == GZIP_MAGIC
         raw.seek(0)
-        return self._iter(self.file)
+        if packed:
+            self.files.append(gzip.GzipFile(fileobj=raw))
+        return self._iter(self.files[-1])
 
     def _iter(self, file: IO[bytes]) -> Iterator[bytes]:
         first = True
@@ -133,12 +144,12 @@ class _lines:
                     yield b"\x00"  # not JSON: counted
                     continue
                 yield line
-        except (OSError, EOFError) as exc:  # a cut or damaged gzip stream: what came before is kept
-            raise InputError(self.path, f"cannot read it to its end ({exc})") from None
+        except (OSError, EOFError, zlib.error) as exc:
+            self.damaged = str(exc) or type(exc).__name__
 
     def __exit__(self, *exc: object) -> None:
-        if self.file is not None:
-            self.file.close()
+        for file in reversed(self.files):
+            file.close()
 
 
 class Staging:
