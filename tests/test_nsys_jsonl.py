@@ -147,14 +147,18 @@ def test_lines_that_are_not_rows_and_values_sqlite_cannot_hold_are_counted(tmp_p
         b'{"table": "sqlite_master", "name": "x"}\n',
         b'{"table": "ANALYSIS_DETAILS", "startTime": [1, 2], "globalVid": 1}\n',
         b"\n",
+        b'{"table": "\\ud800", "a": 1}\n',  # a table no SQLite name can hold
+        b'{"table": "ANALYSIS_DETAILS", "\\udc00": 1, "globalVid": 2}\n',  # a key no column can
     ]
     damaged = tmp_path / "damaged.jsonl"
     damaged.write_bytes(b"".join(lines[:3] + bad + lines[3:]))
     good = merge([TORCHRUN], tmp_path / "good.json", jobs=1)
     report = merge([damaged], tmp_path / "damaged.json", jobs=1)
     assert (report.written.slices, report.written.flows) == (good.written.slices, good.written.flows)
-    assert stats(report) == stats(good) | {"line_unreadable": 4, "nsys_value_unreadable": 1}
-    assert dict(report.dropped)["nsys JSON-lines line that is not a table row (first at line 4)"] == 4
+    assert stats(report) == stats(good) | {"line_unreadable": 5, "nsys_value_unreadable": 2}
+    assert dict(report.dropped)["nsys JSON-lines line that is not a table row (first at line 4)"] == 5
+    bad_key = "nsys JSON-lines value left out: key \\udc00 of ANALYSIS_DETAILS cannot be a column of its own"
+    assert dict(report.dropped)[bad_key] == 1
     left_out = "nsys JSON-lines value left out: an array or object in a column of ANALYSIS_DETAILS"
     assert dict(report.dropped)[left_out] == 1
 
@@ -277,3 +281,16 @@ def test_the_lines_are_streamed_in_memory_that_does_not_grow_with_the_file(
         stage.close()
     assert stage.rows == len(lines) + 30_000 and stage.bad_lines == 0
     assert peak < 3 << 20, f"{peak / 1e6:.1f} MB"
+
+
+def test_a_cut_gzipped_export_is_read_up_to_the_cut(tmp_path: Path) -> None:
+    lines = TORCHRUN.read_bytes().splitlines(keepends=True)
+    packed = gzip.compress(b"".join(lines))
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(packed[: len(packed) * 3 // 4])
+    report = merge([cut], tmp_path / "out.json", jobs=1)
+    assert report.skipped == [] and 0 < report.written.slices < 144
+    assert report.as_dict()["stats"]["file_damaged"]["count"] == 1
+    [message] = [m for m in dict(report.dropped) if m.startswith("nsys JSON lines cut or damaged after line ")]
+    read_lines = int(message.split("after line ")[1].split(":")[0])
+    assert 0 < read_lines < len(lines)

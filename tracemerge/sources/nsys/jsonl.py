@@ -27,6 +27,7 @@ import gzip
 import json
 import sqlite3
 import tempfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -72,7 +73,8 @@ def is_nsys_table(name: Any) -> bool:
 def read(path: Path, layout: FileLayout) -> SourceData:
     with tempfile.TemporaryDirectory(prefix=".tracemerge-nsys-", dir=layout.store.directory) as tmp:
         staged = Path(tmp) / "rows.sqlite"
-        with _lines(path) as lines:
+        reading = _lines(path)
+        with reading as lines:
             stage = Staging(staged)
             try:
                 for line in lines:
@@ -86,6 +88,10 @@ def read(path: Path, layout: FileLayout) -> SourceData:
             raise InputError(path, "no line is an Nsight Systems table row")
         data = read_rows(path, staged, layout, NAME)
     _account(stage, data.dropped)
+    if reading.damaged is not None:
+        data.dropped.add(
+            Stat.FILE_DAMAGED, 1, f"nsys JSON lines cut or damaged after line {stage.lines}: {shown(reading.damaged)}"
+        )
     return data
 
 
@@ -105,21 +111,26 @@ def _account(stage: Staging, dropped: Losses) -> None:
 
 
 class _lines:
-    """The file's lines, streamed (gunzipped when it is gzip data): each at most MAX_LINE bytes,
-    a longer one given as an empty line and counted by the caller as unreadable."""
+    """The file's lines, streamed (gunzipped when it is gzip data): each at most MAX_LINE bytes, a
+    longer one given as a line that is no JSON (counted by the caller). A gzip stream cut or
+    damaged ends the lines there: what came before is read, the damage kept in :attr:`damaged`."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.file: IO[bytes] | None = None
+        self.files: list[IO[bytes]] = []
+        self.damaged: str | None = None
 
     def __enter__(self) -> Iterator[bytes]:
         try:
             raw = self.path.open("rb")
         except OSError as exc:
             raise InputError(self.path, f"cannot read: {exc.strerror or exc}") from None
-        self.file = gzip.GzipFile(fileobj=raw) if raw.read(2) == GZIP_MAGIC else raw
+        self.files.append(raw)
+        packed = raw.read(2) == GZIP_MAGIC
         raw.seek(0)
-        return self._iter(self.file)
+        if packed:
+            self.files.append(gzip.GzipFile(fileobj=raw))
+        return self._iter(self.files[-1])
 
     def _iter(self, file: IO[bytes]) -> Iterator[bytes]:
         first = True
@@ -133,12 +144,12 @@ class _lines:
                     yield b"\x00"  # not JSON: counted
                     continue
                 yield line
-        except (OSError, EOFError) as exc:  # a cut or damaged gzip stream: what came before is kept
-            raise InputError(self.path, f"cannot read it to its end ({exc})") from None
+        except (OSError, EOFError, zlib.error) as exc:
+            self.damaged = str(exc) or type(exc).__name__
 
     def __exit__(self, *exc: object) -> None:
-        if self.file is not None:
-            self.file.close()
+        for file in reversed(self.files):
+            file.close()
 
 
 class Staging:
@@ -187,9 +198,9 @@ class Staging:
         if table in self.columns:
             return True
         folded = table.casefold()
-        if not table or "\x00" in table or folded.startswith("sqlite_") or folded in self._tables_folded:
+        if not _name(table) or folded.startswith("sqlite_") or folded in self._tables_folded:
             return False
-        first = next((k for k in obj if k and "\x00" not in k), None)
+        first = next((k for k in obj if _name(k)), None)
         if len(self.columns) >= MAX_TABLES or first is None:
             return False
         self._tables_folded[folded] = table
@@ -204,7 +215,7 @@ class Staging:
             if key in self._folded[table].values():
                 continue
             folded = key.casefold()
-            if not key or "\x00" in key or folded in self._folded[table] or len(self.columns[table]) >= MAX_COLUMNS:
+            if not _name(key) or folded in self._folded[table] or len(self.columns[table]) >= MAX_COLUMNS:
                 fits = False
                 continue
             self._flush_table(table)  # the rows held so far have no such column
@@ -271,6 +282,17 @@ class Staging:
 
     def close(self) -> None:
         self.con.close()
+
+
+def _name(name: str) -> bool:
+    """Whether ``name`` can name an SQLite table or column: not empty, no NUL, no lone surrogate."""
+    if not name or "\x00" in name:
+        return False
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _parsed(line: bytes) -> Any:
