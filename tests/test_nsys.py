@@ -659,11 +659,11 @@ def test_a_rank_that_is_no_number_costs_the_rank_not_the_export(tmp_path: Path, 
     assert stats(report) == {"nsys_value_unreadable": 1}
 
 
-def test_ranks_are_ascii_digits_of_an_int64() -> None:
+def test_ranks_are_ascii_digits_of_at_most_40() -> None:
     from tracemerge.core.model import as_rank
 
-    assert [as_rank(v) for v in ("3", " 12 ", "007", "9" * 18, 5)] == [3, 12, 7, 10**18 - 1, 5]
-    assert [as_rank(v) for v in ("²", "٣", "9" * 19, "7" * 5000, "-1", "", "1.0", -1, 1.0, None)] == [None] * 10
+    assert [as_rank(v) for v in ("3", " 12 ", "007", "9" * 40, 5)] == [3, 12, 7, 10**40 - 1, 5]
+    assert [as_rank(v) for v in ("²", "٣", "9" * 41, "7" * 5000, "-1", "", "1.0", -1, 1.0, None)] == [None] * 10
 
 
 def test_an_infinite_kernel_value_costs_that_value(tmp_path: Path) -> None:

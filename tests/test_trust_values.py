@@ -105,12 +105,12 @@ def test_minus_one_is_no_rank_not_an_unreadable_one(tmp_path: Path) -> None:
 
 
 def test_as_rank_never_raises() -> None:
-    assert [as_rank(v) for v in ("²", "٣", "7" * 5000, " 12 ", 10**18 - 1, 10**18, -1, 1.0, True)] == [
+    assert [as_rank(v) for v in ("²", "٣", "7" * 5000, " 12 ", 10**39, 10**40, -1, 1.0, True)] == [
         None,
         None,
         None,
         12,
-        10**18 - 1,
+        10**39,
         None,
         None,
         None,

@@ -147,7 +147,7 @@ class Identity(msgspec.Struct, frozen=True):
         return f"{self.role} · {who}" if self.role else who
 
 
-RANK_DIGITS = 18  # more digits than any rank has, and every rank fits an int64: such a value is not read as one
+RANK_DIGITS = 40  # more digits than any rank has (2**128 has 39): such a value is not read as one
 
 
 def as_rank(value: Any) -> int | None:
