@@ -93,7 +93,7 @@ def test_two_runs_a_day_apart_are_two_runs_and_the_latest_is_merged(tmp_path: Pa
     assert all(f.parts[-3] == "run_2" or f.parts[-4] == "run_2" for p in report.processes for f in p.files)
     assert report.read.total == RUN_EVENTS
     walls = [s["wall_ns"] for s in report.phases["steps"]]
-    assert walls == [109_315_062, 123_504_860]
+    assert walls == [109_186_372, 123_518_626]
     # The other run is counted, file by file, as info: the exit status says everything was merged.
     assert report.losses.count(Stat.OTHER_RUN) == RUN_EVENTS
     assert report.exit_code == 0
@@ -104,7 +104,7 @@ def test_run_one_merges_the_earlier_run_alone(tmp_path: Path) -> None:
     report = merge([TWO_RUNS], tmp_path / "m.pftrace", run="1")
     assert [r["merged"] for r in report.runs] == [True, False]
     assert report.time_base_unix_ns == RUN_1_START
-    assert [s["wall_ns"] for s in report.phases["steps"]] == [109_315_062, 123_504_860]
+    assert [s["wall_ns"] for s in report.phases["steps"]] == [109_186_372, 123_518_626]
     by_start = merge([TWO_RUNS], tmp_path / "s.pftrace", run="2026-11-29T15:37")
     assert [r["merged"] for r in by_start.runs] == [True, False]
 
@@ -159,11 +159,11 @@ def test_summarize_each_run_on_its_own() -> None:
     each = summarize_each([TWO_RUNS], report=found)
     assert [n for n, _ in each] == [1, 2]
     for _, numbers in each:
-        assert [s["wall_ns"] for s in numbers["steps"]] == [109_315_062, 123_504_860]
+        assert [s["wall_ns"] for s in numbers["steps"]] == [109_186_372, 123_518_626]
     assert [r["merged"] for r in found.runs] == [True, True]
     assert not any(n.startswith("--run all") for n in found.notes)  # each run on its own timeline
     latest = summarize([TWO_RUNS])
-    assert [s.wall_ns for s in latest.steps] == [109_315_062, 123_504_860]
+    assert [s.wall_ns for s in latest.steps] == [109_186_372, 123_518_626]
 
 
 def test_cli_merge_prints_the_run_table_and_summary_reports_each(tmp_path: Path) -> None:
@@ -205,10 +205,10 @@ def test_cli_merge_prints_the_run_table_and_summary_reports_each(tmp_path: Path)
         "processes",
         "summarized",
     ]
-    assert table[2].split()[:7] == ["1", "2026-11-29", "15:37:48.421", "7", "2", "109.315", "ms"]
+    assert table[2].split()[:7] == ["1", "2026-11-29", "15:37:48.421", "7", "2", "109.186", "ms"]
     assert table[2].endswith("yes") and table[3].endswith("no (another run)")
     assert "note: summarized run 1 of 2; --run N, --run START or --run all for the others" in table
-    assert text.stdout.startswith("phases (areal, verl), 2 step(s)\nrun 1 of 2 among the inputs, started 2026-11-29 ")
+    assert text.stdout.startswith("phases (areal, verl), 2 step(s), 1 counted (the warm-up left out of the means)\nrun 1 of 2 among the inputs, started 2026-11-29 ")
     missing = runner.invoke(app, ["summary", str(TWO_RUNS), "--run", "2027-01"])
     assert missing.exit_code == 1
     assert missing.stderr.startswith("tracemerge: error: --run 2027-01: no run of the inputs' 2: 1 (started")
@@ -226,8 +226,8 @@ def test_two_unrelated_hta_traces_give_no_figure_beyond_their_step(tmp_path: Pat
     assert [r["merged"] for r in found.runs] == [False, True]
     assert [r["processes"] for r in found.runs] == [["rank 0"], ["rank 34"]]
     # The latest run alone (rank 34's one step): no wait, skew or wall beyond that step.
-    [step] = numbers.steps
-    assert step.step == 551 and step.wall_ns < 10**9
+    [step] = numbers["steps"]
+    assert step["step"] == 551 and step["wall_ns"] < 10**9
     each = summarize_each([folder])
     assert [max(s["wall_ns"] for s in n["steps"]) < 10**9 for _, n in each] == [True, True]
 
@@ -333,7 +333,7 @@ def test_names_from_data_are_escaped_in_the_run_table_and_notes(tmp_path: Path) 
         assert summary.exit_code == 0, summary.output
         _no_forged_line(summary.stdout + summary.stderr)
         table = summary.stderr.splitlines()
-        assert table[2].startswith("  1  2026-11-29 15:37:48.421      7      2   109.315 ms  6: actor · rank 0")
+        assert table[2].startswith("  1  2026-11-29 15:37:48.421      7      2   109.186 ms  6: actor · rank 0")
         assert f"rew{FORGED_SHOWN} · rank 0" in table[2]
         notes = [line for line in table if line.startswith("note: placed by records")]
         assert len(notes) == 2 and all(shown_folder in line for line in notes)
