@@ -204,10 +204,12 @@ def _whole(run: Path, out: Path) -> Path:
 
 
 def test_groups_that_make_one_file_name_each_get_a_file_of_their_own(tmp_path: Path) -> None:
-    from builders import kineto
 
     for n, role in enumerate(["ro le", "ro_le", "index", "ro?le"]):
-        kineto(tmp_path / "run" / role / "rank0.pt.trace.json", rank=0, t0_us=1_790_000_000_000_000 + n, names=(role,))
+        # a role the data names (a span log's "role"): a folder that is no role word names none
+        span = {"name": role, "start": 1_790_000_000.0 + n, "end": 1_790_000_000.5 + n, "role": role, "rank": 0}
+        (tmp_path / "run" / f"r{n}").mkdir(parents=True)
+        (tmp_path / "run" / f"r{n}" / "spans.jsonl").write_text(json.dumps(span) + "\n")
     report = merge([tmp_path / "run"], tmp_path / "m.json", split_by="role")
     assert report.exit_code == 0
     index = json.loads((tmp_path / "m.index.json").read_text())
