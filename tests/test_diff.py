@@ -99,20 +99,23 @@ def test_one_rank_30_percent_slower_has_the_deltas_known(runs) -> None:
         assert r["delta_pct"] == pytest.approx(30.0)
         assert r["noise_ns"] == 0  # the same every step: no spread
         assert r["beyond_noise"]
-    # trainer idle per step 1.5, 2.5, 3.5 ms: 2.5 ms median, 0.75 ms more. The steps are paired
-    # (both runs have steps 0 to 2) and each step's idle grew by the same 1.3 times: no noise in
-    # the change, where the base's own spread (0.8165 ms) once hid it. Idle is shown, not gated.
+    # trainer idle per step 1.5, 2.5, 3.5 ms; step 0 is the warm-up, left out: 3.0 ms median of
+    # steps 1 and 2, 0.9 ms more. The steps are paired (both runs have steps 1 and 2 counted) and
+    # each step's idle grew by the same 1.3 times: no noise in the change, where the base's own
+    # spread once hid it. Idle is shown, not gated.
     idle = rows[("trainer", "idle")]
-    assert (idle["base_ns"], idle["delta_ns"], idle["noise_ns"]) == (2_500_000, 750_000, 0)
+    assert (idle["base_ns"], idle["delta_ns"], idle["noise_ns"]) == (3_000_000, 900_000, 0)
     assert idle["beyond_noise"] and not idle["gated"]
     # the actor ranks are untouched
     assert all(r["delta_ns"] == 0 for (role, _), r in rows.items() if role == "actor")
     # Steps 1 and 2 start when the trainer starts them, now 1.3 times as far from its first
     # start (13 ms and 27 ms in): 3.9 ms and 8.1 ms later; each ends with the actor, as before.
-    walls = [rows[(None, f"step {s} wall")]["delta_ns"] for s in (0, 1, 2)]
-    assert walls == [0, -3_900_000, -8_100_000]
-    # the median wall (step 1's in both) is 3.9 ms shorter
-    assert rows[(None, "step wall")]["delta_ns"] == -3_900_000
+    # (step 0, the warm-up, is not compared)
+    assert (None, "step 0 wall") not in rows
+    walls = [rows[(None, f"step {s} wall")]["delta_ns"] for s in (1, 2)]
+    assert walls == [-3_900_000, -8_100_000]
+    # the median wall of the counted steps (the mean of steps 1 and 2) is 6.0 ms shorter
+    assert rows[(None, "step wall")]["delta_ns"] == -6_000_000
 
 
 def test_gate_fails_at_10_percent_and_passes_at_50(runs) -> None:
@@ -136,21 +139,25 @@ def test_gate_fails_at_10_percent_and_passes_at_50(runs) -> None:
     assert passed.output.splitlines()[-1] == "gate passed: nothing of 8 compared grew over 50% and the noise"
     # without a threshold the table only
     assert run("diff", runs["base"], runs["slow"]).exit_code == 0
-    # Backwards, the phases that got faster never trip the gate; the step wall does: its median
-    # grows 3.9 ms (step 1's), over the noise of the paired change (the slowed run's median wall
-    # times the spread of the ratios of the steps' walls, 3.536 ms).
+    # Backwards, the phases that got faster never trip the gate; the step wall does: the median of
+    # the counted steps (1 and 2; step 0 is the warm-up) grows 6.0 ms (the mean of 3.9 and 8.1 ms),
+    # over the noise of the paired change (the slowed run's median wall times the spread of the
+    # ratios of the counted steps' walls).
     back = run("diff", runs["slow"], runs["base"], "--fail-over", "0%")
     assert back.exit_code == EXIT_REGRESSION
     slow_walls, base_walls = [[s["wall_ns"] for s in numbers(runs[k])["steps"]] for k in ("slow.json", "base.json")]
     assert [b - a for a, b in zip(slow_walls, base_walls, strict=True)] == [0, 3_900_000, 8_100_000]
+    slow_walls, base_walls = slow_walls[1:], base_walls[1:]  # the counted steps
     ratios = [b / a for a, b in zip(slow_walls, base_walls, strict=True)]
     noise = round(statistics.median(slow_walls) * statistics.pstdev(ratios))
-    assert format_duration(noise) == "3.536 ms"
+    assert format_duration(noise) == "2.299 ms"
     assert back.output.splitlines()[-2:] == [
-        f"regression: step wall: 71.954 ms -> 75.854 ms (+5.4%, over 0% and the noise {format_duration(noise)})",
+        f"regression: step wall: 69.675 ms -> 75.675 ms (+8.6%, over 0% and the noise {format_duration(noise)})",
         "gate failed: 1 over 0%: step wall",
     ]
-    assert run("diff", runs["slow"], runs["base"], "--fail-over", "6%").exit_code == 0
+    assert format_duration(round(statistics.median(slow_walls))) == "69.675 ms"
+    assert format_duration(round(statistics.median(base_walls))) == "75.675 ms"
+    assert run("diff", runs["slow"], runs["base"], "--fail-over", "9%").exit_code == 0
 
 
 def test_traces_and_summary_files_compare_as_the_runs(runs) -> None:
@@ -243,15 +250,15 @@ def test_breakdown_of_a_capped_stored_summary_compares_the_steps_both_kept(runs)
     compared on step 0 alone, not on step 0 against steps 0 to 2."""
     base = numbers(runs["base.json"])
     new = copy.deepcopy(base)
-    for side, steps in ((base, (0,)), (new, (0, 1, 2))):
+    for side, steps in ((base, (1,)), (new, (0, 1, 2))):
         side["breakdown"] = [{"role": "actor", "rank": 0, "step": s, "compute_ns": 1000 * (s + 1)} for s in steps]
     base["left_out"] = {"breakdown": {"rows": 2, "steps": 2, "limit": 1}}
     result = compare(base, new)
-    assert result["breakdown_steps"] == [0]
+    assert result["breakdown_steps"] == [1]  # step 0, the warm-up, is not counted
     row = rows_by_label(result)[("actor", "compute")]
-    assert (row["base_ns"], row["new_ns"], row["delta_ns"]) == (1000, 1000, 0)
-    assert "breakdown compared on the steps both summaries kept rows of: 0" in format_diff(result)
+    assert (row["base_ns"], row["new_ns"], row["delta_ns"]) == (2000, 2000, 0)
+    assert "breakdown compared on the steps both summaries kept rows of: 1" in format_diff(result)
     del base["left_out"]
-    # uncapped, the base's rows of step 0 alone pair with the new run's step 0 only (steps are
-    # compared pair by pair since both runs have steps 0 to 2)
-    assert rows_by_label(compare(base, new))[("actor", "compute")]["new_ns"] == 1000
+    # uncapped, the base's rows of step 1 alone pair with the new run's step 1 only (steps are
+    # compared pair by pair since both runs have steps 0 to 2, step 0 the warm-up)
+    assert rows_by_label(compare(base, new))[("actor", "compute")]["new_ns"] == 2000

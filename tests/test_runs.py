@@ -208,7 +208,8 @@ def test_cli_merge_prints_the_run_table_and_summary_reports_each(tmp_path: Path)
     assert table[2].split()[:7] == ["1", "2026-11-29", "15:37:48.421", "7", "2", "109.186", "ms"]
     assert table[2].endswith("yes") and table[3].endswith("no (another run)")
     assert "note: summarized run 1 of 2; --run N, --run START or --run all for the others" in table
-    assert text.stdout.startswith("phases (areal, verl), 2 step(s), 1 counted (the warm-up left out of the means)\nrun 1 of 2 among the inputs, started 2026-11-29 ")
+    headline = "phases (areal, verl), 2 step(s), 1 counted (the warm-up left out of the means)"
+    assert text.stdout.startswith(f"{headline}\nrun 1 of 2 among the inputs, started 2026-11-29 ")
     missing = runner.invoke(app, ["summary", str(TWO_RUNS), "--run", "2027-01"])
     assert missing.exit_code == 1
     assert missing.stderr.startswith("tracemerge: error: --run 2027-01: no run of the inputs' 2: 1 (started")
