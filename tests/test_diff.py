@@ -246,7 +246,7 @@ def test_breakdown_columns_are_compared_when_both_carry_them(runs) -> None:
 
 
 def test_breakdown_of_a_capped_stored_summary_compares_the_steps_both_kept(runs) -> None:
-    """A stored summary that kept step 0's breakdown rows only (``left_out``): the columns are
+    """A stored summary that kept step 1's breakdown rows only (``left_out``): the columns are
     compared on step 1 alone (step 0 is the warm-up), not on step 1 against steps 1 and 2."""
     base = numbers(runs["base.json"])
     new = copy.deepcopy(base)
