@@ -772,3 +772,16 @@ def test_the_emit_nvtx_name_parser_is_linear_in_the_text() -> None:
         "[[2], [3]]",
         "[1]",
     )
+
+
+def test_a_range_with_no_start_thread_costs_nothing_but_that_thread(tmp_path: Path) -> None:
+    """An NVTX start/end range (eventType 60) whose globalTid is NULL: read on a thread of its own,
+    never the cross-thread path that needs both threads (it once raised a TypeError and lost the
+    export)."""
+    first = "select min(rowid) from NVTX_EVENTS where eventType = 60"
+    sql = f"update NVTX_EVENTS set globalTid = NULL where rowid = ({first})"
+    db = changed(tmp_path, TORCHRUN, sql)
+    _, report = merged(tmp_path / "out", db)
+    _, whole = merged(tmp_path / "whole", TORCHRUN)
+    assert report.skipped == []
+    assert report.written.slices == whole.written.slices

@@ -76,7 +76,7 @@ class NvtxRanges:
                 named = categories.get((domain, category), category)
                 args.update(present({"category": named, "payload": value, "json": json_text}))
             track = cpu.get(gtid) or self.cpu(gtid)
-            if type(end_gtid) is int and end_gtid != gtid and etype in START_END:
+            if type(end_gtid) is int and type(gtid) is int and end_gtid != gtid and etype in START_END:
                 track = self.track(("nvtx", track[1][1], None), track[1][1])
                 args = args or (orjson.loads(data) if data else {})
                 args["start thread"], args["end thread"] = tid_of(gtid), tid_of(end_gtid)
