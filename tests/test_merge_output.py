@@ -174,8 +174,9 @@ def test_spilling_to_disk_writes_the_same_bytes(tmp_path: Path, ext: str, monkey
 
 
 def test_narrow_track_ids_that_collide_are_encoded_again_wide(tmp_path: Path, monkeypatch) -> None:
-    """Track uuids are 35-bit hashes; when two collide, every file is encoded again with 63-bit
-    ones. Forced here with 2-bit hashes: the content is what the fixture holds all the same."""
+    """Track uuids are 35-bit hashes; when no alternative uuid is left for a track whose hash
+    another has (the narrow ids all taken), every file is encoded again with 63-bit ones. Forced
+    here with 2-bit hashes: the content is what the fixture holds all the same."""
     from tracemerge.plan import types as plan
 
     monkeypatch.setattr(plan, "NARROW_ID_BITS", 2)

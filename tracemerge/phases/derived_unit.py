@@ -103,26 +103,29 @@ def encode_derived(
     machine_of = plan.machines.of_process if plan.machines is not None and len(sequences) > 1 else {}
     # Perfetto: times count from the chunk's earliest (its one prologue's), on every sequence.
     shift = None if len(sequences) == 1 else -(scan.local_min or 0)
+    # One set of tracks for every sequence: no two of the chunk's tracks get one uuid.
+    tracks: Any = LocalTracks({}, wide) if writer.one_pass else PlannedTracks(unit)
     scan.lanes = []
     with scan.path.open("wb") as out:
         for sequence, machine in sequences.items():
             events = [ev for ev in phase_events(model) if machine_of.get(ev.origin, 0) == machine]
             if events or sequence == unit.sequence_id:
-                scan.lanes += _encode_sequence(events, unit, sequence, writer, out, (budget, wide, shift))
+                scan.lanes += _encode_sequence(events, unit, sequence, writer, out, (budget, tracks, shift))
+    if isinstance(tracks, LocalTracks):
+        scan.moved_ids = tracks.moved
     return scan
 
 
 def _encode_sequence(
-    events: list, unit: UnitPlan, sequence: int, writer: Writer, out: BinaryIO, how: tuple[int, bool, int | None]
+    events: list, unit: UnitPlan, sequence: int, writer: Writer, out: BinaryIO, how: tuple[int, Any, int | None]
 ) -> list:
     """Derived events encoded on one sequence of the chunk; returns the overlap lanes they opened.
-    ``how``: the memory budget, wide track ids, and the shift of a one-pass format's times."""
-    budget, wide, one_pass_shift = how
+    ``how``: the memory budget, the chunk's tracks, and the shift of a one-pass format's times."""
+    budget, tracks, one_pass_shift = how
     enc = WRITERS[writer.name].unit_encoder(sequence, out)
     layout = FileLayout(enc, budget, unit.path.parent)
     for ev in events:
         layout.add_event(ev)
-    tracks: Any = LocalTracks({}, wide) if writer.one_pass else PlannedTracks(unit)
     shift = one_pass_shift if writer.one_pass else unit.shift_ns
     result = layout.finish(lambda ident: ident, tracks, shift, flow_id_base(sequence))
     enc.close()

@@ -35,6 +35,7 @@ from tracemerge.plan.types import (
     process_uuid,
     thread_uuid,
 )
+from tracemerge.plan.unique_ids import unique_ids
 
 
 def make_plan(
@@ -46,8 +47,9 @@ def make_plan(
     """Fix pids, track ids, names and time shifts for the whole merged trace.
 
     ``alignment`` reuses clock offsets already found (scans it does not place keep their clock:
-    the derived phase tracks are on the aligned timeline already). Raises :class:`IdCollision`
-    when two tracks share a narrow uuid (then encode with ``wide``).
+    the derived phase tracks are on the aligned timeline already). Track uuids are made unique
+    here (:mod:`tracemerge.plan.unique_ids`); raises :class:`IdCollision` when an overlap lane's
+    uuid is another track's (then encode with ``wide``).
     """
     if alignment is None:
         alignment = align(scans, clocks or AlignOptions(), identity_sort_key)
@@ -59,14 +61,12 @@ def make_plan(
     salts = _overlap_salts(scans, offsets)
     threads = _thread_tracks(scans, processes, salts, wide)
     counters = _counter_tracks(scans, processes, wide)
-    planned = {t.uuid: t for t in threads.values()}
+    processes, threads, counters = unique_ids(processes, threads, counters)
     lanes = _planned_lanes(scans, threads, salts, wide)
-    # (a group's row on its own track shares the group's uuid: tracemerge.core.model.GROUP_HEADER)
-    uuids = [p.uuid for p in processes.values()] + [u for u, t in planned.items() if u != t.process_uuid]
-    uuids += [c.uuid for c in counters.values()]
-    uuids += lanes.values()
-    if len(set(uuids)) < len(uuids) or len(planned) < len(threads):
-        raise IdCollision("two tracks share a uuid")
+    uuids = {p.uuid for p in processes.values()} | {t.uuid for t in threads.values()}
+    uuids |= {c.uuid for c in counters.values()}
+    if len(set(lanes.values())) < len(lanes) or uuids & set(lanes.values()):
+        raise IdCollision("an overlap lane's uuid is another track's")
     machines = assign_machines(scans, {ident: proc.order for ident, proc in processes.items()})
     units = [_unit(s, threads, counters, salts, offsets[s.path] - base_ns) for s in scans]
     if machines is not None:
@@ -82,6 +82,7 @@ def make_plan(
         alignment=alignment,
         clock_notes=_clock_notes(scans, alignment, processes),
         machines=machines,
+        wide=wide,
     )
 
 
@@ -228,7 +229,8 @@ def _planned_lanes(
         for ident, keys in s.threads.items():
             encoded, plan_salt = s.salts.get(ident, ""), salts.get((s.path, ident), "")
             for key in keys:
-                parent_of[thread_uuid(ident, key, encoded, wide)] = threads[(ident, key, plan_salt)]
+                local = s.moved_ids.get(("thread", ident, key)) or thread_uuid(ident, key, encoded, wide)
+                parent_of[local] = threads[(ident, key, plan_salt)]
         for lane in s.lanes:
             parent = parent_of.get(lane.parent_uuid)
             if parent is not None and (parent.uuid, lane.lane) not in lanes:

@@ -60,6 +60,8 @@ class FileScan(msgspec.Struct):
     marks: dict[Identity, dict[str, list[tuple[int, int]]]] = field(default_factory=dict)
     # Per process, per kernel or op name: its total device time (ns) and count (the busiest kernels).
     kernels: dict[Identity, dict[str, tuple[int, int]]] = field(default_factory=dict)
+    # Tracks encoded with another uuid than their hash (LocalTracks.moved)
+    moved_ids: dict[tuple, int] = field(default_factory=dict)
     host: str | None = None
     mtime_ns: int | None = None
     facts: PathFacts = field(default_factory=PathFacts)  # what the file's path says (tracemerge.naming.paths)
@@ -170,6 +172,7 @@ class MergePlan(msgspec.Struct):
     clock_notes: list[ClockNote] = field(default_factory=list)
     phase_summary: dict = field(default_factory=dict)  # tracemerge.analysis.steps.summary(), kept in the trace
     machines: Machines | None = None  # the hosts of a multi-host run (tracemerge.plan.machines)
+    wide: bool = False  # the files were encoded with 63-bit uuids
 
 
 def resolve_identity(origin: OriginKey, data: SourceData, facts: PathFacts) -> Identity:
@@ -215,17 +218,37 @@ def _own_process(data: SourceData, facts: PathFacts) -> str:
 
 # Track uuids are hashes of what the track is, so that a file can be encoded before the plan
 # exists. Every event names its track, so their size counts: 35 bits make 5-byte varints (63 bits
-# make 9). A plan whose uuids collide is made again with 63-bit ones (IdCollision).
+# make 9). Two tracks may hash to one uuid (about even odds at 200,000 tracks): within a file,
+# LocalTracks gives the second another (free_id); across files the plan does, and the chunk of a
+# file whose uuid it changed is copied with it changed (tracemerge.writers.perfetto_renames).
 NARROW_ID_BITS = 35
 
 
 class IdCollision(Exception):
-    """Two tracks of the merged trace hashed to one narrow uuid."""
+    """Two overlap lanes, or a lane and a track, of one file hashed to one narrow uuid (the only
+    clash that file's chunk cannot tell apart), or the narrow ids are all taken: the files are
+    read again with 63-bit uuids."""
 
 
 def track_id(wide: bool, *parts: object) -> int:
     uuid = stable_id(*parts)
     return uuid if wide else (uuid & ((1 << NARROW_ID_BITS) - 1)) or 1
+
+
+# Alternatives tried for a uuid another track has: with 35 bits the second is free but for odds
+# of one in tens of thousands; none free means the id space is full (IdCollision: go wide).
+MAX_ALTERNATIVES = 64
+
+
+def free_id(uuid: int, taken: set[int] | dict[int, object]) -> int:
+    """The first of ``uuid``'s alternatives (hashes of it and a count) that ``taken`` lacks: the
+    same sequence in every file and in the plan, so that a clash is mostly settled alike."""
+    wide = uuid >= 1 << NARROW_ID_BITS
+    for n in range(1, MAX_ALTERNATIVES + 1):
+        found = track_id(wide, "again", uuid, n)
+        if found not in taken:
+            return found
+    raise IdCollision(f"no free track uuid among {MAX_ALTERNATIVES} alternatives")
 
 
 def process_uuid(ident: Identity, wide: bool = False) -> int:
@@ -270,18 +293,35 @@ class LocalTracks:
         self.salts = salts or {}
         self.wide = wide
         self._threads: dict[tuple[Identity, ThreadKey], ThreadTrack] = {}
+        self._counters: dict[tuple[Identity, ThreadKey, str], CounterTrack] = {}
+        self._owners: dict[int, tuple] = {}  # each uuid handed out, and whose it is
+        # The tracks given another uuid than their hash (it was another's): ("thread", ident,
+        # key) or ("counter", ident, key, name) -> uuid. The plan reads them from the file's scan.
+        self.moved: dict[tuple, int] = {}
 
     def thread(self, ident: Identity, key: ThreadKey) -> ThreadTrack:
         track = self._threads.get((ident, key))
         if track is None:
-            uuid = thread_uuid(ident, key, self.salts.get(ident, ""), self.wide)
+            uuid = self._own(("thread", ident, key), thread_uuid(ident, key, self.salts.get(ident, ""), self.wide))
             process = process_uuid(ident, self.wide)
             track = self._threads[(ident, key)] = ThreadTrack(uuid, 0, 0, "", 0, process)
         return track
 
     def counter(self, ident: Identity, key: ThreadKey, name: str) -> CounterTrack:
-        uuid = counter_uuid(ident, key, name, self.wide)
-        return CounterTrack(uuid, 0, name, process_uuid(ident, self.wide), "", "")
+        track = self._counters.get((ident, key, name))
+        if track is None:
+            uuid = self._own(("counter", ident, key, name), counter_uuid(ident, key, name, self.wide))
+            track = CounterTrack(uuid, 0, name, process_uuid(ident, self.wide), "", "")
+            self._counters[(ident, key, name)] = track
+        return track
+
+    def _own(self, owner: tuple, uuid: int) -> int:
+        """``uuid`` for ``owner``, or the first alternative no other track of the file has."""
+        if self._owners.setdefault(uuid, owner) != owner:
+            uuid = free_id(uuid, self._owners)
+            self._owners[uuid] = owner
+            self.moved[owner] = uuid
+        return uuid
 
 
 class PlannedTracks:

@@ -202,9 +202,11 @@ def _process_file(job: FileJob) -> FileOutcome:
                 found = identities[origin] = resolve_identity(origin, data, cand.facts)
             return found
 
-        result = _lay_out_read(job, layout, identity_of, keep_layout)
+        result, tracks = _lay_out_read(job, layout, identity_of, keep_layout)
         # Scanned while a packing process may still write the last batches.
         scan = None if result.ts_min is None else _scan(job, data, layout, result, identities, identity_of)
+        if scan is not None and isinstance(tracks, LocalTracks):
+            scan.moved_ids = tracks.moved
         enc.close()
     if scan is None:
         if data.step_values:
@@ -229,9 +231,9 @@ def _new_layout(job: FileJob, enc: Encoder, keep_layout: bool) -> FileLayout:
 
 def _lay_out_read(
     job: FileJob, layout: FileLayout, identity_of: Callable[[Any], Identity], keep_layout: bool
-) -> LayoutResult:
+) -> tuple[LayoutResult, LocalTracks | PlannedTracks]:
     """Lay out what was read on the planned tracks (Chrome JSON's second read) or on the file's
-    own, kept for a second pass when ``keep_layout``."""
+    own, kept for a second pass when ``keep_layout``; the result, and the tracks it named."""
     if job.unit is not None:
         tracks: Any = PlannedTracks(job.unit)
         shift = job.unit.shift_ns
@@ -251,7 +253,7 @@ def _lay_out_read(
     )
     if keep_layout and job.chunk is not None:
         layout.save(_layout_files(job.chunk)[0])
-    return result
+    return result, tracks
 
 
 def _scan(

@@ -15,10 +15,13 @@ import tempfile
 from collections.abc import Collection
 from contextlib import ExitStack, suppress
 from pathlib import Path
+from typing import BinaryIO
 
 from tracemerge.core.errors import FatalError, shown
-from tracemerge.plan.types import FileScan, MergePlan, lane_track
+from tracemerge.plan.types import FileScan, MergePlan, UnitPlan, lane_track
+from tracemerge.plan.unique_ids import lane_parent, unit_renames
 from tracemerge.writers import Writer
+from tracemerge.writers.perfetto_renames import copy_renamed
 
 
 def check_output(out_path: Path, named: set[Path], force: bool, taken: Collection[Path] = ()) -> None:
@@ -96,9 +99,16 @@ def assemble(
     """Writes the output: header, then per unit its clock prologue and chunk. Chunks are deleted
     once copied (they are as large as the output), but ``keep``, which later parts use again."""
     scan_of = {s.path: s for s in scans}
+    # A chunk whose tracks the plan named otherwise (their hashes clashed) is copied with the
+    # plan's uuids; Chrome JSON's chunks were encoded with the plan's tracks already.
+    renames = {u.path: unit_renames(u, scan_of[u.path], plan.wide) if writer.one_pass else {} for u in plan.units}
     # Lanes opened while encoding carry no names yet: take them from their planned threads.
     planned = {t.uuid: t for t in plan.threads}
-    lanes = [lane_track(planned[lane.parent_uuid], lane.lane) for u in plan.units for lane in scan_of[u.path].lanes]
+    lanes = [
+        lane_track(planned[lane_parent(renames[u.path], lane)], lane.lane)
+        for u in plan.units
+        for lane in scan_of[u.path].lanes
+    ]
     assembled = work / "assembled"
     with ExitStack() as stack:
         raw = stack.enter_context(assembled.open("wb"))
@@ -109,9 +119,28 @@ def assemble(
         for unit in plan.units:
             out.write(writer.prologue(unit, scan_of[unit.path].local_min or 0))
             chunk = chunk_of[unit.path]
-            with chunk.open("rb") as f:
-                writer.copy_chunk(f, out, unit)
+            _copy_unit(writer, unit, chunk, out, renames[unit.path])
             if unit.path != keep:
                 chunk.unlink()
         writer.write_footer(out, plan)
     os.replace(assembled, out_path)
+
+
+def _copy_unit(writer: Writer, unit: UnitPlan, chunk: Path, out: BinaryIO, renames: dict[int, int]) -> None:
+    """A unit's chunk into the output: its track uuids the plan gave again renamed, then (by the
+    writer) its packets stamped with their machines. Both rewrite packets, so a chunk that needs
+    both is renamed into a file beside it first (renames are rare: two hashes clashed)."""
+    if not renames:
+        with chunk.open("rb") as f:
+            writer.copy_chunk(f, out, unit)
+    elif not unit.machines:
+        copy_renamed(chunk, out, renames)
+    else:
+        renamed = chunk.with_name(chunk.name + ".renamed")
+        try:
+            with renamed.open("wb") as f:
+                copy_renamed(chunk, f, renames)
+            with renamed.open("rb") as f:
+                writer.copy_chunk(f, out, unit)
+        finally:
+            renamed.unlink(missing_ok=True)

@@ -196,12 +196,13 @@ def read_each_run(
 
 
 def _with_wide_retry(report: RunReport, read: Callable[[bool], _T]) -> _T:
-    """``read(wide)`` with track ids of 35 bits, else (two tracks hashed to one id: as rare as two
-    equal 35-bit hashes) again with wide ones; the report then says only what the second said."""
+    """``read(wide)`` with track ids of 35 bits, else (an overlap lane hashed to another track's id,
+    or the narrow ids ran out: tracemerge.plan.unique_ids) again with wide ones; the report then
+    says only what the second said."""
     skipped, ignored, notes, losses = len(report.skipped), len(report.ignored), len(report.notes), report.losses.copy()
     try:
         return read(False)
-    except IdCollision:
+    except IdCollision:  # an overlap lane whose 35-bit uuid is another track's: encode again, wide
         pass
     del report.skipped[skipped:], report.ignored[ignored:], report.notes[notes:]
     report.losses = losses
