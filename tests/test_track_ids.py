@@ -15,8 +15,9 @@ from typer.testing import CliRunner
 
 from tracemerge.cli import main as cli
 from tracemerge.core.model import Identity
+from tracemerge.phases.tracks import PHASES_THREAD
 from tracemerge.pipeline import merge
-from tracemerge.plan import planner
+from tracemerge.plan import planner, types, unique_ids
 from tracemerge.plan.types import LocalTracks, free_id, thread_uuid
 from tracemerge.run import reading
 from tracemerge.writers.perfetto_renames import copy_renamed
@@ -181,3 +182,29 @@ def test_a_two_host_run_whose_uuids_are_all_given_again_is_renamed_and_stamped(
     assert described == 34  # the Pipeline's row on its own track adds none
     assert sorted(machines.values(), key=sorted) == [{0}, {0}, {0, 1, 2}, {1}, {1}, {2}, {2}]
     assert len(named) == len(plain_named) and not named & plain_named  # every track named again
+
+
+def test_the_phases_of_two_hosts_of_one_hash_keep_their_own_tracks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The derived unit is encoded on a sequence per machine: the two actor ranks' Phases tracks
+    (on two hosts) hashed to one uuid still get two, each rank's phases on its own."""
+    plain = tmp_path / "plain.pftrace"
+    merge([TWO_HOSTS], plain)
+    real = types.thread_uuid
+
+    def one_hash(ident: Identity, key: tuple, salt: str = "", wide: bool = False) -> int:
+        if key == PHASES_THREAD and ident.role == "actor":
+            ident = Identity("actor", 0, ident.tag)
+        return real(ident, key, salt, wide)
+
+    for module in (types, planner, unique_ids):
+        monkeypatch.setattr(module, "thread_uuid", one_hash)
+    clashing = tmp_path / "clashing.pftrace"
+    merge([TWO_HOSTS], clashing)
+    found, expected = read_pftrace(clashing).set_derived_apart(), read_pftrace(plain).set_derived_apart()
+    phases = {key: slices for key, slices in found.derived.items() if key[1] == "Phases"}
+    assert sorted(phases) == [("actor · rank 0", "Phases"), ("actor · rank 1", "Phases")]
+    for key, slices in phases.items():
+        assert [(s.name, s.ts, s.dur) for s in slices] == [(s.name, s.ts, s.dur) for s in expected.derived[key]]
+    assert len({s.track for key in phases if key[0].startswith("actor") for s in phases[key]}) == 2
