@@ -107,7 +107,10 @@ class Coverage:
             except OverflowError:
                 self.starts = self.ends = None
                 return
-        self.before = np.concatenate(([0], np.cumsum(self.ends - self.starts)))  # length of the spans before k
+        # the length of the spans before k, made in one column (a union may hold millions)
+        self.before = np.zeros(len(self.starts) + 1, np.int64)
+        np.subtract(self.ends, self.starts, out=self.before[1:])
+        np.cumsum(self.before[1:], out=self.before[1:])
 
     def within_all(self, lo: list[int], hi: list[int]) -> list[int]:
         """How much of each window [lo[k], hi[k]) the spans cover."""
@@ -175,7 +178,8 @@ def intersection(x: Spans, y: Spans) -> Spans:
     such pair that overlaps is a span of the intersection. Done on columns: a merge in Python
     took a second a run of 64 ranks × 1,000 steps."""
     if type(x) is SpanUnion and type(y) is SpanUnion:
-        return SpanUnion(*_intersected(*x.columns(), *y.columns()))
+        (xs, xe), (ys, ye) = sorted((x.columns(), y.columns()), key=lambda c: len(c[0]))
+        return SpanUnion(*_intersected(xs, xe, ys, ye))  # the search's columns as long as the shorter
     if not x or not y:
         return []
     try:
