@@ -8,12 +8,14 @@ import json
 import pickle
 import random
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 from expected import union
 from typer.testing import CliRunner
 
-from tracemerge.analysis.device_time import Coverage, covered, intersection, merged
+from tracemerge.analysis.device_time import Breakdown, Coverage, covered, intersection, merged, whole_breakdowns
+from tracemerge.analysis.kernels import busiest
 from tracemerge.cli import main as cli
 from tracemerge.core.model import Identity
 from tracemerge.evidence.anchors import DEVICE_COMM, DEVICE_COMPUTE
@@ -110,3 +112,30 @@ def test_a_kineto_rank_s_kernels_reach_the_breakdown_as_columns(tmp_path: Path) 
     assert [tuple(r[k] for k in numbers) for r in rows] == [
         (s, 6_000_000, 900 * 5_000, 100 * 5_000, 999 * 1_000, 0, 1_000) for s in range(3)
     ]
+
+
+def test_the_whole_time_breakdown_and_the_busy_time_of_unions() -> None:
+    """A process without steps measured over its file's time (0 to 1,000 ns, moved 50 ns by the
+    clock), and its busy time beside its busiest kernels, from its unions as from their lists."""
+    ident = Identity("actor", 0)
+    compute, comm = [(100, 200), (300, 400)], [(150, 250), (500, 600)]
+    scan = SimpleNamespace(path="rank0", ts_min=0, ts_max=1_000, counts={ident: 1}, threads={})
+    for units in ({ident: (compute, comm)}, {ident: (SpanUnion.of(compute), SpanUnion.of(comm))}):
+        # device work from 100 to 600 in the window [50, 1050): 350 ns busy, 150 free between
+        assert whole_breakdowns(units, [scan], {"rank0": 50}) == {
+            ident: Breakdown(1_000, 200, 150, 50, 150, 0, 50, 450)
+        }
+        assert busiest({ident: {"gemm": (300, 2), "nccl": (200, 2)}}, units)[ident].busy_ns == 350
+
+
+def test_whole_breakdowns_and_busy_times_of_unions_are_those_of_their_lists() -> None:
+    rng = random.Random(11)
+    ident = Identity("rollout", 1)
+    for _ in range(100):
+        x = merged([(a, a + rng.randrange(1, 50)) for a in rng.sample(range(3_000), rng.randrange(0, 40))])
+        y = merged([(a, a + rng.randrange(1, 50)) for a in rng.sample(range(3_000), rng.randrange(0, 40))])
+        scan = SimpleNamespace(path="f", ts_min=rng.randrange(500), ts_max=rng.randrange(500, 3_500), counts={ident: 1})
+        lists, unions = {ident: (x, y)}, {ident: (SpanUnion.of(x), SpanUnion.of(y))}
+        assert whole_breakdowns(unions, [scan], {}) == whole_breakdowns(lists, [scan], {})
+        tally = {ident: {"k": (1, 1)}}
+        assert busiest(tally, unions) == busiest(tally, lists)
