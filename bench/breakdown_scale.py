@@ -3,7 +3,7 @@ on two streams and 4 all-reduces, as the marks a read notes (merged unions per p
 
     python bench/breakdown_scale.py [RANKS] [STEPS]
 
-Times the noting of the spans (tracemerge.analysis.device_time.add_span, as the layout does per device
+Times the noting of the spans (tracemerge.evidence.span_union.SpanUnion.add, as the layout does per device
 thread), deriving the steps with their breakdown (tracemerge.phases.derive) and the summary's rows,
 and checks compute + communication + free (+ preparing + closing) = wall on every row. Then what
 ``tracemerge summary`` and ``tracemerge diff`` do with those numbers beyond ``derive``: the tables,
@@ -18,10 +18,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracemerge.analysis.device_time import add_span, merged
 from tracemerge.analysis.steps import format_summary, summary
 from tracemerge.core.model import Identity
 from tracemerge.evidence.anchors import DEVICE_COMM, DEVICE_COMPUTE, step_tag
+from tracemerge.evidence.span_union import SpanUnion
 from tracemerge.phases import derive
 from tracemerge.phases.rules import TORCH_STEPS
 
@@ -36,9 +36,8 @@ class Scan:
 
 
 def scan_of(rank: int, steps: int) -> Scan:
-    sizes: dict = {}
-    compute: dict[int, list] = {7: [], 8: []}
-    comm: list = []
+    compute = {7: SpanUnion(), 8: SpanUnion()}
+    comm = SpanUnion()
     collectives: list = []
     step_marks = []
     for n in range(steps):
@@ -46,15 +45,16 @@ def scan_of(rank: int, steps: int) -> Scan:
         step_marks.append((base, base + STEP_NS - 1_000))
         for k in range(KERNELS):
             a = base + k * 200_000 + (k % 2) * 50_000
-            add_span(compute[7 + k % 2], a, a + 150_000 + rank % 3 * 10_000, sizes, 7 + k % 2)
+            compute[7 + k % 2].add(a, a + 150_000 + rank % 3 * 10_000)
         for k in range(COLLECTIVES):
             a = base + 8_000_000 + k * 400_000 + (rank % 5) * 20_000
             end = base + 8_000_000 + k * 400_000 + 300_000
-            add_span(comm, a, end, sizes, 13)
+            comm.add(a, end)
             collectives.append((a, end))
+    compute[7].absorb(compute[8])
     tags = {
-        DEVICE_COMPUTE: merged([*compute[7], *compute[8]]),
-        DEVICE_COMM: merged(comm),
+        DEVICE_COMPUTE: compute[7],
+        DEVICE_COMM: comm,
         "collective device allreduce": collectives,
     }
     for n, span in enumerate(step_marks, 1):

@@ -21,8 +21,9 @@ from expected import union
 from typer.testing import CliRunner
 
 from tracemerge.analysis import steps as step_summary
-from tracemerge.analysis.device_time import COMPACT_AFTER, Coverage, add_span, covered, intersection, merged
+from tracemerge.analysis.device_time import Coverage, covered, intersection, merged
 from tracemerge.cli import main as cli
+from tracemerge.evidence.span_union import BLOCK, SpanUnion
 
 runner = CliRunner()
 US = 1_000
@@ -273,14 +274,13 @@ def test_breakdown_of_many_kernels(tmp_path: Path) -> None:
 
 
 def test_unions_stay_merged() -> None:
-    found: list[tuple[int, int]] = []
-    sizes: dict = {}
-    for k in range(3 * COMPACT_AFTER):  # every span twice, far apart, out of order
-        a = (k * 37) % (3 * COMPACT_AFTER) * 10
-        add_span(found, a, a + 10, sizes, "key")
-        add_span(found, a, a + 5, sizes, "key")
-    assert merged(found) == [(0, 3 * COMPACT_AFTER * 10)]
-    assert len(found) <= 2 * COMPACT_AFTER
+    found = SpanUnion()
+    for k in range(3 * BLOCK):  # every span twice, far apart, out of order
+        a = (k * 37) % (3 * BLOCK) * 10
+        found.add(a, a + 10)
+        found.add(a, a + 5)
+    assert found == [(0, 3 * BLOCK * 10)]
+    assert covered(found, 5, 25) == 20
     assert covered([(0, 10), (20, 30)], 5, 25) == 10
     assert intersection([(0, 10), (20, 30)], [(5, 25)]) == [(5, 10), (20, 25)]
 

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable
 
 import msgspec
 
-from tracemerge.analysis.device_time import covered
+from tracemerge.analysis.device_time import Spans, covered
 from tracemerge.analysis.holdups import Timeline, _last_arrivals, order_key
 from tracemerge.core.model import Identity
 
@@ -63,7 +63,7 @@ class Segment(msgspec.Struct, frozen=True):
         return self.end - self.start
 
 
-Devices = dict[Identity, tuple[list[tuple[int, int]], list[tuple[int, int]]]]  # merged compute, comm
+Devices = dict[Identity, tuple[Spans, Spans]]  # merged compute, comm (SpanUnion or sorted tuples)
 
 
 def step_path(

@@ -16,8 +16,10 @@ to enter the same collective (the k-th of a kind in each rank's step); its ``wai
 the sum over the collectives starting in the step.
 
 Device activity is noted while the files are read, as unions of spans per thread (marks under
-``"device compute"`` and ``"device comm"``, :func:`add_span` keeping each list merged), joined per
-process when a file's scan is made: memory and time are linear in the events, never pairwise.
+``"device compute"`` and ``"device comm"``, each a :class:`~tracemerge.evidence.span_union.SpanUnion`:
+int64 columns kept merged), joined per process when a file's scan is made: memory is 16 bytes
+per span of the union, and time linear in the events, never pairwise. The functions here take
+such a union or a sorted list of ``(start, end)`` tuples alike.
 """
 
 from __future__ import annotations
@@ -32,10 +34,11 @@ import msgspec
 import numpy as np
 
 from tracemerge.core.model import Identity
+from tracemerge.evidence.span_union import SpanUnion
 from tracemerge.store.entries import ranks
 
-# A merged list is compacted again once it holds twice as many spans as when last merged, and this many more.
-COMPACT_AFTER = 1024
+Spans = list[tuple[int, int]] | SpanUnion
+
 _START, _END = operator.itemgetter(0), operator.itemgetter(1)
 
 
@@ -71,33 +74,12 @@ def _columns(spans: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
     return list(map(_START, spans)), list(map(_END, spans))
 
 
-def add_span(found: list[tuple[int, int]], start: int, end: int, sizes: dict, key: object) -> None:
-    """Adds [start, end) to the union ``found`` (in place): joined to the last span when it goes
-    on from it, appended otherwise, and the whole list merged again when it grew by
-    :data:`COMPACT_AFTER` since (``sizes[key]``: its length when last merged)."""
-    if found:
-        a, b = found[-1]
-        if a <= start <= b:
-            if end > b:
-                found[-1] = (a, end)
-            return
-    found.append((start, end))
-    compact(found, sizes, key)
-
-
-def compact(found: list[tuple[int, int]], sizes: dict, key: object) -> None:
-    """Merges the union ``found`` again (in place) once it holds twice as many spans as when last
-    merged (``sizes[key]``), and :data:`COMPACT_AFTER` more: memory stays within twice the
-    union's, and merging costs n log n over all the spans added."""
-    if len(found) >= 2 * sizes.get(key, 0) + COMPACT_AFTER:
-        found[:] = _joined(found)  # a tail added since the last merge: seldom merged already
-        sizes[key] = len(found)
-
-
-def covered(spans: list[tuple[int, int]], lo: int, hi: int) -> int:
+def covered(spans: Spans, lo: int, hi: int) -> int:
     """How much of [lo, hi) the sorted, disjoint ``spans`` cover."""
     if hi <= lo:
         return 0
+    if type(spans) is SpanUnion:
+        return spans.covered(lo, hi)
     k = max(0, bisect.bisect_right(spans, (lo,)) - 1)
     total = 0
     while k < len(spans) and spans[k][0] < hi:
@@ -115,14 +97,20 @@ class Coverage:
 
     __slots__ = ("before", "ends", "spans", "starts")
 
-    def __init__(self, spans: list[tuple[int, int]]) -> None:
+    def __init__(self, spans: Spans) -> None:
         self.spans = spans
-        try:
-            self.starts, self.ends = _covering_columns(spans)
-        except OverflowError:
-            self.starts = self.ends = None
-            return
-        self.before = np.concatenate(([0], np.cumsum(self.ends - self.starts)))  # length of the spans before k
+        if type(spans) is SpanUnion:
+            self.starts, self.ends = spans.columns()
+        else:
+            try:
+                self.starts, self.ends = _covering_columns(spans)
+            except OverflowError:
+                self.starts = self.ends = None
+                return
+        # the length of the spans before k, made in one column (a union may hold millions)
+        self.before = np.zeros(len(self.starts) + 1, np.int64)
+        np.subtract(self.ends, self.starts, out=self.before[1:])
+        np.cumsum(self.before[1:], out=self.before[1:])
 
     def within_all(self, lo: list[int], hi: list[int]) -> list[int]:
         """How much of each window [lo[k], hi[k]) the spans cover."""
@@ -181,13 +169,17 @@ class Coverage:
         return firsts, lasts
 
 
-def intersection(x: list[tuple[int, int]], y: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The intersection of two sorted, disjoint span lists, in order.
+def intersection(x: Spans, y: Spans) -> Spans:
+    """The intersection of two sorted, disjoint span lists, in order (a :class:`SpanUnion` of two
+    such unions).
 
     Each span of ``x`` meets the spans of ``y`` from the first ending after it starts to the last
     starting before it ends (two binary searches, their ends and starts being sorted alike); every
     such pair that overlaps is a span of the intersection. Done on columns: a merge in Python
     took a second a run of 64 ranks × 1,000 steps."""
+    if type(x) is SpanUnion and type(y) is SpanUnion:
+        (xs, xe), (ys, ye) = sorted((x.columns(), y.columns()), key=lambda c: len(c[0]))
+        return SpanUnion(*_intersected(xs, xe, ys, ye))  # the search's columns as long as the shorter
     if not x or not y:
         return []
     try:
@@ -195,13 +187,21 @@ def intersection(x: list[tuple[int, int]], y: list[tuple[int, int]]) -> list[tup
         ys, ye = _covering_columns(y)
     except OverflowError:  # beyond int64 (no trace's times are): the merge, one pair at a time
         return _merged_intersection(x, y)
+    a, b = _intersected(xs, xe, ys, ye)
+    return list(zip(a.tolist(), b.tolist(), strict=True))
+
+
+def _intersected(xs: np.ndarray, xe: np.ndarray, ys: np.ndarray, ye: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The spans both sorted, disjoint column pairs cover: their starts and ends, in order."""
+    if not len(xs) or not len(ys):
+        return xs[:0], xs[:0]
     first = np.searchsorted(ye, xs, "right")
     counts = np.maximum(np.searchsorted(ys, xe, "left") - first, 0)
     xi = np.repeat(np.arange(len(xs)), counts)
     yi = np.repeat(first, counts) + ranks(counts)
     a, b = np.maximum(xs[xi], ys[yi]), np.minimum(xe[xi], ye[yi])
     keep = a < b
-    return list(zip(a[keep].tolist(), b[keep].tolist(), strict=True))
+    return a[keep], b[keep]
 
 
 def _covering_columns(spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -304,7 +304,7 @@ def worst(by_process: dict[Identity, list[tuple[int, Breakdown]]]) -> dict[str, 
 
 
 def whole_breakdowns(
-    devices: dict[Identity, tuple[list[tuple[int, int]], list[tuple[int, int]]]],
+    devices: dict[Identity, tuple[Spans, Spans]],
     scans: Iterable[object],
     offsets: dict,
 ) -> dict[Identity, Breakdown]:
@@ -323,7 +323,7 @@ def whole_breakdowns(
             spans[ident] = (min(a, lo), max(b, hi))
     out = {}
     for ident, (compute, comm) in devices.items():
-        work = [span for span in (*compute[:1], *comm[:1], *compute[-1:], *comm[-1:]) if span[1] > span[0]]
+        work = [span for span in (*_outer(compute), *_outer(comm)) if span[1] > span[0]]
         if not work:
             continue
         lo, hi = spans.get(ident, (min(a for a, _ in work), max(b for _, b in work)))
@@ -331,3 +331,11 @@ def whole_breakdowns(
         unions = Coverage(compute), Coverage(comm), Coverage(intersection(compute, comm))
         out[ident] = step_breakdowns([window], *unions, [0])[0]
     return out
+
+
+def _outer(spans: Spans) -> list[tuple[int, int]]:
+    """The first and the last span of a sorted union (one, or none, when it holds fewer)."""
+    if type(spans) is not SpanUnion:
+        return [*spans[:1], *spans[-1:]]
+    starts, ends = spans.columns()
+    return [(int(starts[k]), int(ends[k])) for k in sorted({0, len(starts) - 1})] if len(starts) else []

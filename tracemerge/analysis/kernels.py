@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import msgspec
 
-from tracemerge.analysis.device_time import merged
+from tracemerge.analysis.device_time import Spans, intersection, merged
 from tracemerge.core.model import Identity
+from tracemerge.evidence.span_union import SpanUnion
 
 TOP = 10  # names kept per process
 
@@ -29,7 +30,7 @@ class Busiest(msgspec.Struct, frozen=True):
 
 def busiest(
     kernels: dict[Identity, dict[str, tuple[int, int]]],
-    units: dict[Identity, tuple[list[tuple[int, int]], list[tuple[int, int]]]],
+    units: dict[Identity, tuple[Spans, Spans]],
     top: int = TOP,
 ) -> dict[Identity, Busiest]:
     """Per process with a tally: its ``top`` names by total device time (then by name), and its
@@ -37,7 +38,21 @@ def busiest(
     out = {}
     for ident, names in kernels.items():
         compute, comm = units.get(ident, ([], []))
-        busy = sum(b - a for a, b in merged([*compute, *comm]) if b > a)
+        busy = _busy(compute, comm)
         ranked = sorted(names.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top]
         out[ident] = Busiest(busy, [(name, total, count) for name, (total, count) in ranked], len(names))
     return out
+
+
+def _busy(compute: Spans, comm: Spans) -> int:
+    """The length of the union of two unions: |C| + |M| - |C ∩ M| from their columns when they
+    are :class:`SpanUnion` (neither copied into a list of tuples nor into one joined union)."""
+    if type(compute) is SpanUnion and type(comm) is SpanUnion:
+        return _length(compute) + _length(comm) - _length(intersection(compute, comm))
+    return sum(b - a for a, b in merged([*compute, *comm]) if b > a)
+
+
+def _length(union: SpanUnion) -> int:
+    """How much time the union covers."""
+    starts, ends = union.columns()
+    return int((ends - starts).sum())

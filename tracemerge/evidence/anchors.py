@@ -12,7 +12,7 @@ Three kinds of events are noted (as marks ``(start, end)`` under a tag), never r
   that give the same sessions' wall-clock times (tag ``"session <id> <name>"``).
 
 Device activity is noted too, as a union of spans per device thread rather than every event
-(:func:`tracemerge.analysis.device_time.add_span`): kernels, copies and sets under ``"device compute"``, a
+(:class:`tracemerge.evidence.span_union.SpanUnion`): kernels, copies and sets under ``"device compute"``, a
 collective's device work under ``"device comm"`` (:mod:`tracemerge.analysis.device_time`).
 
 :mod:`tracemerge.clock` relates the files' clocks from these marks. Phase rules

@@ -12,11 +12,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tracemerge.analysis.device_time import add_span, compact
 from tracemerge.core.model import OriginKey, ThreadKey
 from tracemerge.evidence.anchors import DEVICE, MAX_MARKS, MAX_PHASE_MARKS, PHASE, STEP
+from tracemerge.evidence.span_union import SpanUnion
 
-Marks = dict[tuple[str, OriginKey, ThreadKey], list[tuple[int, int]]]
+# Device activity is a SpanUnion per (tag, origin, thread), any other evidence a list of marks.
+Marks = dict[tuple[str, OriginKey, ThreadKey], list[tuple[int, int]] | SpanUnion]
 
 
 class EvidenceNotes:
@@ -27,7 +28,6 @@ class EvidenceNotes:
         self.tags: dict[str, tuple[str, ...]] = {}  # per event name, what ``watch`` says of it
         self.marks: Marks = {}
         self.marks_over: Counter[str] = Counter()  # per kind of evidence, marks beyond the cap
-        self._merged_sizes: dict = {}  # device marks: each union's length when last merged
 
     def tag(self, name: str) -> tuple[str, ...]:
         """The evidence tags of events named ``name`` (see :mod:`tracemerge.evidence.anchors`)."""
@@ -46,9 +46,10 @@ class EvidenceNotes:
         """Clock evidence: an instant range under ``tag``, in the file's own timestamps."""
         found = self.marks.get((tag, origin, thread))
         if found is None:
-            found = self.marks[(tag, origin, thread)] = []
-        if tag.startswith(DEVICE):  # device activity: a union of spans, merged as they come
-            add_span(found, start, end, self._merged_sizes, (tag, origin, thread))
+            # device activity: a union of spans, merged as they come
+            found = self.marks[(tag, origin, thread)] = SpanUnion() if tag.startswith(DEVICE) else []
+        if type(found) is SpanUnion:
+            found.add(start, end)
             return
         limit = MAX_PHASE_MARKS if tag.startswith((PHASE, STEP)) else MAX_MARKS
         if len(found) < limit:
@@ -58,20 +59,14 @@ class EvidenceNotes:
 
     def mark_device(self, tag: str, origin: OriginKey, thread: ThreadKey, starts: np.ndarray, ends: np.ndarray) -> None:
         """Device activity of a batch of one thread's rows (``tag``: compute or comm), merged in
-        numpy first: only the batch's union is handed to :meth:`mark`."""
+        numpy into the thread's union."""
         if not len(starts):
             return
-        order = np.argsort(starts, kind="stable")
-        starts, ends = starts[order], np.maximum.accumulate(ends[order])
-        breaks = np.flatnonzero(starts[1:] > ends[:-1]) + 1
-        firsts = np.concatenate(([0], breaks))
-        lasts = np.concatenate((breaks - 1, [len(starts) - 1]))
         key = (tag, origin, thread)
         found = self.marks.get(key)
         if found is None:
-            found = self.marks[key] = []
-        found.extend(zip(starts[firsts].tolist(), ends[lasts].tolist(), strict=True))
-        compact(found, self._merged_sizes, key)
+            found = self.marks[key] = SpanUnion()
+        found.add_columns(starts, ends)
 
     def absorb(self, marks: Marks, marks_over: Counter[str]) -> None:
         """The notes of a part of the file read apart, after those before. A part's device
@@ -79,10 +74,11 @@ class EvidenceNotes:
         if they had come one by one, and a 23 MB rank's part holds ten thousand)."""
         for key, found in marks.items():
             tag, origin, thread = key
-            if tag.startswith(DEVICE):
-                mine = self.marks.setdefault(key, [])
-                mine.extend(found)
-                compact(mine, self._merged_sizes, key)
+            if type(found) is SpanUnion:
+                mine = self.marks.get(key)
+                if mine is None:
+                    mine = self.marks[key] = SpanUnion()
+                mine.absorb(found)
                 continue
             for start, end in found:
                 self.mark(tag, origin, thread, start, end)
@@ -93,11 +89,17 @@ class EvidenceNotes:
         again: counted twice otherwise)."""
         self.marks.clear()
         self.marks_over.clear()
-        self._merged_sizes.clear()
 
     def regroup(self, origin_of: Callable[[OriginKey, ThreadKey], OriginKey]) -> None:
         """Re-key the marks by the origins known once the whole file is read."""
         marks: Marks = {}
         for (tag, origin, thread), found in self.marks.items():
-            marks.setdefault((tag, origin_of(origin, thread), thread), []).extend(found)
+            key = (tag, origin_of(origin, thread), thread)
+            if type(found) is SpanUnion:
+                union = marks.get(key)
+                if union is None:
+                    union = marks[key] = SpanUnion()
+                union.absorb(found)
+            else:
+                marks.setdefault(key, []).extend(found)
         self.marks = marks

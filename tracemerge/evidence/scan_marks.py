@@ -9,9 +9,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from tracemerge.analysis.device_time import merged
 from tracemerge.core.model import Identity
-from tracemerge.evidence.anchors import DEVICE, FRAMEWORK_STEPS, phase_tag, step_tag
+from tracemerge.evidence.anchors import FRAMEWORK_STEPS, phase_tag, step_tag
+from tracemerge.evidence.span_union import SpanUnion
 from tracemerge.naming.paths import PathFacts
 from tracemerge.phases.rules import NAMED_STEPS, VERL
 
@@ -19,21 +19,24 @@ _FRAMEWORK_STEP = step_tag(FRAMEWORK_STEPS, "")
 
 
 def process_marks(
-    marks: dict[tuple[str, Any, Any], list[tuple[int, int]]], identity_of: Callable[[Any], Identity], origin_ns: int
-) -> dict[Identity, dict[str, list[tuple[int, int]]]]:
+    marks: dict[tuple[str, Any, Any], Any], identity_of: Callable[[Any], Identity], origin_ns: int
+) -> dict[Identity, dict[str, Any]]:
     """Per process and tag, the marks of one thread, in time order: a collective is noted once
     per rank, not once per level that records it. Whole operations follow one another on their
     thread, so the thread whose marks do not overlap and cover the most time is taken (Ascend's
     communication-op row rather than its parallel tasks on a stream, or its launch on the host).
-    Device activity is the union over the process's threads (its device streams), and so are the
-    spans a framework numbers a step of (every thread's work of the step is the step's)."""
-    best: dict[Identity, dict[str, list[tuple[int, int]]]] = defaultdict(dict)
+    Device activity (a :class:`SpanUnion` per thread) is the union over the process's threads
+    (its device streams); the spans a framework numbers a step of are every thread's, each
+    kept (every thread's work of the step is the step's)."""
+    best: dict[Identity, dict[str, Any]] = defaultdict(dict)
     scores: dict[tuple[Identity, str], tuple[bool, int]] = {}
     for (tag, origin, _thread), found in sorted(marks.items(), key=lambda kv: repr(kv[0])):
         ident = identity_of(origin)
-        if tag.startswith(DEVICE):
-            mine = best[ident].get(tag, [])
-            best[ident][tag] = merged([*mine, *((a + origin_ns, b + origin_ns) for a, b in found)])
+        if type(found) is SpanUnion:
+            mine = best[ident].get(tag)
+            if mine is None:
+                mine = best[ident][tag] = SpanUnion()
+            mine.absorb(found, origin_ns)
             continue
         if tag.startswith(_FRAMEWORK_STEP):
             best[ident][tag] = sorted([*best[ident].get(tag, []), *((a + origin_ns, b + origin_ns) for a, b in found)])
@@ -44,6 +47,10 @@ def process_marks(
         if score > scores.get((ident, tag), (False, -1)):
             best[ident][tag] = found
             scores[(ident, tag)] = score
+    for tags in best.values():  # each union in one pair of columns, which later stages share
+        for found in tags.values():
+            if type(found) is SpanUnion:
+                found.columns()
     return dict(best)
 
 

@@ -38,6 +38,7 @@ from tracemerge.evidence.anchors import (
     preferred_preset,
 )
 from tracemerge.evidence.kernel_tally import joined
+from tracemerge.evidence.span_union import SpanUnion
 from tracemerge.phases.across import critical_paths, device_breakdown, pipeline, step_holdups, waiting_on
 from tracemerge.phases.model import (
     IDLE,
@@ -87,7 +88,7 @@ def derive(
     """Phases and steps of every process ``keep`` keeps, on the aligned timeline (file time +
     its offset). The ``unaligned`` processes (placed without clock evidence) are left out of
     what is measured across processes: skews, who was late, waits, critical paths."""
-    devices: dict[Identity, dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
+    devices: dict[Identity, dict[str, SpanUnion]] = defaultdict(lambda: defaultdict(SpanUnion))
     scans = list(scans)
     phase_marks, step_marks, collectives = _gather(scans, offsets, keep, devices)
     model = PhaseModel("", {}, [], {})
@@ -152,7 +153,7 @@ def _across(
     scans: list[HasMarks],
     offsets: dict[Path, int],
     keep: Callable[[Identity], bool] | None,
-    devices: dict[Identity, dict[str, list[tuple[int, int]]]],
+    devices: dict[Identity, dict[str, SpanUnion]],
     collectives: dict[Identity, list[tuple[int, int, str]]],
     unaligned: frozenset[Identity],
 ) -> None:
@@ -160,7 +161,7 @@ def _across(
     its role or step has no other)."""
     model.roles = pipeline(model.processes, unaligned)
     model.holdups = step_holdups(model.processes, unaligned)
-    units = {i: (merged(d[DEVICE_COMPUTE]), merged(d[DEVICE_COMM])) for i, d in devices.items()}
+    units = {i: (d[DEVICE_COMPUTE], d[DEVICE_COMM]) for i, d in devices.items()}
     model.breakdown = device_breakdown(model.processes, units, collectives, unaligned)
     model.whole = whole_breakdowns({i: u for i, u in units.items() if i not in model.processes}, scans, offsets)
     model.kernels = busiest(joined((getattr(s, "kernels", {}) for s in scans), keep), units)
@@ -175,7 +176,7 @@ def _gather(
     scans: Iterable[HasMarks],
     offsets: dict[Path, int],
     keep: Callable[[Identity], bool] | None,
-    devices: dict[Identity, dict[str, list[tuple[int, int]]]],
+    devices: dict[Identity, dict[str, SpanUnion]],
 ) -> tuple[Marks, Marks, dict[Identity, list[tuple[int, int, str]]]]:
     """The phase and step marks (per process and preset: (name, start, end)) and the collectives
     (per process: (start, end, kind)) of the processes ``keep`` keeps, on the aligned timeline;
@@ -193,7 +194,7 @@ def _gather(
                 if kind == COLLECTIVE:
                     collectives[ident].extend([(a + shift, b + shift, rest) for a, b in found])
                 if tag in (DEVICE_COMPUTE, DEVICE_COMM):
-                    devices[ident][tag].extend([(a + shift, b + shift) for a, b in found] if shift else found)
+                    devices[ident][tag].absorb(SpanUnion.of(found), shift)
                 if kind not in (PHASE, STEP):
                     continue
                 preset, _, what = rest.partition("\t")
