@@ -33,9 +33,8 @@ PAIRS = [
     for db in sorted(SQLITE.rglob("*.sqlite"))
     if db.name not in SKIPPED
 ]
-# the corpus beside the checkout (a worktree is one level deeper)
-PLACES = (ROOT.parent / "shared" / "corpus" / "nsys", ROOT.parent.parent / "shared" / "corpus" / "nsys")
-CORPUS = next((c for c in PLACES if c.is_dir()), PLACES[0])
+# the third-party corpus beside the repository (../shared/corpus); its tests skip without it
+CORPUS = ROOT.parent / "shared" / "corpus" / "nsys"
 CORPUS_DBS = sorted(CORPUS.rglob("*.sqlite")) if CORPUS.is_dir() else []
 TORCHRUN = JSONL / "torchrun" / "train_2gpu.jsonl"
 MTIME_NS = 1_790_000_000_000_000_000  # one modification time for both forms (a clock without anchor uses it)

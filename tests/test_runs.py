@@ -46,11 +46,8 @@ RUN_FILES = 7
 # 2 session files of 4.
 RUN_EVENTS = 505 + 505 + 8 + 8 + 8 + 4 + 4
 PROCESSES = [f"{role} · rank {rank}" for role in ("actor", "reward", "rollout") for rank in (0, 1)]
-# The third-party corpus beside the repository (../shared/corpus), else where the project keeps it.
-CORPUS = next(
-    (p for p in (FIXTURES.parent.parent / "shared" / "corpus", Path("/work/shared/corpus")) if p.is_dir()),
-    FIXTURES.parent.parent / "shared" / "corpus",
-)
+# The third-party corpus beside the repository (../shared/corpus); its tests skip without it.
+CORPUS = FIXTURES.parent.parent / "shared" / "corpus"
 HTA = CORPUS / "torch" / "HolisticTraceAnalysis" / "tests" / "data"
 HTA_PAIR = (
     HTA / "cpu_only" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",

@@ -20,7 +20,10 @@ from tracemerge.phases.rules import PhaseOptions
 
 runner = CliRunner()
 AREAL = FIXTURES / "frameworks" / "areal"
-HTA_PAIR = Path("/work/shared/corpus/torch/HolisticTraceAnalysis/tests/data/trace_filter")
+# the third-party corpus beside the repository (../shared/corpus); its tests skip without it
+HTA_PAIR = (
+    FIXTURES.parent.parent / "shared" / "corpus" / "torch" / "HolisticTraceAnalysis" / "tests" / "data" / "trace_filter"
+)
 EPOCH_US = 1_790_000_000_000_000
 
 
