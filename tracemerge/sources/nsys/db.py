@@ -58,6 +58,7 @@ from tracemerge.sources.nsys.schema import (
     OVERHEAD_TABLES,
     SYNC,
     Schema,
+    is_jsonl_export,
     pid_of,
     shown_id,
     tid_of,
@@ -112,15 +113,13 @@ def claims(path: Path, head: bytes) -> bool:
 def export_beside(report: Path) -> Path | None:
     """``X.sqlite`` beside the report ``X.nsys-rep``, else ``X.jsonl`` when it is an nsys
     JSON-lines export: its export, as ``nsys export`` names it."""
-    from tracemerge.sources.nsys.jsonl import claims as jsonl_claims  # it reads through this module
-
     stem = report.name[: -len(REPORT_SUFFIX)]
     found = report.with_name(stem + EXPORT_SUFFIX)
     if found.is_file():
         return found
     lines = report.with_name(stem + JSONL_SUFFIX)
     try:
-        return lines if lines.is_file() and jsonl_claims(lines, read_head(lines)) else None
+        return lines if lines.is_file() and is_jsonl_export(lines, read_head(lines)) else None
     except OSError:
         return None
 

@@ -38,20 +38,13 @@ from tracemerge.core.errors import InputError, shown
 from tracemerge.core.model import SourceData
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.sources.base import GZIP_MAGIC, UTF8_BOM, SourceFormat
-from tracemerge.sources.chrome.files import first_json_object
 from tracemerge.sources.json.text import replaced_surrogates
 from tracemerge.sources.nsys.db import read_rows
+from tracemerge.sources.nsys.schema import TABLE_KEY, is_jsonl_export
 from tracemerge.sources.sqlite.guard import quote
 from tracemerge.store.file_layout import FileLayout
 
 NAME = "nsys-jsonl"
-TABLE_KEY = "table"
-# Names an nsys export gives its tables: one of these, or a name with one of the prefixes.
-KNOWN_TABLES = frozenset(
-    {"StringIds", "ThreadNames", "PROCESSES", "NVTX_EVENTS", "ANALYSIS_DETAILS", "GPU_METRICS", "OSRT_API"}
-    | {"PROFILER_OVERHEAD", "CUBLAS_EVENTS", "CUDNN_EVENTS", "DIAGNOSTIC_EVENT", "COMPOSITE_EVENTS", "SCHED_EVENTS"}
-)
-KNOWN_PREFIXES = ("CUPTI_ACTIVITY_KIND_", "TARGET_INFO_", "META_DATA_", "ENUM_")
 MAX_LINE = 64 << 20  # a longer line is no row of an export: counted, not read
 MAX_TABLES = 1_000  # an export has about fifty
 MAX_COLUMNS = 500  # an export's widest table has about forty
@@ -62,12 +55,7 @@ _FLOAT_MAX = 1 << 1023  # an int at least this large may not convert to a float
 
 
 def claims(path: Path, head: bytes) -> bool:
-    obj = first_json_object(head, path)
-    return obj is not None and is_nsys_table(obj.get(TABLE_KEY))
-
-
-def is_nsys_table(name: Any) -> bool:
-    return type(name) is str and (name in KNOWN_TABLES or name.startswith(KNOWN_PREFIXES))
+    return is_jsonl_export(path, head)
 
 
 def read(path: Path, layout: FileLayout) -> SourceData:

@@ -5,7 +5,8 @@ SQLite's catalogue gives them, and the ids packed in its global thread and proce
 them: a table or column name in a query is always one of the readers' constants, checked to be an
 identifier (:func:`_check`), and a column the table lacks is read as NULL. :func:`pid_of` and
 :func:`tid_of` take the OS ids out of a global id; :func:`present` and :func:`shown_id` are the
-small readings of row values the readers share.
+small readings of row values the readers share; :func:`is_jsonl_export` recognises a JSON-lines
+export (``nsys export --type jsonlines``) by its first row, for its reader and for a report's.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
+
+from tracemerge.sources.chrome.files import first_json_object
 
 NVTX, RUNTIME = "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME"
 KERNEL, MEMCPY, MEMSET = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
@@ -105,3 +109,23 @@ def present(args: dict) -> dict:
 
 def shown_id(value: Any) -> str:
     return "?" if value is None else str(value)
+
+
+TABLE_KEY = "table"
+# Names an nsys export gives its tables: one of these, or a name with one of the prefixes.
+KNOWN_TABLES = frozenset(
+    {"StringIds", "ThreadNames", "PROCESSES", "NVTX_EVENTS", "ANALYSIS_DETAILS", "GPU_METRICS", "OSRT_API"}
+    | {"PROFILER_OVERHEAD", "CUBLAS_EVENTS", "CUDNN_EVENTS", "DIAGNOSTIC_EVENT", "COMPOSITE_EVENTS", "SCHED_EVENTS"}
+)
+KNOWN_PREFIXES = ("CUPTI_ACTIVITY_KIND_", "TARGET_INFO_", "META_DATA_", "ENUM_")
+
+
+def is_jsonl_export(path: Path, head: bytes) -> bool:
+    """Whether ``head`` (a file's first bytes) starts a JSON-lines export: its first object is a
+    row of a table an nsys export has."""
+    obj = first_json_object(head, path)
+    return obj is not None and is_nsys_table(obj.get(TABLE_KEY))
+
+
+def is_nsys_table(name: Any) -> bool:
+    return type(name) is str and (name in KNOWN_TABLES or name.startswith(KNOWN_PREFIXES))
