@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from tracemerge.analysis.steps import summary
 from tracemerge.analysis.summary_model import Summary, from_numbers
@@ -23,9 +24,20 @@ from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.phases.rules import AUTO_PHASES, PhaseOptions, resolve
 from tracemerge.report.run_report import RunReport
 from tracemerge.run.executors import Executor
-from tracemerge.run.reading import Runner, asked_of, discover_inputs, read_all, read_each_run, with_archives
+from tracemerge.run.reading import (
+    Asked,
+    FirstRead,
+    Runner,
+    asked_of,
+    discover_inputs,
+    read_all,
+    read_each_run,
+    with_archives,
+)
 from tracemerge.select import EVERYTHING
 from tracemerge.store.file_layout import DEFAULT_BUDGET
+
+T = TypeVar("T")
 
 
 def summarize(
@@ -71,11 +83,7 @@ def summary_numbers(
     report = report if report is not None else RunReport()
     phase_rules = phase_options(phase_rules)
     runner, asked = asked_of(None, EVERYTHING, clocks, phase_rules, metrics_map, memory_budget, jobs, executor, run)
-    with runner, tempfile.TemporaryDirectory(prefix="tracemerge-summary-") as work:
-        found = discover_inputs(runner, inputs, Path(work) / "summary", False, report, lambda: Path(work))
-        candidates, asked = found[0], with_archives(asked, found[2])
-        first = read_all(Runner(runner, lambda _msg: None), candidates, asked, Path(work), report)
-    numbers = summary(first.model, {p.identity: p.name for p in first.plan.processes})
+    numbers = _numbers(_read(inputs, runner, asked, report, read_all))
     if (runs_held := held(report.runs)) is not None:  # which of the inputs' runs it is of
         numbers["run"] = runs_held
     return numbers
@@ -101,11 +109,25 @@ def summarize_each(
     report = report if report is not None else RunReport()
     rules = phase_options(phase_rules)
     runner, asked = asked_of(None, EVERYTHING, clocks, rules, NO_MAP, DEFAULT_BUDGET, 0, None, ALL)
+    each = _read(inputs, runner, asked, report, read_each_run)
+    return [(None if one is None else one.number, _numbers(first)) for one, first in each]
+
+
+def _read(
+    inputs: Sequence[str | os.PathLike[str]],
+    runner: Executor,
+    asked: Asked,
+    report: RunReport,
+    reader: Callable[..., T],
+) -> T:
+    """What ``reader`` (:func:`read_all` or :func:`read_each_run`) makes of the files found under
+    ``inputs`` (archives expanded), read in a temporary folder that is gone afterwards."""
     with runner, tempfile.TemporaryDirectory(prefix="tracemerge-summary-") as work:
         found = discover_inputs(runner, inputs, Path(work) / "summary", False, report, lambda: Path(work))
         candidates, asked = found[0], with_archives(asked, found[2])
-        each = read_each_run(Runner(runner, lambda _msg: None), candidates, asked, Path(work), report)
-    return [
-        (None if one is None else one.number, summary(f.model, {p.identity: p.name for p in f.plan.processes}))
-        for one, f in each
-    ]
+        return reader(Runner(runner, lambda _msg: None), candidates, asked, Path(work), report)
+
+
+def _numbers(first: FirstRead) -> dict:
+    """The summary numbers of what one read derived, processes named as the plan names them."""
+    return summary(first.model, {p.identity: p.name for p in first.plan.processes})
