@@ -22,16 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from run import package_copies
+from run import package_copies, waited
 
 
 def _serialized_args(path: Path, objects: int) -> None:
@@ -63,26 +60,8 @@ def _run(env: dict[str, str], trace: Path, out: Path, timeout: float, memory: in
     def limited() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
-    start = time.perf_counter()
-    child = subprocess.Popen(
-        command,
-        env=env,
-        cwd=out.parent,  # not this folder: ``python -m`` would import the package here first
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        preexec_fn=limited,
-    )
-    while True:  # os.wait4 gives this child's own peak RSS
-        pid, status, usage = os.wait4(child.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.perf_counter() - start > timeout:
-            child.kill()
-            os.wait4(child.pid, 0)
-            return None
-        time.sleep(0.005)
-    child.returncode = os.waitstatus_to_exitcode(status)
-    return time.perf_counter() - start, usage.ru_maxrss // 1024, child.returncode
+    done = waited(command, env, out.parent, timeout, preexec_fn=limited)
+    return None if done is None else (done[1], done[2].ru_maxrss // 1024, done[0])
 
 
 def main() -> None:

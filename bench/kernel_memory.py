@@ -21,17 +21,15 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import shutil
 import sqlite3
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from hard_inputs import _one_event_each
-from run import package_copies
+from run import package_copies, waited
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("make_nsys", ROOT / "fixtures" / "make_nsys.py")
@@ -121,21 +119,10 @@ def write_nsys(path: Path, kernels: int) -> None:
 def _run(env: dict[str, str], trace: Path, out: Path, timeout: float) -> str:
     """One merge of ``trace``: its wall, CPU and peak RSS, or why it has none."""
     command = [sys.executable, "-m", "tracemerge", str(trace), "-q", "-o", str(out)]
-    start = time.perf_counter()
-    # cwd: not this folder, whose tracemerge/ ``python -m`` would import first
-    child = subprocess.Popen(command, env=env, cwd=out.parent, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    while True:  # os.wait4 gives this child's own peak RSS
-        pid, status, usage = os.wait4(child.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.perf_counter() - start > timeout:
-            child.kill()
-            os.wait4(child.pid, 0)
-            return f"> {timeout:g} s"
-        time.sleep(0.01)
-    wall = time.perf_counter() - start
-    code = os.waitstatus_to_exitcode(status)
-    err = child.stderr.read().decode().strip() if child.stderr else ""
+    done = waited(command, env, out.parent, timeout, stderr=subprocess.PIPE)
+    if done is None:
+        return f"> {timeout:g} s"
+    code, wall, usage, err = done
     if code not in (0, 3):
         return f"exit {code} after {wall:.1f} s, peak RSS {usage.ru_maxrss // 1024} MB: {err[-200:]}"
     cpu = usage.ru_utime + usage.ru_stime

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import compileall
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -66,6 +67,29 @@ def measure(cmd: list[str], output: Path | None) -> tuple[float, float, float]:
     if code not in (0, 3):
         raise SystemExit(f"{' '.join(cmd[:3])} failed ({code}): {err.strip()[-500:]}")
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+
+
+def waited(
+    command: list[str], env: dict[str, str], cwd: Path, timeout: float, preexec_fn=None, stderr: int | None = None
+) -> tuple[int, float, resource.struct_rusage, str] | None:
+    """One run of ``command``: its exit code, wall seconds, resource usage (its own peak RSS,
+    from ``wait4``) and standard error (with ``stderr=subprocess.PIPE``); None past the timeout
+    (the run is stopped). ``cwd``: not this folder, whose tracemerge/ ``python -m`` would import."""
+    start = time.perf_counter()
+    child = subprocess.Popen(
+        command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=stderr or subprocess.DEVNULL, preexec_fn=preexec_fn
+    )
+    while True:
+        pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.perf_counter() - start > timeout:
+            child.kill()
+            os.wait4(child.pid, 0)
+            return None
+        time.sleep(0.005)
+    err = child.stderr.read().decode().strip() if child.stderr else ""
+    return os.waitstatus_to_exitcode(status), time.perf_counter() - start, usage, err
 
 
 def make(out: Path, *args: str) -> tuple[list[str], float]:
