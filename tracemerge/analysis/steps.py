@@ -7,7 +7,6 @@ readable form a merged trace keeps."""
 from __future__ import annotations
 
 import json
-import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 
@@ -15,6 +14,7 @@ from tracemerge.analysis.critical_path import NOT_PROFILED
 from tracemerge.analysis.device_table import breakdown_table
 from tracemerge.analysis.holdups import order_key
 from tracemerge.analysis.kernels_table import kernels_table
+from tracemerge.analysis.role_totals import PERCENTILES_FROM, phase_numbers
 from tracemerge.analysis.step_checks import unrecorded, withhold
 from tracemerge.analysis.step_rows import counted_text, longest_segments, step_line, step_table
 from tracemerge.core.errors import shown
@@ -24,7 +24,6 @@ from tracemerge.phases.model import IDLE, PhaseModel, PipelineSlice, ProcessPhas
 from tracemerge.phases.tracks import brief
 from tracemerge.report.run_report import format_duration, format_table
 
-PERCENTILES_FROM = 5  # ranks a role needs for its p50 and p90 to mean something
 SHARE_OF = "the role's step time (each rank's steps, summed over its ranks)"
 STORED_STEPS = 20  # steps the trace's own summary lists (the longest, in step order)
 # Rows of the breakdown and segments of the critical path the trace's own summary keeps: 64 ranks
@@ -181,16 +180,7 @@ def _role(procs: dict[Identity, ProcessPhases], slices: list[PipelineSlice], not
     phases = {}
     for name in names:
         values = sorted(sum(st.phases.get(name, 0) for st in p.steps) for p in procs.values())
-        many = len(values) >= PERCENTILES_FROM
-        phases[name] = {
-            "total_ns": sum(values),
-            "share": sum(values) / step_total if step_total else 0.0,
-            "mean_ns": round(statistics.fmean(values)),
-            "p50_ns": _quantile(values, 0.5) if many else None,
-            "p90_ns": _quantile(values, 0.9) if many else None,
-            "max_ns": values[-1],
-            **_held_up(s for s in slices if s.phase == name),
-        }
+        phases[name] = {**phase_numbers(values, step_total), **_held_up(s for s in slices if s.phase == name)}
     phases = dict(sorted(phases.items(), key=lambda kv: (-kv[1]["total_ns"], kv[0])))
     return {
         "ranks": len(procs),
@@ -220,12 +210,6 @@ def _held_up(slices: Iterable[PipelineSlice]) -> dict:
         who = min(steps, key=lambda i: (-ns[i], -steps[i], order_key(i)), default=None)
         out[key] = None if who is None else {"rank": who.rank, "process": who.label, "ns": ns[who], "steps": steps[who]}
     return out
-
-
-def _quantile(values: list[int], q: float) -> int:
-    """Nearest-rank quantile of sorted ``values``."""
-    rank = max(1, -(-len(values) * q // 1))
-    return values[int(rank) - 1]
 
 
 def per_step(numbers: dict) -> bool:

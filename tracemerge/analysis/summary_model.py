@@ -16,6 +16,8 @@ from typing import Annotated
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from tracemerge.analysis.role_totals import retotalled
+
 # Times are int64 nanoseconds, as in every trace (a count or a time beyond is no summary's).
 Ns = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
 Count = Annotated[int, Meta(ge=0, le=2**63 - 1)]
@@ -234,9 +236,9 @@ def checked(numbers: object, where: str = "summary") -> dict:
 
 def kept(numbers: dict, steps: Container[int] | None, roles: Container[str] | None) -> dict:
     """``numbers`` with only the steps in ``steps`` and the roles in ``roles`` (None: all): their
-    step rows, processes, breakdown rows and critical-path segments. A role's totals are left as
-    they were made (of the steps the summary was made of: ``summary --steps`` on a run directory
-    derives the kept steps alone)."""
+    step rows, processes, breakdown rows and critical-path segments. When steps are left out, the
+    roles' totals are made again over the steps kept (:func:`~tracemerge.analysis.role_totals.retotalled`;
+    ``summary --steps`` on a run directory derives the kept steps alone, and leaves none out here)."""
     if steps is None and roles is None:
         return numbers
 
@@ -248,7 +250,9 @@ def kept(numbers: dict, steps: Container[int] | None, roles: Container[str] | No
 
     out = dict(numbers)
     out["steps"] = [s for s in numbers["steps"] if step_kept(s)]
-    out["roles"] = {role: r for role, r in numbers["roles"].items() if roles is None or role in roles}
+    if steps is not None and len(out["steps"]) < len(numbers["steps"]):
+        out = retotalled(out, steps)
+    out["roles"] = {role: r for role, r in out["roles"].items() if roles is None or role in roles}
     if "processes" in numbers:
         out["processes"] = [
             {**p, "steps": [s for s in p["steps"] if step_kept(s)]} for p in numbers["processes"] if role_kept(p)
