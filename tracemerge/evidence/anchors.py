@@ -132,6 +132,8 @@ def step_tag(preset: str, step: str) -> str:
 # span; generic span logs: ``step``; an asynchronous rollout's weight ``version``), in that order.
 FRAMEWORK_STEPS = "args"
 STEP_ARGS = ("global_step", "step", "version")
+# Whether JSON text may hold one of them as a key (a cheap test before decoding any args).
+STEP_ARGS_KEY = re.compile(rb'"(?:' + b"|".join(k.encode() for k in STEP_ARGS) + rb')"\s*:')
 
 
 def framework_step(values: tuple[object, ...]) -> int | None:

@@ -15,10 +15,12 @@ import orjson
 
 from tracemerge.core.bounds import DEEP_FROM, TOO_DEEP, cut_deep
 from tracemerge.core.errors import InputError, NotATrace, shown
+from tracemerge.core.model import NO_ORIGIN
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.naming.paths import host_from_name
 from tracemerge.sources.base import HEAD_BYTES, read_head
 from tracemerge.sources.chrome.events import ChromeEvents
+from tracemerge.sources.chrome.framework_steps import note_framework_steps
 from tracemerge.sources.chrome.schema import ExactEvent, NeedsExactTimes
 from tracemerge.sources.json.segments import read_in_parts
 from tracemerge.sources.json.stream import HEAD_LIMIT, Damage, EventStream, text_blocks
@@ -237,6 +239,8 @@ def _stream(path: Path, reader: ChromeEvents, struct: type, lenient: type) -> di
     check_memory = reader.layout.check_memory
     for batch in stream.batches():
         add_batch(batch, plain_text=stream.plain_text, bind_ids=stream.bind_ids)
+        if stream.step_args:
+            note_framework_steps(batch, NO_ORIGIN, reader.layout, reader.to_ns)
         check_memory()
     _account(path, reader, stream.notes, stream.damage)
     return stream.meta

@@ -21,6 +21,7 @@ import msgspec
 
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.core.units import plain_json
+from tracemerge.evidence.anchors import STEP_ARGS_KEY
 from tracemerge.sources.json.text import (
     _ARGS_LEVEL,
     _ELEMENTS,
@@ -44,6 +45,7 @@ class BatchDecoding:
     notes: Losses
     plain_text: bool
     bind_ids: bool
+    step_args: bool
     _cut: Callable[..., bytes]
 
     def _decode(self, doc: bytes) -> list:
@@ -56,6 +58,7 @@ class BatchDecoding:
     def _decode_as_is(self, doc: bytes) -> list:
         self.plain_text = plain_json(doc)
         self.bind_ids = b'"bind_id"' in doc
+        self.step_args = STEP_ARGS_KEY.search(doc) is not None
         try:
             return self._typed.decode(doc)
         except msgspec.ValidationError:

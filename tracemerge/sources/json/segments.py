@@ -26,9 +26,11 @@ from typing import Any, BinaryIO
 import msgspec
 from msgspec import field
 
+from tracemerge.core.model import NO_ORIGIN
 from tracemerge.core.stats import Losses
 from tracemerge.sources.base import GZIP_MAGIC, UTF8_BOM
 from tracemerge.sources.chrome.events import ChromeEvents
+from tracemerge.sources.chrome.framework_steps import note_framework_steps
 from tracemerge.sources.chrome.schema import NeedsExactTimes
 from tracemerge.sources.json.stream import Damage, EventStream, SegmentCut
 from tracemerge.sources.json.text import KEYED_BOUNDARY
@@ -167,6 +169,8 @@ def _read(part: Part, stream: EventStream, reader: ChromeEvents) -> Part:
     try:
         for batch in stream.batches():
             reader.add_batch(batch, plain_text=stream.plain_text, bind_ids=stream.bind_ids)
+            if stream.step_args:
+                note_framework_steps(batch, NO_ORIGIN, layout, reader.to_ns)
             layout.check_memory()
     except NeedsExactTimes:
         part.whole = "times too precise for floats"

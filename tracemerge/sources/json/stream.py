@@ -190,6 +190,7 @@ class EventStream(BatchDecoding, ArrayTail):
         # a bind_id (flow v2), which most traces never use.
         self.plain_text = False
         self.bind_ids = True
+        self.step_args = False  # whether the last batch's text may name a span's step in its args
         # For line:col of a problem: how many bytes of text were consumed before the current
         # buffer (lines are counted only when a place is named, by reading the text again).
         self._consumed = span[0] if span else 0
