@@ -429,9 +429,10 @@ def test_worst_rank_device_time_on_the_pipeline(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("limit", [1, 3])
 def test_stored_summary_keeps_whole_steps_up_to_its_limit(tmp_path: Path, monkeypatch, limit: int) -> None:
-    """With room for ``limit`` rows, the trace's own summary keeps the breakdown rows (two ranks a
-    step) and the critical-path segments (one a step) of the first steps that fit whole, and says
-    how many rows and steps it left out; the summary of the run itself keeps all."""
+    """With room for ``limit`` rows, the trace's own summary keeps the breakdown rows and the
+    busiest kernels per step (two ranks a step) and the critical-path segments (one a step) of the
+    first steps that fit whole, and says how many rows and steps it left out; the summary of the
+    run itself keeps all."""
     run = _run(tmp_path)
     full = _numbers(str(run))
     monkeypatch.setattr(step_summary, "STORED_ROWS", limit)
@@ -447,6 +448,10 @@ def test_stored_summary_keeps_whole_steps_up_to_its_limit(tmp_path: Path, monkey
     left = {"breakdown": {"rows": 4 - 2 * len(kept_rows), "steps": 2 - len(kept_rows), "limit": limit}}
     if limit == 1:
         left["critical_path"] = {"rows": 1, "steps": 1, "limit": 1}
+    # each step's busiest kernels: a row per rank and step, kept and counted as the breakdown's
+    assert stored["step_kernels"] == [r for r in full["step_kernels"] if r["step"] in kept_rows]
+    assert len(full["step_kernels"]) == 4
+    left["step_kernels"] = left["breakdown"]
     assert stored["left_out"] == left
     assert "left_out" not in full
     table = runner.invoke(cli.app, ["summary", str(out)])

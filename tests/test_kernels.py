@@ -239,22 +239,31 @@ def test_a_renamed_kernel_alone_passes_the_gate(tmp_path: Path) -> None:
 
 def test_a_tally_by_rows_is_the_tally_one_by_one() -> None:
     names = ["a", "b", "a", "c", "a", "b"]
+    starts = np.array([0, 10, 20, 30, 2**41, 2**42], np.int64)
     durs = np.array([5, 7, 11, 2**40, 1, 3], np.int64)
     by_rows, one_by_one = KernelTally(), KernelTally()
-    by_rows.add_rows((None, None), ("gpu", 7), names, durs)
-    by_rows.add_rows((None, None), ("gpu", 7), ["c"], np.array([1], np.int64))
-    for name, dur in zip([*names, "c"], [*durs.tolist(), 1], strict=True):
-        one_by_one.add((None, None), ("gpu", 7), name, dur)
+    by_rows.add_rows((None, None), ("gpu", 7), names, starts, durs)
+    by_rows.add_rows((None, None), ("gpu", 7), ["c"], np.array([50], np.int64), np.array([1], np.int64))
+    for name, start, dur in zip([*names, "c"], [*starts.tolist(), 50], [*durs.tolist(), 1], strict=True):
+        one_by_one.add((None, None), ("gpu", 7), name, start, dur)
     expected = {((None, None), ("gpu", 7)): {"a": [17, 3], "b": [10, 2], "c": [2**40 + 1, 2]}}
     assert by_rows.by_stream == one_by_one.by_stream == expected
+    # each kernel's start, length and name kept, row by row as one by one
+    for tally in (by_rows, one_by_one):
+        times = tally.times[((None, None), ("gpu", 7))]
+        assert list(times.starts) == [0, 10, 20, 30, 2**41, 2**42, 50]
+        assert list(times.durs) == [5, 7, 11, 2**40, 1, 3, 1]
+        assert [times.names[c] for c in times.codes] == [*names, "c"]
     parts = KernelTally()
-    parts.absorb(expected)
+    parts.absorb(expected, {((None, None), ("gpu", 7)): by_rows.times[((None, None), ("gpu", 7))]})
     parts.absorb({((None, None), ("gpu", 8)): {"a": [1, 1]}})
     parts.regroup(lambda origin, thread: ("actor", 0))  # both streams one process's once read whole
     by_process = defaultdict(int)
     for (origin, _), found in parts.by_stream.items():
         by_process[origin] += found["a"][0]
     assert dict(by_process) == {("actor", 0): 18}
+    regrouped = parts.times[(("actor", 0), ("gpu", 7))]
+    assert [regrouped.names[c] for c in regrouped.codes] == [*names, "c"] and len(parts.times) == 1
 
 
 HTA_DATA = ROOT.parent / "shared" / "corpus" / "torch" / "HolisticTraceAnalysis" / "tests" / "data"

@@ -16,6 +16,8 @@ from tracemerge.analysis.holdups import order_key
 from tracemerge.analysis.kernels_table import kernels_table
 from tracemerge.analysis.role_totals import PERCENTILES_FROM, phase_numbers
 from tracemerge.analysis.step_checks import unrecorded, withhold
+from tracemerge.analysis.step_kernels import STORED_ROWS as STORED_KERNEL_ROWS
+from tracemerge.analysis.step_kernels import step_kernel_rows, step_kernels_table
 from tracemerge.analysis.step_rows import counted_text, longest_segments, step_line, step_table
 from tracemerge.core.errors import shown
 from tracemerge.core.model import Identity
@@ -29,7 +31,7 @@ STORED_STEPS = 20  # steps the trace's own summary lists (the longest, in step o
 # Rows of the breakdown and segments of the critical path the trace's own summary keeps: 64 ranks
 # × 1000 steps worth of each, whole steps in step order; how many were left out is said beside.
 STORED_ROWS = 64 * 1000
-CAPPED = ("breakdown", "critical_path")
+CAPPED = {"breakdown": STORED_ROWS, "critical_path": STORED_ROWS, "step_kernels": STORED_KERNEL_ROWS}
 
 
 def summary(model: PhaseModel, labels: dict[Identity, str] | None = None) -> dict:
@@ -68,6 +70,8 @@ def summary(model: PhaseModel, labels: dict[Identity, str] | None = None) -> dic
     }
     if model.kernels:
         out["kernels"] = _kernel_rows(model, name)
+    if model.step_kernels:
+        out["step_kernels"] = step_kernel_rows(model, name)
     for ident, proc in model.processes.items():
         off = unrecorded(proc, model.recorded.get(ident))
         rows = [
@@ -232,6 +236,7 @@ def format_summary(numbers: dict) -> str:
     counted = {s["step"] for s in steps if s.get("counted", True)}
     device = [breakdown_table(numbers["breakdown"], counted)] if numbers.get("breakdown") else []
     device += [kernels_table(numbers["kernels"])] if numbers.get("kernels") else []
+    device += step_kernels_table(numbers["step_kernels"], counted) if numbers.get("step_kernels") else []
     longest = longest_segments(numbers.get("critical_path") or [])
     left = _left_out_lines(numbers.get("left_out") or {})
     return "\n".join([*head, step_table(steps, longest), "", _role_table(numbers), *device, *left])
@@ -329,22 +334,24 @@ def stored(numbers: dict) -> dict:
 
 
 def capped(numbers: dict, limit: int) -> dict:
-    """``numbers`` with at most ``limit`` rows of each list of :data:`CAPPED`: the rows of whole
-    steps, in step order; per list cut, ``left_out`` says how many rows and steps were left out."""
+    """``numbers`` with at most ``limit`` rows (or the fewer :data:`CAPPED` names) of each list of
+    :data:`CAPPED`: the rows of whole steps, in step order; per list cut, ``left_out`` says how
+    many rows and steps were left out."""
     out = dict(numbers)
-    for key in CAPPED:
+    for key, most in CAPPED.items():
         rows = numbers.get(key) or []
-        if len(rows) <= limit:
+        cap = min(limit, most)
+        if len(rows) <= cap:
             continue
         per_step: Counter[int | None] = Counter(r["step"] for r in rows)
         kept, total = set(), 0
         for step in sorted(per_step, key=lambda n: (n is not None, n or 0)):  # rows of no step first
-            if total + per_step[step] > limit:
+            if total + per_step[step] > cap:
                 break
             kept.add(step)
             total += per_step[step]
         out[key] = [r for r in rows if r["step"] in kept]
-        left = {"rows": len(rows) - total, "steps": len(per_step) - len(kept), "limit": limit}
+        left = {"rows": len(rows) - total, "steps": len(per_step) - len(kept), "limit": cap}
         out["left_out"] = {**out.get("left_out", {}), key: left}
     return out
 

@@ -154,6 +154,20 @@ class ProcessKernels(_Record):
     top: list[KernelRow]
 
 
+class StepKernels(_Record):
+    """A process's busiest kernels and ops in one step (:func:`tracemerge.analysis.kernels.busiest_per_step`):
+    the longest first, each with its time in the step; ``busy_ns``: the process's device busy time
+    in the step; ``names``: how many it ran in the step in all."""
+
+    role: str | None
+    rank: int | None
+    process: str
+    step: Ns
+    busy_ns: Ns
+    names: Count
+    top: list[KernelRow]
+
+
 class Segment(_Record):
     step: Ns
     role: str | None
@@ -194,6 +208,7 @@ class Summary(_Record):
     breakdown: list[DeviceRow] | UnsetType = UNSET
     critical_path: list[Segment] | UnsetType = UNSET
     kernels: list[ProcessKernels] | UnsetType = UNSET
+    step_kernels: list[StepKernels] | UnsetType = UNSET
     left_out: dict[str, LeftOut] | UnsetType = UNSET
     withheld: list[str] | UnsetType = UNSET  # figures not shown, each with why
     unaligned_why: dict[str, str] | UnsetType = UNSET  # per process placed without clock evidence
@@ -236,9 +251,10 @@ def checked(numbers: object, where: str = "summary") -> dict:
 
 def kept(numbers: dict, steps: Container[int] | None, roles: Container[str] | None) -> dict:
     """``numbers`` with only the steps in ``steps`` and the roles in ``roles`` (None: all): their
-    step rows, processes, breakdown rows and critical-path segments. When steps are left out, the
-    roles' totals are made again over the steps kept (:func:`~tracemerge.analysis.role_totals.retotalled`;
-    ``summary --steps`` on a run directory derives the kept steps alone, and leaves none out here)."""
+    step rows, processes, breakdown rows, critical-path segments and busiest kernels per step.
+    When steps are left out, the roles' totals are made again over the steps kept
+    (:func:`~tracemerge.analysis.role_totals.retotalled`; ``summary --steps`` on a run directory
+    derives the kept steps alone, and leaves none out here)."""
     if steps is None and roles is None:
         return numbers
 
@@ -257,7 +273,7 @@ def kept(numbers: dict, steps: Container[int] | None, roles: Container[str] | No
         out["processes"] = [
             {**p, "steps": [s for s in p["steps"] if step_kept(s)]} for p in numbers["processes"] if role_kept(p)
         ]
-    for key in ("breakdown", "critical_path"):
+    for key in ("breakdown", "critical_path", "step_kernels"):
         if key in numbers:
             out[key] = [r for r in numbers[key] if role_kept(r) and step_kept(r)]
     if "kernels" in numbers:

@@ -3,15 +3,19 @@
 The same device work the breakdown's compute and communication marks come from (Kineto's
 ``kernel``, ``gpu_memcpy`` and ``gpu_memset`` events, nsys's CUPTI kernels, copies and sets, Ascend's
 compute and HCCL tasks) is totalled here by name, beside the span unions and apart from them: a
-total and a count per name and stream, so memory grows with the distinct names, never with the
-events. A file's scan joins its streams per process (:func:`process_kernels`).
+total and a count per name and stream. Each kernel's start and length are kept too, as compact
+columns (:class:`KernelTimes`: 20 bytes a kernel), so that once the steps are known its time is
+counted in the step it ran in (:mod:`tracemerge.analysis.kernels`). A file's scan groups its streams
+per process (:func:`process_kernels`, :func:`process_kernel_times`).
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from tracemerge.core.model import Identity, OriginKey, ThreadKey
@@ -22,45 +26,93 @@ Tally = dict[tuple[OriginKey, ThreadKey], dict[str, list[int]]]
 ProcessKernels = dict[Identity, dict[str, tuple[int, int]]]
 
 
+class KernelTimes(msgspec.Struct):
+    """Kernels as columns: each one's start and length (ns) and the index of its name in ``names``."""
+
+    names: list[str]
+    starts: Any  # array('q') while noted; an int64 numpy array once joined
+    durs: Any
+    codes: Any  # array('i') / int32
+
+    @classmethod
+    def empty(cls) -> KernelTimes:
+        return cls([], array("q"), array("q"), array("i"))
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
 class KernelTally:
-    """Per device stream, each kernel's or op's total device time and count."""
+    """Per device stream, each kernel's or op's total device time and count, and its times."""
 
     def __init__(self) -> None:
         self.by_stream: Tally = {}
+        self.times: dict[tuple[OriginKey, ThreadKey], KernelTimes] = {}
+        self._codes: dict[tuple[OriginKey, ThreadKey], dict[str, int]] = {}
 
-    def add(self, origin: OriginKey, thread: ThreadKey, name: str, dur: int) -> None:
-        """One kernel or op of ``dur`` ns on ``thread``."""
-        names = self.by_stream.get((origin, thread))
+    def add(self, origin: OriginKey, thread: ThreadKey, name: str, start: int, dur: int) -> None:
+        """One kernel or op of ``dur`` ns from ``start`` on ``thread``."""
+        key = (origin, thread)
+        names = self.by_stream.get(key)
         if names is None:
-            names = self.by_stream[(origin, thread)] = {}
+            names = self.by_stream[key] = {}
         found = names.get(name)
         if found is None:
             names[name] = [dur, 1]
         else:
             found[0] += dur
             found[1] += 1
+        times, codes = self._columns(key)
+        code = codes.get(name)
+        if code is None:
+            code = codes[name] = len(times.names)
+            times.names.append(name)
+        times.starts.append(start)
+        times.durs.append(dur)
+        times.codes.append(code)
 
-    def add_rows(self, origin: OriginKey, thread: ThreadKey, names: list[str], durs: np.ndarray) -> None:
-        """A batch of one stream's kernels or ops (``names``, ``durs`` in ns, row by row): summed per
-        name in numpy first."""
+    def add_rows(
+        self, origin: OriginKey, thread: ThreadKey, names: list[str], starts: np.ndarray, durs: np.ndarray
+    ) -> None:
+        """A batch of one stream's kernels or ops (``names``, ``starts`` and ``durs`` in ns, row by
+        row): summed per name in numpy first."""
         if not names:
             return
+        key = (origin, thread)
+        times, known = self._columns(key)
         codes: dict[str, int] = {}
         index = np.fromiter((codes.setdefault(n, len(codes)) for n in names), np.int64, len(names))
+        durs = durs.astype(np.int64, copy=False)
         totals = np.zeros(len(codes), np.int64)
-        np.add.at(totals, index, durs.astype(np.int64, copy=False))
+        np.add.at(totals, index, durs)
         counts = np.bincount(index, minlength=len(codes))
-        mine = self.by_stream.setdefault((origin, thread), {})
-        for name, total, count in zip(codes, totals.tolist(), counts.tolist(), strict=True):
+        mine = self.by_stream.setdefault(key, {})
+        stream_code = np.empty(len(codes), np.int32)
+        for i, (name, total, count) in enumerate(zip(codes, totals.tolist(), counts.tolist(), strict=True)):
             found = mine.get(name)
             if found is None:
                 mine[name] = [total, count]
             else:
                 found[0] += total
                 found[1] += count
+            code = known.get(name)
+            if code is None:
+                code = known[name] = len(times.names)
+                times.names.append(name)
+            stream_code[i] = code
+        times.starts.frombytes(starts.astype(np.int64, copy=False).tobytes())
+        times.durs.frombytes(durs.tobytes())
+        times.codes.frombytes(stream_code[index].tobytes())
 
-    def absorb(self, other: Tally) -> None:
-        """The tally of a part of the file read apart."""
+    def _columns(self, key: tuple[OriginKey, ThreadKey]) -> tuple[KernelTimes, dict[str, int]]:
+        times = self.times.get(key)
+        if times is None:
+            times = self.times[key] = KernelTimes.empty()
+            self._codes[key] = {}
+        return times, self._codes[key]
+
+    def absorb(self, other: Tally, times: dict[tuple[OriginKey, ThreadKey], KernelTimes] | None = None) -> None:
+        """The tally (and times) of a part of the file read apart."""
         for key, names in other.items():
             mine = self.by_stream.setdefault(key, {})
             for name, (total, count) in names.items():
@@ -70,16 +122,36 @@ class KernelTally:
                 else:
                     found[0] += total
                     found[1] += count
+        for key, found in (times or {}).items():
+            if not len(found):
+                continue
+            mine_times, codes = self._columns(key)
+            remap = np.array([_code(codes, mine_times.names, n) for n in found.names], np.int32)
+            mine_times.starts.frombytes(np.asarray(found.starts, np.int64).tobytes())
+            mine_times.durs.frombytes(np.asarray(found.durs, np.int64).tobytes())
+            mine_times.codes.frombytes(remap[np.asarray(found.codes, np.int32)].tobytes())
 
     def clear(self) -> None:
         """Forget everything (the source reads the file again)."""
         self.by_stream.clear()
+        self.times.clear()
+        self._codes.clear()
 
     def regroup(self, origin_of: Callable[[OriginKey, ThreadKey], OriginKey]) -> None:
         """Re-key by the origins known once the whole file is read."""
         found, self.by_stream = self.by_stream, {}
+        times, self.times, self._codes = self.times, {}, {}
         for (origin, thread), names in found.items():
-            self.absorb({(origin_of(origin, thread), thread): names})
+            key = (origin_of(origin, thread), thread)
+            self.absorb({key: names}, {key: times[(origin, thread)]} if (origin, thread) in times else None)
+
+
+def _code(codes: dict[str, int], names: list[str], name: str) -> int:
+    code = codes.get(name)
+    if code is None:
+        code = codes[name] = len(names)
+        names.append(name)
+    return code
 
 
 def process_kernels(tally: Tally, identity_of: Callable[[Any], Identity]) -> ProcessKernels:
@@ -92,6 +164,17 @@ def process_kernels(tally: Tally, identity_of: Callable[[Any], Identity]) -> Pro
             found[0] += total
             found[1] += count
     return {ident: {n: (t, c) for n, (t, c) in names.items()} for ident, names in out.items()}
+
+
+def process_kernel_times(
+    times: dict[tuple[OriginKey, ThreadKey], KernelTimes], identity_of: Callable[[Any], Identity]
+) -> dict[Identity, list[KernelTimes]]:
+    """Per process, its streams' kernels, as noted (no copy: each stream's columns as they are)."""
+    out: dict[Identity, list[KernelTimes]] = {}
+    for (origin, _thread), found in times.items():
+        if len(found):
+            out.setdefault(identity_of(origin), []).append(found)
+    return out
 
 
 def joined(found: Iterable[ProcessKernels], keep: Callable[[Identity], bool] | None = None) -> ProcessKernels:

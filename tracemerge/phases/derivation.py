@@ -24,7 +24,7 @@ from pathlib import Path
 from tracemerge.analysis.critical_path import first_events
 from tracemerge.analysis.device_time import covered, merged, whole_breakdowns
 from tracemerge.analysis.holdups import FOREVER
-from tracemerge.analysis.kernels import busiest
+from tracemerge.analysis.kernels import Busiest, busiest, busiest_per_step
 from tracemerge.core.gc_pause import no_cyclic_gc
 from tracemerge.core.model import Identity
 from tracemerge.core.stats import Losses, Stat
@@ -37,7 +37,7 @@ from tracemerge.evidence.anchors import (
     STEP,
     preferred_preset,
 )
-from tracemerge.evidence.kernel_tally import joined
+from tracemerge.evidence.kernel_tally import KernelTimes, joined
 from tracemerge.evidence.span_union import SpanUnion
 from tracemerge.phases.across import critical_paths, device_breakdown, pipeline, step_holdups, waiting_on
 from tracemerge.phases.model import (
@@ -165,11 +165,29 @@ def _across(
     model.breakdown = device_breakdown(model.processes, units, collectives, unaligned)
     model.whole = whole_breakdowns({i: u for i, u in units.items() if i not in model.processes}, scans, offsets)
     model.kernels = busiest(joined((getattr(s, "kernels", {}) for s in scans), keep), units)
+    model.step_kernels = _step_kernels(model, scans, offsets, keep)
     first = first_events(scans, offsets, keep)
     model.critical_path = critical_paths(model.processes, units, first, unaligned)
     model.holdups = waiting_on(model.holdups, model.critical_path)
     for proc in model.processes.values():
         proc.timeline.forget_entries()  # (kept for the holdups and the critical paths alone)
+
+
+def _step_kernels(
+    model: PhaseModel, scans: list[HasMarks], offsets: dict[Path, int], keep: Callable[[Identity], bool] | None
+) -> dict[Identity, list[tuple[int, Busiest]]]:
+    """Per process with steps and kernels: each step's busiest kernels and ops, of its kernels in
+    every file (each stream's columns with the shift that puts them on the aligned timeline: its
+    file's origin and offset)."""
+    parts: dict[Identity, list[tuple[KernelTimes, int]]] = defaultdict(list)
+    for s in scans:
+        shift = offsets.get(s.path, 0) + getattr(s, "origin_ns", 0)
+        for ident, found in getattr(s, "kernel_times", {}).items():
+            if ident in model.processes and (keep is None or keep(ident)):
+                parts[ident].extend((stream, shift) for stream in found)
+    windows = {i: [(st.step, st.start, st.end) for st in model.processes[i].steps] for i in parts}
+    busy = {i: [b.compute + b.communication for _, b in rows] for i, rows in model.breakdown.items()}
+    return busiest_per_step(parts, windows, busy)
 
 
 def _gather(

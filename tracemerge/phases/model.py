@@ -102,6 +102,8 @@ class PhaseModel(msgspec.Struct):
     whole: dict[Identity, Breakdown] = field(default_factory=dict)
     # Per process with device activity: its busiest kernels and ops (tracemerge.analysis.kernels).
     kernels: dict[Identity, Busiest] = field(default_factory=dict)
+    # Per process with device activity and steps, per step: its busiest kernels and ops in the step.
+    step_kernels: dict[Identity, list[tuple[int, Busiest]]] = field(default_factory=dict)
     # Per job step, in step order: its critical path across roles and ranks (tracemerge.analysis.critical_path).
     critical_path: list[Segment] = field(default_factory=list)
     kinds: dict[int, StepKind] = field(default_factory=dict)  # of the job steps, by step

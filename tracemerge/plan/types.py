@@ -20,6 +20,7 @@ from msgspec import field
 from tracemerge.clock import Alignment
 from tracemerge.core.model import GROUP_HEADER, ClockDomain, Identity, OriginKey, SourceData, ThreadInfo, ThreadKey
 from tracemerge.core.stats import Losses, Stat
+from tracemerge.evidence.kernel_tally import KernelTimes
 from tracemerge.naming.paths import PathFacts, role_sort_key, worker_from_name
 from tracemerge.report.run_report import EventCounts
 
@@ -60,6 +61,9 @@ class FileScan(msgspec.Struct):
     marks: dict[Identity, dict[str, list[tuple[int, int]]]] = field(default_factory=dict)
     # Per process, per kernel or op name: its total device time (ns) and count (the busiest kernels).
     kernels: dict[Identity, dict[str, tuple[int, int]]] = field(default_factory=dict)
+    # Per process, per stream: each kernel's or op's start (the file's own, before origin_ns) and
+    # length, for each step's busiest kernels.
+    kernel_times: dict[Identity, list[KernelTimes]] = field(default_factory=dict)
     # Tracks encoded with another uuid than their hash (LocalTracks.moved)
     moved_ids: dict[tuple, int] = field(default_factory=dict)
     host: str | None = None

@@ -28,7 +28,7 @@ from tracemerge.core.model import UNIX_EPOCH, ClockDomain, Identity, SourceData,
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.discovery.discover import Candidate
 from tracemerge.evidence.anchors import Watch
-from tracemerge.evidence.kernel_tally import process_kernels
+from tracemerge.evidence.kernel_tally import process_kernel_times, process_kernels
 from tracemerge.evidence.scan_marks import process_marks, with_named_marks
 from tracemerge.layout.types import Encoder, LayoutResult
 from tracemerge.phases import StepScalars
@@ -312,6 +312,7 @@ def _scan(
             process_marks(notes.marks, identity_of, data.origin_ns), cand.facts, result, data.origin_ns
         ),
         kernels=process_kernels(layout.kernels.by_stream, identity_of),
+        kernel_times=process_kernel_times(layout.kernels.times, identity_of),
         facts=cand.facts,
         host=data.host,
         mtime_ns=_mtime_ns(cand.path),

@@ -150,6 +150,7 @@ class FileLayout(EventStore):
             "marks": self.notes.marks,
             "marks_over": self.notes.marks_over,
             "kernels": self.kernels.by_stream,
+            "kernel_times": self.kernels.times,
             "point_keys": self.point_keys,
             "names": self.enc.table,
             "store": self.store,
@@ -178,7 +179,7 @@ class FileLayout(EventStore):
         for key, samples in part["samples"].items():
             self.samples[key].extend(samples.loaded(store))
         self.notes.absorb(part["marks"], part["marks_over"])
-        self.kernels.absorb(part["kernels"])
+        self.kernels.absorb(part["kernels"], part["kernel_times"])
         self.parts_taken = max(self.parts_taken, index + 1)
 
     def intern_parts(self) -> None:

@@ -235,7 +235,7 @@ class _DbReader(DbRows, CounterReading):
             tag = ascend_task_tag(task_type, hccl)
             if tag is not None:
                 self.layout.mark(tag, ev.origin, key, ev.ts, ev.ts + ev.dur)
-                self.layout.tally(ev.origin, key, name, ev.dur)
+                self.layout.tally(ev.origin, key, name, ev.ts, ev.dur)
             if connection is not None:
                 track = self.task_tracks.setdefault(ev.thread, len(self.task_tracks))
                 self.tasks_by_connection.add(connection, ev.ts, track)

@@ -111,7 +111,7 @@ class AscendEvents(ChromeEvents):
                 tag = ascend_task_tag(task_type, task_type in ASCEND_HCCL_TASKS)
                 if tag is not None:
                     self.layout.mark(tag, origin, (pid, tid), start, end)
-                    self.layout.tally(origin, (pid, tid), name, end - start)
+                    self.layout.tally(origin, (pid, tid), name, start, end - start)
         self.tasks.clear()
 
     def _counter_args(self, e: Any) -> tuple[str, dict | None]:

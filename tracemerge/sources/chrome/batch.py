@@ -242,7 +242,7 @@ class _Slices(_Rows):
                 layout.mark_device(tag, origin, thread, starts, starts - self.negdurs[picked])
         if self.names is not None:
             active = rows[self.names[rows] != None]  # noqa: E711 (element-wise)
-            layout.tally_rows(origin, thread, self.names[active].tolist(), -self.negdurs[active])
+            layout.tally_rows(origin, thread, self.names[active].tolist(), self.starts[active], -self.negdurs[active])
         if self.watched is not None:
             for row in rows[self.watched[rows]].tolist():
                 length = -int(self.negdurs[row])

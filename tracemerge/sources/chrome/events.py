@@ -223,7 +223,7 @@ class ChromeEvents(EventKinds, BoundFlows, ThreadNames):
                 device_pids.add(pid)
                 if cat in ACTIVITY_CATEGORIES and type(name) is str:
                     layout.mark(device_tag(name), origin, (pid, tid), start, start + length)
-                    layout.tally(origin, (pid, tid), name, length)
+                    layout.tally(origin, (pid, tid), name, start, length)
             body = prefixes.get((name, cat))
             if body is None:
                 name, cat = _text(name), _text(cat)

@@ -81,7 +81,7 @@ def _kernels(r: NsysReader) -> Source | None:
             body = r.body(prefix, present(args))
         track[2].append((start, start - end, 0, ordinal(), body))
         mark(device_tag(name), track[0], track[1], start, end)
-        tally(track[0], track[1], name, end - start)
+        tally(track[0], track[1], name, start, end - start)
         if watched:
             note(name, track[0], track[1], start, end - start)
         _flow_end(r, track, start, gpid, corr, launched)
@@ -135,7 +135,7 @@ def _copies(r: NsysReader, table: str) -> Source | None:
         track = r.gpu(gpid, device, ctx, stream)
         r.emit(track[2], start, start - end, 0, r.body(r.layout.prefix(name, cat), present(args)))
         r.layout.mark(DEVICE_COMPUTE, track[0], track[1], start, end)
-        r.layout.tally(track[0], track[1], name, end - start)
+        r.layout.tally(track[0], track[1], name, start, end - start)
         _flow_end(r, track, start, gpid, corr, launched)
 
     return r.con.execute(_launched_select(r, table, cols)), handle
