@@ -4,7 +4,7 @@ on two streams and 4 all-reduces, as the marks a read notes (merged unions per p
     python bench/breakdown_scale.py [RANKS] [STEPS]
 
 Times the noting of the spans (tracemerge.evidence.span_union.SpanUnion.add, as the layout does per device
-thread), deriving the steps with their breakdown (tracemerge.phases.derive) and the summary's rows,
+thread, and each kernel's time for the busiest kernels per step), deriving the steps with their breakdown (tracemerge.phases.derive) and the summary's rows,
 and checks compute + communication + free (+ preparing + closing) = wall on every row. Then what
 ``tracemerge summary`` and ``tracemerge diff`` do with those numbers beyond ``derive``: the tables,
 the comparison of the run with a copy 1.3 times slower gated at 10%, and the typed records the
@@ -29,10 +29,17 @@ STEP_NS = 10_000_000
 KERNELS, COLLECTIVES = 40, 4
 
 
+try:  # each kernel's time, for each step's busiest kernels (absent from the code before them)
+    from tracemerge.evidence.kernel_tally import KernelTally, process_kernel_times
+except ImportError:
+    KernelTally = None  # type: ignore[assignment,misc]
+
+
 @dataclass
 class Scan:
     path: Path
     marks: dict
+    kernel_times: dict
 
 
 def scan_of(rank: int, steps: int) -> Scan:
@@ -40,17 +47,22 @@ def scan_of(rank: int, steps: int) -> Scan:
     comm = SpanUnion()
     collectives: list = []
     step_marks = []
+    tally = KernelTally() if KernelTally is not None else None
     for n in range(steps):
         base = n * STEP_NS + rank * 1_000  # a rank starts 1 µs after the one before
         step_marks.append((base, base + STEP_NS - 1_000))
         for k in range(KERNELS):
             a = base + k * 200_000 + (k % 2) * 50_000
             compute[7 + k % 2].add(a, a + 150_000 + rank % 3 * 10_000)
+            if tally is not None:
+                tally.add(rank, 7 + k % 2, f"gemm_{k % 8}", a, 150_000 + rank % 3 * 10_000)
         for k in range(COLLECTIVES):
             a = base + 8_000_000 + k * 400_000 + (rank % 5) * 20_000
             end = base + 8_000_000 + k * 400_000 + 300_000
             comm.add(a, end)
             collectives.append((a, end))
+            if tally is not None:
+                tally.add(rank, 9, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", a, end - a)
     compute[7].absorb(compute[8])
     tags = {
         DEVICE_COMPUTE: compute[7],
@@ -59,7 +71,9 @@ def scan_of(rank: int, steps: int) -> Scan:
     }
     for n, span in enumerate(step_marks, 1):
         tags.setdefault(step_tag(TORCH_STEPS, str(n)), []).append(span)
-    return Scan(Path(f"rank{rank}"), {Identity("actor", rank): tags})
+    ident = Identity("actor", rank)
+    kernels = process_kernel_times(tally.times, lambda _origin: ident) if tally is not None else {}
+    return Scan(Path(f"rank{rank}"), {ident: tags}, kernels)
 
 
 def slowed(numbers: dict) -> dict:

@@ -7,6 +7,7 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 from builders import kineto_device
 from typer.testing import CliRunner
@@ -100,8 +101,14 @@ def test_window_totals_match_a_kernel_by_kernel_count(monkeypatch, chunk: int) -
             windows.append((windows[0][0], windows[-1][1]))
         expected: dict[int, dict[str, list[int]]] = {}
         found: dict[int, dict[str, list[int]]] = {}
-        for stream in tally.times.values():  # one stream at a time, into the same totals
-            kernels.add_window_totals(found, stream, windows)
+        for stream in tally.times.values():  # one stream at a time
+            remap = np.arange(len(stream.names))
+            keys, inside, counts = kernels.window_sums(stream, windows, remap, len(stream.names))
+            for key, total, count in zip(keys.tolist(), inside.tolist(), counts.tolist(), strict=True):
+                win, code = divmod(key, len(stream.names))
+                mine = found.setdefault(win, {}).setdefault(stream.names[code], [0, 0])
+                mine[0] += total
+                mine[1] += count
             starts, durs = list(stream.starts), list(stream.durs)
             for w, names in _brute(starts, durs, list(stream.codes), stream.names, windows).items():
                 for name, (total, count) in names.items():
@@ -109,3 +116,21 @@ def test_window_totals_match_a_kernel_by_kernel_count(monkeypatch, chunk: int) -
                     mine[0] += total
                     mine[1] += count
         assert found == expected
+
+
+def test_a_step_keeps_its_five_longest_names_then_by_name_across_streams_and_files() -> None:
+    from tracemerge.core.model import Identity
+
+    first, second = KernelTally(), KernelTally()
+    for n, name in enumerate("gfedcba"):  # seven names of 10 ns in the step, on two streams
+        first.add(1, (0, 7 + n % 2), name, 100 + 20 * n, 10)
+    second.add(1, (0, 7), "z", 0, 30)  # another file, its own clock 1,000 ns behind: 30 ns in the step
+    ident = Identity("actor", 0)
+    parts = [(t, 0) for t in first.times.values()] + [(t, 1_000) for t in second.times.values()]
+    found = kernels.busiest_per_step({ident: parts}, {ident: [(4, 1_000, 1_500), (5, 1_500, 2_000)]}, {ident: [100]})
+    # the windows are in the first file's times shifted by 0: nothing of it falls in them
+    assert found[ident][0][1].top == [("z", 30, 1)] and found[ident][1][1].top == []
+    found = kernels.busiest_per_step({ident: parts}, {ident: [(4, 0, 1_030)]}, {ident: [100]})
+    ((step, busiest),) = found[ident]
+    assert step == 4 and busiest.busy_ns == 100 and busiest.names == 8
+    assert busiest.top == [("z", 30, 1), ("a", 10, 1), ("b", 10, 1), ("c", 10, 1), ("d", 10, 1)]

@@ -64,8 +64,8 @@ def _length(union: SpanUnion) -> int:
 STEP_TOP = 5  # names kept per process and step
 CHUNK = 1 << 20  # kernels taken at once: the passes' columns stay tens of MB whatever the count
 
-# Per window index, per kernel name: [device time in the window, kernels with time in it].
-WindowTotals = dict[int, dict[str, list[int]]]
+# Per (window, name) pair, as columns: key (window * names + name number), time inside, count.
+Sums = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def busiest_per_step(
@@ -75,98 +75,125 @@ def busiest_per_step(
     top: int = STEP_TOP,
 ) -> dict[Identity, list[tuple[int, Busiest]]]:
     """Per process with kernels and steps, per step window ((step, start, end), in order): its
-    ``top`` names by device time in the window (a kernel running across a window's edge counts
-    its part inside; the count is of the kernels with time in the window) and the step's device
-    busy time (``busy``, the breakdown's compute and communication, window by window). A process's
-    kernels come as columns (one per stream and file), each with the shift that puts its starts
-    on the windows' timeline; none is copied whole."""
+    ``top`` names by device time in the window (then by name; a kernel running across a window's
+    edge counts its part inside; the count is of the kernels with time in the window) and the
+    step's device busy time (``busy``, the breakdown's compute and communication, window by
+    window). A process's kernels come as columns (one per stream and file), each with the shift
+    that puts its starts on the windows' timeline; none is copied whole."""
     out = {}
     for ident, found in windows.items():
-        if not found or not times.get(ident):
+        parts = times.get(ident)
+        if not found or not parts:
             continue
-        totals: WindowTotals = {}
-        for kernels, shift in times[ident]:
-            add_window_totals(totals, kernels, [(lo - shift, hi - shift) for _, lo, hi in found])
-        rows = []
+        names, numbered = _numbered_names([k for k, _ in parts])
+        sums = [
+            window_sums(kernels, [(lo - shift, hi - shift) for _, lo, hi in found], remap, len(names))
+            for (kernels, shift), remap in zip(parts, numbered, strict=True)
+        ]
+        joined = _reduced(*(np.concatenate(c) for c in zip(*sums, strict=True)))
+        per_window = _ranked(joined, names, len(found), top)
         spent = busy.get(ident, [])
-        for w, (step, _, _) in enumerate(found):
-            names = totals.get(w, {})
-            ranked = sorted(names.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top]
-            top_names = [(n, t, c) for n, (t, c) in ranked]
-            rows.append((step, Busiest(spent[w] if w < len(spent) else 0, top_names, len(names))))
-        out[ident] = rows
+        out[ident] = [
+            (step, Busiest(spent[w] if w < len(spent) else 0, *per_window.get(w, ([], 0))))
+            for w, (step, _, _) in enumerate(found)
+        ]
     return out
 
 
-def add_window_totals(totals: WindowTotals, kernels: KernelTimes, windows: list[tuple[int, int]]) -> None:
-    """Adds to ``totals`` the kernels' time in each window (windows in ``kernels``' own times), a
-    chunk of :data:`CHUNK` kernels at a time. Windows in start order that do not overlap are taken
-    in one vectorised pass (a kernel in two windows, rare, one by one); overlapping ones (a step
-    captured twice) window by window."""
+def _numbered_names(parts: list[KernelTimes]) -> tuple[list[str], list[np.ndarray]]:
+    """The names of all ``parts`` in one list, and each part's name numbers in it."""
+    names: list[str] = []
+    index: dict[str, int] = {}
+    numbered = []
+    for part in parts:
+        numbered.append(np.array([index.setdefault(n, len(index)) for n in part.names], np.int64))
+    names.extend(index)  # in the order numbered
+    return names, numbered
+
+
+def window_sums(kernels: KernelTimes, windows: list[tuple[int, int]], remap: np.ndarray, n_names: int) -> Sums:
+    """The kernels' time and count in each window (windows in ``kernels``' own times; each name
+    numbered by ``remap`` among ``n_names``), a chunk of :data:`CHUNK` kernels at a time. Windows in
+    start order that do not overlap are taken in one vectorised pass (a kernel in two windows,
+    rare, one by one); overlapping ones (a step captured twice) window by window."""
     lo = np.array([a for a, _ in windows], np.int64)
     hi = np.array([b for _, b in windows], np.int64)
     disjoint = len(windows) < 2 or bool(np.all(lo[1:] >= hi[:-1]) and np.all(hi >= lo))
     all_starts = np.asarray(kernels.starts, np.int64)
     all_durs = np.asarray(kernels.durs, np.int64)
-    all_codes = np.asarray(kernels.codes, np.int32)
+    all_codes = remap[np.asarray(kernels.codes, np.int64)] if len(remap) else np.zeros(0, np.int64)
+    found: list[Sums] = []
     for at in range(0, len(all_starts), CHUNK):
         starts, codes = all_starts[at : at + CHUNK], all_codes[at : at + CHUNK]
         ends = starts + all_durs[at : at + CHUNK]
-        if disjoint:
-            _disjoint(totals, kernels.names, starts, ends, codes, lo, hi)
-        else:
-            _each_window(totals, kernels.names, starts, ends, codes, windows)
+        pieces = _disjoint(starts, ends, lo, hi) if disjoint else _each_window(starts, ends, windows)
+        for win, inside, which in pieces:
+            found.append(_reduced(win * n_names + codes[which], inside, np.ones(len(which), np.int64)))
+    if not found:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return _reduced(*(np.concatenate(c) for c in zip(*found, strict=True)))
 
 
 def _disjoint(
-    totals: WindowTotals,
-    names: list[str],
-    starts: np.ndarray,
-    ends: np.ndarray,
-    codes: np.ndarray,
-    lo: np.ndarray,
-    hi: np.ndarray,
-) -> None:
-    """:func:`add_window_totals` over disjoint windows in start order (``lo``, ``hi``)."""
+    starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Over disjoint windows in start order (``lo``, ``hi``): (window, time inside, kernel row)
+    of each kernel with time in a window, as columns."""
     first = np.searchsorted(hi, starts, side="right")  # the first window ending after the start
     last = np.searchsorted(lo, ends, side="left") - 1  # the last window starting before the end
     instant = ends == starts  # a kernel of no length: in the window it starts in
     if instant.any():
         last[instant] = np.searchsorted(lo, starts[instant], side="right") - 1
-    one = (first == last) & (first < len(lo))
-    w = first[one]
-    if len(w):
-        inside = np.minimum(ends[one], hi[w]) - np.maximum(starts[one], lo[w])
-        keys = w.astype(np.int64) * len(names) + codes[one]
-        unique, inverse = np.unique(keys, return_inverse=True)
-        sums = np.rint(np.bincount(inverse, weights=inside)).astype(np.int64)
-        counts = np.bincount(inverse)
-        for key, total, count in zip(unique.tolist(), sums.tolist(), counts.tolist(), strict=True):
-            win, code = divmod(key, len(names))
-            _add(totals, win, names[code], total, count)
-    for k in np.flatnonzero(last > first).tolist():  # across a window's edge
-        a, b, name = int(starts[k]), int(ends[k]), names[int(codes[k])]
-        for win in range(int(first[k]), min(int(last[k]), len(lo) - 1) + 1):
-            _add(totals, win, name, min(b, int(hi[win])) - max(a, int(lo[win])), 1)
+    which = np.flatnonzero((first == last) & (first < len(lo)))
+    w = first[which]
+    pieces = [(w, np.minimum(ends[which], hi[w]) - np.maximum(starts[which], lo[w]), which)]
+    for k in np.flatnonzero(last > first).tolist():  # across a window's edge, one by one
+        span = np.arange(int(first[k]), min(int(last[k]), len(lo) - 1) + 1)
+        inside = np.minimum(ends[k], hi[span]) - np.maximum(starts[k], lo[span])
+        pieces.append((span, inside, np.full(len(span), k)))
+    return pieces
 
 
 def _each_window(
-    totals: WindowTotals,
-    names: list[str],
-    starts: np.ndarray,
-    ends: np.ndarray,
-    codes: np.ndarray,
-    windows: list[tuple[int, int]],
-) -> None:
-    """:func:`add_window_totals` window by window (windows that overlap)."""
+    starts: np.ndarray, ends: np.ndarray, windows: list[tuple[int, int]]
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """:func:`_disjoint` window by window (windows that overlap)."""
+    pieces = []
     for win, (a, b) in enumerate(windows):
         inside = np.minimum(ends, b) - np.maximum(starts, a)
-        keep = (inside > 0) | ((inside == 0) & (starts >= a) & (starts < b))
-        for code, part in zip(codes[keep].tolist(), inside[keep].tolist(), strict=True):
-            _add(totals, win, names[code], part, 1)
+        which = np.flatnonzero((inside > 0) | ((inside == 0) & (starts >= a) & (starts < b)))
+        pieces.append((np.full(len(which), win), inside[which], which))
+    return pieces
 
 
-def _add(totals: WindowTotals, win: int, name: str, total: int, count: int) -> None:
-    found = totals.setdefault(win, {}).setdefault(name, [0, 0])
-    found[0] += total
-    found[1] += count
+def _reduced(keys: np.ndarray, inside: np.ndarray, counts: np.ndarray) -> Sums:
+    """The sums per key, keys in order (exact: integer sums, never floats)."""
+    if not len(keys):
+        return keys.astype(np.int64), inside.astype(np.int64), counts.astype(np.int64)
+    order = np.argsort(keys, kind="stable")
+    keys, inside, counts = keys[order], inside[order].astype(np.int64), counts[order]
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    return keys[starts], np.add.reduceat(inside, starts), np.add.reduceat(counts, starts)
+
+
+def _ranked(sums: Sums, names: list[str], n_windows: int, top: int) -> dict[int, tuple[list, int]]:
+    """Per window with kernels: its ``top`` names ((name, time, count), the longest first, then by
+    name) and how many names it has, ranked in numpy (python touches the kept rows alone)."""
+    keys, inside, counts = sums
+    if not len(keys):
+        return {}
+    win, code = np.divmod(keys, len(names))
+    by_name = np.empty(len(names), np.int64)
+    by_name[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
+    order = np.lexsort((by_name[code], -inside, win))
+    win, code, inside, counts = win[order], code[order], inside[order], counts[order]
+    first_of = np.searchsorted(win, win, side="left")
+    kept = np.flatnonzero(np.arange(len(win)) - first_of < top)
+    per_window = np.bincount(win, minlength=n_windows)
+    out: dict[int, tuple[list, int]] = {}
+    columns = (win[kept].tolist(), code[kept].tolist(), inside[kept].tolist(), counts[kept].tolist())
+    for w, c, t, n in zip(*columns, strict=True):
+        if w not in out:
+            out[w] = ([], int(per_window[w]))
+        out[w][0].append((names[c], t, n))
+    return out
