@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from tracemerge.writers.perfetto import pack_events
+from tracemerge.writers.perfetto_packets import pack_events
 from tracemerge.writers.perfetto_wire import _PACKET_KEYS, _varint
 
 HEAD = b"\x50\x02\x68\x02\x40"  # sequence id, flags, timestamp key

@@ -21,11 +21,12 @@ import orjson
 from tracemerge.core.model import FlowPhase
 from tracemerge.core.units import plain_json
 from tracemerge.plan.types import CounterTrack, ThreadTrack
-from tracemerge.store.entries import byte_table, gathered, interleaved
+from tracemerge.store.entries import byte_table, gathered
 from tracemerge.store.file_layout import Items
 from tracemerge.writers import perfetto_trace_pb2 as pb
 from tracemerge.writers.packing import ForkedPacker
-from tracemerge.writers.perfetto_wire import _SMALL_VARINTS, _field, _packet, _put_varints, _varint, _varint_sizes
+from tracemerge.writers.perfetto_packets import K_TRACK_EVENT, joined_writes, pack_events
+from tracemerge.writers.perfetto_wire import _SMALL_VARINTS, _field, _packet, _varint
 
 _CLEARED = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 _NEEDS = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
@@ -39,7 +40,6 @@ _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 # Pre-encoded keys (field number << 3 | wire type) of the fields written on the hot path.
 _K_TIMESTAMP = b"\x40"  # TracePacket.timestamp = 8, varint
 _K_SEQ = b"\x50"  # TracePacket.trusted_packet_sequence_id = 10, varint
-_K_TRACK_EVENT = b"\x5a"  # TracePacket.track_event = 11, bytes
 _K_INTERNED = b"\x62"  # TracePacket.interned_data = 12, bytes
 _K_FLAGS = b"\x68"  # TracePacket.sequence_flags = 13, varint
 _FIRST_PACKET = b"\xb8\x05\x01"  # TracePacket.first_packet_on_sequence = 87, true
@@ -174,7 +174,7 @@ class UnitEncoder:
         if not pending:
             return
         self._pending, self._pending_packets = [], 0
-        self._pack(*(pending[0] if len(pending) == 1 else _joined_writes(pending)))
+        self._pack(*(pending[0] if len(pending) == 1 else joined_writes(pending)))
 
     def _pack(self, stamps: np.ndarray, parts: list[tuple[np.ndarray, bytes]]) -> None:
         if self._packer is not None:
@@ -195,7 +195,7 @@ class UnitEncoder:
         head = self.head
         if self.first_head is not None:
             head, self.first_head = self.first_head + _field(_K_DEFAULTS, self.defaults), None
-        body = head + _K_TIMESTAMP + _varint(ts) + _K_TRACK_EVENT + _varint(len(event)) + event
+        body = head + _K_TIMESTAMP + _varint(ts) + K_TRACK_EVENT + _varint(len(event)) + event
         if self.interned:
             body += _field(_K_INTERNED, b"".join(self.interned))
             self.interned.clear()
@@ -333,54 +333,6 @@ def _is_file(out: BinaryIO) -> bool:
     except (OSError, io.UnsupportedOperation, AttributeError):
         return False
     return True
-
-
-def _joined_writes(
-    writes: list[tuple[np.ndarray, list[tuple[np.ndarray, bytes]]]],
-) -> tuple[np.ndarray, list[tuple[np.ndarray, bytes]]]:
-    """Writes of packets (each: their timestamps, and their parts) as one: part ``k`` of each
-    packet is part ``k`` of its write, or nothing where its write has fewer."""
-    stamps = np.concatenate([s for s, _ in writes])
-    parts = []
-    for k in range(max(len(p) for _, p in writes)):
-        lengths = [p[k][0] if k < len(p) else np.zeros(len(s), np.int64) for s, p in writes]
-        parts.append((np.concatenate(lengths), b"".join(p[k][1] for _, p in writes if k < len(p))))
-    return stamps, parts
-
-
-def pack_events(stamped_head: bytes, stamps: np.ndarray, parts: list[tuple[np.ndarray, bytes]]) -> bytes:
-    """``Trace.packet`` records of TrackEvents: per packet ``stamped_head`` (sequence id, flags and
-    the timestamp key), the timestamp, and the TrackEvent, whose bytes are the packet's share of
-    each part in turn (a part: each packet's length, and the bytes of all joined). Built in numpy:
-    the headers side by side, then interleaved with the parts (the last, the largest, last)."""
-    n = len(stamps)
-    stamps = stamps.astype(np.uint64)  # a negative time as its two's complement, as varints are
-    lengths = np.zeros(n, np.int64)
-    for part_lengths, _ in parts:
-        lengths += part_lengths
-    stamp_sizes = _varint_sizes(stamps)
-    length_sizes = _varint_sizes(lengths.astype(np.uint64))
-    body = len(stamped_head) + stamp_sizes + 1 + length_sizes + lengths
-    body_sizes = _varint_sizes(body.astype(np.uint64))
-    header_sizes = 1 + body_sizes + len(stamped_head) + stamp_sizes + 1 + length_sizes
-    ends = np.cumsum(header_sizes)
-    at = ends - header_sizes
-    headers = np.empty(int(ends[-1]), np.uint8)
-    headers[at] = 0x0A  # Trace.packet = 1, length-delimited
-    _put_varints(headers, at + 1, body, body_sizes)
-    at = at + 1 + body_sizes
-    head = np.frombuffer(stamped_head, np.uint8)
-    headers[at[:, None] + np.arange(len(head))] = head
-    at += len(head)
-    _put_varints(headers, at, stamps, stamp_sizes)
-    at += stamp_sizes
-    headers[at] = _K_TRACK_EVENT[0]
-    _put_varints(headers, at + 1, lengths, length_sizes)
-    *small, last = parts
-    if small:  # the small parts with the headers first, then the last part's bytes interleaved
-        headers = interleaved([header_sizes, *(sizes for sizes, _ in small)], [headers, *(data for _, data in small)])
-        header_sizes = header_sizes + sum(sizes for sizes, _ in small)
-    return interleaved([header_sizes, last[0]], [headers, last[1]]).tobytes()
 
 
 def _displayable(text: bytes) -> bytes:

@@ -34,7 +34,7 @@ from tracemerge.core.model import Event, FlowPhase, Kind, SourceData, ThreadInfo
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.evidence.anchors import DEVICE_COMM, ascend_task_tag, device_tag, phase_tag
 from tracemerge.phases.rules import MSTX
-from tracemerge.sources.ascend import dirs as layout_dirs
+from tracemerge.sources.ascend import dirs, exports
 from tracemerge.sources.ascend.counters import CounterReading, counter_group
 from tracemerge.sources.ascend.db_links import Groups, Once, TaskInfo
 from tracemerge.sources.ascend.db_rows import DbRows
@@ -85,12 +85,12 @@ NOT_DRAWN = ("MEMORY_RECORD", "OP_MEMORY")
 
 def claims(path: Path, head: bytes) -> bool:
     # At an export's place by name alone (damaged, it is reported); elsewhere by its SQLite header.
-    return layout_dirs.is_timeline_db(path) and (head.startswith(SQLITE_MAGIC) or layout_dirs.is_export_db(path))
+    return dirs.is_timeline_db(path) and (head.startswith(SQLITE_MAGIC) or dirs.is_export_db(path))
 
 
 def read(path: Path, layout: FileLayout) -> SourceData:
-    layout_dirs.check_read_here(path)
-    layout_dirs.check_export(path)
+    exports.check_read_here(path)
+    exports.check_export(path)
     with _opened(path, layout.store.directory) as con:
         try:
             tables = schema(con)
@@ -109,8 +109,8 @@ def read(path: Path, layout: FileLayout) -> SourceData:
             raise InputError(path, f"cannot read the database ({exc})") from None
         reader.dropped.add(Stat.DB_TEXT_NOT_UTF8, con.bad_text, "Ascend DB text not valid UTF-8, read with U+FFFD")
     leave_out_zero_series(layout, reader.dropped, counter_group)
-    layout_dirs.note_not_read(path, reader.dropped)
-    data = layout_dirs.source_data(path, NAME, reader.thread_infos(), reader.dropped, rank=reader.rank)
+    exports.note_not_read(path, reader.dropped)
+    data = dirs.source_data(path, NAME, reader.thread_infos(), reader.dropped, rank=reader.rank)
     data.host = reader.host or data.host
     return data
 
@@ -397,4 +397,4 @@ class _DbReader(DbRows, CounterReading):
         return infos
 
 
-ASCEND_DB = SourceFormat(NAME, claims, read, layout_dirs.path_hints)
+ASCEND_DB = SourceFormat(NAME, claims, read, dirs.path_hints)

@@ -34,10 +34,11 @@ from typing import Any
 import msgspec
 
 from tracemerge.core.bounds import TOO_DEEP, cut_deep_or_fail
-from tracemerge.core.errors import InputError, NotATrace, shown
+from tracemerge.core.errors import shown
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.sources.base import GZIP_MAGIC, UTF8_BOM
 from tracemerge.sources.json.decode import BatchDecoding
+from tracemerge.sources.json.head import ArrayHead
 from tracemerge.sources.json.tail import ArrayTail
 from tracemerge.sources.json.text import (
     _WS,
@@ -46,15 +47,12 @@ from tracemerge.sources.json.text import (
     _closes_early,
     _last_boundary,
     _last_boundary_outside_strings,
-    _members,
     _pos,
     _reason,
     _truncated,
 )
 
 BLOCK = 512 << 10
-# Largest run of bytes searched for the array's opening key before giving up.
-HEAD_LIMIT = 64 << 20
 _SEPARATOR = re.compile(rb"[ \t\r\n]*,?")  # what follows an event in the array
 
 
@@ -156,7 +154,7 @@ def _doubled(buf: bytes, blocks: Iterator[bytes]) -> tuple[bytes, bool]:
     return b"".join(pieces), False
 
 
-class EventStream(BatchDecoding, ArrayTail):
+class EventStream(BatchDecoding, ArrayHead, ArrayTail):
     """Batches of decoded events of one file, then the keys around the event array.
 
     ``struct`` is the msgspec type each event decodes into; a batch whose values do not fit its
@@ -258,53 +256,6 @@ class EventStream(BatchDecoding, ArrayTail):
     def _where(self, buf: bytes, pos: int) -> str:
         """``line:col`` of ``buf[pos]`` in the file's text."""
         return _line_col(self.path, self._consumed + max(0, min(pos, len(buf))))
-
-    def _open_array(self, blocks: Iterator[bytes]) -> bytes:
-        """Reads up to the ``[`` that opens the event array; decodes the keys before it."""
-        buf = b""
-        for more in blocks:
-            buf += more
-            head = buf.lstrip(_WS)
-            lead = len(buf) - len(head)
-            if head[:1] == b"[":
-                self.bare = True
-                return self._advance(buf, lead + 1)
-            if head[:1] != b"{":
-                break
-            pos = head.find(b'"traceEvents"')
-            if pos >= 0:
-                after = head[pos + 13 :].lstrip(_WS)
-                if after[:1] == b":":
-                    value = after[1:].lstrip(_WS)
-                    if value[:1] == b"[":
-                        self._read_object(head[:pos].rstrip(_WS).rstrip(b",") + b"}", buf, lead)
-                        return self._advance(buf, len(buf) - len(value) + 1)
-                    if value:
-                        raise InputError(self.path, "traceEvents is not an array")
-            if len(buf) > HEAD_LIMIT:
-                break
-        if not buf.strip(_WS):
-            raise InputError(self.path, "empty file")
-        raise NotATrace(self.path, "no traceEvents array")
-
-    def _read_object(self, text: bytes, buf: bytes, at: int) -> None:
-        """The keys before the event array into :attr:`meta`: NaN, Infinity, an integer too long
-        for msgspec or a bad byte in one is read as Python's json reads it, not the file lost."""
-        try:
-            try:
-                value = msgspec.json.decode(text)
-            except RecursionError:
-                text = self._cut(text, 1, at)
-                value = msgspec.json.decode(text)
-        except msgspec.DecodeError as exc:
-            members, _, whole = _members(text)
-            if not whole:
-                raise InputError(
-                    self.path, f"invalid JSON ({_reason(exc)})", self._where(buf, at + _pos(exc, text))
-                ) from None
-            value = members
-        if type(value) is dict:
-            self.meta.update(value)
 
     def _decode_prefix(self, buf: bytes, cut: int) -> tuple[list, int] | None:
         """Events of ``buf[:cut + 1]``, cut earlier when that boundary lies inside a string or
