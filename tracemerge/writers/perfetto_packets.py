@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tracemerge.store.entries import interleaved
-from tracemerge.writers.perfetto_wire import _put_varints, _varint_sizes
+from tracemerge.writers.perfetto_wire import put_varints, varint_sizes
 
 K_TRACK_EVENT = b"\x5a"  # TracePacket.track_event = 11, bytes
 
@@ -40,24 +40,24 @@ def pack_events(stamped_head: bytes, stamps: np.ndarray, parts: list[tuple[np.nd
     lengths = np.zeros(n, np.int64)
     for part_lengths, _ in parts:
         lengths += part_lengths
-    stamp_sizes = _varint_sizes(stamps)
-    length_sizes = _varint_sizes(lengths.astype(np.uint64))
+    stamp_sizes = varint_sizes(stamps)
+    length_sizes = varint_sizes(lengths.astype(np.uint64))
     body = len(stamped_head) + stamp_sizes + 1 + length_sizes + lengths
-    body_sizes = _varint_sizes(body.astype(np.uint64))
+    body_sizes = varint_sizes(body.astype(np.uint64))
     header_sizes = 1 + body_sizes + len(stamped_head) + stamp_sizes + 1 + length_sizes
     ends = np.cumsum(header_sizes)
     at = ends - header_sizes
     headers = np.empty(int(ends[-1]), np.uint8)
     headers[at] = 0x0A  # Trace.packet = 1, length-delimited
-    _put_varints(headers, at + 1, body, body_sizes)
+    put_varints(headers, at + 1, body, body_sizes)
     at = at + 1 + body_sizes
     head = np.frombuffer(stamped_head, np.uint8)
     headers[at[:, None] + np.arange(len(head))] = head
     at += len(head)
-    _put_varints(headers, at, stamps, stamp_sizes)
+    put_varints(headers, at, stamps, stamp_sizes)
     at += stamp_sizes
     headers[at] = K_TRACK_EVENT[0]
-    _put_varints(headers, at + 1, lengths, length_sizes)
+    put_varints(headers, at + 1, lengths, length_sizes)
     *small, last = parts
     if small:  # the small parts with the headers first, then the last part's bytes interleaved
         headers = interleaved([header_sizes, *(sizes for sizes, _ in small)], [headers, *(data for _, data in small)])

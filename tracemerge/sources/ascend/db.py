@@ -19,7 +19,7 @@ columns it has. Timeline tables and where their rows go:
   ``CONNECTION_IDS`` (torch_to_npu), and forward → backward ops sharing a connection id (fwdbwd).
 
 A DB is never changed, and nothing is created beside it: one with a ``-wal`` or ``-journal`` file
-is read from a private copy (see :func:`~tracemerge.sources.sqlite.opening._opened`). A row that
+is read from a private copy (see :func:`~tracemerge.sources.sqlite.opening.opened`). A row that
 cannot be read is counted under its table, the rest of the DB is read.
 """
 
@@ -42,7 +42,7 @@ from tracemerge.sources.ascend.dirs import MSTX_THREAD, SQLITE_MAGIC
 from tracemerge.sources.ascend.titles import OVERLAP, leave_out_zero_series, slice_title
 from tracemerge.sources.base import SourceFormat
 from tracemerge.sources.sqlite.guard import quote, schema
-from tracemerge.sources.sqlite.opening import _opened
+from tracemerge.sources.sqlite.opening import opened
 from tracemerge.store.file_layout import FileLayout
 
 NAME = "ascend-db"
@@ -91,7 +91,7 @@ def claims(path: Path, head: bytes) -> bool:
 def read(path: Path, layout: FileLayout) -> SourceData:
     exports.check_read_here(path)
     exports.check_export(path)
-    with _opened(path, layout.store.directory) as con:
+    with opened(path, layout.store.directory) as con:
         try:
             tables = schema(con)
         except sqlite3.DatabaseError as exc:

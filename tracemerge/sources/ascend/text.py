@@ -41,7 +41,7 @@ from tracemerge.sources.chrome.events import ChromeEvents
 from tracemerge.sources.chrome.files import read_events
 from tracemerge.sources.chrome.kinds import INSTANT, SLICE
 from tracemerge.sources.chrome.schema import ExactEvent, LenientEvent, TraceEvent, us_to_ns
-from tracemerge.sources.chrome.values import _text, counter_series, hashable_id, plain_args
+from tracemerge.sources.chrome.values import as_text, counter_series, hashable_id, plain_args
 from tracemerge.store.file_layout import FileLayout
 
 NAME = "ascend-text"
@@ -100,7 +100,7 @@ class AscendEvents(ChromeEvents):
         except (ValueError, TypeError):
             return
         if end > start:
-            self.tasks.append((origin, hashable_id(e.pid), hashable_id(e.tid), start, end, task_type, _text(e.name)))
+            self.tasks.append((origin, hashable_id(e.pid), hashable_id(e.tid), start, end, task_type, as_text(e.name)))
 
     def finish(self) -> None:
         """Device activity (:mod:`tracemerge.analysis.device_time`): the tasks on the Ascend Hardware

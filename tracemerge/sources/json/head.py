@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from tracemerge.core.errors import InputError, NotATrace
-from tracemerge.sources.json.text import _WS, _members, _pos, _reason
+from tracemerge.sources.json.text import WHITESPACE, error_offset, error_reason, object_members
 
 # Largest run of bytes searched for the array's opening key before giving up.
 HEAD_LIMIT = 64 << 20
@@ -37,7 +37,7 @@ class ArrayHead:
         buf = b""
         for more in blocks:
             buf += more
-            head = buf.lstrip(_WS)
+            head = buf.lstrip(WHITESPACE)
             lead = len(buf) - len(head)
             if head[:1] == b"[":
                 self.bare = True
@@ -46,17 +46,17 @@ class ArrayHead:
                 break
             pos = head.find(b'"traceEvents"')
             if pos >= 0:
-                after = head[pos + 13 :].lstrip(_WS)
+                after = head[pos + 13 :].lstrip(WHITESPACE)
                 if after[:1] == b":":
-                    value = after[1:].lstrip(_WS)
+                    value = after[1:].lstrip(WHITESPACE)
                     if value[:1] == b"[":
-                        self._read_object(head[:pos].rstrip(_WS).rstrip(b",") + b"}", buf, lead)
+                        self._read_object(head[:pos].rstrip(WHITESPACE).rstrip(b",") + b"}", buf, lead)
                         return self._advance(buf, len(buf) - len(value) + 1)
                     if value:
                         raise InputError(self.path, "traceEvents is not an array")
             if len(buf) > HEAD_LIMIT:
                 break
-        if not buf.strip(_WS):
+        if not buf.strip(WHITESPACE):
             raise InputError(self.path, "empty file")
         raise NotATrace(self.path, "no traceEvents array")
 
@@ -70,10 +70,10 @@ class ArrayHead:
                 text = self._cut(text, 1, at)
                 value = msgspec.json.decode(text)
         except msgspec.DecodeError as exc:
-            members, _, whole = _members(text)
+            members, _, whole = object_members(text)
             if not whole:
                 raise InputError(
-                    self.path, f"invalid JSON ({_reason(exc)})", self._where(buf, at + _pos(exc, text))
+                    self.path, f"invalid JSON ({error_reason(exc)})", self._where(buf, at + error_offset(exc, text))
                 ) from None
             value = members
         if type(value) is dict:

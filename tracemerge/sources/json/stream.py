@@ -41,15 +41,15 @@ from tracemerge.sources.json.decode import BatchDecoding
 from tracemerge.sources.json.head import ArrayHead
 from tracemerge.sources.json.tail import ArrayTail
 from tracemerge.sources.json.text import (
-    _WS,
     KEYED_BOUNDARY,
-    _closed_array,
-    _closes_early,
-    _last_boundary,
-    _last_boundary_outside_strings,
-    _pos,
-    _reason,
-    _truncated,
+    WHITESPACE,
+    closed_array,
+    closes_early,
+    error_offset,
+    error_reason,
+    is_truncated,
+    last_boundary,
+    last_boundary_outside_strings,
 )
 
 BLOCK = 512 << 10
@@ -231,7 +231,7 @@ class EventStream(BatchDecoding, ArrayHead, ArrayTail):
                 else:
                     yield from self._finish(buf, blocks)
                 return
-            cut = _last_boundary(buf)
+            cut = last_boundary(buf)
             try:
                 decoded = self._decode_prefix(buf, cut) if cut is not None else None
             except _ArrayEnds:  # the boundary found lies after the array (in the keys or bytes after it)
@@ -269,11 +269,11 @@ class EventStream(BatchDecoding, ArrayHead, ArrayTail):
                 return self._decode(doc), cut + 1
             except msgspec.DecodeError as exc:
                 at = cut
-                if not _truncated(exc):  # damage, not a boundary inside a string: keep the events before it
-                    if damage is None and _closes_early(doc):
+                if not is_truncated(exc):  # damage, not a boundary inside a string: keep the events before it
+                    if damage is None and closes_early(doc):
                         raise _ArrayEnds from None
-                    at = _pos(exc, doc) - 1
-                    damage = Damage(f"invalid JSON ({_reason(exc)})", self._where(buf, at))
+                    at = error_offset(exc, doc) - 1
+                    damage = Damage(f"invalid JSON ({error_reason(exc)})", self._where(buf, at))
                 else:
                     inside_string = damage is None
             # Stepping back one ``}, {`` at a time would decode the batch again for each that a
@@ -281,12 +281,12 @@ class EventStream(BatchDecoding, ArrayHead, ArrayTail):
             # strings (a pass over their tokens), and only then one at a time.
             if inside_string and jumps < 2:
                 jumps += 1
-                earlier = _last_boundary(buf, 0, cut, KEYED_BOUNDARY) if jumps == 1 else None
+                earlier = last_boundary(buf, 0, cut, KEYED_BOUNDARY) if jumps == 1 else None
                 if earlier is None:  # none before a key, or that one lay in a string too
                     jumps = 2
-                    earlier = _last_boundary_outside_strings(buf, cut - 1)
+                    earlier = last_boundary_outside_strings(buf, cut - 1)
             else:
-                earlier = _last_boundary(buf, 0, at)
+                earlier = last_boundary(buf, 0, at)
             if earlier is None:
                 if damage is not None:
                     raise damage
@@ -296,7 +296,7 @@ class EventStream(BatchDecoding, ArrayHead, ArrayTail):
     def _finish(self, buf: bytes, rest: Iterator[bytes]) -> Iterator[list]:
         """The rest of the array, its ``]`` and the keys after it: ``buf`` then the blocks
         ``rest`` still holds (none when ``buf`` is the file's last bytes)."""
-        found = _closed_array(b"[" + buf, self._cut)
+        found = closed_array(b"[" + buf, self._cut)
         if found is None:
             yield from self._unclosed(buf)
             return
@@ -304,7 +304,7 @@ class EventStream(BatchDecoding, ArrayHead, ArrayTail):
         try:
             events = self._decode(doc[:end])
         except msgspec.DecodeError as exc:
-            raise Damage(f"invalid JSON ({_reason(exc)})", self._where(buf, _pos(exc, doc) - 1)) from None
+            raise Damage(f"invalid JSON ({error_reason(exc)})", self._where(buf, error_offset(exc, doc) - 1)) from None
         if events:
             yield events
         self.notes.update(self._tail(buf, end - 1, rest))
@@ -315,11 +315,11 @@ class EventStream(BatchDecoding, ArrayHead, ArrayTail):
         """The last events of a span that ends where another event starts: read as batches are
         (damage there is the file's), the last one alone; if that one is not whole, the span
         was not cut between two events (SegmentCut: the file is read whole instead)."""
-        text = buf.rstrip(_WS)
+        text = buf.rstrip(WHITESPACE)
         if not text.endswith(b","):
             raise SegmentCut(f"{shown(self.path)}: a part does not end between two events")
         text = text[:-1]
-        while (cut := _last_boundary(text)) is not None:
+        while (cut := last_boundary(text)) is not None:
             decoded = self._decode_prefix(text, cut)
             if decoded is None:
                 break
@@ -337,7 +337,7 @@ class EventStream(BatchDecoding, ArrayHead, ArrayTail):
         """An array without its ``]``: every complete event; then where the file stopped, unless
         it is a bare array whose last event is whole (the format lets one end that way)."""
         while True:
-            cut = _last_boundary(buf)
+            cut = last_boundary(buf)
             decoded = self._decode_prefix(buf, cut) if cut is not None else None
             if decoded is None:
                 break
@@ -348,10 +348,10 @@ class EventStream(BatchDecoding, ArrayHead, ArrayTail):
         try:
             self._decode(doc)
         except msgspec.DecodeError as exc:
-            reason, pos = _reason(exc), _pos(exc, doc)
+            reason, pos = error_reason(exc), error_offset(exc, doc)
         else:  # closed after all (_finish reads a closed array): say where it stops
             reason, pos = "unexpected end of data", len(doc)
-        head = doc[:pos].rstrip(_WS).removesuffix(b",").rstrip(_WS)
+        head = doc[:pos].rstrip(WHITESPACE).removesuffix(b",").rstrip(WHITESPACE)
         kept = 1
         if head.endswith(b"}"):  # the events before the damage are whole
             try:
@@ -361,6 +361,6 @@ class EventStream(BatchDecoding, ArrayHead, ArrayTail):
             else:
                 yield events
                 kept = len(head)
-        if self.bare and not doc[kept:].strip(_WS + b","):
+        if self.bare and not doc[kept:].strip(WHITESPACE + b","):
             return
         raise Damage(f"invalid JSON ({reason})", self._where(buf, pos - 1))
