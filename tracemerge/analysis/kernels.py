@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import msgspec
 
-from tracemerge.analysis.device_time import Spans, intersection, merged
+from tracemerge.analysis.device_time import Spans, intersection
 from tracemerge.core.model import Identity
 from tracemerge.evidence.span_union import SpanUnion
 
@@ -45,11 +45,9 @@ def busiest(
 
 
 def _busy(compute: Spans, comm: Spans) -> int:
-    """The length of the union of two unions: |C| + |M| - |C ∩ M| from their columns when they
-    are :class:`SpanUnion` (neither copied into a list of tuples nor into one joined union)."""
-    if type(compute) is SpanUnion and type(comm) is SpanUnion:
-        return _length(compute) + _length(comm) - _length(intersection(compute, comm))
-    return sum(b - a for a, b in merged([*compute, *comm]) if b > a)
+    """The length of the union of two unions: |C| + |M| - |C ∩ M| from their columns (neither
+    copied into a list of tuples nor into one joined union)."""
+    return _length(SpanUnion.of(compute)) + _length(SpanUnion.of(comm)) - _length(intersection(compute, comm))
 
 
 def _length(union: SpanUnion) -> int:
