@@ -18,7 +18,7 @@ import msgspec
 
 from tracemerge.core.units import plain_json
 from tracemerge.writers.perfetto import UnitEncoder
-from tracemerge.writers.perfetto_wire import _field, _varint
+from tracemerge.writers.perfetto_wire import delimited_field, varint
 
 
 class Event(msgspec.Struct, gc=False):
@@ -39,19 +39,19 @@ def typed(texts: list[bytes]) -> tuple[float, int]:
         for key, value in msgspec.json.decode(text).items():
             name = names.get(key)
             if name is None:
-                name = names[key] = b"\x08" + _varint(len(names) + 1)
+                name = names[key] = b"\x08" + varint(len(names) + 1)
             t = type(value)
             if t is int:
-                encoded = b"\x20" + _varint(value)
+                encoded = b"\x20" + varint(value)
             elif t is float:
                 encoded = b"\x29" + struct.pack("<d", value)
             elif t is bool:
                 encoded = b"\x10\x01" if value else b"\x10\x00"
             elif t is str:
-                encoded = _field(b"\x32", value.encode())
+                encoded = delimited_field(b"\x32", value.encode())
             else:
-                encoded = _field(b"\x4a", msgspec.json.encode(value))
-            size += len(_field(b"\x22", name + encoded))
+                encoded = delimited_field(b"\x4a", msgspec.json.encode(value))
+            size += len(delimited_field(b"\x22", name + encoded))
     return time.process_time() - start, size
 
 

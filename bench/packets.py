@@ -13,8 +13,8 @@ import time
 
 import numpy as np
 
-from tracemerge.writers.perfetto import pack_events
-from tracemerge.writers.perfetto_wire import _PACKET_KEYS, _varint
+from tracemerge.writers.perfetto_packets import pack_events
+from tracemerge.writers.perfetto_wire import _PACKET_KEYS, varint
 
 HEAD = b"\x50\x02\x68\x02\x40"  # sequence id, flags, timestamp key
 
@@ -23,7 +23,7 @@ def per_packet(times: list[int], events: list[bytes]) -> bytes:
     fixed = len(HEAD) + 1
     parts: list[bytes] = []
     for ts, event in zip(times, events, strict=True):
-        stamp, size = _varint(ts), _varint(len(event))
+        stamp, size = varint(ts), varint(len(event))
         parts += (_PACKET_KEYS[fixed + len(stamp) + len(size) + len(event)], HEAD, stamp, b"\x5a", size, event)
     return b"".join(parts)
 

@@ -117,6 +117,11 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
         cluster.cluster.shutdown()
 
 
+def node_of(executor: RayExecutor, path: Path) -> str:
+    """The node that reads ``path`` (after discover)."""
+    return executor.placed[path].node
+
+
 def _local(folder: Path, out: Path, **options: object) -> Path:
     """A local merge of ``traces`` in ``folder``, named as the nodes name their files."""
     here = os.getcwd()
@@ -133,7 +138,7 @@ def test_node_local_files_merge_to_the_bytes_of_a_local_merge(nodes: Nodes, tmp_
     out = tmp_path / f"ray{suffix}"
     with RayExecutor() as executor:
         report = merge(["traces"], out, executor=executor)
-        placed = {str(p): executor.node_of(p) for p in executor.placed}
+        placed = {str(p): node_of(executor, p) for p in executor.placed}
     assert report.exit_code == 0
     assert report.skipped == []
     assert placed == {f"traces/{name}": nodes.ids["node_a"] for name in NODE_A_FILES} | {
@@ -148,7 +153,7 @@ def test_shared_files_are_read_once_by_one_node_each(nodes: Nodes, tmp_path: Pat
     with RayExecutor() as executor:
         messages: list[str] = []
         report = merge([shared], tmp_path / "ray.pftrace", executor=executor, on_progress=messages.append)
-        placed = {p: executor.node_of(p) for p in executor.placed}
+        placed = {p: node_of(executor, p) for p in executor.placed}
     assert report.exit_code == 0
     assert sorted(placed) == sorted(shared / n for n in NODE_A_FILES + NODE_B_FILES)
     assert [m for m in messages if m.startswith("read ")] == [f"read {n}/7: {p}" for n, p in _order(shared, 7)]

@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 from tracemerge.cli.main import app
 from tracemerge.core.errors import FatalError
-from tracemerge.core.stats import MESSAGES_KEPT, Losses, Severity, Stat
+from tracemerge.core.message_counts import MESSAGES_KEPT
+from tracemerge.core.stats import Losses, Severity, Stat
 from tracemerge.pipeline import merge
 from tracemerge.report.run_report import RunReport, format_outcome
 

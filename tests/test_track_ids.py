@@ -21,7 +21,7 @@ from tracemerge.plan import planner, types, unique_ids
 from tracemerge.plan.types import LocalTracks, free_id, thread_uuid
 from tracemerge.run import reading
 from tracemerge.writers.perfetto_renames import copy_renamed
-from tracemerge.writers.perfetto_wire import _varint
+from tracemerge.writers.perfetto_wire import varint
 
 # Found by hashing (see tracemerge.plan.types.track_id): thread (pid 1, tid) keys whose narrow
 # uuids are equal, in a file's process named after the file.
@@ -107,24 +107,24 @@ def test_a_chunk_copied_with_a_uuid_given_again(tmp_path: Path) -> None:
     """Only the track_uuid fields change (an event's, the sequence default's); the same bytes
     elsewhere (an annotation's text) and every other packet are copied as they are."""
     old, new = 29_121_491_083, 5
-    uuid = b"\x58" + _varint(old)
-    event = b"\x5a" + _varint(len(uuid + b"\x48\x01")) + uuid + b"\x48\x01"
-    defaults = b"\xda\x03" + _varint(len(uuid) + 2) + b"\x5a" + _varint(len(uuid)) + uuid
-    text = b"\x62" + _varint(len(uuid)) + uuid  # interned_data holding the same bytes: not a uuid
+    uuid = b"\x58" + varint(old)
+    event = b"\x5a" + varint(len(uuid + b"\x48\x01")) + uuid + b"\x48\x01"
+    defaults = b"\xda\x03" + varint(len(uuid) + 2) + b"\x5a" + varint(len(uuid)) + uuid
+    text = b"\x62" + varint(len(uuid)) + uuid  # interned_data holding the same bytes: not a uuid
     packets = [b"\x40\x07" + defaults, b"\x40\x08" + event + text, b"\x40\x09\x5a\x02\x48\x02"]
     chunk = tmp_path / "chunk"
-    chunk.write_bytes(b"".join(b"\x0a" + _varint(len(p)) + p for p in packets))
+    chunk.write_bytes(b"".join(b"\x0a" + varint(len(p)) + p for p in packets))
     out = tmp_path / "out"
     with out.open("wb") as f:
         assert copy_renamed(chunk, f, {old: new}) == 2
-    fresh = b"\x58" + _varint(new)
-    renamed_event = b"\x5a" + _varint(len(fresh) + 2) + fresh + b"\x48\x01"
+    fresh = b"\x58" + varint(new)
+    renamed_event = b"\x5a" + varint(len(fresh) + 2) + fresh + b"\x48\x01"
     expected = [
-        b"\x40\x07\xda\x03" + _varint(len(fresh) + 2) + b"\x5a" + _varint(len(fresh)) + fresh,
+        b"\x40\x07\xda\x03" + varint(len(fresh) + 2) + b"\x5a" + varint(len(fresh)) + fresh,
         b"\x40\x08" + renamed_event + text,
         packets[2],
     ]
-    assert out.read_bytes() == b"".join(b"\x0a" + _varint(len(p)) + p for p in expected)
+    assert out.read_bytes() == b"".join(b"\x0a" + varint(len(p)) + p for p in expected)
 
 
 def _clashing_unique_ids(real):  # type: ignore[no-untyped-def]

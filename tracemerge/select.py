@@ -142,10 +142,6 @@ class Selection(msgspec.Struct, frozen=True):
     keep_zero_counters: bool = False
 
     @property
-    def everything(self) -> bool:
-        return self.roles is None and self.ranks is None and not self.where and self.window is None and not self.min_dur
-
-    @property
     def by_process(self) -> bool:
         """Whether whole processes are selected (--roles, --ranks, --where)."""
         return self.roles is not None or self.ranks is not None or bool(self.where)

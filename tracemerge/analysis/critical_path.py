@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable
 import msgspec
 
 from tracemerge.analysis.device_time import Spans, covered
-from tracemerge.analysis.holdups import Timeline, _last_arrivals, order_key
+from tracemerge.analysis.holdups import Timeline, last_arrivals, order_key
 from tracemerge.core.model import Identity
 
 COMPUTE, COMMUNICATION, HOST, IDLE_BOUND = "compute", "communication", "host", "idle"
@@ -107,7 +107,7 @@ class _Walk:
         self.devices, self.idle, self.first = devices, idle_name, first
         self.lo = min(a for a, _ in windows.values())
         entered = [timelines[i].entries(i.role, windows[i]) for i in ids]
-        self.arrivals = _last_arrivals(entered)
+        self.arrivals = last_arrivals(entered)
         self.spans = [_Collectives(found) for found in entered]
         # A process's pieces in its window, and its phases' ends, made when the walk first needs
         # them: most walks visit a few of the step's processes.

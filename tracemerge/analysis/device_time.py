@@ -19,7 +19,9 @@ Device activity is noted while the files are read, as unions of spans per thread
 ``"device compute"`` and ``"device comm"``, each a :class:`~tracemerge.evidence.span_union.SpanUnion`:
 int64 columns kept merged), joined per process when a file's scan is made: memory is 16 bytes
 per span of the union, and time linear in the events, never pairwise. The functions here take
-such a union or a sorted list of ``(start, end)`` tuples alike.
+such a union or a sorted list of ``(start, end)`` tuples alike: :func:`covered` measures a list as
+it is (a process's idle time is one), the others measure the union a list makes
+(:meth:`~tracemerge.evidence.span_union.SpanUnion.of`), on its columns.
 """
 
 from __future__ import annotations
@@ -90,23 +92,16 @@ def covered(spans: Spans, lo: int, hi: int) -> int:
 
 
 class Coverage:
-    """:func:`covered` of many windows over one sorted, disjoint span list: each window in two
-    binary searches over the spans' starts and ends and a running total of their lengths, however
-    many spans it holds, the searches of all the windows at once on int64 columns (:func:`covered`
-    window by window when a time is beyond int64, which no trace's is)."""
+    """:func:`covered` of many windows over one union of spans: each window in two binary searches
+    over the spans' starts and ends and a running total of their lengths, however many spans it
+    holds, the searches of all the windows at once on int64 columns (:func:`covered` window by
+    window when a window's time is beyond int64, which no trace's is)."""
 
     __slots__ = ("before", "ends", "spans", "starts")
 
     def __init__(self, spans: Spans) -> None:
-        self.spans = spans
-        if type(spans) is SpanUnion:
-            self.starts, self.ends = spans.columns()
-        else:
-            try:
-                self.starts, self.ends = _covering_columns(spans)
-            except OverflowError:
-                self.starts = self.ends = None
-                return
+        self.spans = SpanUnion.of(spans)
+        self.starts, self.ends = self.spans.columns()
         # the length of the spans before k, made in one column (a union may hold millions)
         self.before = np.zeros(len(self.starts) + 1, np.int64)
         np.subtract(self.ends, self.starts, out=self.before[1:])
@@ -114,14 +109,11 @@ class Coverage:
 
     def within_all(self, lo: list[int], hi: list[int]) -> list[int]:
         """How much of each window [lo[k], hi[k]) the spans cover."""
-        fits = self.starts is not None
-        if fits:
-            try:
-                los, his = np.array(lo, np.int64), np.array(hi, np.int64)
-            except OverflowError:
-                fits = False
-        if not fits:
-            return [covered(self.spans, a, b) for a, b in zip(lo, hi, strict=True)]
+        try:
+            los, his = np.array(lo, np.int64), np.array(hi, np.int64)
+        except OverflowError:
+            spans = list(self.spans)  # measured as Python ints
+            return [covered(spans, a, b) for a, b in zip(lo, hi, strict=True)]
         starts, ends, count = self.starts, self.ends, len(self.starts)
         first = np.searchsorted(ends, los, "right")  # the first span ending after lo
         stop = np.searchsorted(starts, his, "left")  # the first span starting at or after hi
@@ -134,30 +126,26 @@ class Coverage:
     def bounds_all(self, lo: list[int], hi: list[int]) -> tuple[list[int | None], list[int | None]]:
         """Per window [lo[k], hi[k]): where the spans' cover of it starts and where it ends (None
         for a window they do not reach); two binary searches per window, as :meth:`within_all`."""
-        empty: list[int | None] = [None] * len(lo)
-        if self.starts is not None and len(self.starts):
-            try:
-                los, his = np.array(lo, np.int64), np.array(hi, np.int64)
-            except OverflowError:
-                los = his = None
-            if los is not None:
-                count = len(self.starts)
-                first = np.searchsorted(self.ends, los, "right")  # the first span ending after lo
-                last = np.searchsorted(self.starts, his, "left") - 1  # the last starting before hi
-                met = (his > los) & (first < count) & (last >= first)
-                starts = np.maximum(self.starts[np.minimum(first, count - 1)], los)
-                ends = np.minimum(self.ends[np.maximum(last, 0)], his)
-                return (
-                    [int(a) if ok else None for a, ok in zip(starts.tolist(), met.tolist(), strict=True)],
-                    [int(b) if ok else None for b, ok in zip(ends.tolist(), met.tolist(), strict=True)],
-                )
-        elif self.starts is not None:
-            return empty, list(empty)
-        return self._bounds_one_by_one(lo, hi)
+        count = len(self.starts)
+        if not count:
+            return [None] * len(lo), [None] * len(lo)
+        try:
+            los, his = np.array(lo, np.int64), np.array(hi, np.int64)
+        except OverflowError:
+            return self._bounds_one_by_one(lo, hi)
+        first = np.searchsorted(self.ends, los, "right")  # the first span ending after lo
+        last = np.searchsorted(self.starts, his, "left") - 1  # the last starting before hi
+        met = (his > los) & (first < count) & (last >= first)
+        starts = np.maximum(self.starts[np.minimum(first, count - 1)], los)
+        ends = np.minimum(self.ends[np.maximum(last, 0)], his)
+        return (
+            [int(a) if ok else None for a, ok in zip(starts.tolist(), met.tolist(), strict=True)],
+            [int(b) if ok else None for b, ok in zip(ends.tolist(), met.tolist(), strict=True)],
+        )
 
     def _bounds_one_by_one(self, lo: list[int], hi: list[int]) -> tuple[list[int | None], list[int | None]]:
-        """:meth:`bounds_all` window by window (times beyond int64)."""
-        spans = [(a, b) for a, b in self.spans if b > a]
+        """:meth:`bounds_all` window by window (a window's time beyond int64)."""
+        spans = list(self.spans)
         starts, ends = [a for a, _ in spans], [b for _, b in spans]
         firsts: list[int | None] = []
         lasts: list[int | None] = []
@@ -169,26 +157,15 @@ class Coverage:
         return firsts, lasts
 
 
-def intersection(x: Spans, y: Spans) -> Spans:
-    """The intersection of two sorted, disjoint span lists, in order (a :class:`SpanUnion` of two
-    such unions).
+def intersection(x: Spans, y: Spans) -> SpanUnion:
+    """The intersection of two unions of spans, in order.
 
     Each span of ``x`` meets the spans of ``y`` from the first ending after it starts to the last
     starting before it ends (two binary searches, their ends and starts being sorted alike); every
     such pair that overlaps is a span of the intersection. Done on columns: a merge in Python
     took a second a run of 64 ranks × 1,000 steps."""
-    if type(x) is SpanUnion and type(y) is SpanUnion:
-        (xs, xe), (ys, ye) = sorted((x.columns(), y.columns()), key=lambda c: len(c[0]))
-        return SpanUnion(*_intersected(xs, xe, ys, ye))  # the search's columns as long as the shorter
-    if not x or not y:
-        return []
-    try:
-        xs, xe = _covering_columns(x)
-        ys, ye = _covering_columns(y)
-    except OverflowError:  # beyond int64 (no trace's times are): the merge, one pair at a time
-        return _merged_intersection(x, y)
-    a, b = _intersected(xs, xe, ys, ye)
-    return list(zip(a.tolist(), b.tolist(), strict=True))
+    (xs, xe), (ys, ye) = sorted((SpanUnion.of(x).columns(), SpanUnion.of(y).columns()), key=lambda c: len(c[0]))
+    return SpanUnion(*_intersected(xs, xe, ys, ye))  # the search's columns as long as the shorter
 
 
 def _intersected(xs: np.ndarray, xe: np.ndarray, ys: np.ndarray, ye: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -202,29 +179,6 @@ def _intersected(xs: np.ndarray, xe: np.ndarray, ys: np.ndarray, ye: np.ndarray)
     a, b = np.maximum(xs[xi], ys[yi]), np.minimum(xe[xi], ye[yi])
     keep = a < b
     return a[keep], b[keep]
-
-
-def _covering_columns(spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
-    """The starts and the ends of the spans that cover something, as int64 columns: an empty or
-    reversed span covers nothing, and left in a sorted list it would unsort the ends searched
-    (OverflowError beyond int64)."""
-    starts, ends = np.fromiter(itertools.chain.from_iterable(spans), np.int64, 2 * len(spans)).reshape(-1, 2).T
-    kept = ends > starts
-    return (starts, ends) if kept.all() else (starts[kept], ends[kept])
-
-
-def _merged_intersection(x: list[tuple[int, int]], y: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out = []
-    i = j = 0
-    while i < len(x) and j < len(y):
-        a, b = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
-        if a < b:
-            out.append((a, b))
-        if x[i][1] < y[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
 
 
 class Breakdown(msgspec.Struct, frozen=True):
@@ -322,7 +276,8 @@ def whole_breakdowns(
             a, b = spans.get(ident, (lo, hi))
             spans[ident] = (min(a, lo), max(b, hi))
     out = {}
-    for ident, (compute, comm) in devices.items():
+    for ident, (compute_spans, comm_spans) in devices.items():
+        compute, comm = SpanUnion.of(compute_spans), SpanUnion.of(comm_spans)
         work = [span for span in (*_outer(compute), *_outer(comm)) if span[1] > span[0]]
         if not work:
             continue
@@ -333,9 +288,7 @@ def whole_breakdowns(
     return out
 
 
-def _outer(spans: Spans) -> list[tuple[int, int]]:
-    """The first and the last span of a sorted union (one, or none, when it holds fewer)."""
-    if type(spans) is not SpanUnion:
-        return [*spans[:1], *spans[-1:]]
+def _outer(spans: SpanUnion) -> list[tuple[int, int]]:
+    """The first and the last span of a union (one, or none, when it holds fewer)."""
     starts, ends = spans.columns()
     return [(int(starts[k]), int(ends[k])) for k in sorted({0, len(starts) - 1})] if len(starts) else []

@@ -135,7 +135,7 @@ def holdup(
     late = max(range(len(ids)), key=lambda n: (win[n][0] - role_start[roles[n]], -n))
     last = max(range(len(ids)), key=lambda n: (win[n][1], -n))
     entered = [timelines[ids[n]].entries(roles[n], win[n]) for n in range(len(ids))]
-    arrivals = _last_arrivals(entered)
+    arrivals = last_arrivals(entered)
     waited = [[0] * len(ids) for _ in ids]  # waited[who][n]: process n's wait on process who
     for n, mine in enumerate(entered):
         for entry, leave, gid in mine:
@@ -189,7 +189,7 @@ def _entries(role: str, window: tuple[int, int], found: list[tuple[int, int, str
 _BY_END = itemgetter(1, 0)
 
 
-def _last_arrivals(entered: list[list[Entry]]) -> dict[tuple, tuple[int, int]]:
+def last_arrivals(entered: list[list[Entry]]) -> dict[tuple, tuple[int, int]]:
     """Per collective that more than one process was in at one instant: the process entering it
     last (the lowest numbered on a tie), and when."""
     if len(entered) < 2:  # one process waits on no one

@@ -14,7 +14,7 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from tracemerge.analysis.device_time import Spans, intersection, merged
+from tracemerge.analysis.device_time import Spans, intersection
 from tracemerge.core.model import Identity
 from tracemerge.evidence.kernel_tally import KernelTimes
 from tracemerge.evidence.span_union import SpanUnion
@@ -48,11 +48,9 @@ def busiest(
 
 
 def _busy(compute: Spans, comm: Spans) -> int:
-    """The length of the union of two unions: |C| + |M| - |C ∩ M| from their columns when they
-    are :class:`SpanUnion` (neither copied into a list of tuples nor into one joined union)."""
-    if type(compute) is SpanUnion and type(comm) is SpanUnion:
-        return _length(compute) + _length(comm) - _length(intersection(compute, comm))
-    return sum(b - a for a, b in merged([*compute, *comm]) if b > a)
+    """The length of the union of two unions: |C| + |M| - |C ∩ M| from their columns (neither
+    copied into a list of tuples nor into one joined union)."""
+    return _length(SpanUnion.of(compute)) + _length(SpanUnion.of(comm)) - _length(intersection(compute, comm))
 
 
 def _length(union: SpanUnion) -> int:

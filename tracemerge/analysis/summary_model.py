@@ -61,11 +61,6 @@ class StepRow(_Record):
     critical: Who | UnsetType = UNSET
     late: Who | UnsetType = UNSET
 
-    @property
-    def is_counted(self) -> bool:
-        """Counted in means and gates (a summary without the field counts every step)."""
-        return self.counted is not False
-
 
 class HeldUp(_Record):
     rank: int | None
@@ -217,11 +212,6 @@ class Summary(_Record):
     def as_dict(self) -> dict:
         """The summary as the JSON ``--json`` prints (and a merged trace stores)."""
         return msgspec.to_builtins(self)
-
-    @property
-    def phases_found(self) -> bool:
-        """Whether any step was found (and so phases or steps to compare)."""
-        return bool(self.roles) and bool(self.steps)
 
     def format(self) -> str:
         """The tables ``tracemerge summary`` prints."""

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from enum import Enum
 from typing import Any
 
+from tracemerge.core.message_counts import MessageCounts
+
 
 class Severity(str, Enum):
     INFO = "info"
@@ -329,21 +331,13 @@ class Stat(Enum):
     FILE_SKIPPED = ("file_skipped", Severity.ERROR, "files that could not be used")
 
 
-# Messages kept per statistic: the first ones, each with its count; the rest only counted.
-MESSAGES_KEPT = 20
-
-
-class Losses:
+class Losses(MessageCounts[Stat]):
     """What a reader or stage could not keep: a count per statistic, and apart from it the first
-    :data:`MESSAGES_KEPT` distinct messages of each (with the file and place), in the order they
-    were first recorded. Picklable: it crosses process and Ray boundaries."""
+    :data:`~tracemerge.core.message_counts.MESSAGES_KEPT` distinct messages of each (with the file
+    and place), in the order they were first recorded (see :class:`MessageCounts`). Picklable: it
+    crosses process and Ray boundaries."""
 
-    __slots__ = ("counts", "listed", "messages")
-
-    def __init__(self) -> None:
-        self.counts: dict[Stat, int] = {}
-        self.messages: dict[tuple[Stat, str], int] = {}
-        self.listed: dict[Stat, int] = {}  # how many messages each stat keeps
+    __slots__ = ()
 
     @classmethod
     def one(cls, stat: Stat, message: str | None = None, count: int = 1) -> Losses:
@@ -351,47 +345,10 @@ class Losses:
         losses.add(stat, count, message)
         return losses
 
-    def add(self, stat: Stat, count: int = 1, message: str | None = None) -> None:
-        """Counts ``count`` under ``stat``, and under ``message`` too while the stat keeps messages."""
-        if count <= 0:
-            return
-        self.counts[stat] = self.counts.get(stat, 0) + count
-        if message is not None:
-            self._add_message(stat, message, count)
-
-    def _add_message(self, stat: Stat, message: str, count: int) -> None:
-        key = (stat, message)
-        if key in self.messages:
-            self.messages[key] += count
-        elif self.listed.get(stat, 0) < MESSAGES_KEPT:
-            self.messages[key] = count
-            self.listed[stat] = self.listed.get(stat, 0) + 1
-
-    def update(self, other: Losses) -> None:
-        """Adds ``other``'s counts and its messages (as far as each stat keeps messages)."""
-        for stat, count in other.counts.items():
-            self.counts[stat] = self.counts.get(stat, 0) + count
-        for (stat, message), count in other.messages.items():
-            self._add_message(stat, message, count)
-
     def copy(self) -> Losses:
         losses = Losses()
         losses.update(self)
         return losses
-
-    def count(self, stat: Stat) -> int:
-        return self.counts.get(stat, 0)
-
-    def messages_of(self, stat: Stat) -> dict[str, int]:
-        """The messages kept for ``stat``, each with its count, in the order first recorded."""
-        return {message: n for (s, message), n in self.messages.items() if s is stat}
-
-    def by_message(self) -> dict[str, int]:
-        """Every message kept, with its count, in the order first recorded (the report's ``dropped``)."""
-        out: dict[str, int] = {}
-        for (_, message), count in self.messages.items():
-            out[message] = out.get(message, 0) + count
-        return out
 
     def first_loss(self) -> str | None:
         """What says first that input is missing from the output: the first message of a loss, else
@@ -422,17 +379,5 @@ class Losses:
             }
         return out
 
-    def __bool__(self) -> bool:
-        return bool(self.counts)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Losses) and (self.counts, self.messages) == (other.counts, other.messages)
-
     def __repr__(self) -> str:
         return f"Losses({ {s.value: n for s, n in self.counts.items()} })"
-
-    def __getstate__(self) -> tuple[dict[Stat, int], dict[tuple[Stat, str], int], dict[Stat, int]]:
-        return self.counts, self.messages, self.listed
-
-    def __setstate__(self, state: tuple[dict[Stat, int], dict[tuple[Stat, str], int], dict[Stat, int]]) -> None:
-        self.counts, self.messages, self.listed = state

@@ -197,12 +197,12 @@ def _use_manifests(found: Unpacked, manifests: list[tuple[str, bytes]], written:
     found.notes.append(f"{shown(found.archive)}: read as a folder; its perfetto_manifest ({name}) used")
     for n, entry in enumerate(files):
         try:
-            _use_entry(found, entry, written, name)
+            _use_entry(found, entry, written)
         except ValueError as exc:
             found.unused.append(InputError(found.archive, f"not used: {exc}", f"{name}: files[{n}]"))
 
 
-def _use_entry(found: Unpacked, entry: Any, written: set[str], manifest: str) -> None:
+def _use_entry(found: Unpacked, entry: Any, written: set[str]) -> None:
     """One ``files[]`` entry: its file's machine and clock relation."""
     if type(entry) is not dict or type(entry.get("path")) is not str:
         raise ValueError("no path")

@@ -96,12 +96,6 @@ class SpanUnion:
         for starts, ends in other._blocks:
             self._push(starts + shift if shift else starts, ends + shift if shift else ends)
 
-    def shifted(self, shift: int) -> SpanUnion:
-        """A new union of these spans, each moved by ``shift``."""
-        out = SpanUnion()
-        out.absorb(self, shift)
-        return out
-
     def columns(self) -> tuple[np.ndarray, np.ndarray]:
         """The union's spans: their starts and their ends, sorted, disjoint and not touching."""
         self._flush()

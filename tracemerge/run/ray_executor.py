@@ -268,10 +268,6 @@ class RayExecutor:
         candidates = [cand for _, cand in sorted(cand_of.values(), key=lambda kc: kc[0])]
         return Discovery(candidates, skipped, list(ignored), list(notes), list(used))
 
-    def node_of(self, path: Path) -> str:
-        """The node that reads ``path`` (after discover)."""
-        return self.placed[path].node
-
     def part_reads(self, workers: int) -> None:
         """Files are read whole on the nodes (their cores are the cluster's to share)."""
         return None

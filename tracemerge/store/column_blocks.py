@@ -3,7 +3,7 @@
 A :class:`Block` holds the columns of a run of rows (their dtypes given by a :data:`Schema`) and,
 for entries, the rows' bodies joined into one bytes object; :meth:`Block.spill` moves both to a
 :class:`~tracemerge.store.spill.RunStore` as plain bytes, and :meth:`Block.columns` reads them back.
-``_Columnar`` is the list sources append tuples to: once :data:`SEAL_AT` have gathered, or at a
+``Columnar`` is the list sources append tuples to: once :data:`SEAL_AT` have gathered, or at a
 spill, they are sealed into a block (by the subclass's ``_block``), and small blocks held in
 memory are joined so that the walk hands them on in large batches. Rows keep the order they were
 appended in.
@@ -119,7 +119,7 @@ def concatenated(blocks: list[Block], store: RunStore, names: Iterable[str]) -> 
     return {name: np.concatenate([p[name] for p in parts]) if parts else np.empty(0, np.int64) for name in names}
 
 
-class _Columnar(list):
+class Columnar(list):
     """Tuples appended by sources, and the blocks sealed from the ones before them."""
 
     __slots__ = ("blocks", "held_in_blocks")
@@ -164,7 +164,7 @@ class _Columnar(list):
         self.blocks.clear()
         self.held_in_blocks = 0
 
-    def absorb(self, other: _Columnar) -> None:
+    def absorb(self, other: Columnar) -> None:
         """Takes ``other``'s rows, after its own (both must use the same store)."""
         self._seal_tuples()
         other._seal_tuples()

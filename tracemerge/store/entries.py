@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tracemerge.store.column_blocks import Block, Schema, _Columnar, concatenated
+from tracemerge.store.column_blocks import Block, Columnar, Schema, concatenated
 from tracemerge.store.spill import RunStore
 
 # Rows a thread is worked out in at least, when it cuts apart in time (see ThreadEntries.chunks).
@@ -43,7 +43,7 @@ POINT_SCHEMA: Schema = (
 )
 
 
-class ThreadEntries(_Columnar):
+class ThreadEntries(Columnar):
     """A thread's slices and instants; sources append ``(start, -dur, kind, ordinal, body)``."""
 
     __slots__ = ()
@@ -165,7 +165,7 @@ class PointKeys:
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
-class ThreadPoints(_Columnar):
+class ThreadPoints(Columnar):
     """A thread's flow points; sources append ``(ts, phase, ordinal, key, bind_next)`` where the
     key is ``(cat, name, id)`` (or an id alone)."""
 

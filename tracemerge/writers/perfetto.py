@@ -21,11 +21,12 @@ import orjson
 from tracemerge.core.model import FlowPhase
 from tracemerge.core.units import plain_json
 from tracemerge.plan.types import CounterTrack, ThreadTrack
-from tracemerge.store.entries import byte_table, gathered, interleaved
+from tracemerge.store.entries import byte_table, gathered
 from tracemerge.store.file_layout import Items
 from tracemerge.writers import perfetto_trace_pb2 as pb
 from tracemerge.writers.packing import ForkedPacker
-from tracemerge.writers.perfetto_wire import _SMALL_VARINTS, _field, _packet, _put_varints, _varint, _varint_sizes
+from tracemerge.writers.perfetto_packets import K_TRACK_EVENT, joined_writes, pack_events
+from tracemerge.writers.perfetto_wire import INT64_MAX, INT64_MIN, SMALL_VARINTS, delimited_field, packet_record, varint
 
 _CLEARED = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 _NEEDS = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
@@ -33,13 +34,11 @@ _BEGIN = pb.TrackEvent.TYPE_SLICE_BEGIN
 _END = pb.TrackEvent.TYPE_SLICE_END
 _INSTANT = pb.TrackEvent.TYPE_INSTANT
 _COUNTER = pb.TrackEvent.TYPE_COUNTER
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 # Pre-encoded keys (field number << 3 | wire type) of the fields written on the hot path.
 _K_TIMESTAMP = b"\x40"  # TracePacket.timestamp = 8, varint
 _K_SEQ = b"\x50"  # TracePacket.trusted_packet_sequence_id = 10, varint
-_K_TRACK_EVENT = b"\x5a"  # TracePacket.track_event = 11, bytes
 _K_INTERNED = b"\x62"  # TracePacket.interned_data = 12, bytes
 _K_FLAGS = b"\x68"  # TracePacket.sequence_flags = 13, varint
 _FIRST_PACKET = b"\xb8\x05\x01"  # TracePacket.first_packet_on_sequence = 87, true
@@ -75,7 +74,7 @@ _TERMINATING_FLOW_KEY = np.frombuffer(_K_TERMINATING_FLOW, np.uint8)
 
 def _interned_entry(tag: bytes, iid: int, name: str) -> bytes:
     # EventName / EventCategory / DebugAnnotationName: iid = 1, name = 2
-    return _field(tag, b"\x08" + _varint(iid) + _field(b"\x12", name.encode()))
+    return delimited_field(tag, b"\x08" + varint(iid) + delimited_field(b"\x12", name.encode()))
 
 
 class UnitEncoder:
@@ -106,12 +105,12 @@ class UnitEncoder:
         if ahead and _is_file(out):
             with suppress(OSError):  # no process to fork: packed here
                 self._packer = ForkedPacker(out, pack_events)
-        seq = _K_SEQ + _varint(sequence_id)
-        self.head = seq + _K_FLAGS + _varint(_NEEDS)
+        seq = _K_SEQ + varint(sequence_id)
+        self.head = seq + _K_FLAGS + varint(_NEEDS)
         # Packet bytes: key and length, head and timestamp key, timestamp, track-event key and
         # length, event.
         self.stamped_head = self.head + _K_TIMESTAMP
-        self.first_head: bytes | None = seq + _K_FLAGS + _varint(_CLEARED | _NEEDS) + _FIRST_PACKET
+        self.first_head: bytes | None = seq + _K_FLAGS + varint(_CLEARED | _NEEDS) + _FIRST_PACKET
         self.defaults = _CLOCK_DEFAULT
         self.default_uuid: int | None = None
         self.names: dict[str, int] = {}
@@ -174,7 +173,7 @@ class UnitEncoder:
         if not pending:
             return
         self._pending, self._pending_packets = [], 0
-        self._pack(*(pending[0] if len(pending) == 1 else _joined_writes(pending)))
+        self._pack(*(pending[0] if len(pending) == 1 else joined_writes(pending)))
 
     def _pack(self, stamps: np.ndarray, parts: list[tuple[np.ndarray, bytes]]) -> None:
         if self._packer is not None:
@@ -194,12 +193,12 @@ class UnitEncoder:
         """A packet that also starts the sequence or carries newly interned names."""
         head = self.head
         if self.first_head is not None:
-            head, self.first_head = self.first_head + _field(_K_DEFAULTS, self.defaults), None
-        body = head + _K_TIMESTAMP + _varint(ts) + _K_TRACK_EVENT + _varint(len(event)) + event
+            head, self.first_head = self.first_head + delimited_field(_K_DEFAULTS, self.defaults), None
+        body = head + _K_TIMESTAMP + varint(ts) + K_TRACK_EVENT + varint(len(event)) + event
         if self.interned:
-            body += _field(_K_INTERNED, b"".join(self.interned))
+            body += delimited_field(_K_INTERNED, b"".join(self.interned))
             self.interned.clear()
-        self._put(_packet(body))
+        self._put(packet_record(body))
 
     def prefix(self, name: str, cat: str) -> bytes:
         """Name and category as TrackEvent fields, interning what is new on this sequence."""
@@ -207,12 +206,12 @@ class UnitEncoder:
         if iid is None:
             iid = self.names[name] = len(self.names) + 1
             self.interned.append(_interned_entry(_K_INTERNED_NAME, iid, name))
-        prefix = _K_NAME_IID + _varint(iid)
+        prefix = _K_NAME_IID + varint(iid)
         if cat:
             cat_field = self.cats.get(cat)
             if cat_field is None:
                 cid = len(self.cats) + 1
-                cat_field = self.cats[cat] = _K_CATEGORY_IID + _varint(cid)
+                cat_field = self.cats[cat] = _K_CATEGORY_IID + varint(cid)
                 self.interned.append(_interned_entry(_K_INTERNED_CATEGORY, cid, cat))
             prefix += cat_field
         return prefix
@@ -220,16 +219,16 @@ class UnitEncoder:
     # ``args_heads[len(text)] + text`` is the annotation of an args text known to need no
     # rewriting (:meth:`args` checks): the layout's hot path uses it without a call.
     args_heads = tuple(
-        _K_ANNOTATION + _SMALL_VARINTS[3 + len(v) + n] + _ARGS_NAME + b"\x4a" + v
-        for n, v in enumerate(_SMALL_VARINTS[:4096])  # each n's varint, looked up
+        _K_ANNOTATION + SMALL_VARINTS[3 + len(v) + n] + _ARGS_NAME + b"\x4a" + v
+        for n, v in enumerate(SMALL_VARINTS[:4096])  # each n's varint, looked up
     )
 
     def args(self, text: bytes) -> bytes:
         """An args object (JSON text) as the event's ``args`` annotation."""
         if not plain_json(text):
             text = _displayable(text)
-        value = _ARGS_NAME + b"\x4a" + _varint(len(text)) + text  # legacy_json_value = 9
-        return _K_ANNOTATION + _varint(len(value)) + value
+        value = _ARGS_NAME + b"\x4a" + varint(len(text)) + text  # legacy_json_value = 9
+        return _K_ANNOTATION + varint(len(value)) + value
 
     def default_track(self, uuid: int) -> None:
         """The track events name when they name none (TrackEventDefaults on this sequence): set
@@ -238,8 +237,8 @@ class UnitEncoder:
         if self.first_head is None:
             return
         self.default_uuid = uuid
-        track = _K_TRACK_UUID + _varint(uuid)
-        self.defaults = _CLOCK_DEFAULT + _field(_K_TRACK_DEFAULTS, track)
+        track = _K_TRACK_UUID + varint(uuid)
+        self.defaults = _CLOCK_DEFAULT + delimited_field(_K_TRACK_DEFAULTS, track)
 
     def _tail_table(self, tracks: list[ThreadTrack]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """What follows an event's body, per track: after a BEGIN's, an instant's, and the whole
@@ -252,7 +251,7 @@ class UnitEncoder:
         if found is None:
             tails = []
             for track in tracks:
-                field = b"" if track.uuid == self.default_uuid else _K_TRACK_UUID + _varint(track.uuid)
+                field = b"" if track.uuid == self.default_uuid else _K_TRACK_UUID + varint(track.uuid)
                 tails += [field + _TYPE[_BEGIN], field + _TYPE[_INSTANT], _TYPE[_END] + field]
             found = self._tails[key] = byte_table(tails)
         self._last_tails = (tracks, (len(tracks), self.default_uuid), found)
@@ -301,16 +300,16 @@ class UnitEncoder:
         return rows.tobytes()
 
     def counter(self, track: CounterTrack, ts: int, value: float | int) -> None:
-        if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:
-            sample = _K_COUNTER_INT + _varint(value)
+        if type(value) is int and INT64_MIN <= value <= INT64_MAX:
+            sample = _K_COUNTER_INT + varint(value)
         else:
             sample = _K_COUNTER_DOUBLE + _pack_d(float(value))
-        self._emit(ts, _TYPE[_COUNTER] + _K_TRACK_UUID + _varint(track.uuid) + sample)
+        self._emit(ts, _TYPE[_COUNTER] + _K_TRACK_UUID + varint(track.uuid) + sample)
 
     def close(self) -> None:
         self.flush()
         if self.interned and self.first_head is None:  # names of events that were all dropped
-            self._put(_packet(self.head + _field(_K_INTERNED, b"".join(self.interned))))
+            self._put(packet_record(self.head + delimited_field(_K_INTERNED, b"".join(self.interned))))
             self.interned.clear()
         self._pack_pending()
         if self._packer is not None:
@@ -335,54 +334,6 @@ def _is_file(out: BinaryIO) -> bool:
     return True
 
 
-def _joined_writes(
-    writes: list[tuple[np.ndarray, list[tuple[np.ndarray, bytes]]]],
-) -> tuple[np.ndarray, list[tuple[np.ndarray, bytes]]]:
-    """Writes of packets (each: their timestamps, and their parts) as one: part ``k`` of each
-    packet is part ``k`` of its write, or nothing where its write has fewer."""
-    stamps = np.concatenate([s for s, _ in writes])
-    parts = []
-    for k in range(max(len(p) for _, p in writes)):
-        lengths = [p[k][0] if k < len(p) else np.zeros(len(s), np.int64) for s, p in writes]
-        parts.append((np.concatenate(lengths), b"".join(p[k][1] for _, p in writes if k < len(p))))
-    return stamps, parts
-
-
-def pack_events(stamped_head: bytes, stamps: np.ndarray, parts: list[tuple[np.ndarray, bytes]]) -> bytes:
-    """``Trace.packet`` records of TrackEvents: per packet ``stamped_head`` (sequence id, flags and
-    the timestamp key), the timestamp, and the TrackEvent, whose bytes are the packet's share of
-    each part in turn (a part: each packet's length, and the bytes of all joined). Built in numpy:
-    the headers side by side, then interleaved with the parts (the last, the largest, last)."""
-    n = len(stamps)
-    stamps = stamps.astype(np.uint64)  # a negative time as its two's complement, as varints are
-    lengths = np.zeros(n, np.int64)
-    for part_lengths, _ in parts:
-        lengths += part_lengths
-    stamp_sizes = _varint_sizes(stamps)
-    length_sizes = _varint_sizes(lengths.astype(np.uint64))
-    body = len(stamped_head) + stamp_sizes + 1 + length_sizes + lengths
-    body_sizes = _varint_sizes(body.astype(np.uint64))
-    header_sizes = 1 + body_sizes + len(stamped_head) + stamp_sizes + 1 + length_sizes
-    ends = np.cumsum(header_sizes)
-    at = ends - header_sizes
-    headers = np.empty(int(ends[-1]), np.uint8)
-    headers[at] = 0x0A  # Trace.packet = 1, length-delimited
-    _put_varints(headers, at + 1, body, body_sizes)
-    at = at + 1 + body_sizes
-    head = np.frombuffer(stamped_head, np.uint8)
-    headers[at[:, None] + np.arange(len(head))] = head
-    at += len(head)
-    _put_varints(headers, at, stamps, stamp_sizes)
-    at += stamp_sizes
-    headers[at] = _K_TRACK_EVENT[0]
-    _put_varints(headers, at + 1, lengths, length_sizes)
-    *small, last = parts
-    if small:  # the small parts with the headers first, then the last part's bytes interleaved
-        headers = interleaved([header_sizes, *(sizes for sizes, _ in small)], [headers, *(data for _, data in small)])
-        header_sizes = header_sizes + sum(sizes for sizes, _ in small)
-    return interleaved([header_sizes, last[0]], [headers, last[1]]).tobytes()
-
-
 def _displayable(text: bytes) -> bytes:
     """Args with what trace_processor cannot show as written made text: nulls (it drops them)
     and integers beyond int64 (it shows them wrapped)."""
@@ -396,7 +347,7 @@ def _displayable(text: bytes) -> bytes:
 def _as_displayed(value: Any) -> Any:
     if value is None:
         return "null"
-    if type(value) is int and not _INT64_MIN <= value <= _INT64_MAX:
+    if type(value) is int and not INT64_MIN <= value <= INT64_MAX:
         return str(value)
     if type(value) is dict:
         return {k: _as_displayed(v) for k, v in value.items()}

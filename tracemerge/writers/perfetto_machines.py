@@ -18,7 +18,7 @@ import numpy as np
 from tracemerge.plan.types import UnitPlan
 from tracemerge.store.entries import byte_table, gathered, ranks
 from tracemerge.writers import perfetto_trace_pb2 as pb
-from tracemerge.writers.perfetto_wire import _field, _packet, _put_varints, _varint, _varint_sizes
+from tracemerge.writers.perfetto_wire import delimited_field, packet_record, put_varints, varint, varint_sizes
 
 _K_MACHINE = b"\x90\x06"  # TracePacket.machine_id = 98, varint
 _K_SYSTEM_INFO = b"\xea\x02"  # TracePacket.system_info = 45, length-delimited
@@ -28,14 +28,14 @@ _BLOCK = 1 << 22
 
 
 def machine_field(machine: int) -> bytes:
-    return _K_MACHINE + _varint(machine)
+    return _K_MACHINE + varint(machine)
 
 
 def machine_name(machine: int, name: str, sequence: int) -> bytes:
     """The packet that names a machine (``SystemInfo.machine_name``, on that machine), on the
     descriptor ``sequence`` (a reader of the trace's own notes reads that sequence alone)."""
-    info = _field(_K_SYSTEM_INFO, _field(_K_MACHINE_NAME, name.encode()))
-    return _packet(bytes([_K_SEQ]) + _varint(sequence) + machine_field(machine) + info)
+    info = delimited_field(_K_SYSTEM_INFO, delimited_field(_K_MACHINE_NAME, name.encode()))
+    return packet_record(bytes([_K_SEQ]) + varint(sequence) + machine_field(machine) + info)
 
 
 def copy_chunk(src: BinaryIO, out: BinaryIO, unit: UnitPlan) -> None:
@@ -77,7 +77,7 @@ def _stamp(data: bytes, fields: dict[int, bytes], out: BinaryIO) -> int:
     field_sizes = table_sizes[which]
     bodies = stop - at
     lengths = bodies + field_sizes
-    header_sizes = 1 + _varint_sizes(lengths.astype(np.uint64))
+    header_sizes = 1 + varint_sizes(lengths.astype(np.uint64))
     sizes = header_sizes + lengths
     begins = np.cumsum(sizes) - sizes
     # The bodies are copied as they are (a masked copy: a few passes over the bytes in numpy);
@@ -91,7 +91,7 @@ def _stamp(data: bytes, fields: dict[int, bytes], out: BinaryIO) -> int:
     copied[np.repeat(pos, at - pos) + ranks(at - pos)] = False
     stamped[kept] = buffer[copied]
     stamped[begins] = 0x0A  # Trace.packet = 1, length-delimited
-    _put_varints(stamped, begins + 1, lengths, header_sizes - 1)
+    put_varints(stamped, begins + 1, lengths, header_sizes - 1)
     stamped[field_at] = np.frombuffer(gathered(table, table_begins[which], field_sizes), np.uint8)
     out.write(stamped.tobytes())
     return done

@@ -15,7 +15,7 @@ import mmap
 from pathlib import Path
 from typing import BinaryIO
 
-from tracemerge.writers.perfetto_wire import _varint
+from tracemerge.writers.perfetto_wire import varint
 
 # Where a track uuid lies in a TracePacket, by field number: TrackEvent (11).track_uuid (11), and
 # TracePacketDefaults (59).track_event_defaults (11).track_uuid (11). None: the varint itself.
@@ -31,7 +31,7 @@ def copy_renamed(chunk: Path, out: BinaryIO, renames: dict[int, int]) -> int:
     if not size:
         return 0
     with chunk.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        candidates = sorted(_occurrences(data, [_TRACK_UUID_KEY + _varint(old) for old in renames]))
+        candidates = sorted(_occurrences(data, [_TRACK_UUID_KEY + varint(old) for old in renames]))
         copied = pos = changed = 0
         k = 0
         while k < len(candidates):
@@ -43,7 +43,7 @@ def copy_renamed(chunk: Path, out: BinaryIO, renames: dict[int, int]) -> int:
             packet, was_renamed = _rewritten(data[body:end], _UUIDS, renames)
             if was_renamed:
                 out.write(data[copied:pos])
-                out.write(b"\x0a" + _varint(len(packet)) + packet)
+                out.write(b"\x0a" + varint(len(packet)) + packet)
                 copied = end
                 changed += 1
             while k < len(candidates) and candidates[k] < end:
@@ -88,7 +88,7 @@ def _rewritten(message: bytes, schema: _Schema, renames: dict[int, int]) -> tupl
         if wire == 0:
             value, after = _read_varint(message, at)
             if field in schema and schema[field] is None and value in renames:
-                parts += [message[kept:field_at], key_bytes + _varint(renames[value])]
+                parts += [message[kept:field_at], key_bytes + varint(renames[value])]
                 kept = after
             at = after
         elif wire == 2:
@@ -98,7 +98,7 @@ def _rewritten(message: bytes, schema: _Schema, renames: dict[int, int]) -> tupl
             if sub is not None:
                 body, changed = _rewritten(message[inner:at], sub, renames)
                 if changed:
-                    parts += [message[kept:field_at], key_bytes + _varint(len(body)) + body]
+                    parts += [message[kept:field_at], key_bytes + varint(len(body)) + body]
                     kept = at
         elif wire == 1:
             at += 8

@@ -14,9 +14,9 @@ from typing import BinaryIO
 from tracemerge.plan.types import CLOCK_NOTE, SUMMARY_NOTE, MergePlan, ThreadTrack, UnitPlan, stable_id
 from tracemerge.report.run_report import json_bytes
 from tracemerge.writers import perfetto_trace_pb2 as pb
-from tracemerge.writers.perfetto import _INSTANT, _INT64_MAX, _INT64_MIN, SEQUENCE_CLOCK
+from tracemerge.writers.perfetto import SEQUENCE_CLOCK
 from tracemerge.writers.perfetto_machines import machine_name
-from tracemerge.writers.perfetto_wire import _packet, write_packet
+from tracemerge.writers.perfetto_wire import INT64_MAX, INT64_MIN, packet_record, write_packet
 
 DESCRIPTOR_SEQUENCE = 1
 
@@ -36,7 +36,7 @@ def prologue(unit: UnitPlan, local_min: int) -> bytes:
             snap.machine_id = machine
         snap.clock_snapshot.clocks.add(clock_id=SEQUENCE_CLOCK, timestamp=own)
         snap.clock_snapshot.clocks.add(clock_id=pb.BUILTIN_CLOCK_BOOTTIME, timestamp=trace)
-        snapshots.append(_packet(snap.SerializeToString()))
+        snapshots.append(packet_record(snap.SerializeToString()))
     return b"".join(snapshots)
 
 
@@ -178,11 +178,11 @@ def _note(ts: int, track: int, name: str, args: dict, machine: int = 0) -> pb.Tr
     if machine:
         pkt.machine_id = machine
     event = pkt.track_event
-    event.type, event.track_uuid, event.name = _INSTANT, track, name
+    event.type, event.track_uuid, event.name = pb.TrackEvent.TYPE_INSTANT, track, name
     event.categories.append("tracemerge")
     for key, value in args.items():
         annotation = event.debug_annotations.add(name=key)
-        if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:
+        if type(value) is int and INT64_MIN <= value <= INT64_MAX:
             annotation.int_value = value
         elif type(value) is dict:
             annotation.legacy_json_value = json_bytes(value, indent=False).decode()

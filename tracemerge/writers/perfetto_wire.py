@@ -13,11 +13,14 @@ import numpy as np
 
 from tracemerge.writers import perfetto_trace_pb2 as pb
 
+# The values a protobuf int64 field holds.
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
 
 def write_packet(out: BinaryIO, packet: pb.TracePacket) -> None:
     """Append one ``Trace.packet`` record (field 1, length-delimited)."""
     body = packet.SerializeToString()
-    out.write(b"\x0a" + _varint(len(body)) + body)
+    out.write(b"\x0a" + varint(len(body)) + body)
 
 
 def _encode_varint(n: int) -> bytes:
@@ -34,13 +37,13 @@ def _encode_varint(n: int) -> bytes:
 # start-up time of a varint computed one by one.
 _ONE_BYTE = [bytes((n,)) for n in range(1 << 7)]
 _CONTINUED = [bytes((n | 0x80,)) for n in range(1 << 7)]
-_SMALL_VARINTS = _ONE_BYTE + [low + high for high in _ONE_BYTE[1:] for low in _CONTINUED]
+SMALL_VARINTS = _ONE_BYTE + [low + high for high in _ONE_BYTE[1:] for low in _CONTINUED]
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
     """Protobuf varint; negative int64 values take their 64-bit two's complement (10 bytes)."""
     if 0 <= n < 16384:
-        return _SMALL_VARINTS[n]
+        return SMALL_VARINTS[n]
     if 0 < n < 1 << 35:  # timestamps within a file: unrolled, the loop costs 4x more
         if n < 1 << 21:
             return bytes((n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14))
@@ -50,23 +53,23 @@ def _varint(n: int) -> bytes:
     return _encode_varint(n & 0xFFFFFFFFFFFFFFFF)
 
 
-def _field(tag: bytes, payload: bytes) -> bytes:
-    return tag + _varint(len(payload)) + payload
+def delimited_field(tag: bytes, payload: bytes) -> bytes:
+    return tag + varint(len(payload)) + payload
 
 
-def _packet(body: bytes) -> bytes:
-    return b"\x0a" + _varint(len(body)) + body
+def packet_record(body: bytes) -> bytes:
+    return b"\x0a" + varint(len(body)) + body
 
 
 # A varint of k + 1 bytes holds values from _VARINT_FLOORS[k - 1] on.
 _VARINT_FLOORS = np.array([1 << (7 * k) for k in range(1, 10)], np.uint64)
 
 
-def _varint_sizes(values: np.ndarray) -> np.ndarray:
+def varint_sizes(values: np.ndarray) -> np.ndarray:
     return np.searchsorted(_VARINT_FLOORS, values, "right") + 1
 
 
-def _put_varints(out: np.ndarray, at: np.ndarray, values: np.ndarray, sizes: np.ndarray) -> None:
+def put_varints(out: np.ndarray, at: np.ndarray, values: np.ndarray, sizes: np.ndarray) -> None:
     values = values.astype(np.uint64)
     for k in range(int(sizes.max())):
         todo = sizes > k

@@ -19,7 +19,7 @@ columns it has. Timeline tables and where their rows go:
   ``CONNECTION_IDS`` (torch_to_npu), and forward → backward ops sharing a connection id (fwdbwd).
 
 A DB is never changed, and nothing is created beside it: one with a ``-wal`` or ``-journal`` file
-is read from a private copy (see :func:`~tracemerge.sources.sqlite.opening._opened`). A row that
+is read from a private copy (see :func:`~tracemerge.sources.sqlite.opening.opened`). A row that
 cannot be read is counted under its table, the rest of the DB is read.
 """
 
@@ -34,7 +34,7 @@ from tracemerge.core.model import Event, FlowPhase, Kind, SourceData, ThreadInfo
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.evidence.anchors import DEVICE_COMM, ascend_task_tag, device_tag, phase_tag
 from tracemerge.phases.rules import MSTX
-from tracemerge.sources.ascend import dirs as layout_dirs
+from tracemerge.sources.ascend import dirs, exports
 from tracemerge.sources.ascend.counters import CounterReading, counter_group
 from tracemerge.sources.ascend.db_links import Groups, Once, TaskInfo
 from tracemerge.sources.ascend.db_rows import DbRows
@@ -42,7 +42,7 @@ from tracemerge.sources.ascend.dirs import MSTX_THREAD, SQLITE_MAGIC
 from tracemerge.sources.ascend.titles import OVERLAP, leave_out_zero_series, slice_title
 from tracemerge.sources.base import SourceFormat
 from tracemerge.sources.sqlite.guard import quote, schema
-from tracemerge.sources.sqlite.opening import _opened
+from tracemerge.sources.sqlite.opening import opened
 from tracemerge.store.file_layout import FileLayout
 
 NAME = "ascend-db"
@@ -85,13 +85,13 @@ NOT_DRAWN = ("MEMORY_RECORD", "OP_MEMORY")
 
 def claims(path: Path, head: bytes) -> bool:
     # At an export's place by name alone (damaged, it is reported); elsewhere by its SQLite header.
-    return layout_dirs.is_timeline_db(path) and (head.startswith(SQLITE_MAGIC) or layout_dirs.is_export_db(path))
+    return dirs.is_timeline_db(path) and (head.startswith(SQLITE_MAGIC) or dirs.is_export_db(path))
 
 
 def read(path: Path, layout: FileLayout) -> SourceData:
-    layout_dirs.check_read_here(path)
-    layout_dirs.check_export(path)
-    with _opened(path, layout.store.directory) as con:
+    exports.check_read_here(path)
+    exports.check_export(path)
+    with opened(path, layout.store.directory) as con:
         try:
             tables = schema(con)
         except sqlite3.DatabaseError as exc:
@@ -109,8 +109,8 @@ def read(path: Path, layout: FileLayout) -> SourceData:
             raise InputError(path, f"cannot read the database ({exc})") from None
         reader.dropped.add(Stat.DB_TEXT_NOT_UTF8, con.bad_text, "Ascend DB text not valid UTF-8, read with U+FFFD")
     leave_out_zero_series(layout, reader.dropped, counter_group)
-    layout_dirs.note_not_read(path, reader.dropped)
-    data = layout_dirs.source_data(path, NAME, reader.thread_infos(), reader.dropped, rank=reader.rank)
+    exports.note_not_read(path, reader.dropped)
+    data = dirs.source_data(path, NAME, reader.thread_infos(), reader.dropped, rank=reader.rank)
     data.host = reader.host or data.host
     return data
 
@@ -397,4 +397,4 @@ class _DbReader(DbRows, CounterReading):
         return infos
 
 
-ASCEND_DB = SourceFormat(NAME, claims, read, layout_dirs.path_hints)
+ASCEND_DB = SourceFormat(NAME, claims, read, dirs.path_hints)

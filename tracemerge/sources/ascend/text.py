@@ -25,7 +25,7 @@ from tracemerge.core.model import NO_ORIGIN, OriginKey, SourceData, ThreadInfo, 
 from tracemerge.core.stats import Stat
 from tracemerge.evidence.anchors import ASCEND_HCCL_TASKS, ascend_task_tag, phase_tag
 from tracemerge.phases.rules import MSTX
-from tracemerge.sources.ascend import dirs as layout_dirs
+from tracemerge.sources.ascend import dirs, exports
 from tracemerge.sources.ascend.dirs import COUNTER_ORDER, MSTX_THREAD
 from tracemerge.sources.ascend.run_metadata import metadata_of
 from tracemerge.sources.ascend.titles import (
@@ -41,7 +41,7 @@ from tracemerge.sources.chrome.events import ChromeEvents
 from tracemerge.sources.chrome.files import read_events
 from tracemerge.sources.chrome.kinds import INSTANT, SLICE
 from tracemerge.sources.chrome.schema import ExactEvent, LenientEvent, TraceEvent, us_to_ns
-from tracemerge.sources.chrome.values import _text, counter_series, hashable_id, plain_args
+from tracemerge.sources.chrome.values import as_text, counter_series, hashable_id, plain_args
 from tracemerge.store.file_layout import FileLayout
 
 NAME = "ascend-text"
@@ -100,7 +100,7 @@ class AscendEvents(ChromeEvents):
         except (ValueError, TypeError):
             return
         if end > start:
-            self.tasks.append((origin, hashable_id(e.pid), hashable_id(e.tid), start, end, task_type, _text(e.name)))
+            self.tasks.append((origin, hashable_id(e.pid), hashable_id(e.tid), start, end, task_type, as_text(e.name)))
 
     def finish(self) -> None:
         """Device activity (:mod:`tracemerge.analysis.device_time`): the tasks on the Ascend Hardware
@@ -175,12 +175,12 @@ class AscendEvents(ChromeEvents):
 
 def claims(path: Path, head: bytes) -> bool:
     # By name and place alone: an export damaged past reading is still reported, not passed over.
-    return layout_dirs.is_text_export(path)
+    return dirs.is_text_export(path)
 
 
 def read(path: Path, layout: FileLayout) -> SourceData:
-    layout_dirs.check_read_here(path)
-    slices = layout_dirs.files_read(path)
+    exports.check_read_here(path)
+    slices = exports.files_read(path)
     reader = AscendEvents(layout)
     if len(slices) == 1:
         _read_part(path, reader, TraceEvent, LenientEvent)
@@ -189,8 +189,8 @@ def read(path: Path, layout: FileLayout) -> SourceData:
     reader.finish()
     layout.samples = retitled(layout.samples, reader.counter_title)
     leave_out_zero_series(layout, reader.dropped, lambda thread: reader.process_of(thread[0]))
-    layout_dirs.note_not_read(path, reader.dropped)
-    return layout_dirs.source_data(path, NAME, reader.threads(), reader.dropped, reader.metadata_records)
+    exports.note_not_read(path, reader.dropped)
+    return dirs.source_data(path, NAME, reader.threads(), reader.dropped, reader.metadata_records)
 
 
 def _read_slices(slices: list[Path], reader: AscendEvents) -> None:
@@ -212,11 +212,11 @@ def _read_slices(slices: list[Path], reader: AscendEvents) -> None:
 
 
 def _read_part(part: Path, reader: AscendEvents, struct: type, lenient: type) -> None:
-    layout_dirs.check_export(part)
+    exports.check_export(part)
     try:
         read_events(part, reader, struct, lenient)
     except NotATrace as exc:  # at an export's place, a file without events is a damaged export
         raise InputError(exc.path, exc.reason, exc.where) from None
 
 
-ASCEND_TEXT = SourceFormat(NAME, claims, read, layout_dirs.path_hints, layout_dirs.unusable_reason, metadata_of)
+ASCEND_TEXT = SourceFormat(NAME, claims, read, dirs.path_hints, dirs.unusable_reason, metadata_of)

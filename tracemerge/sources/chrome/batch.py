@@ -27,7 +27,7 @@ from tracemerge.core.bounds import DEEP_FROM
 from tracemerge.core.model import OriginKey, ThreadKey
 from tracemerge.evidence.anchors import DEVICE_COMM, DEVICE_COMPUTE
 from tracemerge.sources.chrome.column_times import INEXACT, micros_to_ns
-from tracemerge.sources.chrome.values import _text
+from tracemerge.sources.chrome.values import as_text
 from tracemerge.store.column_blocks import Block
 from tracemerge.store.entries import ENTRY_SCHEMA, POINT_SCHEMA, equal_runs
 from tracemerge.store.file_layout import FileLayout
@@ -257,7 +257,7 @@ def _activity_names(xs: list, compute: np.ndarray | None, comm: np.ndarray | Non
     active = compute if comm is None else comm if compute is None else compute | comm
     names = np.full(len(xs), None, object)
     rows = np.flatnonzero(active)
-    names[rows] = [_text(xs[row].name) for row in rows.tolist()]
+    names[rows] = [as_text(xs[row].name) for row in rows.tolist()]
     return names
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from tracemerge.core.model import FlowPhase, OriginKey, ThreadKey
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.sources.chrome.kinds import SLICE
-from tracemerge.sources.chrome.values import _bind_id, _flag
+from tracemerge.sources.chrome.values import as_bind_id, as_flow_flag
 from tracemerge.store.file_layout import FileLayout
 
 # Flow v2: a slice's bind_id with (flow_in, flow_out), as Perfetto's JSON importer binds it.
@@ -31,8 +31,8 @@ class BoundFlows:
 
     def _bind(self, e: Any, origin: OriginKey, thread: ThreadKey, start: int, ordinal: int) -> None:
         """Notes the flow v2 end of a slice (its ``bind_id``), placed by :meth:`_place_bound`."""
-        phase = _BOUND_PHASES.get((_flag(e.flow_in), _flag(e.flow_out)))
-        fid = _bind_id(e.bind_id)
+        phase = _BOUND_PHASES.get((as_flow_flag(e.flow_in), as_flow_flag(e.flow_out)))
+        fid = as_bind_id(e.bind_id)
         if phase is None:
             self.dropped.add(Stat.FLOW_WITHOUT_DIRECTION, 1, "bind_id flow on a slice without flow_in or flow_out")
         elif fid is None:

@@ -28,10 +28,10 @@ from tracemerge.core.units import FLOAT_EXACT_LIMIT_US, checked_ns
 from tracemerge.evidence.anchors import DEVICE_COMM, device_tag
 from tracemerge.sources.chrome.batch import add_columns
 from tracemerge.sources.chrome.bound import BoundFlows
-from tracemerge.sources.chrome.kinds import _FLOW_PHASES, SLICE, EventKinds
+from tracemerge.sources.chrome.kinds import FLOW_PHASES, SLICE, EventKinds
 from tracemerge.sources.chrome.schema import NeedsExactTimes, TraceEvent, us_to_ns
 from tracemerge.sources.chrome.threads import ThreadNames
-from tracemerge.sources.chrome.values import _text, hashable_id
+from tracemerge.sources.chrome.values import as_text, hashable_id
 from tracemerge.store.file_layout import FileLayout
 
 # Categories Kineto puts on device (GPU/XPU/MTIA) timelines.
@@ -40,7 +40,7 @@ DEVICE_CATEGORIES = frozenset(
 )
 # Of those, the device's work itself: kernels, memory copies and sets (device activity).
 ACTIVITY_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"})
-_FLOW_PHASE_NUMBERS = {ph: int(phase) for ph, phase in _FLOW_PHASES.items()}
+_FLOW_PHASE_NUMBERS = {ph: int(phase) for ph, phase in FLOW_PHASES.items()}
 _LIMIT = FLOAT_EXACT_LIMIT_US
 
 
@@ -226,7 +226,7 @@ class ChromeEvents(EventKinds, BoundFlows, ThreadNames):
                     layout.tally(origin, (pid, tid), name, start, length)
             body = prefixes.get((name, cat))
             if body is None:
-                name, cat = _text(name), _text(cat)
+                name, cat = as_text(name), as_text(cat)
                 body = prefix(name, cat)
                 layout.note(name, origin, (pid, tid), start, length)
             args = e.args  # raw JSON text, joined as it is (no copy to bytes first)

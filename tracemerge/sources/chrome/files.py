@@ -22,8 +22,9 @@ from tracemerge.sources.base import HEAD_BYTES, read_head
 from tracemerge.sources.chrome.events import ChromeEvents
 from tracemerge.sources.chrome.framework_steps import note_framework_steps
 from tracemerge.sources.chrome.schema import ExactEvent, NeedsExactTimes
+from tracemerge.sources.json.head import HEAD_LIMIT
 from tracemerge.sources.json.segments import read_in_parts
-from tracemerge.sources.json.stream import HEAD_LIMIT, Damage, EventStream, text_blocks
+from tracemerge.sources.json.stream import Damage, EventStream, text_blocks
 from tracemerge.sources.json.text import replaced_surrogates
 from tracemerge.store.read_options import PartReads
 

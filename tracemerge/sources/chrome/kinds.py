@@ -17,17 +17,17 @@ from tracemerge.core.model import NO_ORIGIN, FlowPhase, Kind, OriginKey, ThreadK
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.sources.chrome.schema import NeedsExactTimes
 from tracemerge.sources.chrome.values import (
-    _NUMBER_TEXT,
-    _counter_value,
-    _json_kind,
-    _text,
+    NUMBER_TEXT,
+    as_counter_value,
+    as_text,
     counter_series,
     hashable_id,
+    json_kind,
     plain_args,
 )
 from tracemerge.store.file_layout import FileLayout
 
-_FLOW_PHASES = {"s": FlowPhase.START, "t": FlowPhase.STEP, "f": FlowPhase.END}
+FLOW_PHASES = {"s": FlowPhase.START, "t": FlowPhase.STEP, "f": FlowPhase.END}
 _METADATA_NAMES = frozenset(
     {"process_name", "process_labels", "process_sort_index", "thread_name", "thread_sort_index"}
 )
@@ -58,7 +58,7 @@ class EventKinds:
             self._add_metadata(e)
         elif ph in ("i", "I", "R"):
             self._add_instant(e, origin)
-        elif ph in _FLOW_PHASES:
+        elif ph in FLOW_PHASES:
             self._add_flow(e, origin, ph)
         elif ph == "C":
             self._add_counter(e, origin)
@@ -94,7 +94,7 @@ class EventKinds:
             return
         thread = self._thread(e)
         self.threads_seen.add(thread)
-        body = self.layout.describe(_text(e.name), _text(e.cat), plain_args(self.bounded(e.args)))
+        body = self.layout.describe(as_text(e.name), as_text(e.cat), plain_args(self.bounded(e.args)))
         self.layout.buffer(origin, thread).append((ts, 0, INSTANT, self.layout.ordinal(), body))
 
     def _add_begin(self, e: Any, origin: OriginKey) -> None:
@@ -105,7 +105,7 @@ class EventKinds:
             self.dropped.add(Stat.FLOW_V2_UNBOUND, 1, "bind_id flow on a B event (only X slices bind flows here)")
         thread = self._thread(e)
         pending = self._pending.setdefault(thread, [])
-        pending.append((ts, len(pending), (origin, _text(e.name), _text(e.cat), plain_args(self.bounded(e.args)))))
+        pending.append((ts, len(pending), (origin, as_text(e.name), as_text(e.cat), plain_args(self.bounded(e.args)))))
 
     def _add_end(self, e: Any) -> None:
         ts = self._ts(e)
@@ -150,15 +150,15 @@ class EventKinds:
         if type(fid) is dict:
             fid = tuple(sorted((str(k), str(v)) for k, v in fid.items()))
         fid = hashable_id(fid)
-        name, cat = _text(e.name), _text(e.cat)
+        name, cat = as_text(e.name), as_text(e.cat)
         thread = self._thread(e)
         self.threads_seen.add(thread)
         bind_next = ph == "f" and e.bp != "e"
-        self.layout.flow_point(origin, thread, ts, _FLOW_PHASES[ph], (cat, name, fid), bind_next)
+        self.layout.flow_point(origin, thread, ts, FLOW_PHASES[ph], (cat, name, fid), bind_next)
 
     def _counter_args(self, e: Any) -> tuple[str, dict | None]:
         """A C event's name and its series: arg key → value."""
-        name = _text(e.name)
+        name = as_text(e.name)
         if e.id is not None:
             name = f"{name} {e.id}"
         return name, plain_args(self.bounded(e.args))
@@ -173,10 +173,10 @@ class EventKinds:
             return
         thread = (hashable_id(e.pid), None)
         for key, value in args.items():
-            number = _counter_value(value)
+            number = as_counter_value(value)
             if number is None:
-                number_text = type(value) is str and _NUMBER_TEXT.fullmatch(value)
-                kind = "beyond a double" if type(value) is int or number_text else _json_kind(value)
+                number_text = type(value) is str and NUMBER_TEXT.fullmatch(value)
+                kind = "beyond a double" if type(value) is int or number_text else json_kind(value)
                 self.dropped.add(Stat.COUNTER_VALUE_NOT_NUMBER, 1, f"C event value that is not a number ({kind})")
                 continue
             self.layout.counter_sample(origin, thread, counter_series(name, key), ts, number)
@@ -188,11 +188,11 @@ class EventKinds:
         args = plain_args(self.bounded(e.args)) or {}
         pid = hashable_id(e.pid)
         if name == "process_name":
-            self.process_names[pid] = _text(args.get("name"))
+            self.process_names[pid] = as_text(args.get("name"))
         elif name == "process_labels":
-            self.process_labels[pid] = _text(args.get("labels"))
+            self.process_labels[pid] = as_text(args.get("labels"))
         elif name == "thread_name":
-            self.thread_names[(pid, hashable_id(e.tid))] = _text(args.get("name"))
+            self.thread_names[(pid, hashable_id(e.tid))] = as_text(args.get("name"))
         elif name not in _METADATA_NAMES:
             self.dropped.add(Stat.METADATA_UNSUPPORTED, 1, f"unsupported metadata record {name!r}")
             self.metadata_records -= 1

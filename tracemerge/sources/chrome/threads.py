@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from tracemerge.core.model import ThreadInfo, ThreadKey
-from tracemerge.sources.chrome.values import _order
+from tracemerge.sources.chrome.values import id_order
 
 _DEVICE_LABEL = re.compile(r"^([A-Za-z]+) (\d+)$")
 _SPECIAL_PIDS = {"Spans": "Profiler spans", "Traces": "Profiler iterations", "": "Profiler"}
@@ -74,7 +74,7 @@ class ThreadNames:
                 name = f"{label} {given}"
             else:
                 name = f"{label} stream {tid}" + (f" ({given})" if given else "")
-            return ThreadInfo(name, (1, str(pid).zfill(8), _order(tid)))
+            return ThreadInfo(name, (1, str(pid).zfill(8), id_order(tid)))
         if type(pid) is not int:
             return ThreadInfo(f"{pid} {tid}".strip(), (2, str(pid), str(tid)))
         if type(tid) is int and tid < 0 and given:
@@ -88,4 +88,4 @@ class ThreadNames:
         if several_cpu_pids:
             name += f" · pid {pid}"
         main_first = 0 if tid == pid else 1
-        return ThreadInfo(name, (0, pid, main_first, _order(tid)))
+        return ThreadInfo(name, (0, pid, main_first, id_order(tid)))

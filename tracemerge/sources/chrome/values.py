@@ -18,7 +18,7 @@ import msgspec
 _HEX_ID = re.compile(r" *([+-]?)(?:0[xX]([0-9a-fA-F]*)|([0-9a-fA-F]+))")
 _INT64, _UINT64 = 1 << 63, 1 << 64
 # Numbers written as text, which Perfetto also draws as counter values.
-_NUMBER_TEXT = re.compile(r"-?(?:0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?")
+NUMBER_TEXT = re.compile(r"-?(?:0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?")
 
 
 def hashable_id(value: Any) -> Any:
@@ -29,7 +29,7 @@ def hashable_id(value: Any) -> Any:
     return value
 
 
-def _counter_value(value: Any) -> int | float | None:
+def as_counter_value(value: Any) -> int | float | None:
     """A counter arg's value as a number: a number, or a number written as text (Perfetto draws
     those too); None for anything else."""
     t = type(value)
@@ -37,11 +37,11 @@ def _counter_value(value: Any) -> int | float | None:
         return value
     if t is int:
         return value if -_INT64 <= value < _INT64 else _as_double(value)
-    if t is str and _NUMBER_TEXT.fullmatch(value):
+    if t is str and NUMBER_TEXT.fullmatch(value):
         number = float(value)
         if number != number or number in (float("inf"), float("-inf")):
             return None
-        return _counter_value(int(value)) if value.lstrip("-").isdigit() else number
+        return as_counter_value(int(value)) if value.lstrip("-").isdigit() else number
     return None
 
 
@@ -54,7 +54,7 @@ def _as_double(value: int) -> float | None:
         return None
 
 
-def _json_kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
     if value is None:
         return "null"
     if type(value) is bool:
@@ -62,12 +62,12 @@ def _json_kind(value: Any) -> str:
     return {str: "text", list: "array", dict: "object"}.get(type(value), type(value).__name__)
 
 
-def _flag(value: Any) -> bool:
+def as_flow_flag(value: Any) -> bool:
     """A flow_in / flow_out value as Perfetto's importer reads it: JSON true (1 and "true" are not)."""
     return value is True
 
 
-def _bind_id(value: Any) -> int | None:
+def as_bind_id(value: Any) -> int | None:
     """A bind_id as Perfetto's importer reads it, as the unsigned 64-bit id it compares: an integer
     that fits 64 signed bits, or hexadecimal text; None for anything else (5.0 included)."""
     if type(value) is int:
@@ -102,14 +102,14 @@ def plain_args(args: Any) -> dict | None:
     return args if type(args) is dict and args else None
 
 
-def _order(value: Any) -> tuple:
+def id_order(value: Any) -> tuple:
     """Sort key that orders ints numerically (negatives by magnitude) before anything else."""
     if type(value) is int:
         return (0, abs(value), value)
     return (1, 0, str(value))
 
 
-def _text(value: Any) -> str:
+def as_text(value: Any) -> str:
     if value is None:
         return ""
     return value if type(value) is str else str(value)

@@ -23,13 +23,13 @@ from tracemerge.core.stats import Losses, Stat
 from tracemerge.core.units import plain_json
 from tracemerge.evidence.anchors import STEP_ARGS_KEY
 from tracemerge.sources.json.text import (
-    _ARGS_LEVEL,
-    _ELEMENTS,
-    _KINDS,
-    _kind,
-    _NumberText,
-    _truncated,
-    _without_lone_surrogates,
+    ARGS_LEVEL,
+    ELEMENTS,
+    KINDS_BY_FIRST_BYTE,
+    NumberText,
+    is_truncated,
+    value_kind,
+    without_lone_surrogates,
 )
 
 
@@ -53,7 +53,7 @@ class BatchDecoding:
         try:
             return self._decode_as_is(doc)
         except RecursionError:  # a value nested beyond what any decoder follows: that value goes
-            return self._decode_as_is(self._cut(doc, _ARGS_LEVEL))
+            return self._decode_as_is(self._cut(doc, ARGS_LEVEL))
 
     def _decode_as_is(self, doc: bytes) -> list:
         self.plain_text = plain_json(doc)
@@ -81,25 +81,25 @@ class BatchDecoding:
         after all, ``exc`` stands (the caller raises it again, from its ``except``: raised from
         here, the traceback would hold this frame and the frame ``exc``, a cycle that the read,
         its cyclic collector paused, would keep with the batch's text, once per failed cut)."""
-        mended = _without_lone_surrogates(doc)
+        mended = without_lone_surrogates(doc)
         if mended is not doc:  # (msgspec may call such an escape truncated input)
             return self._decode(mended)
-        if _truncated(exc) or self._lenient_type is None:
+        if is_truncated(exc) or self._lenient_type is None:
             return None
         text = doc.decode("utf-8", "replace")
         try:
-            values = json.loads(text, parse_float=_NumberText) if self._text_fields else json.loads(text)
+            values = json.loads(text, parse_float=NumberText) if self._text_fields else json.loads(text)
         except ValueError:
             return None
         self.plain_text = False
         events = [self._from_python(v) for v in values if type(v) is dict]
-        return self._noted(events, Counter(_kind(v) for v in values if type(v) is not dict))
+        return self._noted(events, Counter(value_kind(v) for v in values if type(v) is not dict))
 
     def _objects_only(self, doc: bytes) -> list:
         """The objects of an array that also holds other values, which are counted."""
         assert self._one is not None
         try:
-            elements = _ELEMENTS.decode(doc)
+            elements = ELEMENTS.decode(doc)
         except msgspec.DecodeError as exc:
             found = self._decode_malformed(doc, exc)
             if found is None:
@@ -111,7 +111,7 @@ class BatchDecoding:
             if text[:1] == b"{":
                 events.append(self._one.decode(text))
             else:
-                others[_KINDS.get(text[:1], "number")] += 1
+                others[KINDS_BY_FIRST_BYTE.get(text[:1], "number")] += 1
         return self._noted(events, others)
 
     def _noted(self, events: list, others: Counter[str]) -> list:
@@ -126,8 +126,8 @@ class BatchDecoding:
                 continue
             v = value[key]
             if key in self._text_fields:
-                v = msgspec.Raw(v.text.encode() if type(v) is _NumberText else msgspec.json.encode(v))
-            elif type(v) is _NumberText:
+                v = msgspec.Raw(v.text.encode() if type(v) is NumberText else msgspec.json.encode(v))
+            elif type(v) is NumberText:
                 v = float(v)
             fields[key] = v
         if "args" in value:

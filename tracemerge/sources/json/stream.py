@@ -34,27 +34,25 @@ from typing import Any
 import msgspec
 
 from tracemerge.core.bounds import TOO_DEEP, cut_deep_or_fail
-from tracemerge.core.errors import InputError, NotATrace, shown
+from tracemerge.core.errors import shown
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.sources.base import GZIP_MAGIC, UTF8_BOM
 from tracemerge.sources.json.decode import BatchDecoding
+from tracemerge.sources.json.head import ArrayHead
 from tracemerge.sources.json.tail import ArrayTail
 from tracemerge.sources.json.text import (
-    _WS,
     KEYED_BOUNDARY,
-    _closed_array,
-    _closes_early,
-    _last_boundary,
-    _last_boundary_outside_strings,
-    _members,
-    _pos,
-    _reason,
-    _truncated,
+    WHITESPACE,
+    closed_array,
+    closes_early,
+    error_offset,
+    error_reason,
+    is_truncated,
+    last_boundary,
+    last_boundary_outside_strings,
 )
 
 BLOCK = 512 << 10
-# Largest run of bytes searched for the array's opening key before giving up.
-HEAD_LIMIT = 64 << 20
 _SEPARATOR = re.compile(rb"[ \t\r\n]*,?")  # what follows an event in the array
 
 
@@ -156,7 +154,7 @@ def _doubled(buf: bytes, blocks: Iterator[bytes]) -> tuple[bytes, bool]:
     return b"".join(pieces), False
 
 
-class EventStream(BatchDecoding, ArrayTail):
+class EventStream(BatchDecoding, ArrayHead, ArrayTail):
     """Batches of decoded events of one file, then the keys around the event array.
 
     ``struct`` is the msgspec type each event decodes into; a batch whose values do not fit its
@@ -234,7 +232,7 @@ class EventStream(BatchDecoding, ArrayTail):
                 else:
                     yield from self._finish(buf, blocks)
                 return
-            cut = _last_boundary(buf)
+            cut = last_boundary(buf)
             try:
                 decoded = self._decode_prefix(buf, cut) if cut is not None else None
             except _ArrayEnds:  # the boundary found lies after the array (in the keys or bytes after it)
@@ -260,53 +258,6 @@ class EventStream(BatchDecoding, ArrayTail):
         """``line:col`` of ``buf[pos]`` in the file's text."""
         return _line_col(self.path, self._consumed + max(0, min(pos, len(buf))))
 
-    def _open_array(self, blocks: Iterator[bytes]) -> bytes:
-        """Reads up to the ``[`` that opens the event array; decodes the keys before it."""
-        buf = b""
-        for more in blocks:
-            buf += more
-            head = buf.lstrip(_WS)
-            lead = len(buf) - len(head)
-            if head[:1] == b"[":
-                self.bare = True
-                return self._advance(buf, lead + 1)
-            if head[:1] != b"{":
-                break
-            pos = head.find(b'"traceEvents"')
-            if pos >= 0:
-                after = head[pos + 13 :].lstrip(_WS)
-                if after[:1] == b":":
-                    value = after[1:].lstrip(_WS)
-                    if value[:1] == b"[":
-                        self._read_object(head[:pos].rstrip(_WS).rstrip(b",") + b"}", buf, lead)
-                        return self._advance(buf, len(buf) - len(value) + 1)
-                    if value:
-                        raise InputError(self.path, "traceEvents is not an array")
-            if len(buf) > HEAD_LIMIT:
-                break
-        if not buf.strip(_WS):
-            raise InputError(self.path, "empty file")
-        raise NotATrace(self.path, "no traceEvents array")
-
-    def _read_object(self, text: bytes, buf: bytes, at: int) -> None:
-        """The keys before the event array into :attr:`meta`: NaN, Infinity, an integer too long
-        for msgspec or a bad byte in one is read as Python's json reads it, not the file lost."""
-        try:
-            try:
-                value = msgspec.json.decode(text)
-            except RecursionError:
-                text = self._cut(text, 1, at)
-                value = msgspec.json.decode(text)
-        except msgspec.DecodeError as exc:
-            members, _, whole = _members(text)
-            if not whole:
-                raise InputError(
-                    self.path, f"invalid JSON ({_reason(exc)})", self._where(buf, at + _pos(exc, text))
-                ) from None
-            value = members
-        if type(value) is dict:
-            self.meta.update(value)
-
     def _decode_prefix(self, buf: bytes, cut: int) -> tuple[list, int] | None:
         """Events of ``buf[:cut + 1]``, cut earlier when that boundary lies inside a string or
         after damage; None when no boundary before ``cut`` ends an event; Damage when the first
@@ -319,11 +270,11 @@ class EventStream(BatchDecoding, ArrayTail):
                 return self._decode(doc), cut + 1
             except msgspec.DecodeError as exc:
                 at = cut
-                if not _truncated(exc):  # damage, not a boundary inside a string: keep the events before it
-                    if damage is None and _closes_early(doc):
+                if not is_truncated(exc):  # damage, not a boundary inside a string: keep the events before it
+                    if damage is None and closes_early(doc):
                         raise _ArrayEnds from None
-                    at = _pos(exc, doc) - 1
-                    damage = Damage(f"invalid JSON ({_reason(exc)})", self._where(buf, at))
+                    at = error_offset(exc, doc) - 1
+                    damage = Damage(f"invalid JSON ({error_reason(exc)})", self._where(buf, at))
                 else:
                     inside_string = damage is None
             # Stepping back one ``}, {`` at a time would decode the batch again for each that a
@@ -331,12 +282,12 @@ class EventStream(BatchDecoding, ArrayTail):
             # strings (a pass over their tokens), and only then one at a time.
             if inside_string and jumps < 2:
                 jumps += 1
-                earlier = _last_boundary(buf, 0, cut, KEYED_BOUNDARY) if jumps == 1 else None
+                earlier = last_boundary(buf, 0, cut, KEYED_BOUNDARY) if jumps == 1 else None
                 if earlier is None:  # none before a key, or that one lay in a string too
                     jumps = 2
-                    earlier = _last_boundary_outside_strings(buf, cut - 1)
+                    earlier = last_boundary_outside_strings(buf, cut - 1)
             else:
-                earlier = _last_boundary(buf, 0, at)
+                earlier = last_boundary(buf, 0, at)
             if earlier is None:
                 if damage is not None:
                     raise damage
@@ -346,7 +297,7 @@ class EventStream(BatchDecoding, ArrayTail):
     def _finish(self, buf: bytes, rest: Iterator[bytes]) -> Iterator[list]:
         """The rest of the array, its ``]`` and the keys after it: ``buf`` then the blocks
         ``rest`` still holds (none when ``buf`` is the file's last bytes)."""
-        found = _closed_array(b"[" + buf, self._cut)
+        found = closed_array(b"[" + buf, self._cut)
         if found is None:
             yield from self._unclosed(buf)
             return
@@ -354,7 +305,7 @@ class EventStream(BatchDecoding, ArrayTail):
         try:
             events = self._decode(doc[:end])
         except msgspec.DecodeError as exc:
-            raise Damage(f"invalid JSON ({_reason(exc)})", self._where(buf, _pos(exc, doc) - 1)) from None
+            raise Damage(f"invalid JSON ({error_reason(exc)})", self._where(buf, error_offset(exc, doc) - 1)) from None
         if events:
             yield events
         self.notes.update(self._tail(buf, end - 1, rest))
@@ -365,11 +316,11 @@ class EventStream(BatchDecoding, ArrayTail):
         """The last events of a span that ends where another event starts: read as batches are
         (damage there is the file's), the last one alone; if that one is not whole, the span
         was not cut between two events (SegmentCut: the file is read whole instead)."""
-        text = buf.rstrip(_WS)
+        text = buf.rstrip(WHITESPACE)
         if not text.endswith(b","):
             raise SegmentCut(f"{shown(self.path)}: a part does not end between two events")
         text = text[:-1]
-        while (cut := _last_boundary(text)) is not None:
+        while (cut := last_boundary(text)) is not None:
             decoded = self._decode_prefix(text, cut)
             if decoded is None:
                 break
@@ -387,7 +338,7 @@ class EventStream(BatchDecoding, ArrayTail):
         """An array without its ``]``: every complete event; then where the file stopped, unless
         it is a bare array whose last event is whole (the format lets one end that way)."""
         while True:
-            cut = _last_boundary(buf)
+            cut = last_boundary(buf)
             decoded = self._decode_prefix(buf, cut) if cut is not None else None
             if decoded is None:
                 break
@@ -398,10 +349,10 @@ class EventStream(BatchDecoding, ArrayTail):
         try:
             self._decode(doc)
         except msgspec.DecodeError as exc:
-            reason, pos = _reason(exc), _pos(exc, doc)
+            reason, pos = error_reason(exc), error_offset(exc, doc)
         else:  # closed after all (_finish reads a closed array): say where it stops
             reason, pos = "unexpected end of data", len(doc)
-        head = doc[:pos].rstrip(_WS).removesuffix(b",").rstrip(_WS)
+        head = doc[:pos].rstrip(WHITESPACE).removesuffix(b",").rstrip(WHITESPACE)
         kept = 1
         if head.endswith(b"}"):  # the events before the damage are whole
             try:
@@ -411,6 +362,6 @@ class EventStream(BatchDecoding, ArrayTail):
             else:
                 yield events
                 kept = len(head)
-        if self.bare and not doc[kept:].strip(_WS + b","):
+        if self.bare and not doc[kept:].strip(WHITESPACE + b","):
             return
         raise Damage(f"invalid JSON ({reason})", self._where(buf, pos - 1))

@@ -18,7 +18,16 @@ import msgspec
 
 from tracemerge.core.errors import shown
 from tracemerge.core.stats import Losses, Stat
-from tracemerge.sources.json.text import _WS, _extended, _junk, _members, _pos, _reason, _truncated, event_arrays
+from tracemerge.sources.json.text import (
+    WHITESPACE,
+    error_offset,
+    error_reason,
+    event_arrays,
+    extended,
+    is_truncated,
+    object_members,
+    trailing_junk,
+)
 
 
 class ArrayTail:
@@ -38,7 +47,7 @@ class ArrayTail:
         """Reads the keys after the array (``buf[at:]`` follows its ``]``, then ``rest``) into
         :attr:`meta`; returns what is wrong there, as notes."""
         while (notes := self._keys_after(buf, at, rest)) is None:
-            longer = _extended(buf, rest)
+            longer = extended(buf, rest)
             if longer is None:
                 return self._tail_damage(buf, len(buf), "unexpected end of data")
             buf = longer
@@ -46,7 +55,7 @@ class ArrayTail:
 
     def _keys_after(self, buf: bytes, at: int, rest: Iterator[bytes]) -> Losses | None:
         """What :meth:`_tail` returns, or None when ``buf`` ends before the object does."""
-        text = buf[at:].lstrip(_WS)
+        text = buf[at:].lstrip(WHITESPACE)
         at = len(buf) - len(text)
         if self.bare:
             return self._trailing(buf, at, rest)
@@ -93,31 +102,31 @@ class ArrayTail:
         self, buf: bytes, at: int, doc: bytes, exc: msgspec.DecodeError, rest: Iterator[bytes]
     ) -> Losses | None:
         if "trailing characters" in str(exc):
-            end = _pos(exc, doc) - 1
+            end = error_offset(exc, doc) - 1
             self.meta.update(msgspec.json.decode(doc[:end]))
             self._take_arrays(doc[:end])
             return self._trailing(buf, at + end, rest)
-        members, stop, whole = _members(doc)
+        members, stop, whole = object_members(doc)
         self.meta.update(members)
         self._take_arrays(doc[:stop] + (b"" if whole else b"}"))
         if whole:  # NaN, Infinity or a bad byte, read as Python reads them
             return self._trailing(buf, at + stop, rest)
-        if _truncated(exc):
+        if is_truncated(exc):
             return None
-        return self._tail_damage(buf, at + stop, _reason(exc))
+        return self._tail_damage(buf, at + stop, error_reason(exc))
 
     def _trailing(self, buf: bytes, at: int, rest: Iterator[bytes]) -> Losses:
         """Notes the bytes after the end of the JSON (``buf[at:]``, then ``rest``), read through
         without being kept: another document after it may be as large as the file."""
-        text = buf[at:].lstrip(_WS)
+        text = buf[at:].lstrip(WHITESPACE)
         while not text:  # white space so far: the bytes, if any, start in a later block
             more = next(rest, None)
             if more is None:
                 return Losses()
             buf = self._advance(buf, len(buf)) + more
-            text = buf.lstrip(_WS)
+            text = buf.lstrip(WHITESPACE)
         at = len(buf) - len(text)
-        size, events, nul_only = _junk(text, rest)
+        size, events, nul_only = trailing_junk(text, rest)
         where = f"{shown(self.path)}:{self._where(buf, at)}"
         if events:  # another document (gzip members of two traces, concatenated)
             return Losses.one(

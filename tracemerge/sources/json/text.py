@@ -2,7 +2,7 @@
 
 Pure functions of the text they are given (and of the blocks still to come, where they read on):
 where one event of an array ends and the next begins (:data:`EVENT_BOUNDARY`,
-:func:`_last_boundary`), where an array closes (:func:`_closed_array`, mending what loses
+:func:`last_boundary`), where an array closes (:func:`closed_array`, mending what loses
 nothing: lone surrogate escapes, trailing commas, values nested too deep), the members of an
 object as Python's json reads them, what the bytes after the end of the JSON hold, and
 msgspec's decode errors as a reason and a byte offset.
@@ -25,9 +25,9 @@ EVENT_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 # Such a boundary with the next event's first key after it: one that a string holds is rare, as
 # its quote would be escaped there (serialized JSON in an arg: ``}, {\"k\": 1``).
 KEYED_BOUNDARY = re.compile(rb'\}\s*,\s*\{(?=\s*")')
-_WS = b" \t\r\n"
+WHITESPACE = b" \t\r\n"
 # Each element of an array, its text kept: finds where an array ends, whatever its elements hold.
-_ELEMENTS = msgspec.json.Decoder(list[msgspec.Raw])
+ELEMENTS = msgspec.json.Decoder(list[msgspec.Raw])
 # An escaped backslash (skipped whole, so that the text after it is not read as an escape), a
 # UTF-16 surrogate pair, or a lone surrogate (6 bytes, what Python's json writes for some text).
 _ESCAPES = re.compile(
@@ -35,24 +35,24 @@ _ESCAPES = re.compile(
 )
 _MENDS = 16  # trailing commas mended in the file's last bytes before giving up on them
 # Where an event's args object is in a batch's text: the array 1, the event 2, its args 3.
-_ARGS_LEVEL = 3
+ARGS_LEVEL = 3
 
 
-class _NumberText(float):
+class NumberText(float):
     """A JSON number read by Python's json, with its text (times are taken from the text)."""
 
     __slots__ = ("text",)
 
-    def __new__(cls, text: str) -> _NumberText:
+    def __new__(cls, text: str) -> NumberText:
         number = super().__new__(cls, text)
         number.text = text
         return number
 
 
-_KINDS = {b"n": "null", b"t": "boolean", b"f": "boolean", b'"': "string", b"[": "array"}
+KINDS_BY_FIRST_BYTE = {b"n": "null", b"t": "boolean", b"f": "boolean", b'"': "string", b"[": "array"}
 
 
-def _kind(value: Any) -> str:
+def value_kind(value: Any) -> str:
     """What a JSON value that is not an object is, in JSON's words."""
     if value is None:
         return "null"
@@ -63,7 +63,7 @@ def _kind(value: Any) -> str:
     return "string" if type(value) is str else "array"
 
 
-def _extended(buf: bytes, rest: Iterator[bytes]) -> bytes | None:
+def extended(buf: bytes, rest: Iterator[bytes]) -> bytes | None:
     """``buf`` with the next blocks of ``rest``: at least doubled unless the file ends first, so that
     reading the text again after each extension costs time linear in its length; None when
     ``rest`` is exhausted."""
@@ -77,7 +77,7 @@ def _extended(buf: bytes, rest: Iterator[bytes]) -> bytes | None:
     return b"".join((buf, *more)) if more else None
 
 
-def _junk(first: bytes, rest: Iterator[bytes]) -> tuple[int, bool, bool]:
+def trailing_junk(first: bytes, rest: Iterator[bytes]) -> tuple[int, bool, bool]:
     """Of the bytes ``first`` then ``rest`` hold: how many there are up to the last one that is not
     white space, whether they hold an event (``"ph"``), whether those are all NUL bytes."""
     size = seen = 0
@@ -86,7 +86,7 @@ def _junk(first: bytes, rest: Iterator[bytes]) -> tuple[int, bool, bool]:
     for block in itertools.chain((first,), rest):
         events = events or b'"ph"' in carry + block[:3] or b'"ph"' in block
         carry = (carry + block[-3:])[-3:]
-        text = block.rstrip(_WS)
+        text = block.rstrip(WHITESPACE)
         if text:
             nul_only = nul_only and seen == size and not text.strip(b"\0")
             size = seen + len(text)
@@ -94,13 +94,13 @@ def _junk(first: bytes, rest: Iterator[bytes]) -> tuple[int, bool, bool]:
     return size, events, nul_only
 
 
-def _closes_early(doc: bytes) -> bool:
-    """Whether the array ``doc`` opens closes before its last byte (read as :func:`_closed_array` reads it)."""
-    found = _closed_array(doc)
+def closes_early(doc: bytes) -> bool:
+    """Whether the array ``doc`` opens closes before its last byte (read as :func:`closed_array` reads it)."""
+    found = closed_array(doc)
     return found is not None and found[1] < len(doc)
 
 
-def _without_lone_surrogates(doc: bytes) -> bytes:
+def without_lone_surrogates(doc: bytes) -> bytes:
     """``doc`` with each lone surrogate escape as ``\\ufffd`` (as long: places stay); ``doc``
     itself when it has none."""
     if b"\\ud" not in doc and b"\\uD" not in doc:
@@ -118,39 +118,39 @@ def _without_lone_surrogates(doc: bytes) -> bytes:
     return mended if lone else doc
 
 
-def _closed_array(doc: bytes, cut: Callable[[bytes, int], bytes] | None = None) -> tuple[bytes, int] | None:
+def closed_array(doc: bytes, cut: Callable[[bytes, int], bytes] | None = None) -> tuple[bytes, int] | None:
     """``doc`` (``[`` then the file's last bytes), mended where that loses nothing (lone
     surrogates, trailing commas, with ``cut`` values nested too deep), and the end of the array it
     opens; None if it never closes."""
     surrogates = True
     for _ in range(_MENDS):
         try:
-            _ELEMENTS.decode(doc)
+            ELEMENTS.decode(doc)
         except RecursionError:
-            doc = (cut or cut_deep_or_fail)(doc, _ARGS_LEVEL)
+            doc = (cut or cut_deep_or_fail)(doc, ARGS_LEVEL)
             continue
         except msgspec.DecodeError as exc:
             text = str(exc)
             if "trailing characters" in text:
-                return doc, len(doc[: _pos(exc, doc) - 1].rstrip(_WS))
+                return doc, len(doc[: error_offset(exc, doc) - 1].rstrip(WHITESPACE))
             if "trailing comma" in text:
-                comma = len(doc[: _pos(exc, doc)].rstrip(_WS)) - 1
+                comma = len(doc[: error_offset(exc, doc)].rstrip(WHITESPACE)) - 1
                 doc = b"".join((doc[:comma], b" ", doc[comma + 1 :]))
                 continue
             if surrogates:
-                surrogates, mended = False, _without_lone_surrogates(doc)
+                surrogates, mended = False, without_lone_surrogates(doc)
                 if mended is not doc:
                     doc = mended
                     continue
-            if _truncated(exc):
+            if is_truncated(exc):
                 return None
             break
         else:
-            return doc, len(doc.rstrip(_WS))
+            return doc, len(doc.rstrip(WHITESPACE))
     try:
         return _python_end(doc)
     except RecursionError:
-        return _python_end((cut or cut_deep_or_fail)(doc, _ARGS_LEVEL))
+        return _python_end((cut or cut_deep_or_fail)(doc, ARGS_LEVEL))
 
 
 def _python_end(doc: bytes) -> tuple[bytes, int] | None:
@@ -167,16 +167,16 @@ _SPACE = re.compile(r"[ \t\r\n]*")
 _INT_DIGITS = 4000  # longer integers Python refuses to read (4300 digits): kept as numbers with their text
 
 
-def _int_or_number(text: str) -> int | _NumberText:
+def _int_or_number(text: str) -> int | NumberText:
     """An integer as Python's json reads it; one too long to read as an int, a number with its text
     (a value no field can use, rather than the object lost)."""
-    return int(text) if len(text) <= _INT_DIGITS else _NumberText(text)
+    return int(text) if len(text) <= _INT_DIGITS else NumberText(text)
 
 
-def _members(doc: bytes) -> tuple[dict[str, Any], int, bool]:
+def object_members(doc: bytes) -> tuple[dict[str, Any], int, bool]:
     """The members of the object ``doc`` opens, as Python's json reads them, up to the first that
     cannot be read: (members, the offset where reading stopped, whether the object closed)."""
-    text = _without_lone_surrogates(doc).decode("utf-8", "surrogateescape")
+    text = without_lone_surrogates(doc).decode("utf-8", "surrogateescape")
     scan = json.JSONDecoder(parse_int=_int_or_number).raw_decode
     members: dict[str, Any] = {}
     pos = _SPACE.match(text, 1).end()
@@ -231,7 +231,7 @@ def replaced_surrogates(value: Any) -> Any:
     return value
 
 
-def _last_boundary(
+def last_boundary(
     buf: bytes, lo: int = 0, hi: int | None = None, boundary: re.Pattern[bytes] = EVENT_BOUNDARY
 ) -> int | None:
     """Offset of the ``}`` of the last event boundary (``boundary``) in ``buf[lo:hi]``."""
@@ -255,7 +255,7 @@ def _last_boundary(
 _STRING_OR_BOUNDARY = re.compile(JSON_STRING + rb"|\}\s*,\s*\{", re.S)
 
 
-def _last_boundary_outside_strings(buf: bytes, at_most: int) -> int | None:
+def last_boundary_outside_strings(buf: bytes, at_most: int) -> int | None:
     """Offset of the ``}`` of the last event boundary at or before ``at_most`` that no string
     holds, reading ``buf`` from its start (outside any string: where an event begins). One pass,
     however many ``}, {`` the strings hold (serialized JSON in an arg, say)."""
@@ -269,17 +269,17 @@ def _last_boundary_outside_strings(buf: bytes, at_most: int) -> int | None:
     return last
 
 
-def _truncated(exc: msgspec.DecodeError) -> bool:
+def is_truncated(exc: msgspec.DecodeError) -> bool:
     return "truncated" in str(exc)
 
 
-def _reason(exc: msgspec.DecodeError) -> str:
+def error_reason(exc: msgspec.DecodeError) -> str:
     text = str(exc)
     if "truncated" in text:
         return "unexpected end of data"
     return re.sub(r"\s*\(byte \d+\)", "", text.split(" - at ")[0]).removeprefix("JSON is malformed: ")
 
 
-def _pos(exc: msgspec.DecodeError, doc: bytes) -> int:
+def error_offset(exc: msgspec.DecodeError, doc: bytes) -> int:
     m = re.search(r"\(byte (\d+)\)", str(exc))
     return int(m.group(1)) if m else len(doc)

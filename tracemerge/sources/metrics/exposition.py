@@ -31,7 +31,7 @@ from tracemerge.core.stats import Losses, Stat
 from tracemerge.core.units import NS_MAX, NS_MIN, checked_ns, decimal_text_to_int, seconds_to_ns
 from tracemerge.sources.base import SourceFormat, read_bytes
 from tracemerge.sources.chrome.files import JsonLines, first_json_object
-from tracemerge.sources.metrics.families import NO_TIME, REST_LOST, UNREADABLE, _families
+from tracemerge.sources.metrics.families import NO_TIME, REST_LOST, UNREADABLE, exposition_families
 from tracemerge.sources.metrics.series import COUNTER, GAUGE, MetricWriter, Series, untyped_kind
 from tracemerge.store.file_layout import FileLayout
 
@@ -61,7 +61,7 @@ def parse_snapshot(
     """Every sample of one exposition, at its own time or ``ts_ns``; what cannot be drawn is counted
     (a bad line by its number in the file, where the text starts at ``first_line``)."""
     points: list[Point] = []
-    for family in _families(text, dropped, first_line):
+    for family in exposition_families(text, dropped, first_line):
         if family.type == "unknown" and untyped_kind(family.name) == GAUGE:
             dropped.add(Stat.METRIC_TYPE_UNKNOWN, len(family.samples), "metric of unknown type (drawn as a gauge)")
         for sample in family.samples:

@@ -1,7 +1,7 @@
 """The metric families of one Prometheus (or OpenMetrics) exposition, its bad lines left out.
 
 ``prometheus_client``'s parsers give up at the first line they cannot read, losing the family it
-was in. :func:`_families` finds such lines, counts each under :data:`UNREADABLE` (the first named
+was in. :func:`exposition_families` finds such lines, counts each under :data:`UNREADABLE` (the first named
 by its line number in the file and the parser's reason) and leaves it out, parsing again only the
 block of the page it was in (:class:`_Page`), so that the cost stays linear in the page; after
 :data:`_MAX_BAD_LINES` the rest of the page is given up from its next bad line on (the samples
@@ -26,7 +26,7 @@ NO_TIME = "metric snapshot without a time"
 _MAX_BAD_LINES = 20
 
 
-def _families(text: str, dropped: Losses, first_line: int) -> list:
+def exposition_families(text: str, dropped: Losses, first_line: int) -> list:
     """The exposition's metric families. The parser gives up at a bad line, losing the family it
     was in: the line is found, counted and left out, and its block of the page parsed again."""
     page = _Page(text, first_line)

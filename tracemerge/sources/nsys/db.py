@@ -64,7 +64,7 @@ from tracemerge.sources.nsys.schema import (
     tid_of,
 )
 from tracemerge.sources.nsys.tables import NsysReader
-from tracemerge.sources.sqlite.opening import _opened
+from tracemerge.sources.sqlite.opening import opened
 from tracemerge.store.file_layout import FileLayout
 
 NAME = "nsys-db"
@@ -160,12 +160,12 @@ def _exported(report: Path, work: Path | None) -> Iterator[Path]:
 def read_rows(path: Path, db: Path, layout: FileLayout, format_name: str = NAME) -> SourceData:
     """The export ``path`` read from the SQLite database ``db`` that holds its tables (the export
     itself, or what a report or a JSON-lines export was turned into)."""
-    with _opened(db, layout.store.directory) as con:
+    with opened(db, layout.store.directory) as con:
         try:
             schema = Schema(con)
         except sqlite3.DatabaseError as exc:
             if isinstance(exc, sqlite3.OperationalError):
-                raise  # a query stopped: the guard of _opened says why
+                raise  # a query stopped: the guard of opened says why
             raise InputError(path, f"not a readable SQLite database ({exc})") from None
         if not any(t in schema.tables for t in NSYS_TABLES):
             form = "SQLite database" if format_name == NAME else "JSON-lines export"
@@ -180,7 +180,7 @@ def read_rows(path: Path, db: Path, layout: FileLayout, format_name: str = NAME)
             bad_text = con.bad_text
         except sqlite3.DatabaseError as exc:
             if isinstance(exc, sqlite3.OperationalError):
-                raise  # a query stopped: the guard of _opened says why
+                raise  # a query stopped: the guard of opened says why
             raise InputError(path, f"cannot read the database ({exc})") from None
     dropped = reader.dropped
     if reader.not_captured:

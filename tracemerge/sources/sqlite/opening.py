@@ -1,6 +1,6 @@
 """A SQLite input opened for reading without anything created or changed beside it.
 
-:func:`_opened` yields a connection to the DB for a ``with`` block: opened ``immutable`` when no
+:func:`opened` yields a connection to the DB for a ``with`` block: opened ``immutable`` when no
 writer left rows in a side file (:data:`SIDE_FILES`), else as a private copy of the DB and that
 file in a temporary directory (under the run's work directory), so that SQLite replays them
 there. A side file that holds nothing to replay (no WAL frame, no journal header: a file of
@@ -51,7 +51,7 @@ class ReadConnection(sqlite3.Connection):
 
 
 @contextmanager
-def _opened(path: Path, work: Path | None) -> Iterator[sqlite3.Connection]:
+def opened(path: Path, work: Path | None) -> Iterator[sqlite3.Connection]:
     """The DB, read so that nothing beside it is created or changed. ``immutable=1`` never
     touches a side file, but never reads one either: a DB whose writer stopped before a
     checkpoint keeps rows in its -wal (or a -journal to roll back), so then the DB and that file
