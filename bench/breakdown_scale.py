@@ -3,8 +3,9 @@ on two streams and 4 all-reduces, as the marks a read notes (merged unions per p
 
     python bench/breakdown_scale.py [RANKS] [STEPS]
 
-Times the noting of the spans (tracemerge.evidence.span_union.SpanUnion.add, as the layout does per device
-thread, and each kernel's time for the busiest kernels per step), deriving the steps with their breakdown (tracemerge.phases.derive) and the summary's rows,
+Times the noting of the spans (tracemerge.evidence.span_union.SpanUnion.add, as the layout does per
+device thread, and each kernel's time for the busiest kernels per step), deriving the steps with
+their breakdown (tracemerge.phases.derive) and the summary's rows,
 and checks compute + communication + free (+ preparing + closing) = wall on every row. Then what
 ``tracemerge summary`` and ``tracemerge diff`` do with those numbers beyond ``derive``: the tables,
 the comparison of the run with a copy 1.3 times slower gated at 10%, and the typed records the
