@@ -29,6 +29,7 @@ import itertools
 import operator
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import overload
 
 import msgspec
 import numpy as np
@@ -78,7 +79,7 @@ def covered(spans: Spans, lo: int, hi: int) -> int:
     """How much of [lo, hi) the sorted, disjoint ``spans`` cover."""
     if hi <= lo:
         return 0
-    if type(spans) is SpanUnion:
+    if isinstance(spans, SpanUnion):
         return spans.covered(lo, hi)
     k = max(0, bisect.bisect_right(spans, (lo,)) - 1)
     total = 0
@@ -96,10 +97,12 @@ class Coverage:
     window by window when a time is beyond int64, which no trace's is)."""
 
     __slots__ = ("before", "ends", "spans", "starts")
+    starts: np.ndarray | None  # the spans' columns; None (both) beyond int64
+    ends: np.ndarray | None
 
     def __init__(self, spans: Spans) -> None:
         self.spans = spans
-        if type(spans) is SpanUnion:
+        if isinstance(spans, SpanUnion):
             self.starts, self.ends = spans.columns()
         else:
             try:
@@ -120,7 +123,7 @@ class Coverage:
                 los, his = np.array(lo, np.int64), np.array(hi, np.int64)
             except OverflowError:
                 fits = False
-        if not fits:
+        if not fits or self.starts is None or self.ends is None:  # (the columns are there when it fits)
             return [covered(self.spans, a, b) for a, b in zip(lo, hi, strict=True)]
         starts, ends, count = self.starts, self.ends, len(self.starts)
         first = np.searchsorted(ends, los, "right")  # the first span ending after lo
@@ -135,12 +138,14 @@ class Coverage:
         """Per window [lo[k], hi[k]): where the spans' cover of it starts and where it ends (None
         for a window they do not reach); two binary searches per window, as :meth:`within_all`."""
         empty: list[int | None] = [None] * len(lo)
-        if self.starts is not None and len(self.starts):
+        if self.starts is not None and self.ends is not None and len(self.starts):
+            los: np.ndarray | None
+            his: np.ndarray | None
             try:
                 los, his = np.array(lo, np.int64), np.array(hi, np.int64)
             except OverflowError:
                 los = his = None
-            if los is not None:
+            if los is not None and his is not None:
                 count = len(self.starts)
                 first = np.searchsorted(self.ends, los, "right")  # the first span ending after lo
                 last = np.searchsorted(self.starts, his, "left") - 1  # the last starting before hi
@@ -169,6 +174,10 @@ class Coverage:
         return firsts, lasts
 
 
+@overload
+def intersection(x: SpanUnion, y: SpanUnion) -> SpanUnion: ...
+@overload
+def intersection(x: Spans, y: Spans) -> Spans: ...
 def intersection(x: Spans, y: Spans) -> Spans:
     """The intersection of two sorted, disjoint span lists, in order (a :class:`SpanUnion` of two
     such unions).
@@ -186,7 +195,7 @@ def intersection(x: Spans, y: Spans) -> Spans:
         xs, xe = _covering_columns(x)
         ys, ye = _covering_columns(y)
     except OverflowError:  # beyond int64 (no trace's times are): the merge, one pair at a time
-        return _merged_intersection(x, y)
+        return _merged_intersection(list(x), list(y))
     a, b = _intersected(xs, xe, ys, ye)
     return list(zip(a.tolist(), b.tolist(), strict=True))
 
@@ -204,7 +213,7 @@ def _intersected(xs: np.ndarray, xe: np.ndarray, ys: np.ndarray, ye: np.ndarray)
     return a[keep], b[keep]
 
 
-def _covering_columns(spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+def _covering_columns(spans: Spans) -> tuple[np.ndarray, np.ndarray]:
     """The starts and the ends of the spans that cover something, as int64 columns: an empty or
     reversed span covers nothing, and left in a sorted list it would unsort the ends searched
     (OverflowError beyond int64)."""
@@ -335,7 +344,7 @@ def whole_breakdowns(
 
 def _outer(spans: Spans) -> list[tuple[int, int]]:
     """The first and the last span of a sorted union (one, or none, when it holds fewer)."""
-    if type(spans) is not SpanUnion:
+    if not isinstance(spans, SpanUnion):
         return [*spans[:1], *spans[-1:]]
     starts, ends = spans.columns()
     return [(int(starts[k]), int(ends[k])) for k in sorted({0, len(starts) - 1})] if len(starts) else []

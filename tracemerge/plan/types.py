@@ -43,8 +43,8 @@ class FileScan(msgspec.Struct):
     threads: dict[Identity, dict[ThreadKey, ThreadInfo]]
     # (thread key, series name) -> the name of the source process it came from ("" for the main one)
     counter_series: dict[Identity, dict[tuple[ThreadKey, str], str]]
-    ts_min: int | None  # origin_ns included
-    ts_max: int | None
+    ts_min: int  # origin_ns included (a scan is made of a file that has events)
+    ts_max: int
     local_min: int | None = None  # the file's own timestamps, before origin_ns
     dropped: Losses = field(default_factory=Losses)
     metadata_records: int = 0
