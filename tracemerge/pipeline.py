@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -212,7 +212,8 @@ def _encode(
     time (they need their own copies) and the files a --window cuts. Files wholly outside the
     window are left out. Returns each unit's summary and chunk, by path."""
     writer, plan, derived = asked.writer, first.plan, first.derived
-    chunk_of = {path: job.chunk for path, job in first.jobs.items()}
+    assert writer is not None  # a merge's, whose jobs all have a chunk
+    chunk_of = {path: job.chunk for path, job in first.jobs.items() if job.chunk is not None}
     scan_of = {sc.path: sc for sc in first.scans}
     if derived is not None:
         chunk_of[derived.path] = derived.path
@@ -277,7 +278,7 @@ def _parts(
     scan_of: dict[Path, FileScan],
     report: RunReport,
     strict: bool,
-) -> Iterable[tuple[Part, dict[Path, FileScan]]]:
+) -> Iterator[tuple[Part, dict[Path, FileScan]]]:
     """The parts of ``--split-by``, each with the summaries of its files."""
     if split_by == "step-window":
         return _step_parts(first, asked, scan_of, run, report, strict)
@@ -356,6 +357,7 @@ def _step_parts(
     to it (and to the --window or --steps time asked) as ``--window`` cuts (Chrome JSON from the
     events its first read kept)."""
     plan, writer = first.plan, asked.writer
+    assert writer is not None  # a merge's
     for group, step_window in step_windows(first.model.steps, plan.base_ns):
         window = _intersect(step_window, asked.selection.window)
         if window is None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 import msgspec
 
@@ -63,7 +63,7 @@ class Segment(msgspec.Struct, frozen=True):
         return self.end - self.start
 
 
-Devices = dict[Identity, tuple[Spans, Spans]]  # merged compute, comm (SpanUnion or sorted tuples)
+Devices = Mapping[Identity, tuple[Spans, Spans]]  # merged compute, comm (SpanUnion or sorted tuples)
 
 
 def step_path(

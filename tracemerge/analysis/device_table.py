@@ -33,7 +33,7 @@ def breakdown_table(rows: list[dict], counted: set[int] | None = None) -> str:
     by_role: dict[str, dict] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         by_role[r["role"]][r["rank"]].append(r)
-    table = [("role", "ranks", "", *BREAKDOWN_PARTS)]
+    table: list[tuple[str, ...]] = [("role", "ranks", "", *BREAKDOWN_PARTS)]
     for role, ranks in by_role.items():
         steps = [r for found in ranks.values() for r in found]
         per = "mean per step" if any(r["step"] is not None for r in steps) else "mean per rank"

@@ -80,7 +80,7 @@ def covered(spans: Spans, lo: int, hi: int) -> int:
     """How much of [lo, hi) the sorted, disjoint ``spans`` cover."""
     if hi <= lo:
         return 0
-    if type(spans) is SpanUnion:
+    if isinstance(spans, SpanUnion):
         return spans.covered(lo, hi)
     k = max(0, bisect.bisect_right(spans, (lo,)) - 1)
     total = 0

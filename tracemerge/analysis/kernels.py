@@ -11,6 +11,8 @@ streams can make the shares add up to more than 100%.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import msgspec
 import numpy as np
 
@@ -33,7 +35,7 @@ class Busiest(msgspec.Struct, frozen=True):
 
 def busiest(
     kernels: dict[Identity, dict[str, tuple[int, int]]],
-    units: dict[Identity, tuple[Spans, Spans]],
+    units: Mapping[Identity, tuple[Spans, Spans]],
     top: int = TOP,
 ) -> dict[Identity, Busiest]:
     """Per process with a tally: its ``top`` names by total device time (then by name), and its

@@ -31,7 +31,7 @@ def step_kernel_rows(model: PhaseModel, name: Callable[[Identity], str]) -> list
     rows = []
     for ident in sorted(model.step_kernels, key=lambda i: (role_sort_key(i.role), *order_key(i)[1:])):
         for step, found in model.step_kernels[ident]:
-            row = {"role": ident.role, "rank": ident.rank, "process": name(ident), "step": step}
+            row: dict[str, object] = {"role": ident.role, "rank": ident.rank, "process": name(ident), "step": step}
             row.update({"busy_ns": found.busy_ns, "names": found.names})
             row["top"] = [
                 {"name": n, "count": count, "total_ns": total, "share": total / found.busy_ns if found.busy_ns else 0.0}

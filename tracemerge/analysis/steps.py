@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from tracemerge.analysis.critical_path import NOT_PROFILED
 from tracemerge.analysis.device_table import breakdown_table
@@ -74,7 +75,7 @@ def summary(model: PhaseModel, labels: dict[Identity, str] | None = None) -> dic
         out["step_kernels"] = step_kernel_rows(model, name)
     for ident, proc in model.processes.items():
         off = unrecorded(proc, model.recorded.get(ident))
-        rows = [
+        rows: list[dict[str, Any]] = [
             {"step": st.step, "dur_ns": st.dur, "idle_ns": st.idle - off.get(st.step, 0), "phases_ns": dict(st.phases)}
             for st in proc.steps
         ]
@@ -109,7 +110,7 @@ def _kernel_rows(model: PhaseModel, name: Callable[[Identity], str]) -> list[dic
     rows = []
     for ident in sorted(model.kernels, key=lambda i: (role_sort_key(i.role), *order_key(i)[1:])):
         found = model.kernels[ident]
-        row = {"role": ident.role, "rank": ident.rank, "process": name(ident), "busy_ns": found.busy_ns}
+        row: dict[str, Any] = {"role": ident.role, "rank": ident.rank, "process": name(ident), "busy_ns": found.busy_ns}
         row["names"] = found.names
         row["top"] = [
             {"name": n, "count": count, "total_ns": total, "share": total / found.busy_ns if found.busy_ns else 0.0}

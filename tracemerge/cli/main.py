@@ -21,14 +21,15 @@ if TYPE_CHECKING:
     from tracemerge.report.run_report import RunReport
     from tracemerge.select import Selection
 
-# The usage errors of the click typer runs on (typer 0.28 carries a copy of its own).
-_CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+# The usage errors of the click typer runs on (typer 0.28 carries a copy of its own): a class
+# found at run time, of either click.
+_CLICK_ERROR: Any = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 
 class _DefaultToMerge(TyperGroup):
     """Lets ``tracemerge ./runs -o x`` mean ``tracemerge merge ./runs -o x``."""
 
-    def parse_args(self, ctx, args):  # type: ignore[no-untyped-def]
+    def parse_args(self, ctx, args):
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
             args = ["merge", *args]
         # A bare --ray (last, or before another option) starts a Ray instance here.
@@ -38,12 +39,14 @@ class _DefaultToMerge(TyperGroup):
         ]
         return super().parse_args(ctx, args)
 
-    def main(self, *args, standalone_mode: bool = True, **kwargs):  # type: ignore[no-untyped-def,override]
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
         """Usage errors in one line, ``tracemerge: error: <what is wrong>`` (exit 2)."""
+        # Ignored below: mypy holds that ``args`` may reach the base's fourth parameter,
+        # standalone_mode; typer passes main no more than the first three.
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[misc]
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            code = super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[misc]
         except _CLICK_ERROR as exc:
             if not exc.format_message():  # no arguments at all: the help, as click shows it
                 exc.show()

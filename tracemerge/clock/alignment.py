@@ -25,7 +25,7 @@ files by hand (``manual``). Every file gets a :class:`SourceClock` saying how it
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import msgspec
@@ -71,7 +71,7 @@ class _Group(msgspec.Struct):
         return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
 
 
-def align(scans: list[HasClock], options: AlignOptions, order: Callable[[Identity], tuple]) -> Alignment:
+def align(scans: Sequence[HasClock], options: AlignOptions, order: Callable[[Identity], tuple]) -> Alignment:
     """Place every file; ``order`` sorts processes (the first one's host is the reference)."""
     sources: dict[Path, SourceClock] = {}
     usable = [s for s in scans if s.ts_min is not None]
@@ -174,7 +174,12 @@ def _place_the_rest(rest: list[_Group], placed: list[_Group], sources: dict[Path
     for g in rest:
         shift = _mtime_offset(g)
         s0 = g.scans[0]
-        near = lo is None or (s0.ts_min + shift < hi + MTIME_SLACK_NS and s0.ts_max + shift > lo - MTIME_SLACK_NS)
+        # lo and hi are None together (nothing placed yet); without a shift the file is not near
+        near = shift is not None and (
+            lo is None
+            or hi is None
+            or (s0.ts_min + shift < hi + MTIME_SLACK_NS and s0.ts_max + shift > lo - MTIME_SLACK_NS)
+        )
         if shift is not None and near:
             _place(g, shift, None, placed, sources, "mtime", 0, "file modification time = its last event", "low")
             continue

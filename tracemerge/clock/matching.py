@@ -208,7 +208,7 @@ def estimate(anchors: list[Anchor]) -> tuple[int, int | None, int] | None:
         uncertainty = math.ceil(3 * spread / math.sqrt(n))
     else:
         uncertainty = max(abs(v - offset) for v in kept_values)
-    bounded = [a for a in kept if a[1] is not None and a[2] is not None]
+    bounded = [(v, low, high) for v, low, high in kept if low is not None and high is not None]
     if not bounded:
         # Events meant to be simultaneous (a sync span, a session phase) are so only to within
         # their lag, which may be the same for all: as unsure as the pairs disagree.

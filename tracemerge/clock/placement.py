@@ -19,8 +19,8 @@ class HasClock(Protocol):
     path: Path
     clock: ClockDomain
     origin_ns: int
-    ts_min: int | None
-    ts_max: int | None
+    ts_min: int
+    ts_max: int
     host: str | None
     mtime_ns: int | None
     marks: dict[Identity, dict[str, list[tuple[int, int]]]]

@@ -31,7 +31,7 @@ import msgspec
 from msgspec.structs import replace
 
 from tracemerge.clock.alignment import align
-from tracemerge.clock.placement import Alignment, AlignOptions
+from tracemerge.clock.placement import Alignment, AlignOptions, HasClock
 from tracemerge.core.model import Identity
 
 HOUR_NS = 3600 * 10**9
@@ -55,11 +55,15 @@ _TIME_PREFIX = re.compile(r"\d{4}(-\d{2}(-\d{2}([ T]\d{2}(:\d{2}(:\d{2}(\.\d+)?)
 
 class HasSpan(Protocol):
     path: Path
-    ts_min: int | None
-    ts_max: int | None
+    ts_min: int
+    ts_max: int
     counts: dict
     threads: dict
     counter_series: dict
+
+
+class HasClockAndSpan(HasSpan, HasClock, Protocol):
+    """A file's summary that is placed (:func:`~tracemerge.clock.align`), then grouped into runs."""
 
 
 class Run(msgspec.Struct, frozen=True):
@@ -144,7 +148,7 @@ def _grouped(placed: list[tuple[int, int, HasSpan]], unplaced: Sequence[HasSpan]
     return Runs(runs, gap, tuple(s.path for s in unplaced))
 
 
-def runs_of(scans: Sequence[HasSpan], options: AlignOptions, order: Callable[[Identity], tuple]) -> Runs:
+def runs_of(scans: Sequence[HasClockAndSpan], options: AlignOptions, order: Callable[[Identity], tuple]) -> Runs:
     """The runs among ``scans``, placed as :func:`~tracemerge.clock.align` places them.
 
     A file that only another file's evidence places (a per-process clock placed by collectives,
@@ -179,14 +183,14 @@ def runs_of(scans: Sequence[HasSpan], options: AlignOptions, order: Callable[[Id
     by_path = {s.path: s for s in scans}
     grown = []
     for r in runs.runs:
-        group = [(r.start_ns, r.end_ns, by_path[p]) for p in r.files]
+        group: list[tuple[int, int, HasSpan]] = [(r.start_ns, r.end_ns, by_path[p]) for p in r.files]
         group += [(r.start_ns, r.end_ns, s) for s in joined[r.number]]
         grown.append(_run(r.number, group, tuple(ambiguous[r.number])))
     return Runs(tuple(grown), runs.gap_ns, unplaced, first)
 
 
 def one_timeline(
-    runs: Runs, scans: Sequence[HasSpan], options: AlignOptions, order: Callable[[Identity], tuple]
+    runs: Runs, scans: Sequence[HasClockAndSpan], options: AlignOptions, order: Callable[[Identity], tuple]
 ) -> Alignment:
     """What ``--run all`` merges: each run placed as if alone (its files only evidence places
     against its own records, not another run's), side by side on the wall-clock timeline they

@@ -6,6 +6,7 @@ has a warning row naming them (:mod:`tracemerge.phases.tracks`)."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
@@ -25,7 +26,7 @@ class HasProcesses(Protocol):
     counter_series: dict
 
 
-def unaligned(scans: list[HasProcesses], alignment: Alignment) -> dict[Identity, list[str]]:
+def unaligned(scans: Iterable[HasProcesses], alignment: Alignment) -> dict[Identity, list[str]]:
     """Per process with a file placed without clock evidence, a line per such file: its name,
     why and where it was put."""
     out: dict[Identity, list[str]] = defaultdict(list)

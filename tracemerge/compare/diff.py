@@ -133,6 +133,7 @@ def _row(key: Key, values: list[Values | None], steps: list[int] | None, steady:
             pass
     elif values[0] is not None or values[1] is not None:  # on one side only: its value, shown
         found = values[0] if values[0] is not None else values[1]
+        assert found is not None  # one side has it
         mine = steady[0] if values[0] is not None else steady[1]
         shown = [v for k, v in found.items() if k is None or k in mine]
         if shown:
@@ -220,7 +221,8 @@ def compare(
 
 
 def _appearing(sides: list[Side]) -> dict:
-    appeared, vanished = [], []
+    appeared: list[str] = []
+    vanished: list[str] = []
     for role in [*sides[0].roles, *(r for r in sides[1].roles if r not in sides[0].roles)]:
         found = [role in side.roles for side in sides]
         if not all(found):

@@ -39,7 +39,7 @@ def compare_kernels(base: dict, new: dict) -> dict | None:
                     "name": name,
                     "base_ns": totals[0],
                     "new_ns": totals[1],
-                    "delta_ns": None if None in totals else totals[1] - totals[0],
+                    "delta_ns": None if totals[0] is None or totals[1] is None else totals[1] - totals[0],
                     "base_count": None if found[0] is None else found[0]["count"],
                     "new_count": None if found[1] is None else found[1]["count"],
                 }

@@ -60,7 +60,9 @@ class Event(msgspec.Struct):
     cat: str = ""
     dur: int = 0
     args: dict[str, Any] | None = None
-    origin: OriginKey = NO_ORIGIN
+    # An OriginKey; a derived event's (tracemerge.phases) is its process's Identity, which the
+    # derived unit's layout is keyed by.
+    origin: Any = NO_ORIGIN
     value: float | int = 0
     flow_id: Any = None
     flow_phase: FlowPhase = FlowPhase.START

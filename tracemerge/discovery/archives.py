@@ -23,6 +23,7 @@ import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import suppress
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
@@ -110,7 +111,7 @@ def _members(archive: Path) -> Iterator[tuple[str, int, str, Callable[[], IO[byt
             for info in z.infolist():
                 mode = (info.external_attr >> 16) & 0o170000
                 kind = "dir" if info.is_dir() else "link" if mode == 0o120000 else "file"
-                yield info.filename, info.file_size, kind, lambda info=info: z.open(info)
+                yield info.filename, info.file_size, kind, partial(z.open, info)
         return
     with tarfile.open(archive) as tar:
         for member in tar:
@@ -123,7 +124,7 @@ def _members(archive: Path) -> Iterator[tuple[str, int, str, Callable[[], IO[byt
                 if member.issym() or member.islnk()
                 else "special"
             )
-            yield member.name, member.size, kind, lambda member=member: _tar_member(tar, member)
+            yield member.name, member.size, kind, partial(_tar_member, tar, member)
 
 
 def _tar_member(tar: tarfile.TarFile, member: tarfile.TarInfo) -> IO[bytes]:

@@ -122,14 +122,14 @@ class KernelTally:
                 else:
                     found[0] += total
                     found[1] += count
-        for key, found in (times or {}).items():
-            if not len(found):
+        for key, part in (times or {}).items():
+            if not len(part):
                 continue
             mine_times, codes = self._columns(key)
-            remap = np.array([_code(codes, mine_times.names, n) for n in found.names], np.int32)
-            mine_times.starts.frombytes(np.asarray(found.starts, np.int64).tobytes())
-            mine_times.durs.frombytes(np.asarray(found.durs, np.int64).tobytes())
-            mine_times.codes.frombytes(remap[np.asarray(found.codes, np.int32)].tobytes())
+            remap = np.array([_code(codes, mine_times.names, n) for n in part.names], np.int32)
+            mine_times.starts.frombytes(np.asarray(part.starts, np.int64).tobytes())
+            mine_times.durs.frombytes(np.asarray(part.durs, np.int64).tobytes())
+            mine_times.codes.frombytes(remap[np.asarray(part.codes, np.int32)].tobytes())
 
     def clear(self) -> None:
         """Forget everything (the source reads the file again)."""

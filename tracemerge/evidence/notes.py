@@ -17,7 +17,8 @@ from tracemerge.evidence.anchors import DEVICE, MAX_MARKS, MAX_PHASE_MARKS, PHAS
 from tracemerge.evidence.span_union import SpanUnion
 
 # Device activity is a SpanUnion per (tag, origin, thread), any other evidence a list of marks.
-Marks = dict[tuple[str, OriginKey, ThreadKey], list[tuple[int, int]] | SpanUnion]
+MarkKey = tuple[str, OriginKey, ThreadKey]
+Marks = dict[MarkKey, list[tuple[int, int]] | SpanUnion]
 
 
 class EvidenceNotes:
@@ -48,7 +49,7 @@ class EvidenceNotes:
         if found is None:
             # device activity: a union of spans, merged as they come
             found = self.marks[(tag, origin, thread)] = SpanUnion() if tag.startswith(DEVICE) else []
-        if type(found) is SpanUnion:
+        if isinstance(found, SpanUnion):
             found.add(start, end)
             return
         limit = MAX_PHASE_MARKS if tag.startswith((PHASE, STEP)) else MAX_MARKS
@@ -62,11 +63,7 @@ class EvidenceNotes:
         numpy into the thread's union."""
         if not len(starts):
             return
-        key = (tag, origin, thread)
-        found = self.marks.get(key)
-        if found is None:
-            found = self.marks[key] = SpanUnion()
-        found.add_columns(starts, ends)
+        _union_at(self.marks, (tag, origin, thread)).add_columns(starts, ends)
 
     def absorb(self, marks: Marks, marks_over: Counter[str]) -> None:
         """The notes of a part of the file read apart, after those before. A part's device
@@ -74,11 +71,8 @@ class EvidenceNotes:
         if they had come one by one, and a 23 MB rank's part holds ten thousand)."""
         for key, found in marks.items():
             tag, origin, thread = key
-            if type(found) is SpanUnion:
-                mine = self.marks.get(key)
-                if mine is None:
-                    mine = self.marks[key] = SpanUnion()
-                mine.absorb(found)
+            if isinstance(found, SpanUnion):
+                _union_at(self.marks, key).absorb(found)
                 continue
             for start, end in found:
                 self.mark(tag, origin, thread, start, end)
@@ -95,11 +89,19 @@ class EvidenceNotes:
         marks: Marks = {}
         for (tag, origin, thread), found in self.marks.items():
             key = (tag, origin_of(origin, thread), thread)
-            if type(found) is SpanUnion:
-                union = marks.get(key)
-                if union is None:
-                    union = marks[key] = SpanUnion()
-                union.absorb(found)
+            if isinstance(found, SpanUnion):
+                _union_at(marks, key).absorb(found)
             else:
-                marks.setdefault(key, []).extend(found)
+                listed = marks.setdefault(key, [])
+                assert isinstance(listed, list)  # a tag's marks are all of one kind
+                listed.extend(found)
         self.marks = marks
+
+
+def _union_at(marks: Marks, key: MarkKey) -> SpanUnion:
+    """The device activity at ``key``, a new union if there is none yet."""
+    found = marks.get(key)
+    if found is None:
+        found = marks[key] = SpanUnion()
+    assert isinstance(found, SpanUnion)  # a tag's marks are all of one kind: a device tag's a union
+    return found

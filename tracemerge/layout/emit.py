@@ -42,7 +42,9 @@ def lay_out(
     result = LayoutResult()
     ident = _cached(identity_of)
     spans = [entries.span() for entries in events.entries.values() if entries.total]
-    firsts = [lo for lo, _ in spans] + [buf.smallest()[0] for buf in events.samples.values() if buf.total]
+    firsts = [lo for lo, _ in spans] + [
+        earliest[0] for buf in events.samples.values() if buf.total and (earliest := buf.smallest()) is not None
+    ]
     if not firsts:
         return result
     result.ts_min = min(firsts)
@@ -163,10 +165,12 @@ def _summary(events: EventStore, ident: Ident, result: LayoutResult) -> LayoutRe
 
 def _leave_out(events: EventStore, ident: Ident, keep: Callable[[Identity], bool], result: LayoutResult) -> None:
     """Drops the buffers of processes the selection leaves out, counting their events."""
-    for buffers, stat in (
+    # Each kind's buffers, by (origin, thread) or (origin, thread, name).
+    kinds: tuple[tuple[dict, Stat], ...] = (
         (events.entries, Stat.FILTERED_PROCESS_SLICES),
         (events.points, Stat.FILTERED_PROCESS_FLOW_POINTS),
         (events.samples, Stat.FILTERED_PROCESS_COUNTER_VALUES),
-    ):
+    )
+    for buffers, stat in kinds:
         for key in [k for k in buffers if not keep(ident(k[0]))]:
             result.filtered[stat] += buffers.pop(key).total

@@ -255,5 +255,5 @@ def tied_out_of_order(
     return found
 
 
-def _index_type(n: int) -> type:
+def _index_type(n: int) -> type[np.signedinteger]:
     return np.int32 if n < 1 << 31 else np.int64

@@ -1,5 +1,7 @@
-"""What laying out a file hands around: the writer's :class:`Encoder`, the :class:`Tracks` a
-file's keys land on, a thread's :class:`Items` for the encoder and the :class:`LayoutResult`.
+"""What laying out a file hands around: the writer's :class:`Encoder` (its :class:`Encoding` of
+names and args, what a file's store needs as events are read; the :class:`ChunkEncoder` a writer
+makes), the :class:`Tracks` a file's keys land on, a thread's :class:`Items` for the encoder and
+the :class:`LayoutResult`.
 
 Kept apart from :mod:`tracemerge.store.file_layout` so that the modules that work a file out
 (:mod:`tracemerge.layout.flows.numbering`, :mod:`tracemerge.layout.thread_walk`) need nothing of the layout itself.
@@ -37,10 +39,8 @@ class Items(msgspec.Struct):
     flow_phases: np.ndarray
 
 
-class Encoder(Protocol):
-    """What a writer implements to receive one file's laid-out events.
-
-    What a slice or instant says is encoded once, when the event is read: ``prefix`` encodes a
+class Encoding(Protocol):
+    """What a slice or instant says, encoded once, when the event is read: ``prefix`` encodes a
     name and category (the layout caches it per pair), ``args`` an args object given as JSON
     text; an event's body is the two concatenated.
     """
@@ -51,6 +51,11 @@ class Encoder(Protocol):
 
     # ``args_heads[len(text)] + text`` encodes args text that ``args`` would not need to change.
     args_heads: tuple[bytes, ...]
+
+
+class Encoder(Encoding, Protocol):
+    """What a writer implements to receive one file's laid-out events."""
+
     # Whether the order of a tie matters once one of its slices carries a flow (Chrome JSON binds
     # a flow event to the slice on top of the stack when it is read).
     flows_bind_by_order: bool
@@ -67,6 +72,16 @@ class Encoder(Protocol):
         """A thread's BEGINs and instants; ``in_walk_order`` for ties in the walk's order."""
 
     def counter(self, track: CounterTrack, ts: int, value: float | int) -> None: ...
+
+    def close(self) -> None:
+        """The file's events are all handed over: its chunk is ended."""
+
+
+class ChunkEncoder(Encoder, Protocol):
+    """A writer's encoder of one file's chunk."""
+
+    def end(self) -> None:
+        """Stops what it runs beside (a file given up)."""
 
 
 class Tracks(Protocol):

@@ -155,9 +155,8 @@ class EngineFolder(msgspec.Struct, frozen=True):
     @property
     def label(self) -> str:
         """The label of the replica's processes before their local rank: node 0 goes unsaid."""
-        return " · ".join(
-            [f"replica {self.replica}"] + [self.serving] * bool(self.serving) + [f"node {self.node}"] * bool(self.node)
-        )
+        serving = [self.serving] if self.serving else []
+        return " · ".join([f"replica {self.replica}"] + serving + [f"node {self.node}"] * bool(self.node))
 
 
 def read_engine_folder(folder: str) -> EngineFolder | None:

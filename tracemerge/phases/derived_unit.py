@@ -127,9 +127,14 @@ def _encode_sequence(
     for ev in events:
         layout.add_event(ev)
     shift = one_pass_shift if writer.one_pass else unit.shift_ns
-    result = layout.finish(lambda ident: ident, tracks, shift, flow_id_base(sequence))
+    result = layout.finish(_own_identity, tracks, shift, flow_id_base(sequence))
     enc.close()
     return result.lanes
+
+
+def _own_identity(origin: Any) -> Identity:
+    """A derived event's process: its origin is the process's identity (see Event.origin)."""
+    return origin
 
 
 def steps_window(selection: Selection, steps: frozenset[int] | None, model: PhaseModel, plan: MergePlan) -> Selection:

@@ -38,8 +38,8 @@ def assign_machines(scans: list[FileScan], order: dict[Identity, int]) -> Machin
         first_place[host] = min(first_place.get(host, len(order)), order.get(ident, len(order)))
     if len(first_place) < 2:
         return None
-    hosts = sorted(first_place, key=lambda h: (first_place[h], h))
-    machine_of_host = {host: n + 1 for n, host in enumerate(hosts)}
+    ordered_hosts = sorted(first_place, key=lambda h: (first_place[h], h))
+    machine_of_host = {host: n + 1 for n, host in enumerate(ordered_hosts)}
     of_process = {ident: machine_of_host[host] for ident, host in host_of.items()}
     of_file = {}
     for s in files:
@@ -97,9 +97,9 @@ def _groups(files: list[FileScan]) -> list[tuple[set[Identity], set[str]]]:
     hosts: dict[Identity, set[str]] = defaultdict(set)
     for s in files:
         host = (s.host or "").strip()
-        idents = _identities(s)
-        if host and idents:
-            hosts[root(next(iter(idents)))].add(host)
+        found = _identities(s)
+        if host and found:
+            hosts[root(next(iter(found)))].add(host)
     return [(group, hosts[top]) for top, group in members.items()]
 
 

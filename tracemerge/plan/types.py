@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
+from collections.abc import Container
 from pathlib import Path
 
 import msgspec
@@ -44,8 +45,8 @@ class FileScan(msgspec.Struct):
     threads: dict[Identity, dict[ThreadKey, ThreadInfo]]
     # (thread key, series name) -> the name of the source process it came from ("" for the main one)
     counter_series: dict[Identity, dict[tuple[ThreadKey, str], str]]
-    ts_min: int | None  # origin_ns included
-    ts_max: int | None
+    ts_min: int  # origin_ns included (a scan is made of a file that has events)
+    ts_max: int
     local_min: int | None = None  # the file's own timestamps, before origin_ns
     dropped: Losses = field(default_factory=Losses)
     metadata_records: int = 0
@@ -217,7 +218,7 @@ def _own_process(data: SourceData, facts: PathFacts) -> str:
     named = worker_from_name(data.path.name)
     if named is not None and named[0] == host and pid is not None and named[1] != pid:
         host = None  # a name only shaped like torch's {host}_{pid}: its pid is not the trace's
-    return " · ".join([host] * bool(host) + [f"pid {pid}"] * (pid is not None))
+    return " · ".join(([host] if host else []) + [f"pid {pid}"] * (pid is not None))
 
 
 # Track uuids are hashes of what the track is, so that a file can be encoded before the plan
@@ -244,7 +245,7 @@ def track_id(wide: bool, *parts: object) -> int:
 MAX_ALTERNATIVES = 64
 
 
-def free_id(uuid: int, taken: set[int] | dict[int, object]) -> int:
+def free_id(uuid: int, taken: Container[int]) -> int:
     """The first of ``uuid``'s alternatives (hashes of it and a count) that ``taken`` lacks: the
     same sequence in every file and in the plan, so that a clash is mostly settled alike."""
     wide = uuid >= 1 << NARROW_ID_BITS

@@ -66,10 +66,10 @@ def unique_ids(
         same = uuid == track.uuid and parent == track.process_uuid
         out_threads[key] = track if same else replace(track, uuid=uuid, process_uuid=parent)
     out_counters = {}
-    for key, counter in counters.items():
+    for series, counter in counters.items():
         uuid, parent = claim(counter.uuid), moved.get(counter.process_uuid, counter.process_uuid)
         same = uuid == counter.uuid and parent == counter.process_uuid
-        out_counters[key] = counter if same else replace(counter, uuid=uuid, process_uuid=parent)
+        out_counters[series] = counter if same else replace(counter, uuid=uuid, process_uuid=parent)
     return out_processes, out_threads, out_counters
 
 

@@ -11,9 +11,9 @@ status to give and a one-line reason, or None for a whole file.
 from __future__ import annotations
 
 import gzip
+import io
 import zlib
 from pathlib import Path
-from typing import BinaryIO
 
 from tracemerge.analysis.steps import per_step
 from tracemerge.core.errors import TracemergeError, shown
@@ -93,7 +93,7 @@ def trace_problem(path: Path) -> tuple[int, str] | None:
         return EXIT_INCOMPLETE, f"damaged: its gzip stream is cut or corrupt ({exc})"
 
 
-def _packets(f: BinaryIO, head: bytes, size: int | None) -> tuple[int, str] | None:
+def _packets(f: io.BufferedIOBase, head: bytes, size: int | None) -> tuple[int, str] | None:
     """Walks the packet headers; ``size`` (of a plain file) lets payloads be skipped by seeking."""
     buf, pos = head, 0  # buf holds the file from byte pos on
     at = 0  # file offset of buf[0]
@@ -129,7 +129,7 @@ def _packets(f: BinaryIO, head: bytes, size: int | None) -> tuple[int, str] | No
         buf, at, pos = b"", start + length, 0
 
 
-def _json_end(f: BinaryIO, head: bytes, opening: bytes) -> tuple[int, str] | None:
+def _json_end(f: io.BufferedIOBase, head: bytes, opening: bytes) -> tuple[int, str] | None:
     """A JSON object trace ends with ``}`` (white space after it aside); an event array may end
     without its ``]`` (the trace-event format allows it), so only objects are judged."""
     tail = head

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -194,7 +195,7 @@ def json_bytes(value: Any, indent: bool = True) -> bytes:
 _SEPARATORS = {True: (",", ": "), False: (",", ":")}
 
 
-def format_table(rows: list[tuple[str, ...]], left: frozenset[int] = frozenset()) -> str:
+def format_table(rows: Sequence[tuple[str, ...]], left: frozenset[int] = frozenset()) -> str:
     """A plain-text table: header, rule, rows; columns in ``left`` left-aligned, others right.
     Every cell is escaped (:func:`shown`): a name from the data cannot break a row or colour it."""
     rows = [tuple(shown(c) for c in row) for row in rows]

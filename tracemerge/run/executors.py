@@ -137,7 +137,7 @@ class SerialExecutor:
     def __enter__(self) -> SerialExecutor:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         return None
 
 

@@ -114,7 +114,7 @@ class _NoOutput:
         self._prefixes += 1
         return self._prefixes.to_bytes(8, "little")
 
-    args_heads = (b"",) * 4096
+    args_heads: tuple[bytes, ...] = (b"",) * 4096
 
     def args(self, text: bytes) -> bytes:
         return b""
@@ -177,6 +177,7 @@ def _process_file(job: FileJob) -> FileOutcome:
     cand = job.candidate
     keep_layout = bool(job.keep_layout) and job.chunk is not None
     with ExitStack() as stack:
+        enc: Encoder
         if job.writer and job.chunk is not None:
             out = stack.enter_context(job.chunk.open("wb"))
             # A core left idle for the file (its parts would be read at once) packs ahead too.

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Collection
 from contextlib import ExitStack, suppress
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from tracemerge.core.errors import FatalError, shown
 from tracemerge.plan.types import FileScan, MergePlan, UnitPlan, lane_track
@@ -112,9 +112,10 @@ def assemble(
     assembled = work / "assembled"
     with ExitStack() as stack:
         raw = stack.enter_context(assembled.open("wb"))
-        out = raw
+        out: BinaryIO = raw
         if writer.gzip:
-            out = stack.enter_context(gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=5, mtime=0))
+            # A GzipFile is written as any binary file; typeshed makes it an io.BufferedIOBase, not a BinaryIO.
+            out = stack.enter_context(cast(BinaryIO, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=5, mtime=0)))
         writer.write_header(out, plan, lanes)
         for unit in plan.units:
             out.write(writer.prologue(unit, scan_of[unit.path].local_min or 0))

@@ -228,8 +228,8 @@ class RayExecutor:
         used: dict[str, None] = {}
         seen_skips: set[str] = set()
         for node, files in found.items():
-            for path, reason, where in files.skipped:
-                error = InputError(path, reason, where)
+            for skipped_path, reason, where in files.skipped:
+                error = InputError(skipped_path, reason, where)
                 if str(error) not in seen_skips:
                     seen_skips.add(str(error))
                     skipped.append(error)

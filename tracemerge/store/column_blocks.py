@@ -85,7 +85,8 @@ class Block:
             return self.cols
         assert self.at is not None
         data = (self.store or store).get(*self.at)
-        found, offset = {}, 0
+        found: dict[str, np.ndarray] = {}
+        offset = 0
         for name, dtype in self.schema:
             found[name] = np.frombuffer(data, dtype, self.n, offset)
             offset += self.n * np.dtype(dtype).itemsize
@@ -186,16 +187,17 @@ class Columnar(list):
         joined: list[Block] = []
         run: list[Block] = []
         size = 0
-        for block in [*self.blocks, None]:
-            small = block is not None and block.cols is not None and block.n < JOIN_FROM
+        for block in self.blocks:
+            small = block.cols is not None and block.n < JOIN_FROM
             if small and size + block.n <= JOIN_TO and (not run or block.prefixes is run[0].prefixes):
                 run.append(block)
                 size += block.n
                 continue
             joined.extend([_joined(run)] if len(run) > 1 else run)
             run, size = ([block], block.n) if small else ([], 0)
-            if block is not None and not small:
+            if not small:
                 joined.append(block)
+        joined.extend([_joined(run)] if len(run) > 1 else run)
         self.blocks = joined
 
     def maybe_seal(self) -> None:

@@ -127,7 +127,7 @@ class ThreadEntries(Columnar):
 def entry_block(items: list[tuple]) -> Block:
     n = len(items)
     bodies = list(map(_fifth, items))
-    cols = {
+    cols: dict[str, np.ndarray] = {
         "starts": np.fromiter(map(_first, items), np.int64, n),
         "negdurs": np.fromiter(map(_second, items), np.int64, n),
         "kinds": np.fromiter(map(_third, items), np.int8, n),
@@ -191,7 +191,7 @@ class ThreadPoints(Columnar):
             else:
                 fids[i] = other_id(fid)
                 fid_kinds[i] = 1
-        cols = {
+        cols: dict[str, np.ndarray] = {
             "ts": np.fromiter(map(_first, items), np.int64, n),
             "ordinals": np.fromiter(map(_third, items), np.int64, n),
             "fids": fids,

@@ -224,10 +224,10 @@ class PointsByThread(dict):
 
     def __init__(self, keys: PointKeys, items: dict | None = None) -> None:
         super().__init__(items or {})
-        self.keys = keys
+        self.point_keys = keys
 
     def __missing__(self, key: tuple) -> ThreadPoints:
-        found = self[key] = ThreadPoints(self.keys)
+        found = self[key] = ThreadPoints(self.point_keys)
         return found
 
 

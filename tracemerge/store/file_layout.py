@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from tracemerge.core.model import Event, Identity, Kind, OriginKey, ThreadKey
 from tracemerge.evidence.kernel_tally import KernelTally
 from tracemerge.evidence.notes import EvidenceNotes
 from tracemerge.layout.emit import lay_out
-from tracemerge.layout.types import Encoder, Items, LayoutResult, Tracks
+from tracemerge.layout.types import Encoder, Encoding, Items, LayoutResult, Tracks
 from tracemerge.select import TimeFilter
 from tracemerge.store.entries import byte_table
 from tracemerge.store.event_store import DEFAULT_BUDGET, EventStore
@@ -35,7 +35,7 @@ class PlaceholderEncoder:
     (``table``), the file's own layout puts the writer's encoding in its place once every part
     is read; args are encoded by the writer's class, which keeps no state for them."""
 
-    def __init__(self, kind: type) -> None:
+    def __init__(self, kind: type[Encoding]) -> None:
         self.kind = kind
         self.args_heads = kind.args_heads
         self.table: list[tuple[str, str]] = []
@@ -134,7 +134,8 @@ class FileLayout(EventStore):
         (each part's after the ones before it), spilled to a run file of its own."""
         store = recipe["directory"] / f"{recipe['name']}.{index}.runs"
         enc = PlaceholderEncoder(recipe["kind"])
-        layout = cls(enc, recipe["budget"], None, recipe["watch"], store, recipe["options"])
+        # A part's layout only encodes what it reads: it is handed to the file's, never laid out.
+        layout = cls(cast(Encoder, enc), recipe["budget"], None, recipe["watch"], store, recipe["options"])
         layout.count_ordinals_from(index << 44)
         return layout
 

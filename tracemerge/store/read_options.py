@@ -14,7 +14,10 @@ class PartReads(Protocol):
     """Where the parts of a large file are read at once: the executor's to say (how many, and in
     which processes); a source only cuts the file and hands over the reads."""
 
-    workers: int  # how many parts at once, the one reading the file's own included
+    @property
+    def workers(self) -> int:
+        """How many parts at once, the one reading the file's own included."""
+        ...
 
     def map(self, read: Callable[..., Any], tasks: list[tuple], here: Callable[[], Any]) -> tuple[Any, list[Any]]:
         """``read(*task)`` of every task, at once, and ``here()`` in this process meanwhile;

@@ -10,6 +10,7 @@ time.
 from __future__ import annotations
 
 import heapq
+import io
 import itertools
 import marshal
 import os
@@ -28,7 +29,7 @@ class RunStore:
     def __init__(self, directory: Path | None = None, path: Path | None = None, size: int = 0) -> None:
         self.directory = directory
         self.path = path
-        self._file = None
+        self._file: io.BufferedRandom | None = None
         self.size = size
 
     def _open(self) -> None:

@@ -43,6 +43,7 @@ class _Handler(SimpleHTTPRequestHandler):
     trace: Path
     ui_dir: Path | None
     served: threading.Event
+    server: ThreadingHTTPServer  # the one serving it (_Server): an IP address and port
     timeout = IDLE_SECONDS
 
     def __init__(self, *args, trace: Path, ui_dir: Path | None, served: threading.Event, **kwargs) -> None:

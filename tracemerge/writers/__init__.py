@@ -10,7 +10,7 @@ from typing import BinaryIO
 import msgspec
 from msgspec.structs import replace
 
-from tracemerge.layout.types import Encoder
+from tracemerge.layout.types import ChunkEncoder
 from tracemerge.plan.types import MergePlan, ThreadTrack, UnitPlan
 from tracemerge.writers import chrome_json, perfetto, perfetto_machines, perfetto_tracks
 
@@ -31,7 +31,7 @@ class Writer(msgspec.Struct, frozen=True):
     extensions: tuple[str, ...]
     # (sequence id, out, ahead=False): ``ahead`` when a core is idle for the encoder to use;
     # the encoder's ``close()`` ends the chunk, ``end()`` stops what it runs beside (a file given up)
-    unit_encoder: Callable[..., Encoder]
+    unit_encoder: Callable[..., ChunkEncoder]
     write_header: Callable[[BinaryIO, MergePlan, list[ThreadTrack]], None]
     write_footer: Callable[[BinaryIO, MergePlan], None]
     prologue: Callable[[UnitPlan, int], bytes]

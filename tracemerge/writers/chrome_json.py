@@ -61,7 +61,7 @@ class UnitEncoder:
     def prefix(self, name: str, cat: str) -> bytes:
         return b',"name":' + orjson.dumps(name) + (b',"cat":' + orjson.dumps(cat) if cat else b"")
 
-    args_heads = (b',"args":',) * 4096
+    args_heads: tuple[bytes, ...] = (b',"args":',) * 4096
 
     def args(self, text: bytes) -> bytes:
         return b',"args":' + text

@@ -119,7 +119,7 @@ class UnitEncoder:
         # Counter samples are collected as (timestamp, TrackEvent bytes), encoded ``batch`` at a time.
         self.times: list[int] = []
         self.events: list[bytes] = []
-        self._tails: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._tails: dict[tuple[int | None, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         # Packets written but not packed yet (see _write), and how many.
         self._pending: list[tuple[np.ndarray, list[tuple[np.ndarray, bytes]]]] = []
         self._pending_packets = 0

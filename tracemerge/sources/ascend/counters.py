@@ -17,15 +17,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 import msgspec
 
-from tracemerge.core.model import Event, Kind
-from tracemerge.core.stats import Stat
+from tracemerge.core.model import Event, Kind, ThreadKey
+from tracemerge.core.stats import Losses, Stat
 from tracemerge.core.units import checked_ns
 from tracemerge.sources.ascend.dirs import COUNTER_ORDER, OTHER_COUNTER_ORDER
 from tracemerge.sources.ascend.titles import counter_title, retitled
+from tracemerge.store.file_layout import FileLayout
 
 KB = 1024
 MB = 1024 * 1024  # msprof's DB stores MB/s × 1024 × 1024 as B/s, and the text export MB/s
@@ -75,7 +76,7 @@ def _scaled(value: Any, unit: int) -> Any:
     return value / unit if _is_number(value) else None
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[int | float]:
     return type(value) in (int, float)
 
 
@@ -185,6 +186,18 @@ class CounterReading:
     several devices, every title leads with its device (``NPU 1 HBM 0 read (MB/s)``)."""
 
     modules: dict[int, str] | None = None  # ENUM_MODULE, read when first needed
+    # The reader's (set by its __init__, the methods by its base DbRows):
+    tables: dict[str, list[str]]
+    layout: FileLayout
+    dropped: Losses
+
+    if TYPE_CHECKING:
+
+        def emit(self, ev: Event) -> None: ...
+        def _dicts(self, table: str) -> Iterator[dict[str, Any]]: ...
+        def _text(self, value: Any) -> Any: ...
+        def _enum(self, table: str) -> dict[Any, str]: ...
+        def _track(self, key: ThreadKey, name: str, order: tuple) -> ThreadKey: ...
 
     def _counters(self, timeline: frozenset[str]) -> None:
         """Every table with a ``timestampNs`` column but the ``timeline`` ones: counter tracks."""

@@ -46,7 +46,7 @@ from tracemerge.sources.sqlite.opening import opened
 from tracemerge.store.file_layout import FileLayout
 
 NAME = "ascend-db"
-OVERLAP_TYPES = {0: "Computing", 1: "Communication", 2: "Communication(Not Overlapped)", 3: "Free"}
+OVERLAP_TYPES: dict[object, str] = {0: "Computing", 1: "Communication", 2: "Communication(Not Overlapped)", 3: "Free"}
 MSTX_POINT_TYPES = frozenset({0, 3})  # marker, marker_ex
 FWD_BWD_CONNECTION = 5 << 28  # connection ids at or above this link forward and backward ops
 # Columns that hold STRING_IDS references.

@@ -63,7 +63,8 @@ class DbRows:
     def _text(self, value: Any) -> Any:
         return self.strings.get(value, value) if type(value) is int else value
 
-    def _enum(self, table: str) -> dict[int, str]:
+    def _enum(self, table: str) -> dict[Any, str]:
+        # Keyed by what the table's id column holds: looked up with any column's value.
         return dict(self._rows(table, ("id", "name")))
 
     def _track(self, key: ThreadKey, name: str, order: tuple) -> ThreadKey:

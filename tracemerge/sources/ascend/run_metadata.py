@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from tracemerge.core.model import as_rank
 from tracemerge.sources.ascend.dirs import INFO_FILE, METADATA_FILE, is_run_dir, load_json
@@ -53,7 +53,7 @@ def collection_window(info: dict[str, Any]) -> tuple[int, int] | None:
     return end_wall - (end_mono - start_mono), end_wall
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -207,8 +207,8 @@ def _read_slices(slices: list[Path], reader: AscendEvents) -> None:
     if len(damaged) == len(slices):
         first = damaged[0]
         raise InputError(first.path, f"{first.reason}; no slice of this export can be read", first.where)
-    for exc in damaged:
-        reader.dropped.add(Stat.FILE_DAMAGED, 1, f"{exc}; events after it are lost (the other slices are read)")
+    for damage in damaged:
+        reader.dropped.add(Stat.FILE_DAMAGED, 1, f"{damage}; events after it are lost (the other slices are read)")
 
 
 def _read_part(part: Path, reader: AscendEvents, struct: type, lenient: type) -> None:

@@ -252,9 +252,9 @@ class _Slices(_Rows):
 def _activity_names(xs: list, compute: np.ndarray | None, comm: np.ndarray | None) -> np.ndarray | None:
     """Per row, the name of a kernel, copy, set or collective's device work, for the busiest
     kernels (None for the other rows; None when the batch holds none)."""
-    if compute is None and comm is None:
-        return None
     active = compute if comm is None else comm if compute is None else compute | comm
+    if active is None:  # neither
+        return None
     names = np.full(len(xs), None, object)
     rows = np.flatnonzero(active)
     names[rows] = [as_text(xs[row].name) for row in rows.tolist()]

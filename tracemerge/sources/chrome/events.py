@@ -126,8 +126,8 @@ class ChromeEvents(EventKinds, BoundFlows, ThreadNames):
         encoded name and category, one object per pair as the layout caches them)."""
         cached = self.layout.prefixes
         if len(cached) > self._device_prefixes_of:  # the cache only grows: the pairs added since
-            added = itertools.islice(cached.items(), self._device_prefixes_of, None)
-            added = [(name, cat, id(p)) for (name, cat), p in added if cat in DEVICE_CATEGORIES]
+            new_pairs = itertools.islice(cached.items(), self._device_prefixes_of, None)
+            added = [(name, cat, id(p)) for (name, cat), p in new_pairs if cat in DEVICE_CATEGORIES]
             self._device_prefixes.update(p for _, _, p in added)
             for name, cat, p in added:
                 if cat in ACTIVITY_CATEGORIES:
@@ -188,7 +188,8 @@ class ChromeEvents(EventKinds, BoundFlows, ThreadNames):
         # equal only where their thread keys are.
         last_pid: Any = _UNSEEN
         last_tid: Any = _UNSEEN
-        key_pid = key_tid = buf = None
+        key_pid = key_tid = None
+        buf: list = []  # the first event's thread's: last_pid is _UNSEEN until then
         cached = bool(batch) and type(batch[0]) is TraceEvent
         for e in batch:
             ph = e.ph
@@ -203,9 +204,10 @@ class ChromeEvents(EventKinds, BoundFlows, ThreadNames):
                     last_pid, last_tid = pid, tid
                 if type(tid) is str or type(pid) is str:
                     pid, tid = hashable_id(pid), hashable_id(tid)
-                buf = buffers.get((pid, tid))
-                if buf is None:
-                    buf = buffers[(pid, tid)] = self._new_buffer(origin, pid, tid)
+                found = buffers.get((pid, tid))
+                if found is None:
+                    found = buffers[(pid, tid)] = self._new_buffer(origin, pid, tid)
+                buf = found
                 key_pid, key_tid = pid, tid
             ts, dur = e.ts, e.dur
             # Float µs below 2**43 identify their 3-decimal text: check the rounded guess.

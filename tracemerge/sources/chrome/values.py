@@ -54,12 +54,15 @@ def _as_double(value: int) -> float | None:
         return None
 
 
+_JSON_KINDS: dict[type, str] = {str: "text", list: "array", dict: "object"}
+
+
 def json_kind(value: Any) -> str:
     if value is None:
         return "null"
     if type(value) is bool:
         return "boolean"
-    return {str: "text", list: "array", dict: "object"}.get(type(value), type(value).__name__)
+    return _JSON_KINDS.get(type(value), type(value).__name__)
 
 
 def as_flow_flag(value: Any) -> bool:

@@ -105,7 +105,8 @@ class BatchDecoding:
             if found is None:
                 raise
             return found
-        events, others = [], Counter()
+        events: list = []
+        others: Counter[str] = Counter()
         for element in elements:
             text = bytes(element)
             if text[:1] == b"{":

@@ -170,8 +170,9 @@ class EventStream(BatchDecoding, ArrayHead, ArrayTail):
         # A part of a plain file's event array (see json_segments): from the event at span[0]
         # (0: the file's start), up to the event at span[1] (None: the file's end).
         self.span = span
-        self._typed = msgspec.json.Decoder(list[struct])
-        self._lenient = msgspec.json.Decoder(list[lenient]) if lenient else None
+        # The element types are the caller's, which mypy cannot read as a type: list[...] made at run time.
+        self._typed = msgspec.json.Decoder(list[struct])  # type: ignore[valid-type]
+        self._lenient = msgspec.json.Decoder(list[lenient]) if lenient else None  # type: ignore[valid-type]
         self._lenient_type = lenient
         self._lenient_fields = getattr(lenient, "__struct_fields__", ())
         self._one = msgspec.json.Decoder(lenient) if lenient else None
@@ -250,7 +251,9 @@ class EventStream(BatchDecoding, ArrayHead, ArrayTail):
 
     def _advance(self, buf: bytes, used: int) -> bytes:
         """Drops ``buf[:used]`` and the comma after it, keeping count of lines for messages."""
-        end = _SEPARATOR.match(buf, used).end()  # always a match: the pattern matches empty text
+        found = _SEPARATOR.match(buf, used)
+        assert found is not None  # always a match: the pattern matches empty text
+        end = found.end()
         self._consumed += end
         return buf[end:]
 

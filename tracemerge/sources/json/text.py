@@ -42,6 +42,7 @@ class NumberText(float):
     """A JSON number read by Python's json, with its text (times are taken from the text)."""
 
     __slots__ = ("text",)
+    text: str
 
     def __new__(cls, text: str) -> NumberText:
         number = super().__new__(cls, text)
@@ -173,31 +174,38 @@ def _int_or_number(text: str) -> int | NumberText:
     return int(text) if len(text) <= _INT_DIGITS else NumberText(text)
 
 
+def _space_end(text: str, pos: int) -> int:
+    """Where the JSON white space from ``pos`` ends."""
+    found = _SPACE.match(text, pos)
+    assert found is not None  # the pattern matches empty text
+    return found.end()
+
+
 def object_members(doc: bytes) -> tuple[dict[str, Any], int, bool]:
     """The members of the object ``doc`` opens, as Python's json reads them, up to the first that
     cannot be read: (members, the offset where reading stopped, whether the object closed)."""
     text = without_lone_surrogates(doc).decode("utf-8", "surrogateescape")
     scan = json.JSONDecoder(parse_int=_int_or_number).raw_decode
     members: dict[str, Any] = {}
-    pos = _SPACE.match(text, 1).end()
+    pos = _space_end(text, 1)
     if text[pos : pos + 1] == "}":
         return members, len(text[: pos + 1].encode("utf-8", "surrogateescape")), True
     while True:
         start = pos
         try:
             key, pos = scan(text, pos)
-            pos = _SPACE.match(text, pos).end()
+            pos = _space_end(text, pos)
             if type(key) is not str or text[pos : pos + 1] != ":":
                 raise ValueError("not a member")
-            value, pos = scan(text, _SPACE.match(text, pos + 1).end())
+            value, pos = scan(text, _space_end(text, pos + 1))
         except ValueError:
             return members, len(text[:start].encode("utf-8", "surrogateescape")), False
-        pos = _SPACE.match(text, pos).end()
+        pos = _space_end(text, pos)
         after = text[pos : pos + 1]
         if after not in (",", "}"):  # a value cut short looks whole (a number): not kept
             return members, len(text[:start].encode("utf-8", "surrogateescape")), False
         members[key] = replaced_surrogates(value)
-        pos = _SPACE.match(text, pos + 1).end()
+        pos = _space_end(text, pos + 1)
         if after == "}":
             return members, len(text[:pos].encode("utf-8", "surrogateescape")), True
 

@@ -171,7 +171,7 @@ def _header_time(path: Path, text: str, dropped: Losses) -> int | None:
 def _name_time(path: Path) -> int | None:
     found = _NAME_TIME.match(path.name)
     digits = _NAME_TIME_DIGITS.get(len(found.group(1))) if found else None
-    if digits is None:
+    if found is None or digits is None:
         return None
     ns = decimal_text_to_int(found.group(0).rstrip("."), digits)
     return ns if NS_MIN < ns < NS_MAX else None

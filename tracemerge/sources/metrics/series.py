@@ -124,8 +124,8 @@ class MetricWriter:
         """The series's origin (role, rank, tag) and the labels that said it (not repeated in its title)."""
         placed = self.layout.options.metrics_map.place(labels)
         if placed is not None:
-            used = frozenset(k for k, _ in placed.labels)
-            return (placed.role, placed.rank, "" if placed.rank is not None else METRIC_CAT), used
+            said = frozenset(k for k, _ in placed.labels)
+            return (placed.role, placed.rank, "" if placed.rank is not None else METRIC_CAT), said
         role = labels.get("role") or None
         used = {"role"} if role else set()
         rank = None

@@ -48,7 +48,16 @@ def _kernels(r: NsysReader) -> Source | None:
     if not r.has_columns(KERNEL, "start", "end"):
         return None
     name_col = "demangledName" if r.schema.has(KERNEL, "demangledName") else "shortName"
-    cols = ("start", "end", "globalPid", "deviceId", "contextId", "streamId", "correlationId", name_col)
+    cols: tuple[str, ...] = (
+        "start",
+        "end",
+        "globalPid",
+        "deviceId",
+        "contextId",
+        "streamId",
+        "correlationId",
+        name_col,
+    )
     cols += ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread")
     cols += ("staticSharedMemory", "dynamicSharedMemory")
     heads, note, ordinal, mark = r.layout.args_heads, r.layout.note, r.layout.ordinal, r.layout.mark
@@ -113,7 +122,7 @@ def _copies(r: NsysReader, table: str) -> Source | None:
     if not r.has_columns(table, "start", "end"):
         return None
     kinds = r.schema.labels("ENUM_CUDA_MEM_KIND", MEM_KINDS)
-    cols = ("start", "end", "globalPid", "deviceId", "contextId", "streamId", "correlationId", "bytes")
+    cols: tuple[str, ...] = ("start", "end", "globalPid", "deviceId", "contextId", "streamId", "correlationId", "bytes")
     # a memcpy's kind and its source and destination memory; a memset's memory and value
     cols += ("copyKind", "srcKind", "dstKind") if table == MEMCPY else ("memKind", "value", "memKind")
 
@@ -145,7 +154,16 @@ def _syncs(r: NsysReader) -> Source | None:
     if not r.has_columns(SYNC, "start", "end"):
         return None
     types = r.schema.labels("ENUM_CUPTI_SYNC_TYPE", SYNC_TYPES)
-    cols = ("start", "end", "globalPid", "deviceId", "contextId", "streamId", "correlationId", "syncType")
+    cols: tuple[str, ...] = (
+        "start",
+        "end",
+        "globalPid",
+        "deviceId",
+        "contextId",
+        "streamId",
+        "correlationId",
+        "syncType",
+    )
     cols += ("deprecatedSyncType", "eventId")
 
     def handle(row: tuple) -> None:

@@ -24,13 +24,14 @@ another of the table only in case, or past :data:`MAX_COLUMNS`).
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import sqlite3
 import tempfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import orjson
 
@@ -105,7 +106,7 @@ class _lines:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.files: list[IO[bytes]] = []
+        self.files: list[io.BufferedIOBase] = []
         self.damaged: str | None = None
 
     def __enter__(self) -> Iterator[bytes]:
@@ -120,7 +121,7 @@ class _lines:
             self.files.append(gzip.GzipFile(fileobj=raw))
         return self._iter(self.files[-1])
 
-    def _iter(self, file: IO[bytes]) -> Iterator[bytes]:
+    def _iter(self, file: io.BufferedIOBase) -> Iterator[bytes]:
         first = True
         try:
             while line := file.readline(MAX_LINE):

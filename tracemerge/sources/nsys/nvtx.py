@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import bisect
 import re
-from typing import Any
+import sqlite3
+from collections import Counter
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from tracemerge.core.errors import shown
-from tracemerge.core.stats import Stat
-from tracemerge.sources.nsys.schema import NVTX, Source, present, tid_of
+from tracemerge.core.model import OriginKey, ThreadKey
+from tracemerge.core.stats import Losses, Stat
+from tracemerge.sources.nsys.schema import NVTX, Schema, Source, present, tid_of
+from tracemerge.store.file_layout import FileLayout
 
 # ENUM_NSYS_EVENT_TYPE: NVTX (and nvtxt) ranges and marks, and the rows that name domains and categories.
 PUSH_POP, START_END, MARKS = frozenset({59, 70}), frozenset({60, 71}), frozenset({34, 65})
@@ -39,6 +43,24 @@ _ONE_OP = re.compile(
 class NvtxRanges:
     """NVTX_EVENTS read as one of the sources the host reader merges by start time."""
 
+    # The host reader's (NsysReader):
+    schema: Schema
+    con: sqlite3.Connection
+    layout: FileLayout
+    dropped: Losses
+    nvtx_not_drawn: Counter[Any]
+    _cpu: dict[Any, tuple]
+
+    if TYPE_CHECKING:
+
+        def has_columns(self, table: str, *columns: str) -> bool: ...
+        def string(self, sid: Any) -> str | None: ...
+        def unresolved(self, table: str, column: str, to: str = "StringIds") -> None: ...
+        def bad_time(self, table: str, start: Any, end: Any) -> None: ...
+        def cpu(self, gtid: Any) -> tuple: ...
+        def track(self, key: ThreadKey, pid: int | None, origin: OriginKey | None = None) -> tuple: ...
+        def body(self, prefix: bytes, args: dict | None) -> bytes: ...
+
     def _nvtx(self) -> Source | None:
         if not self.has_columns(NVTX, "start", "eventType"):
             return None
@@ -47,7 +69,8 @@ class NvtxRanges:
         extra = (f"coalesce({', '.join(payload)}, NULL)" if payload else "NULL",)
         cols = ("start", "end", "eventType", "text", "textId", "globalTid", "endGlobalTid", "domainId", "category")
         layout, heads, ordinal = self.layout, self.layout.args_heads, self.layout.ordinal
-        cpu, cats, not_drawn = self._cpu, {}, self.nvtx_not_drawn
+        cats: dict[Any, str] = {}
+        cpu, not_drawn = self._cpu, self.nvtx_not_drawn
 
         def handle(row: tuple) -> None:
             start, end, etype, text, text_id, gtid, end_gtid, domain, category, json_text, value = row

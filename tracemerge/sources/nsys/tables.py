@@ -124,7 +124,7 @@ class NsysReader(NvtxRanges):
         if found is None:
             name = self.string(sid) if sid is not None else None
             resolved = name is not None
-            name = name if resolved else f"string {sid}"
+            name = name if name is not None else f"string {sid}"
             prefix = self.layout.prefix(name, cat)
             found = self._named[(sid, cat)] = (prefix, name, bool(self.layout.tag(name)), resolved)
         return found
@@ -164,7 +164,8 @@ class NsysReader(NvtxRanges):
             # a BLOB names no GPU, context or stream: the track of an unknown one ("GPU ?")
             device, context, stream = (None if type(v) is bytes else v for v in (device, context, stream))
             pid = pid_of(gpid) if type(gpid) is int else None
-            on = device if kind == "gpu" else self.place.contexts.get((pid, context), device)
+            # contexts are known by process: a row without one stays on the device it names
+            on = device if kind == "gpu" or pid is None else self.place.contexts.get((pid, context), device)
             if kind == "sync":
                 key = ("sync", pid, on, None if stream == NO_STREAM else stream)
             else:

@@ -109,6 +109,7 @@ def _add_line(
         dropped.add(Stat.LINE_UNREADABLE, 1, "line is not a JSON object")
     elif "ph" in obj:
         origin = _chrome_origin(obj, pid_origin)
+        ev: TraceEvent | LenientEvent | ExactEvent
         try:
             ev = _EVENT.decode(line)
         except msgspec.ValidationError:
@@ -282,7 +283,7 @@ def _add_span(obj: dict, line: bytes, layout: FileLayout, threads: dict, dropped
     kind = Kind.INSTANT if end is None else Kind.SLICE
     layout.add_event(Event(kind, start, key, obj["name"], cat, 0 if end is None else end - start, args, origin))
     step = framework_step(tuple(args.get(k) for k in STEP_ARGS)) if args is not None and end is not None else None
-    if step is not None:  # a span the framework says belongs to that step
+    if step is not None and end is not None:  # a span the framework says belongs to that step
         layout.mark(step_tag(FRAMEWORK_STEPS, str(step)), origin, key, start, end)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from tracemerge.core.errors import InputError, raise_if_stopped
 
@@ -59,7 +60,7 @@ class Budget:
 
 
 @contextmanager
-def guarded(con: sqlite3.Connection, path: object, file_bytes: int) -> Iterator[Budget]:
+def guarded(con: sqlite3.Connection, path: Path, file_bytes: int) -> Iterator[Budget]:
     """Bounds and makes stoppable every query of ``con`` run inside; a query stopped by the budget
     becomes an :class:`~tracemerge.core.errors.InputError` naming ``path``, one stopped by a signal
     :class:`~tracemerge.core.errors.Stopped`."""

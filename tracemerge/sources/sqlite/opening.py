@@ -51,7 +51,7 @@ class ReadConnection(sqlite3.Connection):
 
 
 @contextmanager
-def opened(path: Path, work: Path | None) -> Iterator[sqlite3.Connection]:
+def opened(path: Path, work: Path | None) -> Iterator[ReadConnection]:
     """The DB, read so that nothing beside it is created or changed. ``immutable=1`` never
     touches a side file, but never reads one either: a DB whose writer stopped before a
     checkpoint keeps rows in its -wal (or a -journal to roll back), so then the DB and that file
