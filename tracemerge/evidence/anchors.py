@@ -120,6 +120,10 @@ def preferred_preset(counts: Mapping[str, int], names: Sequence[str]) -> str | N
     return max(ranked, key=lambda p: (counts[p], -ranked.index(p))) if ranked else None
 
 
+# Ascend MSTX ranges: phases named after the range, noted under this name by the Ascend readers.
+MSTX = "mstx"
+
+
 def phase_tag(preset: str, phase: str) -> str:
     return f"{PHASE} {preset}\t{phase}"
 

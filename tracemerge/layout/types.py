@@ -18,6 +18,7 @@ from tracemerge.core.model import Identity, ThreadKey
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.plan.types import CounterTrack, ThreadTrack
 from tracemerge.report.run_report import EventCounts
+from tracemerge.store.event_store import BodyEncoder
 
 
 class Items(msgspec.Struct):
@@ -37,20 +38,14 @@ class Items(msgspec.Struct):
     flow_phases: np.ndarray
 
 
-class Encoder(Protocol):
+class Encoder(BodyEncoder, Protocol):
     """What a writer implements to receive one file's laid-out events.
 
-    What a slice or instant says is encoded once, when the event is read: ``prefix`` encodes a
-    name and category (the layout caches it per pair), ``args`` an args object given as JSON
-    text; an event's body is the two concatenated.
+    What a slice or instant says is encoded once, when the event is read (the store's
+    :class:`~tracemerge.store.event_store.BodyEncoder`): ``prefix`` encodes a name and category,
+    ``args`` an args object given as JSON text; an event's body is the two concatenated.
     """
 
-    def prefix(self, name: str, cat: str) -> bytes: ...
-
-    def args(self, text: bytes) -> bytes: ...
-
-    # ``args_heads[len(text)] + text`` encodes args text that ``args`` would not need to change.
-    args_heads: tuple[bytes, ...]
     # Whether the order of a tie matters once one of its slices carries a flow (Chrome JSON binds
     # a flow event to the slice on top of the stack when it is read).
     flows_bind_by_order: bool

@@ -33,6 +33,7 @@ from tracemerge.evidence.anchors import (
     DEVICE_COMM,
     DEVICE_COMPUTE,
     FRAMEWORK_STEPS,
+    MSTX,
     PHASE,
     STEP,
     preferred_preset,
@@ -49,7 +50,7 @@ from tracemerge.phases.model import (
     Step,
     StepScalars,
 )
-from tracemerge.phases.rules import MSTX, NAMED_STEPS, TORCH_STEPS, Preset
+from tracemerge.phases.rules import NAMED_STEPS, TORCH_STEPS, Preset
 from tracemerge.phases.step_counting import kinds, numbered
 
 UNPLACED_SCALARS = "tracker scalars of steps the merged trace has no step for"

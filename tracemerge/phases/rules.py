@@ -25,7 +25,6 @@ import msgspec
 from tracemerge.core.tomlfile import read_toml
 from tracemerge.evidence.anchors import phase_tag, preset_sync_tag, step_tag
 
-MSTX = "mstx"  # Ascend MSTX ranges: phases named after the range (noted by the Ascend readers)
 # Spans that are one numbered step each: torch's ``ProfilerStep#N`` rows, and a step annotated
 # with its number (``record_function(f"step{n}")``, verl's ``step<S>`` as a span's name).
 TORCH_STEP = re.compile(r"^(?:ProfilerStep#|step_?)(\d+)$")

@@ -32,8 +32,7 @@ from pathlib import Path
 from tracemerge.core.errors import InputError, NotATrace
 from tracemerge.core.model import Event, FlowPhase, Kind, SourceData, ThreadInfo, ThreadKey
 from tracemerge.core.stats import Losses, Stat
-from tracemerge.evidence.anchors import DEVICE_COMM, ascend_task_tag, device_tag, phase_tag
-from tracemerge.phases.rules import MSTX
+from tracemerge.evidence.anchors import DEVICE_COMM, MSTX, ascend_task_tag, device_tag, phase_tag
 from tracemerge.sources.ascend import dirs as layout_dirs
 from tracemerge.sources.ascend.counters import CounterReading, counter_group
 from tracemerge.sources.ascend.db_links import Groups, Once, TaskInfo

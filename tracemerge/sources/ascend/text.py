@@ -23,8 +23,7 @@ from typing import Any
 from tracemerge.core.errors import InputError, NotATrace
 from tracemerge.core.model import NO_ORIGIN, OriginKey, SourceData, ThreadInfo, ThreadKey
 from tracemerge.core.stats import Stat
-from tracemerge.evidence.anchors import ASCEND_HCCL_TASKS, ascend_task_tag, phase_tag
-from tracemerge.phases.rules import MSTX
+from tracemerge.evidence.anchors import ASCEND_HCCL_TASKS, MSTX, ascend_task_tag, phase_tag
 from tracemerge.sources.ascend import dirs as layout_dirs
 from tracemerge.sources.ascend.dirs import COUNTER_ORDER, MSTX_THREAD
 from tracemerge.sources.ascend.run_metadata import metadata_of
