@@ -113,7 +113,7 @@ class ProcessRow(_Record):
 
 
 class DeviceRow(_Record):
-    """One process's device time in one step (:mod:`tracemerge.analysis.device_time`); ``step``
+    """One process's device time in one step (:mod:`tracemerge.phases.device_time`); ``step``
     is None for a process without steps (its whole active window)."""
 
     role: str | None
@@ -142,7 +142,7 @@ class KernelRow(_Record):
 
 class ProcessKernels(_Record):
     """A process's busiest kernels and ops over its whole profiled time
-    (:mod:`tracemerge.analysis.kernels`): the longest first; ``names``: how many it ran in all."""
+    (:mod:`tracemerge.phases.kernels`): the longest first; ``names``: how many it ran in all."""
 
     role: str | None
     rank: int | None

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 
 from tracemerge.core.errors import FatalError
+from tracemerge.core.forked import sent_error, sent_result, stop, taken_in
+from tracemerge.core.worker_signals import worker_signals
 from tracemerge.discovery.discover import Discovery, discover
 from tracemerge.run.filework import FileJob, FileOutcome, input_bytes, process_file
-from tracemerge.run.forked import sent_error, sent_result, stop, taken_in
-from tracemerge.run.worker_signals import worker_signals
 from tracemerge.store.read_options import PartReads
 
 if TYPE_CHECKING:

@@ -100,7 +100,7 @@ class AscendEvents(ChromeEvents):
             self.tasks.append((origin, hashable_id(e.pid), hashable_id(e.tid), start, end, task_type, _text(e.name)))
 
     def finish(self) -> None:
-        """Device activity (:mod:`tracemerge.analysis.device_time`): the tasks on the Ascend Hardware
+        """Device activity (:mod:`tracemerge.phases.device_time`): the tasks on the Ascend Hardware
         streams, HCCL's communication, the others compute but synchronisation (``ascend_task_tag``)."""
         super().finish()
         for origin, pid, tid, start, end, task_type, name in self.tasks:

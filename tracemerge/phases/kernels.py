@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import msgspec
 
-from tracemerge.analysis.device_time import Spans, intersection, merged
 from tracemerge.core.model import Identity
 from tracemerge.evidence.span_union import SpanUnion
+from tracemerge.phases.device_time import Spans, intersection, merged
 
 TOP = 10  # names kept per process
 
