@@ -1,4 +1,4 @@
-"""Device time per rank and step (tracemerge.analysis.device_time): compute, exposed communication, overlap,
+"""Device time per rank and step (tracemerge.phases.device_time): compute, exposed communication, overlap,
 free time and wait, on traces whose device work is known to the nanosecond, and on the GPU
 fixtures with the numbers computed here from the input files."""
 
@@ -21,9 +21,9 @@ from expected import union
 from typer.testing import CliRunner
 
 from tracemerge.analysis import steps as step_summary
-from tracemerge.analysis.device_time import Coverage, covered, intersection, merged
 from tracemerge.cli import main as cli
 from tracemerge.evidence.span_union import BLOCK, SpanUnion
+from tracemerge.phases.device_time import Coverage, covered, intersection, merged
 
 runner = CliRunner()
 US = 1_000

@@ -161,7 +161,7 @@ def test_internal_error_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None
     def boom(*_a, **_k):
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr("tracemerge.store.file_layout.FileLayout.finish", boom)
+    monkeypatch.setattr("tracemerge.layout.emit.finish", boom)
     monkeypatch.delenv("TRACEMERGE_DEBUG", raising=False)
     monkeypatch.setattr(sys, "argv", ["tracemerge", str(tmp_path), "-o", str(tmp_path / "m.pftrace")])
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")

@@ -1,4 +1,4 @@
-"""Device time per rank and step (tracemerge.analysis.device_time) on genuine profiles from ../shared/corpus
+"""Device time per rank and step (tracemerge.phases.device_time) on genuine profiles from ../shared/corpus
 (each part skipped when absent): GPU traces with NCCL kernels (HolisticTraceAnalysis's two sampled
 ranks of a 128-rank job, integer µs; its rank 0 of a two-rank job, all-reduces and broadcasts,
 float µs relative to baseTimeNanoseconds) and MindStudio Insight's two-rank Ascend exports, as text

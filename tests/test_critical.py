@@ -1,4 +1,4 @@
-"""Who held each step up (tracemerge.analysis.holdups), the Pipeline rows that never hide a step, the
+"""Who held each step up (tracemerge.phases.holdups), the Pipeline rows that never hide a step, the
 per-step summary, and processes placed without clock evidence: on span logs whose times are
 known to the nanosecond, and on the genuine 2-rank torch runs."""
 
@@ -57,7 +57,7 @@ HELD_UP = [
 ALL_REDUCES = [(0, 50, 80), (1, 60, 80), (2, 75, 80), (0, 120, 140), (1, 135, 140), (2, 122, 140)]
 
 
-# The critical path of the held-up run (tracemerge.analysis.critical_path): (step, rank, phase, start ms,
+# The critical path of the held-up run (tracemerge.phases.critical_path): (step, rank, phase, start ms,
 # end ms, bound by). Step 0 ends on rank 2 (99), which entered the all_reduce last and began the
 # step 30 ms after the others (nothing of it before 30: not profiled); step 1 ends on rank 0 (150,
 # the first of those ending last), which

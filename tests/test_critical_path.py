@@ -1,4 +1,4 @@
-"""The critical path of each step across roles and ranks (tracemerge.analysis.critical_path): hand-offs
+"""The critical path of each step across roles and ranks (tracemerge.phases.critical_path): hand-offs
 between roles, a late rank in a collective, what bound each segment, and segments tiling each step
 exactly, on span logs whose times are known to the nanosecond and on the fixtures."""
 
@@ -15,10 +15,10 @@ from conftest import FIXTURES
 from readback import read_pftrace
 from typer.testing import CliRunner
 
-from tracemerge.analysis.critical_path import step_path
-from tracemerge.analysis.holdups import Timeline
 from tracemerge.cli import main as cli
 from tracemerge.core.model import Identity
+from tracemerge.phases.critical_path import step_path
+from tracemerge.phases.holdups import Timeline
 from tracemerge.pipeline import merge
 
 T0 = 1_790_000_000_000_000_000

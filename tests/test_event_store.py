@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 from expected import union
 
-from tracemerge.analysis.device_time import merged
 from tracemerge.core.model import Event, Kind
 from tracemerge.evidence.anchors import DEVICE_COMPUTE, MAX_MARKS, collective_tag
 from tracemerge.evidence.notes import EvidenceNotes
 from tracemerge.metrics_map import MetricsMap
+from tracemerge.phases.device_time import merged
 from tracemerge.run.executors import ForkedPartReads
 from tracemerge.store.event_store import EventStore, threads_in_order
 from tracemerge.store.file_layout import FileLayout

@@ -21,7 +21,8 @@ from conftest import FIXTURES, ROOT
 from tracemerge.pipeline import merge
 from tracemerge.report.run_report import RunReport
 from tracemerge.sources.nsys import jsonl as nsys_jsonl
-from tracemerge.sources.spans.jsonl import JSONL_SPANS
+from tracemerge.sources.nsys.recognise import NSYS_JSONL
+from tracemerge.sources.spans.recognise import JSONL_SPANS
 
 sys.path.insert(0, str(FIXTURES))
 from make_nsys_jsonl import SKIPPED, convert
@@ -133,7 +134,7 @@ def test_recognised_by_content_not_by_suffix(tmp_path: Path) -> None:
     files = {p.label: [f.name for f in p.files] for p in report.processes}
     nsys_files = ["train_2gpu.jsonl"]
     assert files == {"rollout · spans.jsonl": ["spans.jsonl"], "rank 0": nsys_files, "rank 1": nsys_files}
-    assert nsys_jsonl.claims(spans, spans.read_bytes()) is False
+    assert NSYS_JSONL.claims(spans, spans.read_bytes()) is False
     assert JSONL_SPANS.claims(TORCHRUN, TORCHRUN.read_bytes()) is False
 
 

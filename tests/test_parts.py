@@ -19,13 +19,13 @@ import pytest
 
 from tracemerge.core.errors import FatalError
 from tracemerge.evidence import notes as evidence
+from tracemerge.layout import emit
 from tracemerge.pipeline import merge
 from tracemerge.run import executors, filework
 from tracemerge.run.executors import ForkedPartReads
 from tracemerge.sources.chrome import files as common
 from tracemerge.sources.json import segments as json_segments
 from tracemerge.sources.json.text import KEYED_BOUNDARY
-from tracemerge.store.file_layout import FileLayout
 from tracemerge.writers import packing, perfetto
 
 T0 = 1_700_000_000_000  # µs from baseTimeNanoseconds
@@ -390,7 +390,7 @@ def test_a_file_given_up_in_its_layout_stops_its_packer(
     run = tmp_path / "run"
     run.mkdir()
     _write(run / "rank0.pt.trace.json", _events(5))
-    monkeypatch.setattr(FileLayout, "finish", broken)
+    monkeypatch.setattr(emit, "finish", broken)
     with pytest.raises(FatalError, match=r"rank0\.pt\.trace\.json: cannot be read \(ValueError: no layout\)"):
         merge([run], tmp_path / "out.pftrace", jobs=4)
     assert len(packers) == 1 and _waited_for(packers)

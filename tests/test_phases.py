@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from tracemerge.cli import main as cli
 from tracemerge.core.stats import Stat
+from tracemerge.evidence.anchors import PRESET_NAMES
 from tracemerge.phases.rules import PRESETS, PhaseOptions, load_rules, resolve
 from tracemerge.pipeline import merge
 from tracemerge.sources.chrome import events as chrome_events
@@ -327,6 +328,11 @@ def test_rules_file_errors_name_the_file_and_rule(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="neither a preset"):
         resolve("nonesuch")
     assert resolve("verl") == (PRESETS["verl"],)
+
+
+def test_the_presets_are_the_ones_the_clock_stage_names() -> None:
+    """The clock stage names the presets without importing them (it comes before the phases)."""
+    assert tuple(PRESETS) == PRESET_NAMES
 
 
 @pytest.mark.parametrize("ext", [".pftrace", ".json"])

@@ -14,14 +14,14 @@ import numpy as np
 from expected import union
 from typer.testing import CliRunner
 
-from tracemerge.analysis.device_time import Breakdown, Coverage, covered, intersection, merged, whole_breakdowns
-from tracemerge.analysis.kernels import busiest
 from tracemerge.cli import main as cli
 from tracemerge.core.model import Identity
 from tracemerge.evidence.anchors import DEVICE_COMM, DEVICE_COMPUTE
 from tracemerge.evidence.notes import EvidenceNotes
 from tracemerge.evidence.scan_marks import process_marks
 from tracemerge.evidence.span_union import BLOCK, SpanUnion
+from tracemerge.phases.device_time import Breakdown, Coverage, covered, intersection, merged, whole_breakdowns
+from tracemerge.phases.kernels import busiest
 
 
 def _columns_bytes(found: SpanUnion) -> int:

@@ -1,6 +1,6 @@
 """Steps as the framework counts them: AReaL's global_step, torch's ProfilerStep#N with its
 trailing marker, the warm-up, the period; figures measured across processes only among aligned
-ones; causes named (tracemerge.phases.step_counting, tracemerge.analysis.holdups)."""
+ones; causes named (tracemerge.phases.step_counting, tracemerge.phases.holdups)."""
 
 from __future__ import annotations
 

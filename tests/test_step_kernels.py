@@ -12,9 +12,9 @@ import pytest
 from builders import kineto_device
 from typer.testing import CliRunner
 
-from tracemerge.analysis import kernels
 from tracemerge.cli import main as cli
 from tracemerge.evidence.kernel_tally import KernelTally
+from tracemerge.phases import kernels
 
 runner = CliRunner()
 FIXTURES = Path(__file__).parent.parent / "fixtures"

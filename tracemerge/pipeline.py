@@ -3,7 +3,7 @@
 Each file's heavy work is :func:`~tracemerge.run.filework.process_file`, a plain function of the file
 and a small :class:`~tracemerge.run.filework.FileJob`: it reads the file once, lays its events out and
 encodes them into a chunk of its own, and returns a :class:`~tracemerge.plan.types.FileScan` summary;
-the derived phase tracks are one more such unit (:mod:`tracemerge.phases.derived_unit`). The plan is then made from the
+the derived phase tracks are one more such unit (:mod:`tracemerge.run.derived_unit`). The plan is then made from the
 summaries alone, and the output assembled from the chunks in a temporary file next to it, renamed
 into place only when whole. Where files are found and processed is the executor's business
 (:mod:`tracemerge.run.executors`: in-process, local worker processes, or the nodes of a Ray cluster
@@ -34,17 +34,17 @@ from tracemerge.clock.runs import LATEST, check_choice, held
 from tracemerge.core.errors import FatalError, shown
 from tracemerge.core.stats import Stat
 from tracemerge.metrics_map import NO_MAP, MetricsMap
-from tracemerge.phases.derived_unit import encode_derived, steps_window
 from tracemerge.phases.rules import AUTO_PHASES, PhaseOptions
 from tracemerge.plan.machines import machine_notes
 from tracemerge.plan.types import (
     FileScan,
     UnitPlan,
 )
-from tracemerge.report.outcomes import fill_report, note_json_precision
 from tracemerge.report.run_report import RunReport
+from tracemerge.run.derived_unit import encode_derived, steps_window
 from tracemerge.run.executors import Executor
 from tracemerge.run.filework import FileOutcome
+from tracemerge.run.outcomes import fill_report, note_json_precision
 from tracemerge.run.output import assemble, check_output, check_report, work_dir
 from tracemerge.run.reading import Asked, FirstRead, Runner, asked_of, discover_inputs, read_all, with_archives
 from tracemerge.run.split import Part, groups, step_windows, write_parts

@@ -43,7 +43,8 @@ from msgspec import field
 from tracemerge.core.errors import TracemergeError, shown
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.run.output import check_output, write_whole
-from tracemerge.sources.metrics.exposition import SCRAPE_HEADER, SUFFIX, instance_of, parse_snapshot
+from tracemerge.sources.metrics.exposition import instance_of, parse_snapshot
+from tracemerge.sources.metrics.recognise import SCRAPE_HEADER, SUFFIX
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 MAX_PAGE_BYTES = 64 << 20  # an engine's /metrics page is kilobytes; more is not a metrics page

@@ -1,5 +1,5 @@
 """The device part of ``tracemerge summary``'s tables: per role, the mean of each column of the
-breakdown (:mod:`tracemerge.analysis.device_time`) over its ranks' steps and its worst rank's; a
+breakdown (:mod:`tracemerge.phases.device_time`) over its ranks' steps and its worst rank's; a
 process without steps has one row, its whole profiled time."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The busiest kernels and ops in ``tracemerge summary``'s tables: per process, its kernels and
-ops that took the most device time (:mod:`tracemerge.analysis.kernels`)."""
+ops that took the most device time (:mod:`tracemerge.phases.kernels`)."""
 
 from __future__ import annotations
 

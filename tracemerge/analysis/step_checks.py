@@ -12,7 +12,7 @@ profiler did not record.
 
 from __future__ import annotations
 
-from tracemerge.analysis.device_time import covered
+from tracemerge.phases.device_time import covered
 from tracemerge.phases.model import ProcessPhases
 
 

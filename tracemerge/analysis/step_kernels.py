@@ -1,4 +1,4 @@
-"""Each step's busiest kernels and ops, per process (:func:`tracemerge.analysis.kernels.busiest_per_step`):
+"""Each step's busiest kernels and ops, per process (:func:`tracemerge.phases.kernels.busiest_per_step`):
 the summary's ``step_kernels`` rows and the table ``tracemerge summary`` prints of them.
 
 A run of 64 ranks and 1,000 steps has 64,000 such rows: the table lists them when they are few
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tracemerge.analysis.holdups import order_key
 from tracemerge.core.model import Identity
 from tracemerge.naming.paths import role_sort_key
+from tracemerge.phases.holdups import order_key
 from tracemerge.phases.model import PhaseModel
 from tracemerge.report.run_report import clipped, format_duration, format_table
 

@@ -1,6 +1,6 @@
 """Where each RL step's time went, and who held it up: the numbers of a
 :class:`~tracemerge.phases.PhaseModel`, per step (wall time, the critical process and phase, the
-process that started last, skews: :mod:`tracemerge.analysis.holdups`) and per role and phase (total,
+process that started last, skews: :mod:`tracemerge.phases.holdups`) and per role and phase (total,
 share of the role's step time, the rank holding it up most, idle), the tables printed, and the
 readable form a merged trace keeps."""
 
@@ -11,9 +11,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from tracemerge.analysis.critical_path import NOT_PROFILED
 from tracemerge.analysis.device_table import breakdown_table
-from tracemerge.analysis.holdups import order_key
 from tracemerge.analysis.kernels_table import kernels_table
 from tracemerge.analysis.role_totals import PERCENTILES_FROM, phase_numbers
 from tracemerge.analysis.step_checks import unrecorded, withhold
@@ -23,6 +21,8 @@ from tracemerge.analysis.step_rows import counted_text, longest_segments, step_l
 from tracemerge.core.errors import shown
 from tracemerge.core.model import Identity
 from tracemerge.naming.paths import role_sort_key
+from tracemerge.phases.critical_path import NOT_PROFILED
+from tracemerge.phases.holdups import order_key
 from tracemerge.phases.model import IDLE, PhaseModel, PipelineSlice, ProcessPhases
 from tracemerge.phases.tracks import brief
 from tracemerge.report.run_report import format_duration, format_table
@@ -89,7 +89,7 @@ def summary(model: PhaseModel, labels: dict[Identity, str] | None = None) -> dic
 
 
 def _breakdown_rows(model: PhaseModel) -> list[dict]:
-    """Each process's device time per step (:mod:`tracemerge.analysis.device_time`), in role and
+    """Each process's device time per step (:mod:`tracemerge.phases.device_time`), in role and
     rank order; a process without steps has one row (``step`` None) of its whole profiled time."""
     rows = []
     found = [*model.breakdown, *model.whole]
@@ -106,7 +106,7 @@ def _breakdown_rows(model: PhaseModel) -> list[dict]:
 
 def _kernel_rows(model: PhaseModel, name: Callable[[Identity], str]) -> list[dict]:
     """Per process, in role and rank order: its busiest kernels and ops
-    (:mod:`tracemerge.analysis.kernels`), each with its share of the process's device busy time."""
+    (:mod:`tracemerge.phases.kernels`), each with its share of the process's device busy time."""
     rows = []
     for ident in sorted(model.kernels, key=lambda i: (role_sort_key(i.role), *order_key(i)[1:])):
         found = model.kernels[ident]

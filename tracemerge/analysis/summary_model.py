@@ -110,7 +110,7 @@ class ProcessRow(_Record):
 
 
 class DeviceRow(_Record):
-    """One process's device time in one step (:mod:`tracemerge.analysis.device_time`); ``step``
+    """One process's device time in one step (:mod:`tracemerge.phases.device_time`); ``step``
     is None for a process without steps (its whole active window)."""
 
     role: str | None
@@ -139,7 +139,7 @@ class KernelRow(_Record):
 
 class ProcessKernels(_Record):
     """A process's busiest kernels and ops over its whole profiled time
-    (:mod:`tracemerge.analysis.kernels`): the longest first; ``names``: how many it ran in all."""
+    (:mod:`tracemerge.phases.kernels`): the longest first; ``names``: how many it ran in all."""
 
     role: str | None
     rank: int | None
@@ -150,7 +150,7 @@ class ProcessKernels(_Record):
 
 
 class StepKernels(_Record):
-    """A process's busiest kernels and ops in one step (:func:`tracemerge.analysis.kernels.busiest_per_step`):
+    """A process's busiest kernels and ops in one step (:func:`tracemerge.phases.kernels.busiest_per_step`):
     the longest first, each with its time in the step; ``busy_ns``: the process's device busy time
     in the step; ``names``: how many it ran in the step in all."""
 

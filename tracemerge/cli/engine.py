@@ -5,8 +5,7 @@ importing the readers, numpy, protobuf and the writers would triple their start-
 command line (``cli``, ``cli_diff``, ``cli_tools``) therefore reaches everything beyond its own
 options through this one table: the engine's entry points, the option parsers, the report's
 formatting and ``diff``; each module is imported the first time one of its names is used.
-:mod:`tracemerge.compare.diff` reaches the trace reader behind a stored summary the same way.
-Everything else imports modules directly.
+Everything else imports modules directly: library code never goes through this table.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracemerge.clock.placement import HasClock, PinnedFile, SourceClock
+from tracemerge.clock.placement import HasClock, SourceClock
+from tracemerge.discovery.pins import PinnedFile
 
 
 def place_pinned(

@@ -12,7 +12,8 @@ from msgspec import field
 
 from tracemerge.clock.offsets import ManualOffset
 from tracemerge.core.model import ClockDomain, Identity
-from tracemerge.phases.rules import PRESETS
+from tracemerge.discovery.pins import PinnedFile
+from tracemerge.evidence.anchors import PRESET_NAMES
 
 
 class HasClock(Protocol):
@@ -27,26 +28,13 @@ class HasClock(Protocol):
     identities: dict
 
 
-class PinnedFile(msgspec.Struct, frozen=True):
-    """A file placed by a given relation of its clock to another file's (a ``perfetto_manifest``'s
-    ``clocks``): its raw times plus ``ns`` are ``against``'s raw times."""
-
-    path: Path
-    against: Path
-    ns: int
-    source: str  # how the report names where the relation was given
-
-    def text(self) -> str:
-        return f"{self.source}: {self.ns:+d}ns against {self.against.name}"
-
-
 class AlignOptions(msgspec.Struct, frozen=True):
     enabled: bool = True  # False: --no-align, every file keeps its raw clock
     offsets: tuple[ManualOffset, ...] = ()
     sync: tuple[str, ...] = ()  # --sync: span names that start at one instant in every process
     # The phase presets --phases named (all of them: auto): a preset's own sync spans are evidence
     # when it is the only one, or when a process's phases are the preset's (anchors.sync_presets).
-    presets: tuple[str, ...] = tuple(PRESETS)
+    presets: tuple[str, ...] = PRESET_NAMES
     pinned: tuple[PinnedFile, ...] = ()  # files whose clock an archive's manifest relates to another's
 
 

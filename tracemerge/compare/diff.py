@@ -33,7 +33,6 @@ import statistics
 from collections.abc import Iterable
 from pathlib import Path
 
-from tracemerge.cli import engine
 from tracemerge.compare.kernels import compare_kernels, format_kernels
 from tracemerge.compare.samples import (
     ACTIVE,
@@ -49,6 +48,7 @@ from tracemerge.compare.samples import (
     Values,
     side_of,
 )
+from tracemerge.readback.damage import Unreadable, stored_summary
 from tracemerge.report.run_report import format_duration, format_table
 
 GATED = frozenset({WALL, PHASE})  # and the device columns of GATED_DEVICE
@@ -62,11 +62,10 @@ def is_summary(data: object) -> bool:
 
 def read_numbers(path: Path) -> dict | None:
     """The phase summary in ``path``: a trace tracemerge wrote, or a summary JSON file; None when it
-    holds none. Raises :class:`tracemerge.readback.damage.Unreadable` for a damaged or foreign trace
-    (the trace reader is loaded through :mod:`tracemerge.cli.engine` when first used)."""
+    holds none. Raises :class:`tracemerge.readback.damage.Unreadable` for a damaged or foreign trace."""
     try:
-        found = engine.stored_summary(path)
-    except engine.Unreadable:
+        found = stored_summary(path)
+    except Unreadable:
         found = None
         if not _summary_file(path):
             raise

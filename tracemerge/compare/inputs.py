@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
-from tracemerge.cli import engine
+from tracemerge.analysis.summary_model import checked
 from tracemerge.clock.runs import LATEST, names_held
+from tracemerge.compare.diff import read_numbers
 from tracemerge.core.errors import TracemergeError, shown
 from tracemerge.core.exit_status import EXIT_FATAL
+from tracemerge.core.gc_pause import no_cyclic_gc
+from tracemerge.discovery.archives import is_archive
+from tracemerge.readback.damage import Unreadable
 
 
 class NoSummary(TracemergeError):
@@ -31,15 +36,19 @@ def numbers_of(path: Path, phase_rules: object = None, clocks: object = None, ru
         raise NoSummary(f"{shown(path)}: no such file or directory")
     if not path.is_dir() and not path.is_file():
         raise NoSummary(f"{shown(path)}: not a regular file (a FIFO, socket or device is not read)")
-    numbers = None if path.is_dir() or engine.is_archive(path) else _stored(path)  # a run (or its archive)
+    numbers = None if path.is_dir() or is_archive(path) else _stored(path)  # a run (or its archive)
     if numbers is None:
         part = split_part(path) if path.is_file() else None
         if part is not None:
             raise NoSummary(part)
-        options = {"phase_rules": phase_rules} if phase_rules is not None else {}
+        options: dict[str, Any] = {"phase_rules": phase_rules} if phase_rules is not None else {}
         options |= {"clocks": clocks} if clocks is not None else {}
+        # Reading a run takes the whole engine: imported only then (not to diff two summaries),
+        # with the cyclic collector off (see tracemerge.core.lazy).
+        with no_cyclic_gc():
+            from tracemerge.analysis.summarize import summary_numbers
         try:
-            return engine.summary_numbers([path], **options, run=run)
+            return summary_numbers([path], **options, run=run)
         except TracemergeError as exc:
             if str(exc).startswith("--run "):  # the run asked is not among the files: say whose
                 raise NoSummary(f"{shown(path)}: {exc}") from None
@@ -50,7 +59,7 @@ def numbers_of(path: Path, phase_rules: object = None, clocks: object = None, ru
                 ) from None
             raise
     try:
-        numbers = engine.checked(numbers, shown(path))
+        numbers = checked(numbers, shown(path))
     except ValueError as exc:
         raise NoSummary(str(exc)) from None
     if not names_held(numbers.get("run") or _ONE_RUN, run):
@@ -79,8 +88,8 @@ def _stored(path: Path) -> dict | None:
     """The summary a trace tracemerge wrote keeps, or a summary JSON file's; None for a file
     of another tool (read as an input trace)."""
     try:
-        return engine.read_numbers(path)
-    except engine.Unreadable as exc:
+        return read_numbers(path)
+    except Unreadable as exc:
         raise NoSummary(str(exc), exc.status) from None
     except (OSError, ValueError, RecursionError) as exc:
         raise NoSummary(f"{shown(path)}: cannot be read ({type(exc).__name__})") from None
@@ -105,7 +114,7 @@ def split_part(path: Path) -> str | None:
 
 def _keeps_summary(path: Path) -> bool:
     try:
-        return engine.read_numbers(path) is not None
+        return read_numbers(path) is not None
     except (TracemergeError, OSError, ValueError):
         return False
 

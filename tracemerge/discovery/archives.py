@@ -10,7 +10,7 @@ file (Perfetto does not open those either).
 A ``perfetto_manifest`` in it (a JSON member whose content is ``{"perfetto_manifest": {...}}``)
 is read, not merged: ``files[].machine.name`` (or a one-machine ``machines`` list) is the host of
 that file, and ``files[].clocks`` (``sync_to.file`` and ``offset_ns``) places it against another
-file of the archive (:class:`~tracemerge.clock.placement.PinnedFile`). What the manifest says
+file of the archive (:class:`~tracemerge.discovery.pins.PinnedFile`). What the manifest says
 that cannot be used is named in the report, place and all, and the rest still used.
 """
 
@@ -29,8 +29,8 @@ from typing import IO, Any
 
 import msgspec
 
-from tracemerge.clock.placement import PinnedFile
 from tracemerge.core.errors import InputError, shown
+from tracemerge.discovery.pins import PinnedFile
 
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".zip")
 MAX_MEMBER = 64 << 30  # bytes: a member larger than this is not written

@@ -13,7 +13,7 @@ Three kinds of events are noted (as marks ``(start, end)`` under a tag), never r
 
 Device activity is noted too, as a union of spans per device thread rather than every event
 (:class:`tracemerge.evidence.span_union.SpanUnion`): kernels, copies and sets under ``"device compute"``, a
-collective's device work under ``"device comm"`` (:mod:`tracemerge.analysis.device_time`).
+collective's device work under ``"device comm"`` (:mod:`tracemerge.phases.device_time`).
 
 :mod:`tracemerge.clock` relates the files' clocks from these marks. Phase rules
 (:mod:`tracemerge.phases.rules`) add ``"phase <preset>\t<phase>"`` and ``"step <preset>\t<step>"``
@@ -118,6 +118,19 @@ def preferred_preset(counts: Mapping[str, int], names: Sequence[str]) -> str | N
     preset in one process); the first named on a tie; None when none occurs."""
     ranked = [p for p in names if counts.get(p)]
     return max(ranked, key=lambda p: (counts[p], -ranked.index(p))) if ranked else None
+
+
+# Ascend MSTX ranges: phases named after the range, noted under this name by the Ascend readers.
+MSTX = "mstx"
+# Numbered steps: torch's ProfilerStep#N rows, then the step a file's name gives (verl's
+# ``step<S>``, a discrete-mode stage's phase noted under the verl preset): both before the
+# presets' unnumbered step spans.
+TORCH_STEPS, NAMED_STEPS = "torch", "name"
+# The phase presets' names, in their order (:data:`tracemerge.phases.rules.PRESETS`): what the
+# clock stage takes a preset's sync spans as evidence for when ``--phases`` names none. A
+# discrete-mode stage file's phase is noted under verl's.
+VERL_PRESET = "verl"
+PRESET_NAMES = (VERL_PRESET, "areal", "skyrl")
 
 
 def phase_tag(preset: str, phase: str) -> str:

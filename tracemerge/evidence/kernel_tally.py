@@ -5,7 +5,7 @@ The same device work the breakdown's compute and communication marks come from (
 compute and HCCL tasks) is totalled here by name, beside the span unions and apart from them: a
 total and a count per name and stream. Each kernel's start and length are kept too, as compact
 columns (:class:`KernelTimes`: 20 bytes a kernel), so that once the steps are known its time is
-counted in the step it ran in (:mod:`tracemerge.analysis.kernels`). A file's scan groups its streams
+counted in the step it ran in (:mod:`tracemerge.phases.kernels`). A file's scan groups its streams
 per process (:func:`process_kernels`, :func:`process_kernel_times`).
 """
 

@@ -10,10 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 from tracemerge.core.model import Identity
-from tracemerge.evidence.anchors import FRAMEWORK_STEPS, phase_tag, step_tag
+from tracemerge.evidence.anchors import FRAMEWORK_STEPS, NAMED_STEPS, VERL_PRESET, phase_tag, step_tag
 from tracemerge.evidence.span_union import SpanUnion
 from tracemerge.naming.paths import PathFacts
-from tracemerge.phases.rules import NAMED_STEPS, VERL
 
 _FRAMEWORK_STEP = step_tag(FRAMEWORK_STEPS, "")
 
@@ -69,6 +68,6 @@ def with_named_marks(
         if facts.step is not None:
             tags[step_tag(NAMED_STEPS, str(facts.step))] = list(extent)
         if facts.phase is not None:
-            tags.setdefault(phase_tag(VERL.name, facts.phase), []).extend(extent)
-            tags[phase_tag(VERL.name, facts.phase)].sort()
+            tags.setdefault(phase_tag(VERL_PRESET, facts.phase), []).extend(extent)
+            tags[phase_tag(VERL_PRESET, facts.phase)].sort()
     return marks

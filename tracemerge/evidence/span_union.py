@@ -12,7 +12,7 @@ merge: each span is sorted O(log n) times over all, never once per block.
 
 Spans that cover nothing (``end <= start``) are left out: a union's figures (what it covers of a
 window, its intersection with another) are the same with or without them. Spans that touch
-(``next start == end``) are joined, as :func:`tracemerge.analysis.device_time.merged` joins them.
+(``next start == end``) are joined, as :func:`tracemerge.phases.device_time.merged` joins them.
 """
 
 from __future__ import annotations

@@ -5,17 +5,19 @@ columns (:mod:`tracemerge.layout.nesting`): the walk's order (start, longer firs
 overlap lanes of slices that do not nest (Perfetto would otherwise re-nest or drop them), and the
 flows bound to each slice (:mod:`tracemerge.layout.flows.numbering`), and hands each thread to the encoder in the
 three parts Perfetto's sort needs (:mod:`tracemerge.layout.thread_walk`); counter samples follow.
+:func:`finish` is the end of a file's read: its events laid out, its run file closed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 from tracemerge.core.model import Identity, OriginKey
 from tracemerge.core.stats import Stat
 from tracemerge.layout.flows.numbering import Attached, bind_flows
 from tracemerge.layout.thread_walk import ThreadWalk
-from tracemerge.layout.types import LayoutResult, Tracks
+from tracemerge.layout.types import Encoder, LayoutResult, Tracks
 from tracemerge.select import TimeFilter
 from tracemerge.store.event_store import EventStore, threads_in_order
 
@@ -76,6 +78,23 @@ def lay_out(
     return result
 
 
+def finish(
+    events: EventStore,
+    identity_of: Ident,
+    tracks: Tracks,
+    ts_shift: int | None,
+    flow_id_base: int,
+    keep: Callable[[Identity], bool] | None = None,
+    times: TimeFilter | None = None,
+    summary_only: bool = False,
+) -> LayoutResult:
+    """Lay a file's events out (:func:`lay_out`), then close its run file."""
+    try:
+        return lay_out(events, identity_of, tracks, ts_shift, flow_id_base, keep, times, summary_only)
+    finally:
+        events.store.close()
+
+
 def _cached(identity_of: Ident) -> Ident:
     """``identity_of``, asked once per origin."""
     idents: dict[OriginKey, Identity] = {}
@@ -100,7 +119,7 @@ def _threads(
 ) -> int:
     """Every thread's slices and instants, in the order the threads were first met; returns the
     latest time (at least ``result.ts_min``)."""
-    enc = events.enc
+    enc = cast(Encoder, events.enc)  # a store laid out was filled through the writer's encoder
     in_order = threads_in_order(events.entries)
     busiest = max(in_order, key=lambda item: item[1].total, default=None)
     if busiest is not None and busiest[1].total:
@@ -124,7 +143,7 @@ def _counters(
     events: EventStore, ident: Ident, tracks: Tracks, shift: int, result: LayoutResult, times: TimeFilter | None
 ) -> int:
     """Every counter series' samples; returns the latest time (at least ``result.ts_min``)."""
-    counter = events.enc.counter
+    counter = cast(Encoder, events.enc).counter
     store = events.store
     assert result.ts_min is not None
     hi = result.ts_min

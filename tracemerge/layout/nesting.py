@@ -2,12 +2,13 @@
 ties whose order in the file matters.
 
 The walk's order of a thread's entries is (start, longer first, slices before instants, file
-order). A slice nests in the innermost slice still open where it starts (open: ending after that
-start) when it ends no later than that one; one that does not is moved to an overlap lane, the
-first lane where it nests, a new one when none does (:func:`lanes`). Perfetto sorts a trace's
-events by (timestamp, position in the file), so on one track the file order of events at one
-timestamp is what decides their nesting: :func:`tied_out_of_order` finds where the order a thread
-was read in would get that wrong.
+order; :func:`tracemerge.store.entries.walk_order`, which the store sorts a thread by too). A
+slice nests in the innermost slice still open where it starts (open: ending after that start)
+when it ends no later than that one; one that does not is moved to an overlap lane, the first
+lane where it nests, a new one when none does (:func:`lanes`). Perfetto sorts a trace's events by
+(timestamp, position in the file), so on one track the file order of events at one timestamp is
+what decides their nesting: :func:`tied_out_of_order` finds where the order a thread was read in
+would get that wrong.
 """
 
 from __future__ import annotations
@@ -16,25 +17,9 @@ import heapq
 
 import numpy as np
 
+from tracemerge.store.entries import index_type
+
 SLICE, INSTANT = 0, 1
-
-
-def walk_order(starts: np.ndarray, negdurs: np.ndarray, kinds: np.ndarray, ordinals: np.ndarray) -> np.ndarray:
-    """The positions of the entries in the walk's order: by start, longer first, slices first,
-    then by ordinal."""
-    # A stable sort by start alone is fast on times read nearly in order; entries sharing a
-    # start are then put in order among themselves.
-    order = np.argsort(starts, kind="stable").astype(_index_type(len(starts)))
-    first = starts[order]
-    tie = first[1:] == first[:-1]
-    if tie.any():
-        tied = np.zeros(len(order), bool)
-        tied[1:] = tie
-        tied[:-1] |= tie
-        at = np.flatnonzero(tied)
-        some = order[at]
-        order[at] = some[np.lexsort((ordinals[some], kinds[some], negdurs[some], first[at]))]
-    return order
 
 
 def parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -42,7 +27,7 @@ def parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     (ending after that start), -1 for none, as a walk would find it; exact up to the first slice
     of each run (see :func:`closed_runs`) that does not nest, not always after it."""
     n = len(starts)
-    parent = np.arange(-1, n - 1, dtype=_index_type(n))
+    parent: np.ndarray = np.arange(-1, n - 1, dtype=index_type(n))
     # Where the slice before is still open it is the innermost one; else jump to the slice that
     # one nests in, and so on (each slice's parent found by the same jumps, all at once).
     todo = np.flatnonzero(ends[np.maximum(parent, 0)] <= starts)
@@ -253,7 +238,3 @@ def tied_out_of_order(
         hit = by_lane[hit]
     found[hit] = True
     return found
-
-
-def _index_type(n: int) -> type[np.signedinteger]:
-    return np.int32 if n < 1 << 31 else np.int64

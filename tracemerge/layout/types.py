@@ -1,7 +1,7 @@
-"""What laying out a file hands around: the writer's :class:`Encoder` (its :class:`Encoding` of
-names and args, what a file's store needs as events are read; the :class:`ChunkEncoder` a writer
-makes), the :class:`Tracks` a file's keys land on, a thread's :class:`Items` for the encoder and
-the :class:`LayoutResult`.
+"""What laying out a file hands around: the writer's :class:`Encoder` (a
+:class:`~tracemerge.store.event_store.BodyEncoder` of names and args, what a file's store needs as
+events are read; the :class:`ChunkEncoder` a writer makes), the :class:`Tracks` a file's keys land
+on, a thread's :class:`Items` for the encoder and the :class:`LayoutResult`.
 
 Kept apart from :mod:`tracemerge.store.file_layout` so that the modules that work a file out
 (:mod:`tracemerge.layout.flows.numbering`, :mod:`tracemerge.layout.thread_walk`) need nothing of the layout itself.
@@ -20,6 +20,7 @@ from tracemerge.core.model import Identity, ThreadKey
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.plan.types import CounterTrack, ThreadTrack
 from tracemerge.report.run_report import EventCounts
+from tracemerge.store.event_store import BodyEncoder
 
 
 class Items(msgspec.Struct):
@@ -39,22 +40,13 @@ class Items(msgspec.Struct):
     flow_phases: np.ndarray
 
 
-class Encoding(Protocol):
-    """What a slice or instant says, encoded once, when the event is read: ``prefix`` encodes a
-    name and category (the layout caches it per pair), ``args`` an args object given as JSON
-    text; an event's body is the two concatenated.
+class Encoder(BodyEncoder, Protocol):
+    """What a writer implements to receive one file's laid-out events.
+
+    What a slice or instant says is encoded once, when the event is read (the store's
+    :class:`~tracemerge.store.event_store.BodyEncoder`): ``prefix`` encodes a name and category,
+    ``args`` an args object given as JSON text; an event's body is the two concatenated.
     """
-
-    def prefix(self, name: str, cat: str) -> bytes: ...
-
-    def args(self, text: bytes) -> bytes: ...
-
-    # ``args_heads[len(text)] + text`` encodes args text that ``args`` would not need to change.
-    args_heads: tuple[bytes, ...]
-
-
-class Encoder(Encoding, Protocol):
-    """What a writer implements to receive one file's laid-out events."""
 
     # Whether the order of a tie matters once one of its slices carries a flow (Chrome JSON binds
     # a flow event to the slice on top of the stack when it is read).

@@ -4,17 +4,19 @@ Input: the phase, step, collective and device marks each file's read noted (by t
 :mod:`tracemerge.phases.rules`: which span names are which phase, which delimit steps), and each
 file's placement (its offset from :mod:`tracemerge.clock`). Output: a :class:`PhaseModel` (per
 process its steps, phases and idle time; per role the phase spans of each step; who held each
-step up, device time and the critical path), the numbers and tables of its summary, and the
-Phases and Pipeline tracks drawn from it.
+step up (:mod:`~tracemerge.phases.holdups`), device time (:mod:`~tracemerge.phases.device_time`),
+the busiest kernels (:mod:`~tracemerge.phases.kernels`) and the critical path
+(:mod:`~tracemerge.phases.critical_path`)), and the Phases and Pipeline tracks drawn from it.
 
 * :func:`derive` makes the model and :func:`attach_scalars` gives its steps the tracker scalars
   (:mod:`tracemerge.phases.derivation`);
 * :func:`resolve`, :func:`load_rules` and :class:`PhaseOptions` choose the rules
   (:mod:`tracemerge.phases.rules`);
-* :func:`summary`, :func:`format_summary`, :func:`stored` and :func:`per_step` are its numbers as
-  printed and as a merged trace keeps them (:mod:`tracemerge.analysis.steps`);
-* :mod:`tracemerge.phases.tracks` draws the tracks, and :mod:`tracemerge.phases.derived_unit`
-  writes them as one more unit of the output (planning and encoding's business: not re-exported).
+* :mod:`tracemerge.phases.tracks` draws the tracks.
+
+The numbers and tables of the model's summary are a later stage's (:mod:`tracemerge.analysis.steps`),
+and so is writing the tracks as one more unit of the output (:mod:`tracemerge.run.derived_unit`):
+this stage encodes nothing.
 """
 
 from __future__ import annotations
@@ -39,10 +41,6 @@ _HOME = {
     "Preset": "tracemerge.phases.rules",
     "load_rules": "tracemerge.phases.rules",
     "resolve": "tracemerge.phases.rules",
-    "format_summary": "tracemerge.analysis.steps",
-    "per_step": "tracemerge.analysis.steps",
-    "stored": "tracemerge.analysis.steps",
-    "summary": "tracemerge.analysis.steps",
 }
 
 __all__ = sorted(_HOME)

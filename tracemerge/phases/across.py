@@ -9,10 +9,10 @@ from collections import Counter, defaultdict
 
 from msgspec.structs import replace
 
-from tracemerge.analysis.critical_path import WAITING_ON, Devices, Segment, step_path
-from tracemerge.analysis.device_time import Breakdown, Coverage, intersection, step_breakdowns, waits
-from tracemerge.analysis.holdups import SLOWER_PHASE, WAITING, Holdup, holdup, order_key
 from tracemerge.core.model import Identity
+from tracemerge.phases.critical_path import WAITING_ON, Devices, Segment, step_path
+from tracemerge.phases.device_time import Breakdown, Coverage, intersection, step_breakdowns, waits
+from tracemerge.phases.holdups import SLOWER_PHASE, WAITING, Holdup, holdup, order_key
 from tracemerge.phases.model import IDLE, Occurrence, PipelineSlice, ProcessPhases
 
 
@@ -30,7 +30,7 @@ def pipeline(
     processes: dict[Identity, ProcessPhases], unaligned: frozenset[Identity] = frozenset()
 ) -> dict[str, list[PipelineSlice]]:
     """Per role, per step and phase: first start to last end across the role's ranks, and who
-    held it up (:func:`tracemerge.analysis.holdups.holdup` of the aligned ranks' spans of it)."""
+    held it up (:func:`tracemerge.phases.holdups.holdup` of the aligned ranks' spans of it)."""
     groups: dict[tuple[str, int, str], dict[Identity, list[Occurrence]]] = defaultdict(lambda: defaultdict(list))
     for ident, proc in processes.items():
         for o in proc.occurrences:
@@ -54,7 +54,7 @@ def device_breakdown(
     unaligned: frozenset[Identity] = frozenset(),
 ) -> dict[Identity, list[tuple[int, Breakdown]]]:
     """Per process with device activity, per step (in its order): compute, exposed communication,
-    overlap, free time and wait (:mod:`tracemerge.analysis.device_time`); linear in the spans once
+    overlap, free time and wait (:mod:`tracemerge.phases.device_time`); linear in the spans once
     sorted. The wait in collectives is measured among the aligned processes (none for the others)."""
     windows = {i: [(st.step, st.start, st.end) for st in p.steps] for i, p in processes.items() if i in devices}
     measured = {i: w for i, w in windows.items() if i not in unaligned}

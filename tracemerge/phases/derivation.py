@@ -7,7 +7,7 @@ without any step marker counts a step from each start of the phase a process run
 Within a step, time belongs to the innermost phase running (a phase nested in another takes
 its time from it) and the rest is ``idle``: per process and step, phase times plus idle time
 equal the step's time, to the nanosecond. Per step, and per role, step and phase, who started
-last and who held the others up is :mod:`tracemerge.analysis.holdups`'s (from the collectives each process
+last and who held the others up is :mod:`tracemerge.phases.holdups`'s (from the collectives each process
 took part in). The summary of the numbers is :mod:`tracemerge.analysis.steps`; the tracks drawn
 from them :mod:`tracemerge.phases.tracks`.
 """
@@ -21,10 +21,6 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from tracemerge.analysis.critical_path import first_events
-from tracemerge.analysis.device_time import covered, merged, whole_breakdowns
-from tracemerge.analysis.holdups import FOREVER
-from tracemerge.analysis.kernels import Busiest, busiest, busiest_per_step
 from tracemerge.core.gc_pause import no_cyclic_gc
 from tracemerge.core.model import Identity
 from tracemerge.core.stats import Losses, Stat
@@ -33,13 +29,20 @@ from tracemerge.evidence.anchors import (
     DEVICE_COMM,
     DEVICE_COMPUTE,
     FRAMEWORK_STEPS,
+    MSTX,
+    NAMED_STEPS,
     PHASE,
     STEP,
+    TORCH_STEPS,
     preferred_preset,
 )
 from tracemerge.evidence.kernel_tally import KernelTimes, joined
 from tracemerge.evidence.span_union import SpanUnion
 from tracemerge.phases.across import critical_paths, device_breakdown, pipeline, step_holdups, waiting_on
+from tracemerge.phases.critical_path import first_events
+from tracemerge.phases.device_time import covered, merged, whole_breakdowns
+from tracemerge.phases.holdups import FOREVER
+from tracemerge.phases.kernels import Busiest, busiest, busiest_per_step
 from tracemerge.phases.model import (
     IDLE,
     HasMarks,
@@ -49,7 +52,7 @@ from tracemerge.phases.model import (
     Step,
     StepScalars,
 )
-from tracemerge.phases.rules import MSTX, NAMED_STEPS, TORCH_STEPS, Preset
+from tracemerge.phases.rules import Preset
 from tracemerge.phases.step_counting import kinds, numbered
 
 UNPLACED_SCALARS = "tracker scalars of steps the merged trace has no step for"

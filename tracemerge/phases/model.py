@@ -11,12 +11,12 @@ from typing import Protocol
 import msgspec
 from msgspec import field
 
-from tracemerge.analysis.critical_path import Segment
-from tracemerge.analysis.device_time import Breakdown
-from tracemerge.analysis.holdups import Holdup, Timeline
-from tracemerge.analysis.kernels import Busiest
 from tracemerge.core.model import Identity
 from tracemerge.core.stats import Losses, Stat
+from tracemerge.phases.critical_path import Segment
+from tracemerge.phases.device_time import Breakdown
+from tracemerge.phases.holdups import Holdup, Timeline
+from tracemerge.phases.kernels import Busiest
 
 IDLE = "idle"
 
@@ -96,15 +96,15 @@ class PhaseModel(msgspec.Struct):
     span: tuple[int, int] | None = None  # the run's first and last event (aligned)
     active: dict[Identity, int] = field(default_factory=dict)  # per process: first to last event
     recorded: dict[Identity, tuple[int, int]] = field(default_factory=dict)  # its first and last event
-    # Per process with device activity, per step: its device time (tracemerge.analysis.device_time).
+    # Per process with device activity, per step: its device time (tracemerge.phases.device_time).
     breakdown: dict[Identity, list[tuple[int, Breakdown]]] = field(default_factory=dict)
     # Per process with device activity and no steps: its device time over its whole profiled time.
     whole: dict[Identity, Breakdown] = field(default_factory=dict)
-    # Per process with device activity: its busiest kernels and ops (tracemerge.analysis.kernels).
+    # Per process with device activity: its busiest kernels and ops (tracemerge.phases.kernels).
     kernels: dict[Identity, Busiest] = field(default_factory=dict)
     # Per process with device activity and steps, per step: its busiest kernels and ops in the step.
     step_kernels: dict[Identity, list[tuple[int, Busiest]]] = field(default_factory=dict)
-    # Per job step, in step order: its critical path across roles and ranks (tracemerge.analysis.critical_path).
+    # Per job step, in step order: its critical path across roles and ranks (tracemerge.phases.critical_path).
     critical_path: list[Segment] = field(default_factory=list)
     kinds: dict[int, StepKind] = field(default_factory=dict)  # of the job steps, by step
 

@@ -23,16 +23,11 @@ from pathlib import Path
 import msgspec
 
 from tracemerge.core.tomlfile import read_toml
-from tracemerge.evidence.anchors import phase_tag, preset_sync_tag, step_tag
+from tracemerge.evidence.anchors import TORCH_STEPS, VERL_PRESET, phase_tag, preset_sync_tag, step_tag
 
-MSTX = "mstx"  # Ascend MSTX ranges: phases named after the range (noted by the Ascend readers)
 # Spans that are one numbered step each: torch's ``ProfilerStep#N`` rows, and a step annotated
 # with its number (``record_function(f"step{n}")``, verl's ``step<S>`` as a span's name).
 TORCH_STEP = re.compile(r"^(?:ProfilerStep#|step_?)(\d+)$")
-# Numbered steps: torch's ProfilerStep#N rows, then the step a file's name gives (verl's
-# ``step<S>``, a discrete-mode stage's phase noted under the verl preset): both before the
-# presets' unnumbered step spans.
-TORCH_STEPS, NAMED_STEPS = "torch", "name"
 
 
 class Rule(msgspec.Struct, frozen=True):
@@ -56,7 +51,7 @@ def _exact(names: dict[str, str], role: str | None = None) -> tuple[Rule, ...]:
 
 
 VERL = Preset(
-    "verl",
+    VERL_PRESET,
     _exact(
         {
             # trainer timers (ray_trainer.py marked_timer names)

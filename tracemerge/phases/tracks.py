@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterator
 import msgspec
 from msgspec import field
 
-from tracemerge.analysis.device_time import worst
-from tracemerge.analysis.holdups import FOREVER, SLOWER_PHASE, Holdup, order_key
 from tracemerge.core.model import GROUP_HEADER, Event, Identity, Kind, ThreadInfo
+from tracemerge.phases.device_time import worst
+from tracemerge.phases.holdups import FOREVER, SLOWER_PHASE, Holdup, order_key
 from tracemerge.phases.model import IDLE, PhaseModel, PipelineSlice
 
 PIPELINE = Identity("", None, "Pipeline")  # the top-level group: job steps and per-role phases
@@ -88,7 +88,7 @@ def device_thread(role: str) -> tuple:
 
 
 def _device_events(model: PhaseModel) -> Iterator[Event]:
-    """Per role of several ranks, its worst rank's device time (:mod:`tracemerge.analysis.device_time`): a
+    """Per role of several ranks, its worst rank's device time (:mod:`tracemerge.phases.device_time`): a
     slice over each of its steps, named by the shares, the numbers as args."""
     for role, ident in worst(model.breakdown).items():
         for st, (step, b) in zip(model.processes[ident].steps, model.breakdown[ident], strict=True):
@@ -199,7 +199,7 @@ def step_args(held: Holdup | None, wall: int, overlap: int) -> dict:
         return args
     slower = held.cause in ("", SLOWER_PHASE)  # else its phase is not what held the step up
     args.update({"critical": who(held.critical, held.phase if slower else None), "waited on it": brief(held.waited)})
-    if held.cause:  # how the critical process held it up (see tracemerge.analysis.holdups)
+    if held.cause:  # how the critical process held it up (see tracemerge.phases.holdups)
         args["how"] = f"{held.cause} {brief(held.cause_ns)}"
     if held.start_skew:  # else all started at once: nobody is late
         args["late"] = who(held.late)

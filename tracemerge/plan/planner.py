@@ -13,7 +13,7 @@ from pathlib import Path
 
 from msgspec.structs import replace
 
-from tracemerge.clock import Alignment, AlignOptions, align
+from tracemerge.clock import Alignment
 from tracemerge.clock.unaligned import title, unaligned
 from tracemerge.core.model import Identity, ThreadInfo, ThreadKey
 from tracemerge.naming.paths import COORDINATE_ORDER
@@ -38,21 +38,14 @@ from tracemerge.plan.types import (
 from tracemerge.plan.unique_ids import unique_ids
 
 
-def make_plan(
-    scans: list[FileScan],
-    wide: bool = False,
-    clocks: AlignOptions | None = None,
-    alignment: Alignment | None = None,
-) -> MergePlan:
+def make_plan(scans: list[FileScan], wide: bool = False, *, alignment: Alignment) -> MergePlan:
     """Fix pids, track ids, names and time shifts for the whole merged trace.
 
-    ``alignment`` reuses clock offsets already found (scans it does not place keep their clock:
-    the derived phase tracks are on the aligned timeline already). Track uuids are made unique
-    here (:mod:`tracemerge.plan.unique_ids`); raises :class:`IdCollision` when an overlap lane's
-    uuid is another track's (then encode with ``wide``).
+    ``alignment`` is the clock stage's placement of the files (scans it does not place keep their
+    clock: the derived phase tracks are on the aligned timeline already). Track uuids are made
+    unique here (:mod:`tracemerge.plan.unique_ids`); raises :class:`IdCollision` when an overlap
+    lane's uuid is another track's (then encode with ``wide``).
     """
-    if alignment is None:
-        alignment = align(scans, clocks or AlignOptions(), identity_sort_key)
     offsets, base_ns = alignment.offsets, alignment.base_ns
     offsets.update({s.path: 0 for s in scans if s.path not in offsets})
     scans = sorted(scans, key=lambda s: (s.ts_min is None, (s.ts_min or 0) + offsets[s.path], str(s.path)))

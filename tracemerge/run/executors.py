@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 
 from tracemerge.core.errors import FatalError
+from tracemerge.core.forked import sent_error, sent_result, stop, taken_in
+from tracemerge.core.worker_signals import worker_signals
 from tracemerge.discovery.discover import Discovery, discover
 from tracemerge.run.filework import FileJob, FileOutcome, input_bytes, process_file
-from tracemerge.run.forked import sent_error, sent_result, stop, taken_in
-from tracemerge.run.worker_signals import worker_signals
 from tracemerge.store.read_options import PartReads
 
 if TYPE_CHECKING:
@@ -157,6 +157,7 @@ class ProcessExecutor(SerialExecutor):
             if count > 1:
                 from concurrent.futures import ProcessPoolExecutor  # only when there is a pool to start
 
+                _load_readers(jobs)
                 self.pool = ProcessPoolExecutor(count, initializer=worker_signals)
         if self.pool is None:
             return map(process_file, jobs)
@@ -196,6 +197,14 @@ def _largest_first(pool: ProcessPoolExecutor, jobs: list[FileJob]) -> Iterator[F
         futures[n] = pool.submit(process_file, jobs[n])
     for n in range(len(jobs)):
         yield futures.pop(n).result()
+
+
+def _load_readers(jobs: list[FileJob]) -> None:
+    """The reading modules of the jobs' formats, imported here once before the pool forks its
+    workers from this process, rather than in each of them (a format's reader is imported when
+    it is first used: see :mod:`tracemerge.sources`)."""
+    for fmt in {job.candidate.format.name: job.candidate.format for job in jobs}.values():
+        fmt.reader()
 
 
 def _auto_workers(jobs: list[FileJob]) -> int:

@@ -30,6 +30,7 @@ from tracemerge.discovery.discover import Candidate
 from tracemerge.evidence.anchors import Watch
 from tracemerge.evidence.kernel_tally import process_kernel_times, process_kernels
 from tracemerge.evidence.scan_marks import process_marks, with_named_marks
+from tracemerge.layout import emit
 from tracemerge.layout.types import Encoder, LayoutResult
 from tracemerge.phases import StepScalars
 from tracemerge.phases.rules import PhaseRules, Preset
@@ -249,8 +250,8 @@ def _lay_out_read(
         keys = [k for k, _ in [*threads_in_order(layout.entries), *threads_in_order(layout.points)]]
         for key in [*keys, *layout.samples]:
             identity_of(key[0])
-    result = layout.finish(
-        identity_of, tracks, shift, flow_id_base(job.sequence_id), keep, times, summary_only=not job.writer
+    result = emit.finish(
+        layout, identity_of, tracks, shift, flow_id_base(job.sequence_id), keep, times, summary_only=not job.writer
     )
     if keep_layout and job.chunk is not None:
         layout.save(_layout_files(job.chunk)[0])
@@ -328,7 +329,8 @@ def _encode_saved(job: FileJob, prior: FileScan) -> FileOutcome:
     with job.chunk.open("wb") as out:
         enc = WRITERS[job.writer].unit_encoder(job.sequence_id, out)
         layout = FileLayout.load(index, enc, job.budget)
-        result = layout.finish(
+        result = emit.finish(
+            layout,
             prior.identities.__getitem__,
             PlannedTracks(job.unit),
             job.unit.shift_ns,

@@ -28,14 +28,14 @@ from tracemerge.discovery.discover import Candidate, told_apart
 from tracemerge.discovery.same_content import read_once
 from tracemerge.metrics_map import MetricsMap
 from tracemerge.phases import PhaseModel, StepScalars, attach_scalars
-from tracemerge.phases.derived_unit import derive_run, derived_scan
 from tracemerge.phases.rules import PhaseOptions
 from tracemerge.plan.planner import make_plan
 from tracemerge.plan.types import FileScan, IdCollision, MergePlan, identity_sort_key
-from tracemerge.report.outcomes import collect
 from tracemerge.report.run_report import RunReport
+from tracemerge.run.derived_unit import derive_run, derived_scan
 from tracemerge.run.executors import Executor, SerialExecutor, local_executor, usable_cores
 from tracemerge.run.filework import FileJob, FileOutcome
+from tracemerge.run.outcomes import collect
 from tracemerge.run.output import check_output
 from tracemerge.select import Selection
 from tracemerge.store.read_options import ReadOptions

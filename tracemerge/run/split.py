@@ -23,9 +23,9 @@ import msgspec
 from msgspec.structs import replace
 
 from tracemerge.core.errors import FatalError
-from tracemerge.phases.derived_unit import DERIVED_FORMAT
 from tracemerge.plan.types import FileScan, MergePlan, UnitPlan
 from tracemerge.report.run_report import json_bytes
+from tracemerge.run.derived_unit import DERIVED_FORMAT
 from tracemerge.select import WHERE_KEYS
 
 # By a parallel coordinate (--split-by dp): each file goes whole to the part of the value its name

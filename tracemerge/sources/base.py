@@ -1,17 +1,18 @@
-"""The small interface every source module implements, and shared file helpers."""
+"""What a format is declared as (:class:`SourceFormat`), and shared file helpers."""
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
+from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from tracemerge.core.errors import InputError
 from tracemerge.core.model import SourceData
-from tracemerge.naming.paths import PathFacts
+from tracemerge.naming.paths import PathFacts, host_from_name
 
 if TYPE_CHECKING:
     from tracemerge.store.file_layout import FileLayout
@@ -24,20 +25,22 @@ MAX_WHOLE_FILE = 4 << 30
 
 
 class SourceFormat(msgspec.Struct, frozen=True):
-    """An input format.
+    """An input format, declared as data: its name, the module that reads it, and what recognises
+    its files, which lives in a small module of its own (discovery asks every format of every
+    file, and needs none of the readers for that).
 
     ``claims(path, head)`` looks at the file name and the first (decompressed) bytes and says
-    whether the file is this format's; it must be cheap and must not raise. ``read(path, layout)``
-    reads the file once, handing every event to ``layout`` (a
-    :class:`~tracemerge.store.file_layout.FileLayout`); it raises :class:`~tracemerge.core.errors.InputError` for a
-    file it cannot use.
+    whether the file is this format's; it must be cheap and must not raise. ``module``'s function
+    ``function`` (``read(path, layout)``), imported when a file of the format is read, reads the
+    file once, handing every event to ``layout`` (a :class:`~tracemerge.store.file_layout.FileLayout`);
+    it raises :class:`~tracemerge.core.errors.InputError` for a file it cannot use.
     Formats whose inputs are directory trees can say where role and rank come from (``hints``)
     and which directories hold nothing to merge (``unusable_dir``), so these are reported.
     """
 
     name: str
+    module: str  # the module that reads the format, imported on first use
     claims: Callable[[Path, bytes], bool]
-    read: Callable[[Path, FileLayout], SourceData]
     # (path, the input root it was found under) -> what the path says of its process; default:
     # tracemerge.naming.paths.path_facts
     hints: Callable[[Path, Path], PathFacts] | None = None
@@ -46,6 +49,23 @@ class SourceFormat(msgspec.Struct, frozen=True):
     # A file beside this format's traces that is none but is read for what it says of them (a
     # run's rank, its clocks) -> what it gives; listed as used, not as ignored.
     metadata: Callable[[Path], str | None] | None = None
+    function: str = "read"  # the reading function in ``module``
+
+    def reader(self) -> Callable[[Path, FileLayout], SourceData]:
+        """The function that reads the format (its module imported on first use)."""
+        read: Any = getattr(import_module(self.module), self.function)
+        return read
+
+    def read(self, path: Path, layout: FileLayout) -> SourceData:
+        """Read ``path`` into ``layout`` (see the class)."""
+        return self.reader()(path, layout)
+
+
+def host_of(meta_host: Any, name: str) -> str | None:
+    """The host a trace says it comes from: its own field, else the worker name in ``name``."""
+    if type(meta_host) is str and meta_host.strip():
+        return meta_host.strip()
+    return host_from_name(name)
 
 
 def read_bytes(path: Path) -> bytes:

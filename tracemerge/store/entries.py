@@ -285,3 +285,26 @@ def with_prefixes(
         outside[begins + k] = False
     joined = interleaved([heads, rests], [gathered(blob, starts[chosen], heads), data[: len(outside)][outside]])
     return joined.tobytes(), heads + rests
+
+
+def walk_order(starts: np.ndarray, negdurs: np.ndarray, kinds: np.ndarray, ordinals: np.ndarray) -> np.ndarray:
+    """The positions of the entries in the walk's order: by start, longer first, slices first,
+    then by ordinal."""
+    # A stable sort by start alone is fast on times read nearly in order; entries sharing a
+    # start are then put in order among themselves.
+    order: np.ndarray = np.argsort(starts, kind="stable").astype(index_type(len(starts)))
+    first = starts[order]
+    tie = first[1:] == first[:-1]
+    if tie.any():
+        tied = np.zeros(len(order), bool)
+        tied[1:] = tie
+        tied[:-1] |= tie
+        at = np.flatnonzero(tied)
+        some = order[at]
+        order[at] = some[np.lexsort((ordinals[some], kinds[some], negdurs[some], first[at]))]
+    return order
+
+
+def index_type(n: int) -> type[np.signedinteger]:
+    """The integer type positions among ``n`` rows are kept in (int32 while they fit)."""
+    return np.int32 if n < 1 << 31 else np.int64

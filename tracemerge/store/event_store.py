@@ -16,22 +16,37 @@ import pickle
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 import numpy as np
 import orjson
 
 from tracemerge.core.model import FlowPhase, OriginKey, ThreadKey
-from tracemerge.layout.nesting import walk_order
-from tracemerge.layout.types import Encoder
-from tracemerge.store.entries import Block, PointKeys, ThreadEntries, ThreadPoints
+from tracemerge.store.entries import Block, PointKeys, ThreadEntries, ThreadPoints, walk_order
 from tracemerge.store.spill import RunStore, SortedBuffer
 
 # Events a file's store may hold in memory before it spills to disk (about 100 bytes each once
 # sealed into columns).
 DEFAULT_BUDGET = 500_000
 Store = TypeVar("Store", bound="EventStore")
+
+
+class BodyEncoder(Protocol):
+    """What a store asks of the writer's encoder: an event's body, encoded as it is read. Every
+    writer's :class:`~tracemerge.layout.types.Encoder` is one, and so is a part's
+    :class:`~tracemerge.store.file_layout.PlaceholderEncoder`."""
+
+    # ``args_heads[len(text)] + text`` encodes args text that ``args`` would not need to change.
+    args_heads: tuple[bytes, ...]
+
+    def prefix(self, name: str, cat: str) -> bytes:
+        """A name and category, encoded (the store caches it per pair)."""
+        ...
+
+    def args(self, text: bytes) -> bytes:
+        """An args object given as JSON text, encoded."""
+        ...
 
 
 def _no_tags(name: str) -> tuple[str, ...]:
@@ -49,7 +64,7 @@ class EventStore:
 
     def __init__(
         self,
-        enc: Encoder,
+        enc: BodyEncoder,
         budget: int = DEFAULT_BUDGET,
         spill_dir: Path | None = None,
         store_path: Path | None = None,
@@ -137,7 +152,7 @@ class EventStore:
         self.store.close()
 
     @classmethod
-    def load(cls: type[Store], path: Path, enc: Encoder, budget: int = DEFAULT_BUDGET) -> Store:
+    def load(cls: type[Store], path: Path, enc: BodyEncoder, budget: int = DEFAULT_BUDGET) -> Store:
         """The store :meth:`save` kept, encoding with ``enc`` (its bodies were made by the same writer)."""
         store_path, size, entries, points, samples, point_keys, part_prefixes = pickle.loads(path.read_bytes())
         loaded = cls(enc, budget)

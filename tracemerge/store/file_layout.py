@@ -5,8 +5,9 @@ past a budget), with the :class:`~tracemerge.evidence.notes.EvidenceNotes` its e
 anchors, phase marks, device activity) and the :class:`~tracemerge.store.read_options.ReadOptions` the
 source reads with (``options``). A large Chrome JSON file may be read in parts, each by a
 process and a layout of its own (:mod:`tracemerge.sources.json.segments`): the part protocol
-here moves their buffers and notes into the file's layout. :meth:`FileLayout.finish` lays the
-events out (:func:`tracemerge.layout.emit.lay_out`).
+here moves their buffers and notes into the file's layout. Laying the events out is the next
+stage's (:func:`tracemerge.layout.emit.finish`): a source sees the store, the notes and its read
+options, nothing of the stages after it.
 """
 
 from __future__ import annotations
@@ -14,18 +15,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
-from tracemerge.core.model import Event, Identity, Kind, OriginKey, ThreadKey
+from tracemerge.core.model import Event, Kind, OriginKey, ThreadKey
 from tracemerge.evidence.kernel_tally import KernelTally
 from tracemerge.evidence.notes import EvidenceNotes
-from tracemerge.layout.emit import lay_out
-from tracemerge.layout.types import Encoder, Encoding, Items, LayoutResult, Tracks
-from tracemerge.select import TimeFilter
 from tracemerge.store.entries import byte_table
-from tracemerge.store.event_store import DEFAULT_BUDGET, EventStore
+from tracemerge.store.event_store import DEFAULT_BUDGET, BodyEncoder, EventStore
 from tracemerge.store.read_options import DEFAULT_READ, ReadOptions
 
 
@@ -35,7 +33,7 @@ class PlaceholderEncoder:
     (``table``), the file's own layout puts the writer's encoding in its place once every part
     is read; args are encoded by the writer's class, which keeps no state for them."""
 
-    def __init__(self, kind: type[Encoding]) -> None:
+    def __init__(self, kind: type[BodyEncoder]) -> None:
         self.kind = kind
         self.args_heads = kind.args_heads
         self.table: list[tuple[str, str]] = []
@@ -63,7 +61,7 @@ class FileLayout(EventStore):
 
     def __init__(
         self,
-        enc: Encoder,
+        enc: BodyEncoder,
         budget: int = DEFAULT_BUDGET,
         spill_dir: Path | None = None,
         watch: Callable[[str], tuple[str, ...]] | None = None,
@@ -135,7 +133,7 @@ class FileLayout(EventStore):
         store = recipe["directory"] / f"{recipe['name']}.{index}.runs"
         enc = PlaceholderEncoder(recipe["kind"])
         # A part's layout only encodes what it reads: it is handed to the file's, never laid out.
-        layout = cls(cast(Encoder, enc), recipe["budget"], None, recipe["watch"], store, recipe["options"])
+        layout = cls(enc, recipe["budget"], None, recipe["watch"], store, recipe["options"])
         layout.count_ordinals_from(index << 44)
         return layout
 
@@ -199,24 +197,6 @@ class FileLayout(EventStore):
         for index in indexes:
             (recipe["directory"] / f"{recipe['name']}.{index}.runs").unlink(missing_ok=True)
 
-    # -- the lay-out ---------------------------------------------------------------------------
 
-    def finish(
-        self,
-        identity_of: Callable[[OriginKey], Identity],
-        tracks: Tracks,
-        ts_shift: int | None,
-        flow_id_base: int,
-        keep: Callable[[Identity], bool] | None = None,
-        times: TimeFilter | None = None,
-        summary_only: bool = False,
-    ) -> LayoutResult:
-        """Lay the events out (:func:`~tracemerge.layout.emit.lay_out`), then close the run file."""
-        try:
-            return lay_out(self, identity_of, tracks, ts_shift, flow_id_base, keep, times, summary_only)
-        finally:
-            self.store.close()
-
-
-# DEFAULT_BUDGET and Items are named here too for modules that import them from the layout.
-__all__ = ["DEFAULT_BUDGET", "FileLayout", "Items", "PlaceholderEncoder"]
+# DEFAULT_BUDGET is named here too for modules that import it from the layout.
+__all__ = ["DEFAULT_BUDGET", "FileLayout", "PlaceholderEncoder"]

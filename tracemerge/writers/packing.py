@@ -19,8 +19,8 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any, BinaryIO
 
-from tracemerge.run.forked import sent_error, sent_result, stop, taken_in
-from tracemerge.run.worker_signals import worker_signals
+from tracemerge.core.forked import sent_error, sent_result, stop, taken_in
+from tracemerge.core.worker_signals import worker_signals
 
 _PIPE_BYTES = 1 << 20  # a batch's bodies go through in few turns (the default pipe holds 64 kB)
 _WHO = "the process packing a file's events"

@@ -20,9 +20,9 @@ import orjson
 
 from tracemerge.core.model import FlowPhase
 from tracemerge.core.units import plain_json
+from tracemerge.layout.types import Items
 from tracemerge.plan.types import CounterTrack, ThreadTrack
 from tracemerge.store.entries import byte_table, gathered
-from tracemerge.store.file_layout import Items
 from tracemerge.writers import perfetto_trace_pb2 as pb
 from tracemerge.writers.packing import ForkedPacker
 from tracemerge.writers.perfetto_packets import K_TRACK_EVENT, joined_writes, pack_events

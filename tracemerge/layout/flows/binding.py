@@ -15,8 +15,8 @@ import numpy as np
 
 from tracemerge.core.model import OriginKey, ThreadKey
 from tracemerge.layout.flows.targets import targets
-from tracemerge.layout.nesting import SLICE, overlapping, parents, walk_order
-from tracemerge.store.entries import PointKeys, ThreadEntries, ThreadPoints, distinct
+from tracemerge.layout.nesting import SLICE, overlapping, parents
+from tracemerge.store.entries import PointKeys, ThreadEntries, ThreadPoints, distinct, walk_order
 from tracemerge.store.spill import RunStore
 
 # Each thread's flow points, in the order the threads were first met in the file.

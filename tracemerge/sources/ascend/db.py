@@ -32,20 +32,18 @@ from pathlib import Path
 from tracemerge.core.errors import InputError, NotATrace
 from tracemerge.core.model import Event, FlowPhase, Kind, SourceData, ThreadInfo, ThreadKey
 from tracemerge.core.stats import Losses, Stat
-from tracemerge.evidence.anchors import DEVICE_COMM, ascend_task_tag, device_tag, phase_tag
-from tracemerge.phases.rules import MSTX
+from tracemerge.evidence.anchors import DEVICE_COMM, MSTX, ascend_task_tag, device_tag, phase_tag
 from tracemerge.sources.ascend import dirs, exports
 from tracemerge.sources.ascend.counters import CounterReading, counter_group
 from tracemerge.sources.ascend.db_links import Groups, Once, TaskInfo
 from tracemerge.sources.ascend.db_rows import DbRows
-from tracemerge.sources.ascend.dirs import MSTX_THREAD, SQLITE_MAGIC
+from tracemerge.sources.ascend.dirs import MSTX_THREAD
+from tracemerge.sources.ascend.recognise import DB_NAME as NAME
 from tracemerge.sources.ascend.titles import OVERLAP, leave_out_zero_series, slice_title
-from tracemerge.sources.base import SourceFormat
 from tracemerge.sources.sqlite.guard import quote, schema
 from tracemerge.sources.sqlite.opening import opened
 from tracemerge.store.file_layout import FileLayout
 
-NAME = "ascend-db"
 OVERLAP_TYPES: dict[object, str] = {0: "Computing", 1: "Communication", 2: "Communication(Not Overlapped)", 3: "Free"}
 MSTX_POINT_TYPES = frozenset({0, 3})  # marker, marker_ex
 FWD_BWD_CONNECTION = 5 << 28  # connection ids at or above this link forward and backward ops
@@ -81,11 +79,6 @@ TIMELINE_TABLES = frozenset(
 NO_CONNECTION = frozenset({4294967295, 4000000000})
 # Tables the text export keeps in CSVs, out of its timeline: their rows are counted, not drawn.
 NOT_DRAWN = ("MEMORY_RECORD", "OP_MEMORY")
-
-
-def claims(path: Path, head: bytes) -> bool:
-    # At an export's place by name alone (damaged, it is reported); elsewhere by its SQLite header.
-    return dirs.is_timeline_db(path) and (head.startswith(SQLITE_MAGIC) or dirs.is_export_db(path))
 
 
 def read(path: Path, layout: FileLayout) -> SourceData:
@@ -395,6 +388,3 @@ class _DbReader(DbRows, CounterReading):
                 name = name.replace(" · ", f" (NPU {key[1]}) · ", 1)
             infos[key] = ThreadInfo(name, order)
         return infos
-
-
-ASCEND_DB = SourceFormat(NAME, claims, read, dirs.path_hints)

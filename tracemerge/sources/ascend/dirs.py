@@ -21,7 +21,7 @@ from tracemerge.core.errors import shown
 from tracemerge.core.model import UNIX_EPOCH, SourceData, ThreadInfo, ThreadKey, as_rank, rank_unreadable
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.naming.paths import PathFacts, ascend_run_facts, path_facts
-from tracemerge.sources.chrome.files import host_of
+from tracemerge.sources.base import host_of
 
 RUN_SUFFIXES = ("_ascend_pt", "_ascend_ms")
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"

@@ -23,11 +23,10 @@ from typing import Any
 from tracemerge.core.errors import InputError, NotATrace
 from tracemerge.core.model import NO_ORIGIN, OriginKey, SourceData, ThreadInfo, ThreadKey
 from tracemerge.core.stats import Stat
-from tracemerge.evidence.anchors import ASCEND_HCCL_TASKS, ascend_task_tag, phase_tag
-from tracemerge.phases.rules import MSTX
+from tracemerge.evidence.anchors import ASCEND_HCCL_TASKS, MSTX, ascend_task_tag, phase_tag
 from tracemerge.sources.ascend import dirs, exports
 from tracemerge.sources.ascend.dirs import COUNTER_ORDER, MSTX_THREAD
-from tracemerge.sources.ascend.run_metadata import metadata_of
+from tracemerge.sources.ascend.recognise import TEXT_NAME as NAME
 from tracemerge.sources.ascend.titles import (
     FRACTION_KEYS,
     counter_title,
@@ -36,7 +35,6 @@ from tracemerge.sources.ascend.titles import (
     retitled,
     slice_title,
 )
-from tracemerge.sources.base import SourceFormat
 from tracemerge.sources.chrome.events import ChromeEvents
 from tracemerge.sources.chrome.files import read_events
 from tracemerge.sources.chrome.kinds import INSTANT, SLICE
@@ -44,7 +42,6 @@ from tracemerge.sources.chrome.schema import ExactEvent, LenientEvent, TraceEven
 from tracemerge.sources.chrome.values import as_text, counter_series, hashable_id, plain_args
 from tracemerge.store.file_layout import FileLayout
 
-NAME = "ascend-text"
 HARDWARE = "Ascend Hardware"  # the process of the device's tasks, one thread per stream
 _MARKERS = frozenset({"marker", "marker_ex", 0, 3, "0", "3"})
 ACC_ID = "acc_id"
@@ -103,7 +100,7 @@ class AscendEvents(ChromeEvents):
             self.tasks.append((origin, hashable_id(e.pid), hashable_id(e.tid), start, end, task_type, as_text(e.name)))
 
     def finish(self) -> None:
-        """Device activity (:mod:`tracemerge.analysis.device_time`): the tasks on the Ascend Hardware
+        """Device activity (:mod:`tracemerge.phases.device_time`): the tasks on the Ascend Hardware
         streams, HCCL's communication, the others compute but synchronisation (``ascend_task_tag``)."""
         super().finish()
         for origin, pid, tid, start, end, task_type, name in self.tasks:
@@ -173,11 +170,6 @@ class AscendEvents(ChromeEvents):
         return infos
 
 
-def claims(path: Path, head: bytes) -> bool:
-    # By name and place alone: an export damaged past reading is still reported, not passed over.
-    return dirs.is_text_export(path)
-
-
 def read(path: Path, layout: FileLayout) -> SourceData:
     exports.check_read_here(path)
     slices = exports.files_read(path)
@@ -217,6 +209,3 @@ def _read_part(part: Path, reader: AscendEvents, struct: type, lenient: type) ->
         read_events(part, reader, struct, lenient)
     except NotATrace as exc:  # at an export's place, a file without events is a damaged export
         raise InputError(exc.path, exc.reason, exc.where) from None
-
-
-ASCEND_TEXT = SourceFormat(NAME, claims, read, dirs.path_hints, dirs.unusable_reason, metadata_of)

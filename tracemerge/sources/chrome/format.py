@@ -8,7 +8,6 @@ from ``distributedInfo.rank`` when the file has one.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -16,33 +15,18 @@ from tracemerge.core.errors import NotATrace
 from tracemerge.core.model import ClockDomain, SourceData, as_rank, rank_unreadable
 from tracemerge.core.stats import Stat
 from tracemerge.core.units import checked_ns
-from tracemerge.sources.base import HEAD_BYTES, SourceFormat
+from tracemerge.sources.base import host_of
 from tracemerge.sources.chrome.events import ChromeEvents
-from tracemerge.sources.chrome.files import holds_trace_events, host_of, read_events
+from tracemerge.sources.chrome.files import read_events
+from tracemerge.sources.chrome.recognise import NAME
 from tracemerge.sources.chrome.schema import LenientEvent, TraceEvent
 from tracemerge.store.file_layout import FileLayout
-
-NAME = "chrome-json"
-_EVENT_HINT = re.compile(rb'"ph"\s*:\s*"')
 
 KINETO_BASE = ClockDomain("unix epoch (baseTimeNanoseconds)", anchored=True)
 
 
 # Where a trace names its host: torch's host_name (hostName in some exports), Kineto's hostname.
 HOST_KEYS = ("host_name", "hostName", "hostname")
-
-
-def claims(path: Path, head: bytes) -> bool:
-    text = head.lstrip()
-    if text.startswith(b"{"):
-        named = path.name.endswith((".json", ".json.gz"))
-        if b'"traceEvents"' in head or (b'"schemaVersion"' in head and named):
-            return True
-        # A head of keys alone (a large pg_config first, minified): the array may come after it.
-        return named and len(head) >= HEAD_BYTES and holds_trace_events(path)
-    if text.startswith(b"["):
-        return _EVENT_HINT.search(head) is not None
-    return False
 
 
 def read(path: Path, layout: FileLayout) -> SourceData:
@@ -102,6 +86,3 @@ def _rank(info: Any) -> int | None:
     if type(info) is dict:
         return as_rank(info.get("rank"))
     return None
-
-
-CHROME_JSON = SourceFormat(NAME, claims, read)

@@ -29,17 +29,14 @@ from tracemerge.core.errors import InputError, NotATrace, shown
 from tracemerge.core.model import SourceData
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.core.units import NS_MAX, NS_MIN, checked_ns, decimal_text_to_int, seconds_to_ns
-from tracemerge.sources.base import SourceFormat, read_bytes
-from tracemerge.sources.chrome.files import JsonLines, first_json_object
+from tracemerge.sources.base import read_bytes
+from tracemerge.sources.json.lines import JsonLines
 from tracemerge.sources.metrics.families import NO_TIME, REST_LOST, UNREADABLE, exposition_families
+from tracemerge.sources.metrics.recognise import SCRAPE_HEADER, SNAPSHOTS_NAME, is_snapshot
+from tracemerge.sources.metrics.recognise import TEXT_NAME as NAME
 from tracemerge.sources.metrics.series import COUNTER, GAUGE, MetricWriter, Series, untyped_kind
 from tracemerge.store.file_layout import FileLayout
 
-NAME = "prometheus-text"
-SNAPSHOTS_NAME = "prometheus-snapshots"
-SCRAPE_HEADER = "# tracemerge-scrape"
-SUFFIX = ".prom"
-_TEXT_STARTS = (b"# HELP ", b"# TYPE ", SCRAPE_HEADER.encode())
 _HEADER_FIELD = re.compile(r"(\w+)=(\S+)")
 # A Unix time in a file name (``1732900000.250.prom``), its unit told by how many whole digits
 # it has: the decimals of a second that unit has.
@@ -110,11 +107,6 @@ def _draw(points: list[Point], metrics: MetricWriter, borrowed: frozenset[Series
 
 
 # -- one scrape per file ---------------------------------------------------------------------
-
-
-def claims(path: Path, head: bytes) -> bool:
-    first = next((line for line in head.split(b"\n") if line.strip()), b"")
-    return first.startswith(_TEXT_STARTS) or (path.suffix == SUFFIX and not first.startswith((b"{", b"[")))
 
 
 class _Parsed(NamedTuple):
@@ -228,18 +220,7 @@ def read(path: Path, layout: FileLayout) -> SourceData:
     return metrics.source_data(path, NAME)
 
 
-PROMETHEUS_TEXT = SourceFormat(NAME, claims, read)
-
-
 # -- many scrapes in one JSONL file -----------------------------------------------------------
-
-
-def _is_snapshot(obj: Any) -> bool:
-    return type(obj) is dict and type(obj.get("text")) is str and "ph" not in obj and "name" not in obj
-
-
-def snapshots_claim(path: Path, head: bytes) -> bool:
-    return _is_snapshot(first_json_object(head, path))
 
 
 def _snapshot_time(obj: dict) -> int | None:
@@ -255,7 +236,7 @@ def read_snapshots(path: Path, layout: FileLayout) -> SourceData:
     points: list[Point] = []
     lines = JsonLines(read_bytes(path))
     for _, obj in lines:
-        if not _is_snapshot(obj):
+        if not is_snapshot(obj):
             dropped.add(Stat.LINE_UNREADABLE, 1, "line is not a metrics snapshot")
             continue
         url = obj.get("url") or obj.get("target")
@@ -265,6 +246,3 @@ def read_snapshots(path: Path, layout: FileLayout) -> SourceData:
     metrics = MetricWriter(layout, dropped)
     _draw(points, metrics)
     return metrics.source_data(path, SNAPSHOTS_NAME)
-
-
-PROMETHEUS_SNAPSHOTS = SourceFormat(SNAPSHOTS_NAME, snapshots_claim, read_snapshots)

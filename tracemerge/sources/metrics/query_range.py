@@ -19,27 +19,11 @@ from tracemerge.core.errors import InputError, NotATrace
 from tracemerge.core.model import SourceData
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.core.units import seconds_to_ns
-from tracemerge.sources.base import SourceFormat, read_bytes
-from tracemerge.sources.chrome.files import JsonLines
+from tracemerge.sources.base import read_bytes
+from tracemerge.sources.json.lines import JsonLines
+from tracemerge.sources.metrics.recognise import QUERY_NAME as NAME
 from tracemerge.sources.metrics.series import MetricWriter, Series, untyped_kind
 from tracemerge.store.file_layout import FileLayout
-
-NAME = "prometheus-query"
-_MARKERS = (b'"resultType"', b'"result"')
-
-
-def claims(path: Path, head: bytes) -> bool:
-    start = head.lstrip()[:1]
-    return start in (b"{", b"[") and (all(m in head for m in _MARKERS) or _is_error_response(head))
-
-
-def _is_error_response(head: bytes) -> bool:
-    """A failed query's whole response (small: it is all in the head)."""
-    try:
-        doc = orjson.loads(head)
-    except orjson.JSONDecodeError:
-        return False
-    return type(doc) is dict and doc.get("status") == "error" and "errorType" in doc
 
 
 def _responses(data: bytes, path: Path, dropped: Losses) -> list[tuple[str | None, Any]]:
@@ -120,6 +104,3 @@ def _add_series(series: Any, query: str | None, metrics: MetricWriter, dropped: 
         except (TypeError, ValueError):
             dropped.add(Stat.METRIC_UNREADABLE, 1, "metric sample with unreadable time or value")
     metrics.add(Series(name, tuple(sorted(labels.items())), untyped_kind(name)), samples)
-
-
-PROMETHEUS_QUERY = SourceFormat(NAME, claims, read)

@@ -43,9 +43,9 @@ from tracemerge.core.errors import InputError, NotATrace, shown
 from tracemerge.core.model import ClockDomain, OriginKey, SourceData, ThreadInfo, ThreadKey, as_rank
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.naming.paths import needs_export
-from tracemerge.sources.ascend.dirs import SQLITE_MAGIC
-from tracemerge.sources.base import SourceFormat, read_head
 from tracemerge.sources.nsys.gpu import read_device
+from tracemerge.sources.nsys.recognise import DB_NAME as NAME
+from tracemerge.sources.nsys.recognise import EXPORT_SUFFIX, JSONL_SUFFIX, REPORT_SUFFIX, export_beside
 from tracemerge.sources.nsys.schema import (
     API_TABLES,
     CUDA_EVENT,
@@ -58,7 +58,6 @@ from tracemerge.sources.nsys.schema import (
     OVERHEAD_TABLES,
     SYNC,
     Schema,
-    is_jsonl_export,
     pid_of,
     shown_id,
     tid_of,
@@ -67,13 +66,10 @@ from tracemerge.sources.nsys.tables import NsysReader
 from tracemerge.sources.sqlite.opening import opened
 from tracemerge.store.file_layout import FileLayout
 
-NAME = "nsys-db"
-REPORT_SUFFIX, EXPORT_SUFFIX, JSONL_SUFFIX = ".nsys-rep", ".sqlite", ".jsonl"
 NSYS_CLOCK = ClockDomain("unix epoch (nsys session start)", anchored=True)
 SESSION_CLOCK = ClockDomain("ns since the nsys capture started, no session start time", anchored=False)
-# Tables whose presence makes an SQLite file an nsys export; names a head of the file may show.
+# Tables whose presence makes an SQLite file an nsys export.
 NSYS_TABLES = (NVTX, KERNEL, MEMCPY, MEMSET, "CUPTI_ACTIVITY_KIND_RUNTIME", "TARGET_INFO_SESSION_START_TIME")
-_HEAD_HINTS = (b"CUPTI_ACTIVITY_KIND_", b"NVTX_EVENTS", b"TARGET_INFO_SESSION_START_TIME")
 ENV_ROW = re.compile(r"^PROCESS_\d+:ENVIRONMENT_VARIABLE$")
 RANK_VARIABLES = ("RANK", "LOCAL_RANK")  # in this order
 NULL_STREAM = 3  # ENUM_CUPTI_STREAM_TYPE: the legacy default stream
@@ -102,26 +98,6 @@ NOT_READ = (
 )
 
 # -- the format ------------------------------------------------------------------------------------
-
-
-def claims(path: Path, head: bytes) -> bool:
-    if path.name.endswith(REPORT_SUFFIX):
-        return export_beside(path) is not None or shutil.which("nsys") is not None
-    return head.startswith(SQLITE_MAGIC) and (path.suffix == EXPORT_SUFFIX or any(h in head for h in _HEAD_HINTS))
-
-
-def export_beside(report: Path) -> Path | None:
-    """``X.sqlite`` beside the report ``X.nsys-rep``, else ``X.jsonl`` when it is an nsys
-    JSON-lines export: its export, as ``nsys export`` names it."""
-    stem = report.name[: -len(REPORT_SUFFIX)]
-    found = report.with_name(stem + EXPORT_SUFFIX)
-    if found.is_file():
-        return found
-    lines = report.with_name(stem + JSONL_SUFFIX)
-    try:
-        return lines if lines.is_file() and is_jsonl_export(lines, read_head(lines)) else None
-    except OSError:
-        return None
 
 
 def read(path: Path, layout: FileLayout) -> SourceData:
@@ -371,6 +347,3 @@ def _order(value: Any) -> tuple:
     if type(value) is int:
         return (0, abs(value), value)
     return (1, 0, str(value))
-
-
-NSYS_DB = SourceFormat(NAME, claims, read)

@@ -38,14 +38,14 @@ import orjson
 from tracemerge.core.errors import InputError, shown
 from tracemerge.core.model import SourceData
 from tracemerge.core.stats import Losses, Stat
-from tracemerge.sources.base import GZIP_MAGIC, UTF8_BOM, SourceFormat
+from tracemerge.sources.base import GZIP_MAGIC, UTF8_BOM
 from tracemerge.sources.json.text import replaced_surrogates
 from tracemerge.sources.nsys.db import read_rows
-from tracemerge.sources.nsys.schema import TABLE_KEY, is_jsonl_export
+from tracemerge.sources.nsys.recognise import JSONL_NAME as NAME
+from tracemerge.sources.nsys.schema import TABLE_KEY
 from tracemerge.sources.sqlite.guard import quote
 from tracemerge.store.file_layout import FileLayout
 
-NAME = "nsys-jsonl"
 MAX_LINE = 64 << 20  # a longer line is no row of an export: counted, not read
 MAX_TABLES = 1_000  # an export has about fifty
 MAX_COLUMNS = 500  # an export's widest table has about forty
@@ -53,10 +53,6 @@ MAX_SHAPES = 10_000  # key orders remembered to fit their table
 BATCH_ROWS = 20_000  # rows held before they are written to the staging database
 _INT64 = 1 << 63
 _FLOAT_MAX = 1 << 1023  # an int at least this large may not convert to a float
-
-
-def claims(path: Path, head: bytes) -> bool:
-    return is_jsonl_export(path, head)
 
 
 def read(path: Path, layout: FileLayout) -> SourceData:
@@ -295,6 +291,3 @@ def _parsed(line: bytes) -> Any:
         return json.loads(line.decode("utf-8", "replace"))
     except (ValueError, RecursionError):
         return None
-
-
-NSYS_JSONL = SourceFormat(NAME, claims, read)

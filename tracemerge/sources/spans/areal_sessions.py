@@ -19,25 +19,17 @@ from tracemerge.core.model import UNIX_EPOCH, ClockDomain, Event, Kind, SourceDa
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.core.units import seconds_to_ns
 from tracemerge.evidence.anchors import session_tag
-from tracemerge.sources.base import SourceFormat, read_bytes
-from tracemerge.sources.chrome.files import JsonLines, first_json_object
+from tracemerge.sources.base import read_bytes
+from tracemerge.sources.json.lines import JsonLines
+from tracemerge.sources.spans.recognise import SESSIONS_NAME as NAME
+from tracemerge.sources.spans.recognise import is_session_record
 from tracemerge.store.file_layout import FileLayout
 
-NAME = "areal-sessions"
 PERF_COUNTER_SECONDS = ClockDomain("perf_counter s, no wall-clock anchor", anchored=False)
 THREAD = ("sessions",)
 # Marks under this name give a session's submit time (record side of the session anchors).
 SUBMIT = "@submit"
 _EPOCH_S_FLOOR = 946_684_800  # 2000-01-01: seconds at or above are wall clock
-_RECORD_KEYS = ("session_id", "submit_ts")
-
-
-def _is_record(obj: Any) -> bool:
-    return type(obj) is dict and all(k in obj for k in _RECORD_KEYS) and "ph" not in obj
-
-
-def claims(path: Path, head: bytes) -> bool:
-    return _is_record(first_json_object(head, path))
 
 
 def read(path: Path, layout: FileLayout) -> SourceData:
@@ -45,7 +37,7 @@ def read(path: Path, layout: FileLayout) -> SourceData:
     epoch = None
     lines = JsonLines(read_bytes(path))
     for _, obj in lines:
-        if not _is_record(obj):
+        if not is_session_record(obj):
             dropped.add(Stat.LINE_UNREADABLE, 1, "line is not a session record")
             continue
         try:
@@ -114,6 +106,3 @@ def _seconds(value: Any) -> int | None:
         return seconds_to_ns(value)
     except (ValueError, TypeError):
         return None
-
-
-AREAL_SESSIONS = SourceFormat(NAME, claims, read)

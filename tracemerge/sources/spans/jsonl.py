@@ -29,32 +29,20 @@ from tracemerge.core.model import ClockDomain, Event, Kind, SourceData, ThreadIn
 from tracemerge.core.stats import Losses, Stat
 from tracemerge.core.units import FLOAT_EXACT_LIMIT_US, checked_ns, plain_json, seconds_to_ns, us_to_ns
 from tracemerge.evidence.anchors import FRAMEWORK_STEPS, STEP_ARGS, framework_step, session_tag, step_tag
-from tracemerge.sources.base import SourceFormat, read_bytes
+from tracemerge.sources.base import read_bytes
 from tracemerge.sources.chrome.events import ChromeEvents
-from tracemerge.sources.chrome.files import JsonLines, first_json_object, opens_chrome_trace
 from tracemerge.sources.chrome.schema import ExactEvent, LenientEvent, NeedsExactTimes, TraceEvent
+from tracemerge.sources.json.lines import JsonLines
+from tracemerge.sources.spans.recognise import SPAN_STARTS, is_span_line
+from tracemerge.sources.spans.recognise import SPANS_NAME as NAME
 from tracemerge.store.file_layout import FileLayout
 
 _EVENT = msgspec.json.Decoder(TraceEvent)
 _LENIENT = msgspec.json.Decoder(LenientEvent)
 _EXACT = msgspec.json.Decoder(ExactEvent)
 
-NAME = "jsonl-spans"
 PERF_COUNTER = ClockDomain("perf_counter µs, no wall-clock anchor", anchored=False)
 MONOTONIC_SPANS = ClockDomain("monotonic, no wall-clock anchor", anchored=False)
-
-
-def _is_span_line(obj: dict) -> bool:
-    return type(obj.get("name")) is str and any(keys[0] in obj for keys in _TIME_KEYS)
-
-
-def claims(path: Path, head: bytes) -> bool:
-    if opens_chrome_trace(head):
-        return False  # a Chrome trace file written one event per line, not JSON lines
-    obj = first_json_object(head, path)
-    if obj is None or "traceEvents" in obj:
-        return False
-    return type(obj.get("ph")) is str or _is_span_line(obj)
 
 
 def read(path: Path, layout: FileLayout) -> SourceData:
@@ -124,7 +112,7 @@ def _add_line(
             if "session_id" in args:
                 _note_session(args["session_id"], ev, origin, layout)
             _note_step(framework_step(tuple(args.get(key) for key in STEP_ARGS)), ev, origin, layout)
-    elif _is_span_line(obj):
+    elif is_span_line(obj):
         _add_span(obj, line, layout, span_threads, dropped)
     else:
         dropped.add(Stat.LINE_UNREADABLE, 1, "line is neither a trace event nor a span")
@@ -330,6 +318,4 @@ _TIME_KEYS: tuple[tuple[str, str | None, str, Callable[[Any], int]], ...] = (
     ("ts", None, "dur", us_to_ns),
 )
 _TIME_KEY_NAMES = frozenset(key for keys in _TIME_KEYS for key in keys[:3] if key)
-
-
-JSONL_SPANS = SourceFormat(NAME, claims, read)
+assert tuple(keys[0] for keys in _TIME_KEYS) == SPAN_STARTS  # what a line is recognised by

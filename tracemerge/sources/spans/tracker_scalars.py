@@ -15,32 +15,11 @@ from typing import Any
 
 from tracemerge.core.model import SourceData
 from tracemerge.core.stats import Losses, Stat
-from tracemerge.sources.base import SourceFormat, read_bytes
-from tracemerge.sources.chrome.files import JsonLines, first_json_object
+from tracemerge.sources.base import read_bytes
+from tracemerge.sources.json.lines import JsonLines
+from tracemerge.sources.spans.recognise import SCALARS_NAME as NAME
+from tracemerge.sources.spans.recognise import STEP_KEYS, step_of
 from tracemerge.store.file_layout import FileLayout
-
-NAME = "tracker-scalars"
-STEP_KEYS = ("step", "global_step", "_step")
-# Keys that mark another line format (trace events, spans, sessions, metric snapshots).
-_OTHER_FORMATS = ("ph", "name", "session_id", "text", "traceEvents")
-
-
-def _step_of(obj: dict) -> int | None:
-    for key in STEP_KEYS:
-        value = obj.get(key)
-        if type(value) is int and value >= 0:
-            return value
-        if type(value) is float and value.is_integer() and value >= 0:
-            return int(value)
-    return None
-
-
-def _is_record(obj: Any) -> bool:
-    return type(obj) is dict and _step_of(obj) is not None and not any(k in obj for k in _OTHER_FORMATS)
-
-
-def claims(path: Path, head: bytes) -> bool:
-    return _is_record(first_json_object(head, path))
 
 
 def _scalars(obj: dict) -> dict[str, Any]:
@@ -55,7 +34,7 @@ def read(path: Path, layout: FileLayout) -> SourceData:
     values: dict[int, dict[str, float]] = {}
     lines = JsonLines(read_bytes(path))
     for _, obj in lines:
-        step = _step_of(obj) if type(obj) is dict else None
+        step = step_of(obj) if type(obj) is dict else None
         if step is None:
             dropped.add(Stat.LINE_UNREADABLE, 1, "line is not a step record")
             continue
@@ -75,6 +54,3 @@ def _finite(value: float) -> bool:
         return math.isfinite(value)
     except OverflowError:
         return False
-
-
-TRACKER_SCALARS = SourceFormat(NAME, claims, read)

@@ -42,8 +42,8 @@ from operator import itemgetter
 import msgspec
 from msgspec import field
 
-from tracemerge.analysis.device_time import covered
 from tracemerge.core.model import Identity
+from tracemerge.phases.device_time import covered
 
 FOREVER = 1 << 62  # the end of the idle time after a process's last step
 Entry = tuple[int, int, tuple]  # (entry, exit, collective id)

@@ -16,10 +16,10 @@ from collections.abc import Mapping
 import msgspec
 import numpy as np
 
-from tracemerge.analysis.device_time import Spans, intersection
 from tracemerge.core.model import Identity
 from tracemerge.evidence.kernel_tally import KernelTimes
 from tracemerge.evidence.span_union import SpanUnion
+from tracemerge.phases.device_time import Spans, intersection
 
 TOP = 10  # names kept per process
 

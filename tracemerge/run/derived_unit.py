@@ -13,6 +13,7 @@ from tracemerge.clock.placement import Alignment
 from tracemerge.clock.unaligned import unaligned
 from tracemerge.core.errors import FatalError
 from tracemerge.core.model import UNIX_EPOCH, Identity
+from tracemerge.layout.emit import finish
 from tracemerge.naming.paths import role_sort_key
 from tracemerge.phases.derivation import derive
 from tracemerge.phases.model import PhaseModel
@@ -127,7 +128,7 @@ def _encode_sequence(
     for ev in events:
         layout.add_event(ev)
     shift = one_pass_shift if writer.one_pass else unit.shift_ns
-    result = layout.finish(_own_identity, tracks, shift, flow_id_base(sequence))
+    result = finish(layout, _own_identity, tracks, shift, flow_id_base(sequence))
     enc.close()
     return result.lanes
 

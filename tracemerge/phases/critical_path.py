@@ -6,7 +6,7 @@ that ends last (the first in role and rank order on a tie):
 
 * inside a collective of the process that another process of its role entered later (but before
   the walk's time), the walk moves to the process that entered last, at its entry (the rule of
-  :mod:`tracemerge.analysis.holdups`); the time from that entry to the walk's time is a segment of the
+  :mod:`tracemerge.phases.holdups`); the time from that entry to the walk's time is a segment of the
   waiting process, bound by ``communication``;
 * in a phase, the innermost running one is the segment's phase, back to its start (or the last
   collective boundary before, or the step's start); the segment is bound by ``communication``
@@ -38,9 +38,9 @@ from collections.abc import Callable, Iterable, Mapping
 
 import msgspec
 
-from tracemerge.analysis.device_time import Spans, covered
-from tracemerge.analysis.holdups import Timeline, last_arrivals, order_key
 from tracemerge.core.model import Identity
+from tracemerge.phases.device_time import Spans, covered
+from tracemerge.phases.holdups import Timeline, last_arrivals, order_key
 
 COMPUTE, COMMUNICATION, HOST, IDLE_BOUND = "compute", "communication", "host", "idle"
 WAITING_ON = "waiting on "
