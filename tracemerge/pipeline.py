@@ -46,6 +46,7 @@ from tracemerge.report.run_report import RunReport
 from tracemerge.run.executors import Executor
 from tracemerge.run.filework import FileOutcome
 from tracemerge.run.output import assemble, check_output, check_report, work_dir
+from tracemerge.run.passes import encode_again, writes_chunk_first
 from tracemerge.run.reading import Asked, FirstRead, Runner, asked_of, discover_inputs, read_all, with_archives
 from tracemerge.run.split import Part, groups, step_windows, write_parts
 from tracemerge.select import EVERYTHING, Selection
@@ -223,27 +224,18 @@ def _encode(
     for u in plan.units:
         if u.path == first.derived_path:
             continue
-        sc = scan_of[u.path]
+        sc, job = scan_of[u.path], first.jobs[u.path]
         place, window = _local_window(asked.selection, u, sc)
-        if place == "outside" and writer.one_pass:  # its chunk is written: drop it
+        written = writes_chunk_first(job.pass_)
+        if place == "outside" and written:  # its chunk is written: drop it
             _leave_out_file(sc, chunk_of[u.path])
             continue
         if place == "inside":
             window = None
-        if writer.one_pass and u.salts == sc.salts and window is None:
+        if written and u.salts == sc.salts and window is None:
             continue
-        job = first.jobs[u.path]
-        redo.append(
-            replace(
-                job,
-                writer=writer.name,
-                unit=None if writer.one_pass else u,
-                salts=u.salts,
-                selection=asked.selection,
-                window=window,
-                saved=sc if job.keep_layout else None,
-            )
-        )
+        again = encode_again(job.pass_, writer, u, sc)
+        redo.append(replace(job, pass_=again, salts=u.salts, selection=asked.selection, window=window))
     # A file read again describes itself anew: its summary replaces the first one.
     for outcome in run.map(redo, "encode") if redo else ():
         path = outcome.candidate.path
@@ -370,9 +362,7 @@ def _step_parts(
             if place == "outside":
                 continue
             units.append(u)
-            saved = sc if job.keep_layout else None
-            unit = None if writer.one_pass else u
-            jobs.append(replace(job, writer=writer.name, unit=unit, salts=u.salts, window=local, saved=saved))
+            jobs.append(replace(job, pass_=encode_again(job.pass_, writer, u, sc), salts=u.salts, window=local))
         lost = set()
         for outcome in run.map(jobs, "split"):
             path = outcome.candidate.path

@@ -41,6 +41,7 @@ from tracemerge.plan.types import (
     flow_id_base,
     resolve_identity,
 )
+from tracemerge.run.passes import SUMMARY_ONLY, EncodeChunk, EncodeKept, KeepLayout, Pass
 from tracemerge.select import EVERYTHING, Selection, TimeFilter
 from tracemerge.store.event_store import DEFAULT_BUDGET, threads_in_order
 from tracemerge.store.file_layout import FileLayout
@@ -60,9 +61,8 @@ class FileJob(msgspec.Struct, frozen=True):
 
     candidate: Candidate
     sequence_id: int
-    writer: str = ""  # "" for a summary without output (the first of Chrome JSON's two reads)
-    chunk: Path | None = None
-    unit: UnitPlan | None = None  # Chrome JSON's second read: the planned tracks and time shift
+    pass_: Pass = SUMMARY_ONLY  # what the job makes of the file's events (tracemerge.run.passes)
+    chunk: Path | None = None  # where the file's chunk is written or its layout kept, and spills go
     salts: dict[Identity, str] = field(default_factory=dict)
     budget: int = DEFAULT_BUDGET  # events held in memory before they spill to disk
     selection: Selection = EVERYTHING
@@ -74,11 +74,11 @@ class FileJob(msgspec.Struct, frozen=True):
     # running the job may read parts of a large file at once (the same bytes however many).
     # Its keep_zero_counters comes from ``selection``.
     read: ReadOptions = DEFAULT_READ
-    # Chrome JSON's first read: build the events' bodies with this writer and keep the laid-out
-    # events beside the chunk; its second pass (``saved``: that read's summary) encodes them
-    # instead of reading the file again.
-    keep_layout: str = ""
-    saved: FileScan | None = None
+
+    @property
+    def unit(self) -> UnitPlan | None:
+        """The plan's tracks and time shift the pass encodes with (None: the file's own)."""
+        return self.pass_.unit if isinstance(self.pass_, (EncodeChunk, EncodeKept)) else None
 
 
 class FileOutcome(msgspec.Struct):
@@ -172,21 +172,12 @@ def _layout_files(chunk: Path) -> tuple[Path, Path]:
 
 
 def _process_file(job: FileJob) -> FileOutcome:
-    if job.saved is not None:
-        return _encode_saved(job, job.saved)
+    if isinstance(job.pass_, EncodeKept):
+        return _encode_saved(job, job.pass_)
     cand = job.candidate
-    keep_layout = bool(job.keep_layout) and job.chunk is not None
+    keep_layout = isinstance(job.pass_, KeepLayout) and job.chunk is not None
     with ExitStack() as stack:
-        if job.writer and job.chunk is not None:
-            out = stack.enter_context(job.chunk.open("wb"))
-            # A core left idle for the file (its parts would be read at once) packs ahead too.
-            ahead = job.read.parts is not None and input_bytes(job) >= PACK_AHEAD_MIN
-            enc = WRITERS[job.writer].unit_encoder(job.sequence_id, out, ahead=ahead)
-            stack.callback(enc.end)  # its packing process stopped if the file is given up
-        elif keep_layout:  # bodies as the writer encodes them; nothing is written yet
-            enc = WRITERS[job.keep_layout].unit_encoder(job.sequence_id, io.BytesIO())
-        else:
-            enc = _NoOutput()
+        enc = _encoder(job, stack)
         layout = _new_layout(job, enc, keep_layout)
         try:
             data = cand.format.read(cand.path, layout)
@@ -215,6 +206,23 @@ def _process_file(job: FileJob) -> FileOutcome:
     return FileOutcome(cand, scan=scan)
 
 
+def _encoder(job: FileJob, stack: ExitStack) -> Encoder:
+    """What the file's events are encoded with: the writer's encoder into the chunk
+    (:class:`EncodeChunk`), or into nothing kept (:class:`KeepLayout`: bodies as the writer
+    encodes them, nothing written yet); a summary's encodes nothing."""
+    step = job.pass_
+    if isinstance(step, EncodeChunk) and job.chunk is not None:
+        out = stack.enter_context(job.chunk.open("wb"))
+        # A core left idle for the file (its parts would be read at once) packs ahead too.
+        ahead = job.read.parts is not None and input_bytes(job) >= PACK_AHEAD_MIN
+        enc = WRITERS[step.writer].unit_encoder(job.sequence_id, out, ahead=ahead)
+        stack.callback(enc.end)  # its packing process stopped if the file is given up
+        return enc
+    if isinstance(step, KeepLayout) and job.chunk is not None:
+        return WRITERS[step.writer].unit_encoder(job.sequence_id, io.BytesIO())
+    return _NoOutput()
+
+
 def _new_layout(job: FileJob, enc: Encoder, keep_layout: bool) -> FileLayout:
     """The layout a file is read into: spilled beside the chunk (to a named run file when the
     layout is kept for a second pass), watching the job's evidence, with its read options."""
@@ -234,6 +242,7 @@ def _lay_out_read(
 ) -> tuple[LayoutResult, LocalTracks | PlannedTracks]:
     """Lay out what was read on the planned tracks (Chrome JSON's second read) or on the file's
     own, kept for a second pass when ``keep_layout``; the result, and the tracks it named."""
+    encoding = isinstance(job.pass_, EncodeChunk)
     if job.unit is not None:
         tracks: Any = PlannedTracks(job.unit)
         shift = job.unit.shift_ns
@@ -249,7 +258,7 @@ def _lay_out_read(
         for key in [*keys, *layout.samples]:
             identity_of(key[0])
     result = layout.finish(
-        identity_of, tracks, shift, flow_id_base(job.sequence_id), keep, times, summary_only=not job.writer
+        identity_of, tracks, shift, flow_id_base(job.sequence_id), keep, times, summary_only=not encoding
     )
     if keep_layout and job.chunk is not None:
         layout.save(_layout_files(job.chunk)[0])
@@ -318,18 +327,19 @@ def _scan(
     )
 
 
-def _encode_saved(job: FileJob, prior: FileScan) -> FileOutcome:
+def _encode_saved(job: FileJob, step: EncodeKept) -> FileOutcome:
     """Chrome JSON's second pass: encode the events the first read laid out and kept, with the
     plan; nothing of the input is read again."""
-    assert job.chunk is not None and job.unit is not None
+    assert job.chunk is not None
+    prior = step.first
     index, _ = _layout_files(job.chunk)
     with job.chunk.open("wb") as out:
-        enc = WRITERS[job.writer].unit_encoder(job.sequence_id, out)
+        enc = WRITERS[step.writer].unit_encoder(job.sequence_id, out)
         layout = FileLayout.load(index, enc, job.budget)
         result = layout.finish(
             prior.identities.__getitem__,
-            PlannedTracks(job.unit),
-            job.unit.shift_ns,
+            PlannedTracks(step.unit),
+            step.unit.shift_ns,
             flow_id_base(job.sequence_id),
             None,
             _time_filter(job),

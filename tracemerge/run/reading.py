@@ -37,6 +37,7 @@ from tracemerge.report.run_report import RunReport
 from tracemerge.run.executors import Executor, SerialExecutor, local_executor, usable_cores
 from tracemerge.run.filework import FileJob, FileOutcome
 from tracemerge.run.output import check_output
+from tracemerge.run.passes import first_pass
 from tracemerge.select import Selection
 from tracemerge.store.read_options import ReadOptions
 from tracemerge.writers import Writer
@@ -239,11 +240,8 @@ def _read(
 ) -> tuple[dict[Path, FileJob], list[FileScan], list[StepScalars]]:
     """Every file read (and encoded when the output allows): the jobs by path, the summaries,
     the step-keyed tracker scalars; the report lists what was skipped and ignored."""
-    writer, selection = asked.writer, asked.selection
-    # Chrome JSON keeps each file's laid-out events from its first read for the second pass
-    # (a selection of processes is applied while reading: then the file is read again).
-    encoding = writer.name if writer is not None and writer.one_pass else ""
-    keep_layout = "" if writer is None or writer.one_pass or selection.by_process else writer.name
+    selection = asked.selection
+    step = first_pass(asked.writer, selection)
     # Cores left over once each file has one read parts of the large ones.
     helpers = max(0, asked.cores // len(candidates) - 1)
     parts = run.executor.part_reads(helpers + 1)  # how the executor reads those parts
@@ -252,7 +250,7 @@ def _read(
         FileJob(
             c,
             n + 2,
-            encoding,
+            step,
             work / f"{n:06d}.chunk",
             budget=asked.memory_budget,
             selection=selection,
@@ -260,7 +258,6 @@ def _read(
             sync=asked.clocks.sync,
             phases=asked.phase_rules.presets,
             read=ReadOptions(asked.metrics_map, parts),
-            keep_layout=keep_layout,
         )
         for n, c in enumerate(candidates)
     ]
