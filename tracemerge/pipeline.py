@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -36,6 +37,7 @@ from tracemerge.core.stats import Stat
 from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.phases.derived_unit import encode_derived, steps_window
 from tracemerge.phases.rules import AUTO_PHASES, PhaseOptions
+from tracemerge.plan.encoded import EncodedFile
 from tracemerge.plan.machines import machine_notes
 from tracemerge.plan.types import (
     FileScan,
@@ -44,7 +46,7 @@ from tracemerge.plan.types import (
 from tracemerge.report.outcomes import fill_report, note_json_precision
 from tracemerge.report.run_report import RunReport
 from tracemerge.run.executors import Executor
-from tracemerge.run.filework import FileOutcome
+from tracemerge.run.filework import FileJob, FileOutcome
 from tracemerge.run.output import assemble, check_output, check_report, work_dir
 from tracemerge.run.passes import encode_again, writes_chunk_first
 from tracemerge.run.reading import Asked, FirstRead, Runner, asked_of, discover_inputs, read_all, with_archives
@@ -139,19 +141,19 @@ def merge(
             numbers = summary(first.model, {p.identity: p.name for p in first.plan.processes})
             if (runs_held := held(report.runs)) is not None:  # which of the inputs' runs the trace is
                 numbers["run"] = runs_held
-            scan_of, chunk_of = _encode(reader, first, asked, numbers, report)
-            _report_outcome(report, first, [scan_of[sc.path] for sc in first.scans], numbers, writer)
+            first = _with_phase_summary(first, numbers)
+            files = _encode(reader, first, asked, report)
+            _report_outcome(report, first, [files[sc.path] for sc in first.scans], numbers, writer)
             if strict and (problem := report.incomplete) is not None:
                 raise FatalError(f"--strict: {problem}")
             if on_plan:
                 on_plan(report)
             if split_by is None:
-                assemble(first.plan, list(scan_of.values()), writer, out_path, work, chunk_of)
+                assemble(first.plan, files, writer, out_path, work)
                 report.output_bytes = out_path.stat().st_size
             else:
                 may_write = lambda target: check_output(target, named, force, taken)  # noqa: E731
-                encoded = (scan_of, chunk_of)
-                report.parts = _write_parts(split_by, reader, first, asked, encoded, report, strict, work, may_write)
+                report.parts = _write_parts(split_by, reader, first, asked, files, report, strict, work, may_write)
                 report.output_bytes = sum(p.stat().st_size for p in report.parts)
     except OSError as exc:
         raise FatalError(f"{shown(out_path)}: cannot write ({exc.strerror or exc})") from None
@@ -180,76 +182,84 @@ def _write_parts(
     run: Runner,
     first: FirstRead,
     asked: Asked,
-    encoded: tuple[dict[Path, FileScan], dict[Path, Path]],
+    files: dict[Path, EncodedFile],
     report: RunReport,
     strict: bool,
     work: Path,
     may_write: Callable[[Path], None],
 ) -> list[Path]:
     """``--split-by``: each part assembled from the chunks in ``work``, and their index."""
-    scan_of, chunk_of = encoded
     writer, out_path = asked.writer, report.output
     assert writer is not None and out_path is not None
     return write_parts(
         split_by,
-        _parts(split_by, run, first, asked, scan_of, report, strict),
+        _parts(split_by, run, first, asked, files, report, strict),
         out_path,
         writer.extensions,
         work,
         first.plan,
         writer.name,
-        lambda sub, part_scans, staged: assemble(
-            sub, part_scans, writer, staged, work, chunk_of, keep=first.derived_path
-        ),
+        lambda sub, part_files, staged: assemble(sub, part_files, writer, staged, work, keep=first.derived_path),
         may_write,
     )
 
 
-def _encode(
-    run: Runner, first: FirstRead, asked: Asked, numbers: dict, report: RunReport
-) -> tuple[dict[Path, FileScan], dict[Path, Path]]:
+def _chunk(job: FileJob) -> Path:
+    assert job.chunk is not None  # a merge's jobs all name their chunk
+    return job.chunk
+
+
+def _with_phase_summary(first: FirstRead, numbers: dict) -> FirstRead:
+    """``first`` with the summary numbers kept in its plan (the trace holds them where it has
+    derived tracks with phases)."""
+    if first.derived is None or first.model.empty:
+        return first
+    return replace(first, plan=replace(first.plan, phase_summary=stored(numbers)))
+
+
+def _encode(run: Runner, first: FirstRead, asked: Asked, report: RunReport) -> dict[Path, EncodedFile]:
     """Encodes, with the plan, what the first read could not: the derived tracks; for Chrome JSON
     every file; for Perfetto the files whose threads overlap another file's of the same process in
     time (they need their own copies) and the files a --window cuts. Files wholly outside the
-    window are left out. Returns each unit's summary and chunk, by path."""
+    window are left out. Returns each unit encoded, by path."""
     writer, plan, derived = asked.writer, first.plan, first.derived
-    chunk_of = {path: job.chunk for path, job in first.jobs.items()}
-    scan_of = {sc.path: sc for sc in first.scans}
+    files = {sc.path: EncodedFile(sc, first.encoded[sc.path], _chunk(first.jobs[sc.path])) for sc in first.scans}
     if derived is not None:
-        chunk_of[derived.path] = derived.path
-        scan_of[derived.path] = encode_derived(first.model, plan, writer, derived, asked.memory_budget, first.wide)
-        if not first.model.empty:
-            plan.phase_summary = stored(numbers)
+        encoded = encode_derived(first.model, plan, writer, derived, asked.memory_budget, first.wide)
+        files[derived.path] = EncodedFile(derived, encoded, derived.path)
     redo = []
     for u in plan.units:
         if u.path == first.derived_path:
             continue
-        sc, job = scan_of[u.path], first.jobs[u.path]
-        place, window = _local_window(asked.selection, u, sc)
+        done, job = files[u.path], first.jobs[u.path]
+        place, window = _local_window(asked.selection, u, done.scan)
         written = writes_chunk_first(job.pass_)
         if place == "outside" and written:  # its chunk is written: drop it
-            _leave_out_file(sc, chunk_of[u.path])
+            files[u.path] = _left_out_file(done)
             continue
         if place == "inside":
             window = None
-        if written and u.salts == sc.salts and window is None:
+        if written and u.salts == done.encoded.salts and window is None:
             continue
-        again = encode_again(job.pass_, writer, u, sc)
+        again = encode_again(job.pass_, writer, u, done.scan, done.encoded)
         redo.append(replace(job, pass_=again, salts=u.salts, selection=asked.selection, window=window))
     # A file read again describes itself anew: its summary replaces the first one.
     for outcome in run.map(redo, "encode") if redo else ():
         path = outcome.candidate.path
-        if outcome.scan is None:
+        if outcome.scan is None or outcome.encoded is None:
             report.skipped.append(_left_out(outcome))
-            _leave_out_file(scan_of[path], chunk_of[path], FILE_LOST if outcome.lost else FILE_CHANGED)
+            files[path] = _left_out_file(files[path], FILE_LOST if outcome.lost else FILE_CHANGED)
             continue
-        scan_of[path] = outcome.scan
-    return scan_of, chunk_of
+        files[path] = EncodedFile(outcome.scan, outcome.encoded, files[path].chunk)
+    return files
 
 
-def _report_outcome(report: RunReport, first: FirstRead, scans: list[FileScan], numbers: dict, writer: Writer) -> None:
+def _report_outcome(
+    report: RunReport, first: FirstRead, files: list[EncodedFile], numbers: dict, writer: Writer
+) -> None:
     """What was merged, left out and lost, once every file is encoded."""
-    fill_report(report, first.plan, scans)
+    scans = [f.scan for f in files]
+    fill_report(report, first.plan, files)
     report.losses.update(first.scalars_dropped)
     for f in first.scalars:
         placed = sum(1 for step in f.values if step in first.model.scalars)
@@ -266,14 +276,15 @@ def _parts(
     run: Runner,
     first: FirstRead,
     asked: Asked,
-    scan_of: dict[Path, FileScan],
+    files: dict[Path, EncodedFile],
     report: RunReport,
     strict: bool,
-) -> Iterable[tuple[Part, dict[Path, FileScan]]]:
-    """The parts of ``--split-by``, each with the summaries of its files."""
+) -> Iterable[tuple[Part, dict[Path, EncodedFile]]]:
+    """The parts of ``--split-by``, each with its files encoded."""
     if split_by == "step-window":
-        return _step_parts(first, asked, scan_of, run, report, strict)
-    return ((part, scan_of) for part in groups(split_by, first.plan, scan_of, first.derived_path))
+        return _step_parts(first, asked, files, run, report, strict)
+    scan_of = {path: f.scan for path, f in files.items()}
+    return ((part, files) for part in groups(split_by, first.plan, scan_of, first.derived_path))
 
 
 def _intersect(
@@ -319,31 +330,32 @@ def _left_out(outcome: FileOutcome, part: str = "") -> str:
     return f"{shown(outcome.candidate.path)}: changed while being merged, {left} ({outcome.skipped or 'no events'})"
 
 
-def _leave_out_file(scan: FileScan, chunk: Path, why: str = "") -> None:
+def _left_out_file(done: EncodedFile, why: str = "") -> EncodedFile:
     """A file wholly outside the --window (or, ``why`` FILE_CHANGED, one that changed while being
-    merged): nothing of it is written."""
-    for counts in scan.written.values():
+    merged): nothing of it is written, its chunk emptied; what it would have written counted."""
+    dropped, filtered = done.encoded.dropped.copy(), Counter(done.encoded.filtered)
+    for counts in done.encoded.written.values():
         if why == FILE_CHANGED:
-            scan.dropped.add(Stat.FILE_CHANGED, counts.total, "events of a file that changed while being merged")
+            dropped.add(Stat.FILE_CHANGED, counts.total, "events of a file that changed while being merged")
             continue
         if why == FILE_LOST:
-            scan.dropped.add(Stat.FILE_LOST_WITH_NODE, counts.total, "events of a file lost with its node or task")
+            dropped.add(Stat.FILE_LOST_WITH_NODE, counts.total, "events of a file lost with its node or task")
             continue
-        scan.filtered[Stat.FILTERED_OUTSIDE_WINDOW] += counts.slices + counts.instants + counts.counters
-        scan.filtered[Stat.FILTERED_FLOW_OUTSIDE_WINDOW] += counts.flows
-    scan.written = {}
-    scan.lanes = []
-    chunk.write_bytes(b"")
+        filtered[Stat.FILTERED_OUTSIDE_WINDOW] += counts.slices + counts.instants + counts.counters
+        filtered[Stat.FILTERED_FLOW_OUTSIDE_WINDOW] += counts.flows
+    done.chunk.write_bytes(b"")
+    nothing = replace(done.encoded, written={}, lanes=[], dropped=dropped, filtered=filtered)
+    return replace(done, encoded=nothing)
 
 
 def _step_parts(
     first: FirstRead,
     asked: Asked,
-    scan_of: dict[Path, FileScan],
+    files: dict[Path, EncodedFile],
     run: Runner,
     report: RunReport,
     strict: bool,
-) -> Iterator[tuple[Part, dict[Path, FileScan]]]:
+) -> Iterator[tuple[Part, dict[Path, EncodedFile]]]:
     """``--split-by step-window``: per step, every file that shares time with it encoded again, cut
     to it (and to the --window or --steps time asked) as ``--window`` cuts (Chrome JSON from the
     events its first read kept)."""
@@ -352,25 +364,26 @@ def _step_parts(
         window = _intersect(step_window, asked.selection.window)
         if window is None:
             continue
-        units, jobs, part_scans = [], [], dict(scan_of)
+        units, jobs, part_files = [], [], dict(files)
         for u in plan.units:
             if u.path == first.derived_path:  # every part carries the whole run's Phases and Pipeline tracks
                 units.append(u)
                 continue
-            job, sc = first.jobs[u.path], scan_of[u.path]
-            place, local = _local_window(replace(job.selection, window=window), u, sc)
+            job, done = first.jobs[u.path], files[u.path]
+            place, local = _local_window(replace(job.selection, window=window), u, done.scan)
             if place == "outside":
                 continue
             units.append(u)
-            jobs.append(replace(job, pass_=encode_again(job.pass_, writer, u, sc), salts=u.salts, window=local))
+            again = encode_again(job.pass_, writer, u, done.scan, done.encoded)
+            jobs.append(replace(job, pass_=again, salts=u.salts, window=local))
         lost = set()
         for outcome in run.map(jobs, "split"):
             path = outcome.candidate.path
-            if outcome.scan is None:  # as in the main pass; the part then holds nothing of the file
+            if outcome.scan is None or outcome.encoded is None:  # as in the main pass; the part holds nothing of it
                 report.skipped.append(_left_out(outcome, group))
                 if strict:  # raised before any part is moved into place
                     raise FatalError(f"--strict: {report.skipped[-1]}")
                 lost.add(path)
                 continue
-            part_scans[path] = outcome.scan
-        yield Part(group, [u for u in units if u.path not in lost], window), part_scans
+            part_files[path] = EncodedFile(outcome.scan, outcome.encoded, files[path].chunk)
+        yield Part(group, [u for u in units if u.path not in lost], window), part_files

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 
 from msgspec.structs import replace
@@ -17,6 +18,7 @@ from tracemerge.clock import Alignment, AlignOptions, align
 from tracemerge.clock.unaligned import title, unaligned
 from tracemerge.core.model import Identity, ThreadInfo, ThreadKey
 from tracemerge.naming.paths import COORDINATE_ORDER
+from tracemerge.plan.encoded import Encoded
 from tracemerge.plan.machines import assign_machines, unit_machines
 from tracemerge.plan.thread_ids import listing_order, thread_ids
 from tracemerge.plan.types import (
@@ -43,18 +45,20 @@ def make_plan(
     wide: bool = False,
     clocks: AlignOptions | None = None,
     alignment: Alignment | None = None,
+    encoded: Mapping[Path, Encoded] | None = None,
 ) -> MergePlan:
     """Fix pids, track ids, names and time shifts for the whole merged trace.
 
     ``alignment`` reuses clock offsets already found (scans it does not place keep their clock:
-    the derived phase tracks are on the aligned timeline already). Track uuids are made unique
+    the derived phase tracks are on the aligned timeline already). ``encoded`` is what laying
+    each file out gave, by path (the overlap lanes its chunk opened). Track uuids are made unique
     here (:mod:`tracemerge.plan.unique_ids`); raises :class:`IdCollision` when an overlap lane's
     uuid is another track's (then encode with ``wide``).
     """
     if alignment is None:
         alignment = align(scans, clocks or AlignOptions(), identity_sort_key)
+    alignment = placing_every_file(alignment, scans)
     offsets, base_ns = alignment.offsets, alignment.base_ns
-    offsets.update({s.path: 0 for s in scans if s.path not in offsets})
     scans = sorted(scans, key=lambda s: (s.ts_min is None, (s.ts_min or 0) + offsets[s.path], str(s.path)))
     processes = _process_tracks(scans, alignment, wide)
     # Files of one process that overlap in time and share a thread get their own copy of it.
@@ -62,7 +66,7 @@ def make_plan(
     threads = _thread_tracks(scans, processes, salts, wide)
     counters = _counter_tracks(scans, processes, wide)
     processes, threads, counters = unique_ids(processes, threads, counters)
-    lanes = _planned_lanes(scans, threads, salts, wide)
+    lanes = _planned_lanes(scans, encoded or {}, threads, salts, wide)
     uuids = {p.uuid for p in processes.values()} | {t.uuid for t in threads.values()}
     uuids |= {c.uuid for c in counters.values()}
     if len(set(lanes.values())) < len(lanes) or uuids & set(lanes.values()):
@@ -84,6 +88,13 @@ def make_plan(
         machines=machines,
         wide=wide,
     )
+
+
+def placing_every_file(alignment: Alignment, scans: list[FileScan]) -> Alignment:
+    """``alignment`` with an offset for each of ``scans``: 0 for those it does not place (their
+    own clock is the trace's)."""
+    unplaced = {s.path: 0 for s in scans if s.path not in alignment.offsets}
+    return replace(alignment, offsets={**alignment.offsets, **unplaced}) if unplaced else alignment
 
 
 def _process_tracks(scans: list[FileScan], alignment: Alignment, wide: bool) -> dict[Identity, ProcessTrack]:
@@ -209,6 +220,7 @@ def _clock_notes(
 
 def _planned_lanes(
     scans: list[FileScan],
+    encoded: Mapping[Path, Encoded],
     threads: dict[tuple[Identity, ThreadKey, str], ThreadTrack],
     salts: dict[tuple[Path, Identity], str],
     wide: bool,
@@ -223,15 +235,16 @@ def _planned_lanes(
     """
     lanes: dict[tuple[int, int], int] = {}
     for s in scans:
-        if not s.lanes:
+        chunk = encoded.get(s.path)
+        if chunk is None or not chunk.lanes:
             continue
         parent_of: dict[int, ThreadTrack] = {}
         for ident, keys in s.threads.items():
-            encoded, plan_salt = s.salts.get(ident, ""), salts.get((s.path, ident), "")
+            chunk_salt, plan_salt = chunk.salts.get(ident, ""), salts.get((s.path, ident), "")
             for key in keys:
-                local = s.moved_ids.get(("thread", ident, key)) or thread_uuid(ident, key, encoded, wide)
+                local = chunk.moved_ids.get(("thread", ident, key)) or thread_uuid(ident, key, chunk_salt, wide)
                 parent_of[local] = threads[(ident, key, plan_salt)]
-        for lane in s.lanes:
+        for lane in chunk.lanes:
             parent = parent_of.get(lane.parent_uuid)
             if parent is not None and (parent.uuid, lane.lane) not in lanes:
                 lanes[(parent.uuid, lane.lane)] = lane_track(parent, lane.lane).uuid

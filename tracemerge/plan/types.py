@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections import Counter
 from pathlib import Path
 
 import msgspec
@@ -19,7 +18,7 @@ from msgspec import field
 
 from tracemerge.clock import Alignment
 from tracemerge.core.model import GROUP_HEADER, ClockDomain, Identity, OriginKey, SourceData, ThreadInfo, ThreadKey
-from tracemerge.core.stats import Losses, Stat
+from tracemerge.core.stats import Losses
 from tracemerge.naming.paths import PathFacts, role_sort_key, worker_from_name
 from tracemerge.report.run_report import EventCounts
 
@@ -30,8 +29,10 @@ def stable_id(*parts: object) -> int:
     return (int.from_bytes(digest, "little") & ((1 << 63) - 1)) or 1
 
 
-class FileScan(msgspec.Struct):
-    """What one file holds, in the terms the plan needs; gathered while the file is encoded."""
+class FileScan(msgspec.Struct, frozen=True):
+    """What one file's read found, in the terms the stages after it need (the clocks, the phases,
+    the plan): who is in it, its threads and series, its time range and clock, the evidence it
+    noted. What encoding it gave is apart (:class:`tracemerge.plan.encoded.Encoded`)."""
 
     path: Path
     format: str
@@ -39,6 +40,7 @@ class FileScan(msgspec.Struct):
     sequence_id: int
     origin_ns: int  # added to the file's own timestamps to give its clock's time (Kineto's base time)
     identities: dict[OriginKey, Identity]
+    # Events per process as the read laid them out (none when it laid nothing out: Chrome JSON's first read)
     counts: dict[Identity, EventCounts]
     threads: dict[Identity, dict[ThreadKey, ThreadInfo]]
     # (thread key, series name) -> the name of the source process it came from ("" for the main one)
@@ -46,22 +48,13 @@ class FileScan(msgspec.Struct):
     ts_min: int | None  # origin_ns included
     ts_max: int | None
     local_min: int | None = None  # the file's own timestamps, before origin_ns
-    dropped: Losses = field(default_factory=Losses)
+    dropped: Losses = field(default_factory=Losses)  # what the read could not keep
     metadata_records: int = 0
-    # From encoding: what was written, the overlap lanes opened, and the salt the tracks used.
-    written: dict[Identity, EventCounts] = field(default_factory=dict)
-    lanes: list[ThreadTrack] = field(default_factory=list)
-    moved_to_lanes: int = 0
-    reversed_flows: int = 0
-    salts: dict[Identity, str] = field(default_factory=dict)
-    filtered: Counter[Stat] = field(default_factory=Counter)  # left out on request
     # Clock evidence (see tracemerge.evidence.anchors): per process and tag, (start, end) on the file's
     # clock (origin_ns included), in time order; the host that wrote the file; its mtime.
     marks: dict[Identity, dict[str, list[tuple[int, int]]]] = field(default_factory=dict)
     # Per process, per kernel or op name: its total device time (ns) and count (the busiest kernels).
     kernels: dict[Identity, dict[str, tuple[int, int]]] = field(default_factory=dict)
-    # Tracks encoded with another uuid than their hash (LocalTracks.moved)
-    moved_ids: dict[tuple, int] = field(default_factory=dict)
     host: str | None = None
     mtime_ns: int | None = None
     facts: PathFacts = field(default_factory=PathFacts)  # what the file's path says (tracemerge.naming.paths)
@@ -296,7 +289,7 @@ class LocalTracks:
         self._counters: dict[tuple[Identity, ThreadKey, str], CounterTrack] = {}
         self._owners: dict[int, tuple] = {}  # each uuid handed out, and whose it is
         # The tracks given another uuid than their hash (it was another's): ("thread", ident,
-        # key) or ("counter", ident, key, name) -> uuid. The plan reads them from the file's scan.
+        # key) or ("counter", ident, key, name) -> uuid. The plan reads them in what encoding gave (Encoded).
         self.moved: dict[tuple, int] = {}
 
     def thread(self, ident: Identity, key: ThreadKey) -> ThreadTrack:

@@ -21,9 +21,9 @@ from typing import TypeVar
 from msgspec.structs import replace
 
 from tracemerge.core.model import Identity, ThreadKey
+from tracemerge.plan.encoded import Encoded
 from tracemerge.plan.types import (
     CounterTrack,
-    FileScan,
     ProcessTrack,
     ThreadTrack,
     UnitPlan,
@@ -73,21 +73,22 @@ def unique_ids(
     return out_processes, out_threads, out_counters
 
 
-def unit_renames(unit: UnitPlan, scan: FileScan, wide: bool) -> dict[int, int]:
+def unit_renames(unit: UnitPlan, encoded: Encoded, wide: bool) -> dict[int, int]:
     """Per uuid the file's chunk names a track by, where the plan names it otherwise: the plan's
     (its threads, its counters, and the overlap lanes beside a thread given again)."""
     renames: dict[int, int] = {}
     for (ident, key), track in unit.threads.items():
-        local = scan.moved_ids.get(("thread", ident, key)) or thread_uuid(ident, key, scan.salts.get(ident, ""), wide)
+        salt = encoded.salts.get(ident, "")
+        local = encoded.moved_ids.get(("thread", ident, key)) or thread_uuid(ident, key, salt, wide)
         if local != track.uuid:
             renames[local] = track.uuid
     for (ident, key, name), counter in unit.counters.items():
-        local = scan.moved_ids.get(("counter", ident, key, name)) or counter_uuid(ident, key, name, wide)
+        local = encoded.moved_ids.get(("counter", ident, key, name)) or counter_uuid(ident, key, name, wide)
         if local != counter.uuid:
             renames[local] = counter.uuid
     if renames:
         planned = {t.uuid: t for t in unit.threads.values()}
-        for lane in scan.lanes:
+        for lane in encoded.lanes:
             parent = renames.get(lane.parent_uuid)
             if parent is not None:
                 renames[lane.uuid] = lane_track(planned[parent], lane.lane).uuid

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
 from tracemerge.phases import StepScalars
+from tracemerge.plan.encoded import Encoded, EncodedFile
 from tracemerge.plan.planner import process_coords
 from tracemerge.plan.types import FileScan, MergePlan
 from tracemerge.report.run_report import ProcessReport, RunReport
@@ -12,42 +14,47 @@ from tracemerge.run.filework import FileOutcome
 from tracemerge.writers import Writer
 
 
-def collect(outcomes: Iterable[FileOutcome], report: RunReport, scalars: list[StepScalars]) -> list[FileScan]:
-    """The summaries of the files read; files ignored or skipped go to ``report``, step-keyed
-    tracker scalars to ``scalars``."""
+def collect(
+    outcomes: Iterable[FileOutcome], report: RunReport, scalars: list[StepScalars]
+) -> tuple[list[FileScan], dict[Path, Encoded]]:
+    """The summaries of the files read, and what laying each out gave by path; files ignored or
+    skipped go to ``report``, step-keyed tracker scalars to ``scalars``."""
     scans: list[FileScan] = []
+    encoded: dict[Path, Encoded] = {}
     for outcome in outcomes:
         if outcome.ignored:
             report.ignored.append(outcome.candidate.path)
         elif outcome.skipped:
             report.skipped.append(outcome.skipped)
-        elif outcome.scan:
+        elif outcome.scan and outcome.encoded:
             scans.append(outcome.scan)
+            encoded[outcome.scan.path] = outcome.encoded
         elif outcome.scalars:
             scalars.append(outcome.scalars)
-    return scans
+    return scans, encoded
 
 
-def fill_report(report: RunReport, plan: MergePlan, scans: list[FileScan]) -> None:
+def fill_report(report: RunReport, plan: MergePlan, files: list[EncodedFile]) -> None:
     """Per process what was read and written, every file's losses, and where each file was placed."""
+    scans = [f.scan for f in files]
     coords = process_coords(scans)
     procs = {
         p.identity: ProcessReport(p.name, p.identity.role, p.identity.rank, p.pid, dict(coords[p.identity]))
         for p in plan.processes
     }
-    for s in scans:
-        report.losses.update(s.dropped)
+    for s, encoded in ((f.scan, f.encoded) for f in files):
+        report.losses.update(encoded.dropped)
         report.metadata_records += s.metadata_records
-        report.moved_to_lanes += s.moved_to_lanes
-        report.reversed_flows += s.reversed_flows
-        for ident, counts in s.counts.items():
+        report.moved_to_lanes += encoded.moved_to_lanes
+        report.reversed_flows += encoded.reversed_flows
+        for ident, counts in encoded.counts.items():
             proc = procs[ident]
             proc.files.append(s.path)
             proc.clocks.add(s.clock.name)
             proc.read.add(counts)
-        for ident, counts in s.written.items():
+        for ident, counts in encoded.written.items():
             procs[ident].written.add(counts)
-        report.filtered.update(s.filtered)
+        report.filtered.update(encoded.filtered)
     report.processes = [procs[p.identity] for p in plan.processes if procs[p.identity].files]
     report.time_base_unix_ns = plan.base_ns if plan.wall_clock else None
     labels = {p.identity: p.name for p in plan.processes}

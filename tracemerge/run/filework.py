@@ -33,6 +33,7 @@ from tracemerge.evidence.scan_marks import process_marks, with_named_marks
 from tracemerge.layout.types import Encoder, LayoutResult
 from tracemerge.phases import StepScalars
 from tracemerge.phases.rules import PhaseRules, Preset
+from tracemerge.plan.encoded import Encoded
 from tracemerge.plan.types import (
     FileScan,
     LocalTracks,
@@ -85,7 +86,8 @@ class FileOutcome(msgspec.Struct):
     """What processing one file gave: a summary, or why the file is not used."""
 
     candidate: Candidate
-    scan: FileScan | None = None
+    scan: FileScan | None = None  # what the read found (a second pass: the summary it encoded from)
+    encoded: Encoded | None = None  # what the file's chunk holds (with ``scan``)
     skipped: str | None = None  # one-line reason, naming the file
     ignored: bool = False  # a non-trace met while walking a directory
     lost: bool = False  # not processed at all: the node or task that held it failed (see executors)
@@ -196,14 +198,13 @@ def _process_file(job: FileJob) -> FileOutcome:
         result, tracks = _lay_out_read(job, layout, identity_of, keep_layout)
         # Scanned while a packing process may still write the last batches.
         scan = None if result.ts_min is None else _scan(job, data, layout, result, identities, identity_of)
-        if scan is not None and isinstance(tracks, LocalTracks):
-            scan.moved_ids = tracks.moved
         enc.close()
     if scan is None:
         if data.step_values:
             return FileOutcome(cand, scalars=StepScalars(cand.path, data.step_values, data.dropped))
         return FileOutcome(cand, skipped=f"{shown(cand.path)}: no events{_what_was_there(data.dropped)}")
-    return FileOutcome(cand, scan=scan)
+    moved = tracks.moved if isinstance(tracks, LocalTracks) else {}
+    return FileOutcome(cand, scan=scan, encoded=_laid_out(job, scan, result, moved))
 
 
 def _encoder(job: FileJob, stack: ExitStack) -> Encoder:
@@ -311,12 +312,6 @@ def _scan(
         local_min=result.ts_min,
         dropped=dropped,
         metadata_records=data.metadata_records,
-        written=dict(result.written),
-        lanes=result.lanes,
-        moved_to_lanes=result.moved_to_lanes,
-        reversed_flows=result.reversed_flows,
-        salts=dict(job.salts),
-        filtered=result.filtered,
         marks=with_named_marks(
             process_marks(notes.marks, identity_of, data.origin_ns), cand.facts, result, data.origin_ns
         ),
@@ -327,11 +322,27 @@ def _scan(
     )
 
 
+def _laid_out(job: FileJob, scan: FileScan, result: LayoutResult, moved: dict[tuple, int]) -> Encoded:
+    """What a read's lay-out gave (``moved``: the tracks it gave another uuid than their hash);
+    its counts and losses are the summary's: the file was read and laid out in one go."""
+    return Encoded(
+        counts=scan.counts,
+        written=dict(result.written),
+        dropped=scan.dropped,
+        filtered=result.filtered,
+        lanes=result.lanes,
+        moved_to_lanes=result.moved_to_lanes,
+        reversed_flows=result.reversed_flows,
+        salts=dict(job.salts),
+        moved_ids=moved,
+    )
+
+
 def _encode_saved(job: FileJob, step: EncodeKept) -> FileOutcome:
     """Chrome JSON's second pass: encode the events the first read laid out and kept, with the
     plan; nothing of the input is read again."""
     assert job.chunk is not None
-    prior = step.first
+    prior, first = step.first, step.laid_out
     index, _ = _layout_files(job.chunk)
     with job.chunk.open("wb") as out:
         enc = WRITERS[step.writer].unit_encoder(job.sequence_id, out)
@@ -345,24 +356,21 @@ def _encode_saved(job: FileJob, step: EncodeKept) -> FileOutcome:
             _time_filter(job),
         )
         enc.close()
-    dropped = prior.dropped.copy()
+    dropped = first.dropped.copy()
     dropped.update(result.dropped)
-    filtered = Counter(prior.filtered)
+    filtered = Counter(first.filtered)
     filtered.update(result.filtered)
-    return FileOutcome(
-        job.candidate,
-        scan=replace(
-            prior,
-            counts=dict(result.read),
-            written=dict(result.written),
-            lanes=result.lanes,
-            moved_to_lanes=result.moved_to_lanes,
-            reversed_flows=result.reversed_flows,
-            dropped=dropped,
-            filtered=filtered,
-            salts=dict(job.salts),
-        ),
+    encoded = Encoded(
+        counts=dict(result.read),
+        written=dict(result.written),
+        dropped=dropped,
+        filtered=filtered,
+        lanes=result.lanes,
+        moved_to_lanes=result.moved_to_lanes,
+        reversed_flows=result.reversed_flows,
+        salts=dict(job.salts),
     )
+    return FileOutcome(job.candidate, scan=prior, encoded=encoded)
 
 
 def _keeps_nothing(ident: Identity) -> bool:

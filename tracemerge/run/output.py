@@ -12,13 +12,14 @@ import gzip
 import os
 import secrets
 import tempfile
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from contextlib import ExitStack, suppress
 from pathlib import Path
 from typing import BinaryIO
 
 from tracemerge.core.errors import FatalError, shown
-from tracemerge.plan.types import FileScan, MergePlan, UnitPlan, lane_track
+from tracemerge.plan.encoded import EncodedFile
+from tracemerge.plan.types import MergePlan, UnitPlan, lane_track
 from tracemerge.plan.unique_ids import lane_parent, unit_renames
 from tracemerge.writers import Writer
 from tracemerge.writers.perfetto_renames import copy_renamed
@@ -89,25 +90,24 @@ def work_dir(out_path: Path) -> Path:
 
 def assemble(
     plan: MergePlan,
-    scans: list[FileScan],
+    files: Mapping[Path, EncodedFile],
     writer: Writer,
     out_path: Path,
     work: Path,
-    chunk_of: dict[Path, Path],
     keep: Path | None = None,
 ) -> None:
-    """Writes the output: header, then per unit its clock prologue and chunk. Chunks are deleted
-    once copied (they are as large as the output), but ``keep``, which later parts use again."""
-    scan_of = {s.path: s for s in scans}
+    """Writes the output: header, then per unit of the plan (``files``: each encoded, by path) its
+    clock prologue and chunk. Chunks are deleted once copied (they are as large as the output),
+    but ``keep``, which later parts use again."""
     # A chunk whose tracks the plan named otherwise (their hashes clashed) is copied with the
     # plan's uuids; Chrome JSON's chunks were encoded with the plan's tracks already.
-    renames = {u.path: unit_renames(u, scan_of[u.path], plan.wide) if writer.one_pass else {} for u in plan.units}
+    renames = {u.path: unit_renames(u, files[u.path].encoded, plan.wide) if writer.one_pass else {} for u in plan.units}
     # Lanes opened while encoding carry no names yet: take them from their planned threads.
     planned = {t.uuid: t for t in plan.threads}
     lanes = [
         lane_track(planned[lane_parent(renames[u.path], lane)], lane.lane)
         for u in plan.units
-        for lane in scan_of[u.path].lanes
+        for lane in files[u.path].encoded.lanes
     ]
     assembled = work / "assembled"
     with ExitStack() as stack:
@@ -117,8 +117,8 @@ def assemble(
             out = stack.enter_context(gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=5, mtime=0))
         writer.write_header(out, plan, lanes)
         for unit in plan.units:
-            out.write(writer.prologue(unit, scan_of[unit.path].local_min or 0))
-            chunk = chunk_of[unit.path]
+            out.write(writer.prologue(unit, files[unit.path].scan.local_min or 0))
+            chunk = files[unit.path].chunk
             _copy_unit(writer, unit, chunk, out, renames[unit.path])
             if unit.path != keep:
                 chunk.unlink()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import msgspec
 
+from tracemerge.plan.encoded import Encoded
 from tracemerge.plan.types import FileScan, UnitPlan
 from tracemerge.select import Selection
 from tracemerge.writers import Writer
@@ -39,11 +40,13 @@ class KeepLayout(msgspec.Struct, frozen=True):
 
 class EncodeKept(msgspec.Struct, frozen=True):
     """Chrome JSON's second pass: the events :class:`KeepLayout` kept, encoded with ``writer`` on
-    the plan's ``unit``; ``first`` is that read's summary. The input is not read again."""
+    the plan's ``unit``; ``first`` is that read's summary, ``laid_out`` what its lay-out gave.
+    The input is not read again."""
 
     writer: str
     unit: UnitPlan
     first: FileScan
+    laid_out: Encoded
 
 
 Pass = SummaryOnly | EncodeChunk | KeepLayout | EncodeKept
@@ -61,14 +64,14 @@ def first_pass(writer: Writer | None, selection: Selection) -> Pass:
     return SUMMARY_ONLY if selection.by_process else KeepLayout(writer.name)
 
 
-def encode_again(first: Pass, writer: Writer, unit: UnitPlan, scan: FileScan) -> Pass:
+def encode_again(first: Pass, writer: Writer, unit: UnitPlan, scan: FileScan, encoded: Encoded) -> Pass:
     """The pass of a file encoded again once the plan is made (``first``: its first read's pass,
-    ``scan`` that read's summary): a one-pass format reads it again on tracks of its own; the
-    others encode what the first read kept, else read it again onto the plan's tracks."""
+    ``scan`` and ``encoded`` what that read gave): a one-pass format reads it again on tracks of
+    its own; the others encode what the first read kept, else read it again onto the plan's tracks."""
     if writer.one_pass:
         return EncodeChunk(writer.name)
     if isinstance(first, KeepLayout):
-        return EncodeKept(writer.name, unit, scan)
+        return EncodeKept(writer.name, unit, scan, encoded)
     return EncodeChunk(writer.name, unit)
 
 

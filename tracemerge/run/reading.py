@@ -30,7 +30,8 @@ from tracemerge.metrics_map import MetricsMap
 from tracemerge.phases import PhaseModel, StepScalars, attach_scalars
 from tracemerge.phases.derived_unit import derive_run, derived_scan
 from tracemerge.phases.rules import PhaseOptions
-from tracemerge.plan.planner import make_plan
+from tracemerge.plan.encoded import Encoded
+from tracemerge.plan.planner import make_plan, placing_every_file
 from tracemerge.plan.types import FileScan, IdCollision, MergePlan, identity_sort_key
 from tracemerge.report.outcomes import collect
 from tracemerge.report.run_report import RunReport
@@ -82,11 +83,22 @@ def asked_of(
     return runner, Asked(writer, selection, clocks, phase_rules, metrics_map, memory_budget, cores, run)
 
 
-class FirstRead(msgspec.Struct):
+class Reads(msgspec.Struct, frozen=True):
+    """Every file read once: its job, and what the reads gave (the summaries, what laying each
+    out gave by path, the files of step-keyed tracker scalars)."""
+
+    jobs: dict[Path, FileJob]
+    scans: list[FileScan]
+    encoded: dict[Path, Encoded]
+    scalars: list[StepScalars]
+
+
+class FirstRead(msgspec.Struct, frozen=True):
     """Every file read once: its job, the summaries, and the plan and phases made of them."""
 
     jobs: dict[Path, FileJob]
     scans: list[FileScan]
+    encoded: dict[Path, Encoded]  # what the first read's lay-out gave, by path
     scalars: list[StepScalars]
     scalars_dropped: Losses
     plan: MergePlan
@@ -181,16 +193,18 @@ def read_each_run(
     order (one entry, its run None, when the inputs hold one run or none that time places)."""
 
     def each(wide: bool) -> list[tuple[Run | None, FirstRead]]:
-        jobs, scans, scalars = _read(run, candidates, asked, work, report, wide)
-        runs = runs_of(scans, asked.clocks, identity_sort_key)
-        note_runs(report, runs, runs.runs, [], scans, one_timeline=False)
+        reads = _read(run, candidates, asked, work, report, wide)
+        runs = runs_of(reads.scans, asked.clocks, identity_sort_key)
+        note_runs(report, runs, runs.runs, [], reads.scans, one_timeline=False)
         if not runs.several:
-            return [(None, _plan(jobs, scans, scalars, asked, work, wide, len(candidates), runs.placed))]
+            return [(None, _plan(reads, asked, work, wide, len(candidates), runs.placed))]
         out: list[tuple[Run | None, FirstRead]] = []
         for one in runs.runs:
-            mine = _files_of(scans, runs, (one,))
-            its_scalars = [f for f in scalars if owner(f.path, runs.runs) in (one, None)]
-            out.append((one, _plan(jobs, mine, its_scalars, asked, work, wide, len(candidates))))
+            mine = _files_of(reads.scans, runs, (one,))
+            its_scalars = [f for f in reads.scalars if owner(f.path, runs.runs) in (one, None)]
+            out.append(
+                (one, _plan(replace(reads, scans=mine, scalars=its_scalars), asked, work, wide, len(candidates)))
+            )
         return out
 
     return _with_wide_retry(report, each)
@@ -217,29 +231,27 @@ def _read_and_plan(
     run: Runner, candidates: list[Candidate], asked: Asked, work: Path, report: RunReport, wide: bool
 ) -> FirstRead:
     """:func:`read_all` with track ids of 35 bits, or ``wide`` ones."""
-    jobs, scans, scalars = _read(run, candidates, asked, work, report, wide)
-    runs = runs_of(scans, asked.clocks, identity_sort_key)
+    reads = _read(run, candidates, asked, work, report, wide)
+    runs = runs_of(reads.scans, asked.clocks, identity_sort_key)
     alignment = runs.placed
     try:
         kept = choose(runs, asked.run)
     except ValueError as exc:
         raise FatalError(str(exc)) from None
     left = [r for r in runs.runs if r not in kept]
-    note_runs(report, runs, kept, left, scans)
+    note_runs(report, runs, kept, left, reads.scans)
     if left:  # the runs kept placed anew, as if alone: their start is the trace's zero
-        scans = _files_of(scans, runs, kept)
-        scalars = _scalars_kept(report, scalars, runs, kept)
+        scalars = _scalars_kept(report, reads.scalars, runs, kept)
+        reads = replace(reads, scans=_files_of(reads.scans, runs, kept), scalars=scalars)
         alignment = None
     elif runs.several:
-        alignment = one_timeline(runs, scans, asked.clocks, identity_sort_key)
-    return _plan(jobs, scans, scalars, asked, work, wide, len(candidates), alignment)
+        alignment = one_timeline(runs, reads.scans, asked.clocks, identity_sort_key)
+    return _plan(reads, asked, work, wide, len(candidates), alignment)
 
 
-def _read(
-    run: Runner, candidates: list[Candidate], asked: Asked, work: Path, report: RunReport, wide: bool
-) -> tuple[dict[Path, FileJob], list[FileScan], list[StepScalars]]:
-    """Every file read (and encoded when the output allows): the jobs by path, the summaries,
-    the step-keyed tracker scalars; the report lists what was skipped and ignored."""
+def _read(run: Runner, candidates: list[Candidate], asked: Asked, work: Path, report: RunReport, wide: bool) -> Reads:
+    """Every file read (and encoded when the output allows); the report lists what was skipped
+    and ignored."""
     selection = asked.selection
     step = first_pass(asked.writer, selection)
     # Cores left over once each file has one read parts of the large ones.
@@ -262,39 +274,33 @@ def _read(
         for n, c in enumerate(candidates)
     ]
     scalars: list[StepScalars] = []
-    scans = collect(run.map(jobs, "read"), report, scalars)
+    scans, encoded = collect(run.map(jobs, "read"), report, scalars)
     if not scans:
         raise FatalError(_nothing_usable(report, scalars))
-    return {j.candidate.path: j for j in jobs}, scans, scalars
+    return Reads({j.candidate.path: j for j in jobs}, scans, encoded, scalars)
 
 
 def _plan(
-    jobs: dict[Path, FileJob],
-    scans: list[FileScan],
-    scalars: list[StepScalars],
-    asked: Asked,
-    work: Path,
-    wide: bool,
-    files: int,
-    alignment: Alignment | None = None,
+    reads: Reads, asked: Asked, work: Path, wide: bool, files: int, alignment: Alignment | None = None
 ) -> FirstRead:
     """The stages after reading, in their order: align the clocks (unless ``alignment`` is
     given), derive the phases, plan (the derived tracks are one more unit of the plan);
     ``files`` is how many were read (the derived tracks take the sequence after theirs)."""
-    for s in scans:  # an archive's manifest names the machine a file is on
-        s.host = asked.hosts.get(s.path, s.host)
+    # An archive's manifest names the machine a file is on.
+    scans = [replace(s, host=asked.hosts[s.path]) if s.path in asked.hosts else s for s in reads.scans]
     if alignment is None:
         alignment = align(scans, asked.clocks, identity_sort_key)
-    alignment.offsets.update({s.path: 0 for s in scans if s.path not in alignment.offsets})
+    alignment = placing_every_file(alignment, scans)
     keep = process_filter(asked.selection, scans)
     model = derive_run(scans, alignment, asked.phase_rules, keep)
     scalars_dropped = Losses()
-    for f in scalars:
+    for f in reads.scalars:
         scalars_dropped.update(f.dropped)
-    attach_scalars(model, scalars, scalars_dropped)
+    attach_scalars(model, reads.scalars, scalars_dropped)
     derived = derived_scan(model, files + 2, work / "phases.chunk", alignment.wall_clock)
-    plan = make_plan([*scans, derived] if derived is not None else scans, wide, alignment=alignment)
-    return FirstRead(jobs, scans, scalars, scalars_dropped, plan, model, derived, wide)
+    units = [*scans, derived] if derived is not None else scans
+    plan = make_plan(units, wide, alignment=alignment, encoded=reads.encoded)
+    return FirstRead(reads.jobs, scans, reads.encoded, reads.scalars, scalars_dropped, plan, model, derived, wide)
 
 
 def _files_of(scans: list[FileScan], runs: Runs, kept: tuple[Run, ...]) -> list[FileScan]:
