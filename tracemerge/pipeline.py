@@ -43,7 +43,8 @@ from tracemerge.plan.types import (
     FileScan,
     UnitPlan,
 )
-from tracemerge.report.outcomes import fill_report, note_json_precision
+from tracemerge.report.findings import Findings
+from tracemerge.report.outcomes import Merged, build_report, json_precision_note
 from tracemerge.report.run_report import RunReport
 from tracemerge.run.executors import Executor
 from tracemerge.run.filework import FileJob, FileOutcome
@@ -112,7 +113,6 @@ def merge(
     except ValueError as exc:
         raise FatalError(str(exc)) from None
     progress = on_progress or (lambda _msg: None)
-    report = RunReport(output=out_path, format=writer.name)
     try:
         run = check_choice(run)
     except ValueError as exc:
@@ -121,46 +121,47 @@ def merge(
     with ExitStack() as on_error:
         on_error.enter_context(runner)  # left (a cluster disconnected) at once if nothing can be merged
         unpack_into = lambda: _kept_till_the_end(on_error, work_dir(out_path))  # noqa: E731
-        candidates, named, unpacked = discover_inputs(runner, inputs, out_path, force, report, unpack_into)
-        asked = with_archives(asked, unpacked)
+        found = discover_inputs(runner, inputs, out_path, force, unpack_into)
+        asked = with_archives(asked, found.unpacked)
         taken = {Path(p).resolve() for p in also_writes}
         for path in also_writes:
-            check_report(Path(path), out_path, named)
-        progress(f"found {len(candidates)} trace files")
+            check_report(Path(path), out_path, found.named)
+        progress(f"found {len(found.candidates)} trace files")
         work = work_dir(out_path)
         entered = on_error.pop_all()
 
     try:
         with entered:
             reader = Runner(runner, progress)
-            first = read_all(reader, candidates, asked, work, report)
-            _note_placement(report, first, asked.clocks)
-            if writer.one_pass:
-                report.notes += machine_notes(first.plan)
+            first = read_all(reader, found.candidates, asked, work, found.findings)
+            placed = _placement_findings(first, asked.clocks, writer)
             asked = replace(asked, selection=steps_window(selection, phase_rules.steps, first.model, first.plan))
             numbers = summary(first.model, {p.identity: p.name for p in first.plan.processes})
-            if (runs_held := held(report.runs)) is not None:  # which of the inputs' runs the trace is
+            if (runs_held := held(first.findings.runs)) is not None:  # which of the inputs' runs the trace is
                 numbers["run"] = runs_held
             first = _with_phase_summary(first, numbers)
-            files = _encode(reader, first, asked, report)
-            _report_outcome(report, first, [files[sc.path] for sc in first.scans], numbers, writer)
+            files, encoding_said = _encode(reader, first, asked)
+            stages = [found.findings, first.findings, placed, encoding_said]
+            report = _report(out_path, writer, stages, first, files, numbers)
             if strict and (problem := report.incomplete) is not None:
                 raise FatalError(f"--strict: {problem}")
             if on_plan:
                 on_plan(report)
+            parts: list[Path] = []
+            left_out: list[str] = []  # files a part of --split-by step-window could not take
             if split_by is None:
                 assemble(first.plan, files, writer, out_path, work)
-                report.output_bytes = out_path.stat().st_size
             else:
-                may_write = lambda target: check_output(target, named, force, taken)  # noqa: E731
-                report.parts = _write_parts(split_by, reader, first, asked, files, report, strict, work, may_write)
-                report.output_bytes = sum(p.stat().st_size for p in report.parts)
+                may_write = lambda target: check_output(target, found.named, force, taken)  # noqa: E731
+                parts = _write_parts(split_by, reader, first, asked, files, out_path, strict, work, may_write, left_out)
+            size = sum(p.stat().st_size for p in parts) if parts else out_path.stat().st_size
     except OSError as exc:
         raise FatalError(f"{shown(out_path)}: cannot write ({exc.strerror or exc})") from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    report.seconds = time.perf_counter() - started
-    return report
+    seconds = time.perf_counter() - started
+    skipped = [*report.skipped, *left_out]
+    return replace(report, skipped=skipped, parts=parts, output_bytes=size, seconds=seconds)
 
 
 def _kept_till_the_end(stack: ExitStack, folder: Path) -> Path:
@@ -169,12 +170,17 @@ def _kept_till_the_end(stack: ExitStack, folder: Path) -> Path:
     return folder
 
 
-def _note_placement(report: RunReport, first: FirstRead, clocks: AlignOptions) -> None:
-    """What the report says of the placement: offsets that named no process, a run before 1970."""
+def _placement_findings(first: FirstRead, clocks: AlignOptions, writer: Writer) -> Findings:
+    """What the report says of the placement: offsets that named no process, a run before 1970,
+    the machines of a multi-host trace (those Perfetto writes)."""
+    said = Findings()
     for rule in unmatched(clocks.offsets, (p.identity for p in first.plan.processes)):
-        report.notes.append(f"offset {rule.text()} names no process of this run: not applied")
+        said.notes.append(f"offset {rule.text()} names no process of this run: not applied")
     if first.plan.wall_clock and first.plan.base_ns < 0:  # written as placed (the clock snapshot shifts)
-        report.notes.append(BEFORE_1970)
+        said.notes.append(BEFORE_1970)
+    if writer.one_pass:
+        said.notes += machine_notes(first.plan)
+    return said
 
 
 def _write_parts(
@@ -183,17 +189,19 @@ def _write_parts(
     first: FirstRead,
     asked: Asked,
     files: dict[Path, EncodedFile],
-    report: RunReport,
+    out_path: Path,
     strict: bool,
     work: Path,
     may_write: Callable[[Path], None],
+    left_out: list[str],
 ) -> list[Path]:
-    """``--split-by``: each part assembled from the chunks in ``work``, and their index."""
-    writer, out_path = asked.writer, report.output
-    assert writer is not None and out_path is not None
+    """``--split-by``: each part assembled from the chunks in ``work``, and their index; a file a
+    part could not take is named in ``left_out``."""
+    writer = asked.writer
+    assert writer is not None
     return write_parts(
         split_by,
-        _parts(split_by, run, first, asked, files, report, strict),
+        _parts(split_by, run, first, asked, files, strict, left_out),
         out_path,
         writer.extensions,
         work,
@@ -217,11 +225,12 @@ def _with_phase_summary(first: FirstRead, numbers: dict) -> FirstRead:
     return replace(first, plan=replace(first.plan, phase_summary=stored(numbers)))
 
 
-def _encode(run: Runner, first: FirstRead, asked: Asked, report: RunReport) -> dict[Path, EncodedFile]:
+def _encode(run: Runner, first: FirstRead, asked: Asked) -> tuple[dict[Path, EncodedFile], Findings]:
     """Encodes, with the plan, what the first read could not: the derived tracks; for Chrome JSON
     every file; for Perfetto the files whose threads overlap another file's of the same process in
     time (they need their own copies) and the files a --window cuts. Files wholly outside the
-    window are left out. Returns each unit encoded, by path."""
+    window are left out. Returns each unit encoded, by path, and the files left out as they
+    changed (or were lost) since they were read."""
     writer, plan, derived = asked.writer, first.plan, first.derived
     files = {sc.path: EncodedFile(sc, first.encoded[sc.path], _chunk(first.jobs[sc.path])) for sc in first.scans}
     if derived is not None:
@@ -243,32 +252,41 @@ def _encode(run: Runner, first: FirstRead, asked: Asked, report: RunReport) -> d
             continue
         again = encode_again(job.pass_, writer, u, done.scan, done.encoded)
         redo.append(replace(job, pass_=again, salts=u.salts, selection=asked.selection, window=window))
+    said = Findings()
     # A file read again describes itself anew: its summary replaces the first one.
     for outcome in run.map(redo, "encode") if redo else ():
         path = outcome.candidate.path
         if outcome.scan is None or outcome.encoded is None:
-            report.skipped.append(_left_out(outcome))
+            said.skipped.append(_left_out(outcome))
             files[path] = _left_out_file(files[path], FILE_LOST if outcome.lost else FILE_CHANGED)
             continue
         files[path] = EncodedFile(outcome.scan, outcome.encoded, files[path].chunk)
-    return files
+    return files, said
 
 
-def _report_outcome(
-    report: RunReport, first: FirstRead, files: list[EncodedFile], numbers: dict, writer: Writer
-) -> None:
-    """What was merged, left out and lost, once every file is encoded."""
-    scans = [f.scan for f in files]
-    fill_report(report, first.plan, files)
-    report.losses.update(first.scalars_dropped)
+def _report(
+    out_path: Path,
+    writer: Writer,
+    stages: list[Findings],
+    first: FirstRead,
+    files: dict[Path, EncodedFile],
+    numbers: dict,
+) -> RunReport:
+    """The run report, once every file is encoded: what the ``stages`` said, then what was
+    merged, left out and lost (each file's losses, the tracker scalars'), and the phase summary
+    (``numbers``)."""
+    in_order = [files[sc.path] for sc in first.scans]
+    notes = []
     for f in first.scalars:
         placed = sum(1 for step in f.values if step in first.model.scalars)
-        report.notes.append(
+        notes.append(
             f"{shown(f.path)}: tracker scalars of {len(f.values)} steps, {placed} of them on steps of the trace"
         )
-    note_json_precision(report, writer, scans, first.plan)
-    report.phases = numbers
-    report.filtered.update(first.model.left_out)
+    if (precision := json_precision_note(writer, [f.scan for f in in_order], first.plan)) is not None:
+        notes.append(precision)
+    said = Findings(notes=notes, losses=[*(f.encoded.dropped for f in in_order), first.scalars_dropped])
+    merged = Merged(first.plan, in_order, first.model.left_out, numbers)
+    return build_report(out_path, writer.name, [*stages, said], merged)
 
 
 def _parts(
@@ -277,12 +295,12 @@ def _parts(
     first: FirstRead,
     asked: Asked,
     files: dict[Path, EncodedFile],
-    report: RunReport,
     strict: bool,
+    left_out: list[str],
 ) -> Iterable[tuple[Part, dict[Path, EncodedFile]]]:
     """The parts of ``--split-by``, each with its files encoded."""
     if split_by == "step-window":
-        return _step_parts(first, asked, files, run, report, strict)
+        return _step_parts(first, asked, files, run, strict, left_out)
     scan_of = {path: f.scan for path, f in files.items()}
     return ((part, files) for part in groups(split_by, first.plan, scan_of, first.derived_path))
 
@@ -353,8 +371,8 @@ def _step_parts(
     asked: Asked,
     files: dict[Path, EncodedFile],
     run: Runner,
-    report: RunReport,
     strict: bool,
+    left_out: list[str],
 ) -> Iterator[tuple[Part, dict[Path, EncodedFile]]]:
     """``--split-by step-window``: per step, every file that shares time with it encoded again, cut
     to it (and to the --window or --steps time asked) as ``--window`` cuts (Chrome JSON from the
@@ -380,9 +398,9 @@ def _step_parts(
         for outcome in run.map(jobs, "split"):
             path = outcome.candidate.path
             if outcome.scan is None or outcome.encoded is None:  # as in the main pass; the part holds nothing of it
-                report.skipped.append(_left_out(outcome, group))
+                left_out.append(_left_out(outcome, group))
                 if strict:  # raised before any part is moved into place
-                    raise FatalError(f"--strict: {report.skipped[-1]}")
+                    raise FatalError(f"--strict: {left_out[-1]}")
                 lost.add(path)
                 continue
             part_files[path] = EncodedFile(outcome.scan, outcome.encoded, files[path].chunk)

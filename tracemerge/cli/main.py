@@ -255,8 +255,7 @@ def merge(
             on_progress.pause()
             _say(f"error: {exc}")
             raise typer.Exit(EXIT_FATAL) from None
-    result.notes.extend(notes)
-    raise typer.Exit(_said(result, report, summary, quiet))
+    raise typer.Exit(_said(result.with_notes(notes), report, summary, quiet))
 
 
 def _output_file(output: str, option: str = "-o", example: str = "merged.pftrace") -> Path:

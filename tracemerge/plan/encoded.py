@@ -38,7 +38,6 @@ class Encoded(msgspec.Struct, frozen=True):
     moved_ids: dict[tuple, int] = field(default_factory=dict)
 
 
-
 class EncodedFile(msgspec.Struct, frozen=True):
     """A unit of the output once encoded: its summary, what its chunk holds, and where it is."""
 
