@@ -19,6 +19,7 @@ from tracemerge.clock.unaligned import title, unaligned
 from tracemerge.core.model import Identity, ThreadInfo, ThreadKey
 from tracemerge.naming.paths import COORDINATE_ORDER
 from tracemerge.plan.encoded import Encoded
+from tracemerge.plan.lanes import planned_lanes
 from tracemerge.plan.machines import assign_machines, unit_machines
 from tracemerge.plan.thread_ids import listing_order, thread_ids
 from tracemerge.plan.types import (
@@ -33,11 +34,10 @@ from tracemerge.plan.types import (
     counter_uuid,
     flow_id_base,
     identity_sort_key,
-    lane_track,
     process_uuid,
     thread_uuid,
 )
-from tracemerge.plan.unique_ids import unique_ids
+from tracemerge.plan.unique_ids import chunk_thread_uuid, unique_ids
 
 
 def make_plan(
@@ -238,16 +238,13 @@ def _planned_lanes(
         chunk = encoded.get(s.path)
         if chunk is None or not chunk.lanes:
             continue
-        parent_of: dict[int, ThreadTrack] = {}
-        for ident, keys in s.threads.items():
-            chunk_salt, plan_salt = chunk.salts.get(ident, ""), salts.get((s.path, ident), "")
-            for key in keys:
-                local = chunk.moved_ids.get(("thread", ident, key)) or thread_uuid(ident, key, chunk_salt, wide)
-                parent_of[local] = threads[(ident, key, plan_salt)]
-        for lane in chunk.lanes:
-            parent = parent_of.get(lane.parent_uuid)
-            if parent is not None and (parent.uuid, lane.lane) not in lanes:
-                lanes[(parent.uuid, lane.lane)] = lane_track(parent, lane.lane).uuid
+        parent_of = {
+            chunk_thread_uuid(chunk, ident, key, wide): threads[(ident, key, salts.get((s.path, ident), ""))]
+            for ident, keys in s.threads.items()
+            for key in keys
+        }
+        for _, lane in planned_lanes(chunk.lanes, parent_of.get):
+            lanes.setdefault((lane.parent_uuid, lane.lane), lane.uuid)
     return lanes
 
 

@@ -258,23 +258,6 @@ def counter_uuid(ident: Identity, key: ThreadKey, name: str, wide: bool = False)
     return track_id(wide, "counter", process_uuid(ident, wide), key, name)
 
 
-def lane_track(track: ThreadTrack, n: int) -> ThreadTrack:
-    """Overlap lane ``n`` beside ``track``."""
-    # Chrome JSON has no child tracks, so a lane there is a thread of its own: its tid is drawn
-    # from the upper half of the uint32 range, away from the planned tids.
-    tid = (1 << 31) | (stable_id("lane-tid", track.uuid, n) & 0x7FFFFFFF)
-    return ThreadTrack(
-        uuid=track_id(track.uuid >= 1 << NARROW_ID_BITS, "lane", track.uuid, n),
-        pid=track.pid,
-        tid=tid,
-        name=f"{track.name} (overlap {n})",
-        order=track.order,
-        process_uuid=track.process_uuid,
-        lane=n,
-        parent_uuid=track.uuid,
-    )
-
-
 class LocalTracks:
     """Track identities a file can compute alone (Perfetto output): uuids derived from content.
 

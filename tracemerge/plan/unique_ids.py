@@ -22,6 +22,7 @@ from msgspec.structs import replace
 
 from tracemerge.core.model import Identity, ThreadKey
 from tracemerge.plan.encoded import Encoded
+from tracemerge.plan.lanes import planned_lanes
 from tracemerge.plan.types import (
     CounterTrack,
     ProcessTrack,
@@ -29,7 +30,6 @@ from tracemerge.plan.types import (
     UnitPlan,
     counter_uuid,
     free_id,
-    lane_track,
     thread_uuid,
 )
 
@@ -78,8 +78,7 @@ def unit_renames(unit: UnitPlan, encoded: Encoded, wide: bool) -> dict[int, int]
     (its threads, its counters, and the overlap lanes beside a thread given again)."""
     renames: dict[int, int] = {}
     for (ident, key), track in unit.threads.items():
-        salt = encoded.salts.get(ident, "")
-        local = encoded.moved_ids.get(("thread", ident, key)) or thread_uuid(ident, key, salt, wide)
+        local = chunk_thread_uuid(encoded, ident, key, wide)
         if local != track.uuid:
             renames[local] = track.uuid
     for (ident, key, name), counter in unit.counters.items():
@@ -88,13 +87,12 @@ def unit_renames(unit: UnitPlan, encoded: Encoded, wide: bool) -> dict[int, int]
             renames[local] = counter.uuid
     if renames:
         planned = {t.uuid: t for t in unit.threads.values()}
-        for lane in encoded.lanes:
-            parent = renames.get(lane.parent_uuid)
-            if parent is not None:
-                renames[lane.uuid] = lane_track(planned[parent], lane.lane).uuid
+        given_again = {local: planned[uuid] for local, uuid in renames.items() if uuid in planned}
+        for lane, beside in planned_lanes(encoded.lanes, given_again.get):
+            renames[lane.uuid] = beside.uuid
     return renames
 
 
-def lane_parent(renames: dict[int, int], lane: ThreadTrack) -> int:
-    """The planned uuid of the thread an encoded overlap lane was opened beside."""
-    return renames.get(lane.parent_uuid, lane.parent_uuid)
+def chunk_thread_uuid(encoded: Encoded, ident: Identity, key: ThreadKey, wide: bool) -> int:
+    """The uuid a chunk (what ``encoded`` says of it) names a thread by."""
+    return encoded.moved_ids.get(("thread", ident, key)) or thread_uuid(ident, key, encoded.salts.get(ident, ""), wide)

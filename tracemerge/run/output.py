@@ -12,15 +12,16 @@ import gzip
 import os
 import secrets
 import tempfile
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from contextlib import ExitStack, suppress
 from pathlib import Path
 from typing import BinaryIO
 
 from tracemerge.core.errors import FatalError, shown
 from tracemerge.plan.encoded import EncodedFile
-from tracemerge.plan.types import MergePlan, UnitPlan, lane_track
-from tracemerge.plan.unique_ids import lane_parent, unit_renames
+from tracemerge.plan.lanes import planned_lanes
+from tracemerge.plan.types import MergePlan, ThreadTrack, UnitPlan
+from tracemerge.plan.unique_ids import unit_renames
 from tracemerge.writers import Writer
 from tracemerge.writers.perfetto_renames import copy_renamed
 
@@ -102,12 +103,12 @@ def assemble(
     # A chunk whose tracks the plan named otherwise (their hashes clashed) is copied with the
     # plan's uuids; Chrome JSON's chunks were encoded with the plan's tracks already.
     renames = {u.path: unit_renames(u, files[u.path].encoded, plan.wide) if writer.one_pass else {} for u in plan.units}
-    # Lanes opened while encoding carry no names yet: take them from their planned threads.
+    # Lanes opened while encoding carry no names yet: take them beside their planned threads.
     planned = {t.uuid: t for t in plan.threads}
     lanes = [
-        lane_track(planned[lane_parent(renames[u.path], lane)], lane.lane)
+        beside
         for u in plan.units
-        for lane in files[u.path].encoded.lanes
+        for _, beside in planned_lanes(files[u.path].encoded.lanes, _planned_thread(planned, renames[u.path]))
     ]
     assembled = work / "assembled"
     with ExitStack() as stack:
@@ -124,6 +125,11 @@ def assemble(
                 chunk.unlink()
         writer.write_footer(out, plan)
     os.replace(assembled, out_path)
+
+
+def _planned_thread(planned: dict[int, ThreadTrack], renames: dict[int, int]) -> Callable[[int], ThreadTrack]:
+    """The planned thread a chunk names by a uuid (one ``renames`` gives again, where it clashed)."""
+    return lambda uuid: planned[renames.get(uuid, uuid)]
 
 
 def _copy_unit(writer: Writer, unit: UnitPlan, chunk: Path, out: BinaryIO, renames: dict[int, int]) -> None:
