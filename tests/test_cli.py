@@ -245,6 +245,7 @@ def test_version_and_help_load_the_command_line_alone() -> None:
     """Start-up: ``--version`` and ``--help`` import typer and the command line's own few modules,
     not the engine, numpy, the JSON libraries or protobuf."""
     light = {"tracemerge", "tracemerge.cli", "tracemerge.cli.main", "tracemerge.cli.diff", "tracemerge.cli.tools"}
+    light |= {"tracemerge.cli.options"}
     light |= {
         "tracemerge.cli.engine",
         "tracemerge.core",

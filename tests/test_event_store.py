@@ -39,12 +39,13 @@ class _Names:
         return text
 
 
-def test_names_are_encoded_once_unless_uncached() -> None:
+def test_names_are_encoded_once_and_watched_ones_cached_apart() -> None:
     enc = _Names()
-    store = EventStore(enc, uncached=lambda name: ("watched",) if name == "w" else ())  # type: ignore[arg-type]
+    store = EventStore(enc, watched=lambda name: ("watched",) if name == "w" else ())  # type: ignore[arg-type]
     assert [store.prefix(n, "c") for n in ("a", "a", "w", "w")] == [b"c/a", b"c/a", b"c/w", b"c/w"]
-    assert enc.asked == 3
+    assert enc.asked == 2
     assert store.prefixes == {("a", "c"): b"c/a"}
+    assert store.watched_prefixes == {("w", "c"): b"c/w"}
 
 
 def test_a_saved_store_loads_with_every_event(tmp_path: Path) -> None:

@@ -21,10 +21,11 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
+import msgspec
 from msgspec.structs import replace
 
 from tracemerge.analysis.steps import stored, summary
@@ -32,27 +33,45 @@ from tracemerge.clock import AUTOMATIC, AlignOptions
 from tracemerge.clock.offsets import unmatched
 from tracemerge.clock.runs import LATEST, check_choice, held
 from tracemerge.core.errors import FatalError, shown
-from tracemerge.core.stats import Stat
 from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.phases.rules import AUTO_PHASES, PhaseOptions
+from tracemerge.plan.encoded import EncodedFile
 from tracemerge.plan.machines import machine_notes
-from tracemerge.plan.types import (
-    FileScan,
-    UnitPlan,
-)
+from tracemerge.report.findings import Findings
 from tracemerge.report.run_report import RunReport
-from tracemerge.run.derived_unit import encode_derived, steps_window
+from tracemerge.run.derived_unit import steps_window
+from tracemerge.run.encoding import encode_with_plan, step_parts
 from tracemerge.run.executors import Executor
-from tracemerge.run.filework import FileOutcome
-from tracemerge.run.outcomes import fill_report, note_json_precision
+from tracemerge.run.outcomes import Merged, build_report, json_precision_note
 from tracemerge.run.output import assemble, check_output, check_report, work_dir
-from tracemerge.run.reading import Asked, FirstRead, Runner, asked_of, discover_inputs, read_all, with_archives
-from tracemerge.run.split import Part, groups, step_windows, write_parts
+from tracemerge.run.reading import Asked, FirstRead, Found, Runner, asked_of, discover_inputs, read_all, with_archives
+from tracemerge.run.split import Part, groups, write_parts
 from tracemerge.select import EVERYTHING, Selection
 from tracemerge.store.file_layout import DEFAULT_BUDGET
 from tracemerge.writers import Writer, writer_for
 
 BEFORE_1970 = "the run starts before 1970 on the wall clock (a negative epoch time, or an --offset)"
+
+
+class MergeOptions(msgspec.Struct, frozen=True):
+    """What a merge is asked besides its inputs and output: :func:`merge`'s keywords (it says what
+    each is), gathered into the one value its stages are handed."""
+
+    format: str | None = None
+    jobs: int = 0
+    executor: Executor | None = None
+    split_by: str | None = None
+    memory_budget: int = DEFAULT_BUDGET
+    selection: Selection = EVERYTHING
+    clocks: AlignOptions = AUTOMATIC
+    phase_rules: PhaseOptions = AUTO_PHASES
+    metrics_map: MetricsMap = NO_MAP
+    run: str = LATEST
+    force: bool = False
+    strict: bool = False
+    also_writes: tuple[Path, ...] = ()
+    on_plan: Callable[[RunReport], None] | None = None
+    on_progress: Callable[[str], None] | None = None
 
 
 def merge(
@@ -102,62 +121,143 @@ def merge(
     Raises :class:`~tracemerge.core.errors.FatalError` when no output can be produced; then nothing
     is written. Files that cannot be used are listed in ``report.skipped`` and the run goes on.
     """
-    started = time.perf_counter()
-    out_path = Path(output)
-    try:
-        writer = writer_for(out_path, format)
-    except ValueError as exc:
-        raise FatalError(str(exc)) from None
-    progress = on_progress or (lambda _msg: None)
-    report = RunReport(output=out_path, format=writer.name)
-    try:
-        run = check_choice(run)
-    except ValueError as exc:
-        raise FatalError(str(exc)) from None
-    runner, asked = asked_of(writer, selection, clocks, phase_rules, metrics_map, memory_budget, jobs, executor, run)
-    with ExitStack() as on_error:
-        on_error.enter_context(runner)  # left (a cluster disconnected) at once if nothing can be merged
-        unpack_into = lambda: _kept_till_the_end(on_error, work_dir(out_path))  # noqa: E731
-        candidates, named, unpacked = discover_inputs(runner, inputs, out_path, force, report, unpack_into)
-        asked = with_archives(asked, unpacked)
-        taken = {Path(p).resolve() for p in also_writes}
-        for path in also_writes:
-            check_report(Path(path), out_path, named)
-        progress(f"found {len(candidates)} trace files")
-        work = work_dir(out_path)
-        entered = on_error.pop_all()
+    options = MergeOptions(
+        format=format,
+        jobs=jobs,
+        executor=executor,
+        split_by=split_by,
+        memory_budget=memory_budget,
+        selection=selection,
+        clocks=clocks,
+        phase_rules=phase_rules,
+        metrics_map=metrics_map,
+        run=run,
+        force=force,
+        strict=strict,
+        also_writes=tuple(Path(p) for p in also_writes),
+        on_plan=on_plan,
+        on_progress=on_progress,
+    )
+    return merge_with(inputs, Path(output), options)
 
+
+def merge_with(inputs: Sequence[str | os.PathLike[str]], out_path: Path, options: MergeOptions) -> RunReport:
+    """:func:`merge`, what it is asked gathered in ``options``."""
+    started = time.perf_counter()
+    try:
+        writer = writer_for(out_path, options.format)
+        options = replace(options, run=check_choice(options.run))
+    except ValueError as exc:
+        raise FatalError(str(exc)) from None
+    progress = options.on_progress or _said_nowhere
+    runner, asked = asked_of(
+        writer,
+        options.selection,
+        options.clocks,
+        options.phase_rules,
+        options.metrics_map,
+        options.memory_budget,
+        options.jobs,
+        options.executor,
+        options.run,
+    )
+    found, asked, work, entered = _discover(inputs, out_path, options, runner, asked, progress)
     try:
         with entered:
             reader = Runner(runner, progress)
-            first = read_all(reader, candidates, asked, work, report)
-            _note_placement(report, first, asked.clocks)
-            if writer.one_pass:
-                report.notes += machine_notes(first.plan)
-            asked = replace(asked, selection=steps_window(selection, phase_rules.steps, first.model, first.plan))
-            numbers = summary(first.model, {p.identity: p.name for p in first.plan.processes})
-            if (runs_held := held(report.runs)) is not None:  # which of the inputs' runs the trace is
-                numbers["run"] = runs_held
-            scan_of, chunk_of = _encode(reader, first, asked, numbers, report)
-            _report_outcome(report, first, [scan_of[sc.path] for sc in first.scans], numbers, writer)
-            if strict and (problem := report.incomplete) is not None:
+            first, asked, files, report = _read_and_encode(reader, found, asked, out_path, work, options)
+            if options.strict and (problem := report.incomplete) is not None:
                 raise FatalError(f"--strict: {problem}")
-            if on_plan:
-                on_plan(report)
-            if split_by is None:
-                assemble(first.plan, list(scan_of.values()), writer, out_path, work, chunk_of)
-                report.output_bytes = out_path.stat().st_size
-            else:
-                may_write = lambda target: check_output(target, named, force, taken)  # noqa: E731
-                encoded = (scan_of, chunk_of)
-                report.parts = _write_parts(split_by, reader, first, asked, encoded, report, strict, work, may_write)
-                report.output_bytes = sum(p.stat().st_size for p in report.parts)
+            if options.on_plan:
+                options.on_plan(report)
+            parts, left_out = _write(reader, first, asked, files, out_path, work, found.named, options)
+            size = sum(p.stat().st_size for p in parts) if parts else out_path.stat().st_size
     except OSError as exc:
         raise FatalError(f"{shown(out_path)}: cannot write ({exc.strerror or exc})") from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    report.seconds = time.perf_counter() - started
-    return report
+    seconds = time.perf_counter() - started
+    return replace(report, skipped=[*report.skipped, *left_out], parts=parts, output_bytes=size, seconds=seconds)
+
+
+def _said_nowhere(message: str) -> None:
+    """Progress nobody asked for."""
+
+
+def _discover(
+    inputs: Sequence[str | os.PathLike[str]],
+    out_path: Path,
+    options: MergeOptions,
+    runner: Executor,
+    asked: Asked,
+    progress: Callable[[str], None],
+) -> tuple[Found, Asked, Path, ExitStack]:
+    """The discover stage, ``runner`` entered: the files found (archives expanded), ``asked`` with
+    what their manifests say, and the work directory beside the output. What it entered is left
+    at once (a cluster disconnected, a folder removed) if nothing can be merged, else when the
+    stack returned is."""
+    with ExitStack() as on_error:
+        on_error.enter_context(runner)
+        unpack_into = lambda: _kept_till_the_end(on_error, work_dir(out_path))  # noqa: E731
+        found = discover_inputs(runner, inputs, out_path, options.force, unpack_into)
+        for path in options.also_writes:
+            check_report(path, out_path, found.named)
+        progress(f"found {len(found.candidates)} trace files")
+        work = work_dir(out_path)
+        return found, with_archives(asked, found.unpacked), work, on_error.pop_all()
+
+
+def _read_and_encode(
+    reader: Runner, found: Found, asked: Asked, out_path: Path, work: Path, options: MergeOptions
+) -> tuple[FirstRead, Asked, dict[Path, EncodedFile], RunReport]:
+    """The stages after discover, in their order: read and plan, the phase summary, encode with
+    the plan; with ``asked`` as the steps kept narrow it, and the run report of what each said."""
+    writer = asked.writer
+    assert writer is not None
+    first = read_all(reader, found.candidates, asked, work, found.findings)
+    placed = _placement_findings(first, asked.clocks, writer)
+    steps = options.phase_rules.steps
+    asked = replace(asked, selection=steps_window(options.selection, steps, first.model, first.plan))
+    numbers = summary(first.model, {p.identity: p.name for p in first.plan.processes})
+    if (runs_held := held(first.findings.runs)) is not None:  # which of the inputs' runs the trace is
+        numbers["run"] = runs_held
+    first = _with_phase_summary(first, numbers)
+    files, encoding_said = encode_with_plan(reader, first, asked)
+    stages = [found.findings, first.findings, placed, encoding_said]
+    return first, asked, files, _report(out_path, writer, stages, first, files, numbers)
+
+
+def _write(
+    run: Runner,
+    first: FirstRead,
+    asked: Asked,
+    files: dict[Path, EncodedFile],
+    out_path: Path,
+    work: Path,
+    named: set[Path],
+    options: MergeOptions,
+) -> tuple[list[Path], list[str]]:
+    """The output assembled from the chunks in ``work`` and moved into place; with ``--split-by``,
+    each part and their index: the paths written, and the files a part could not take."""
+    writer = asked.writer
+    assert writer is not None
+    if options.split_by is None:
+        assemble(first.plan, files, writer, out_path, work)
+        return [], []
+    taken = {p.resolve() for p in options.also_writes}
+    left_out: list[str] = []
+    written = write_parts(
+        options.split_by,
+        _parts(options.split_by, run, first, asked, files, options.strict, left_out),
+        out_path,
+        writer.extensions,
+        work,
+        first.plan,
+        writer.name,
+        lambda sub, part_files, staged: assemble(sub, part_files, writer, staged, work, keep=first.derived_path),
+        lambda target: check_output(target, named, options.force, taken),
+    )
+    return written, left_out
 
 
 def _kept_till_the_end(stack: ExitStack, folder: Path) -> Path:
@@ -166,108 +266,50 @@ def _kept_till_the_end(stack: ExitStack, folder: Path) -> Path:
     return folder
 
 
-def _note_placement(report: RunReport, first: FirstRead, clocks: AlignOptions) -> None:
-    """What the report says of the placement: offsets that named no process, a run before 1970."""
+def _placement_findings(first: FirstRead, clocks: AlignOptions, writer: Writer) -> Findings:
+    """What the report says of the placement: offsets that named no process, a run before 1970,
+    the machines of a multi-host trace (those Perfetto writes)."""
+    said = Findings()
     for rule in unmatched(clocks.offsets, (p.identity for p in first.plan.processes)):
-        report.notes.append(f"offset {rule.text()} names no process of this run: not applied")
+        said.notes.append(f"offset {rule.text()} names no process of this run: not applied")
     if first.plan.wall_clock and first.plan.base_ns < 0:  # written as placed (the clock snapshot shifts)
-        report.notes.append(BEFORE_1970)
+        said.notes.append(BEFORE_1970)
+    if writer.one_pass:
+        said.notes += machine_notes(first.plan)
+    return said
 
 
-def _write_parts(
-    split_by: str,
-    run: Runner,
+def _with_phase_summary(first: FirstRead, numbers: dict) -> FirstRead:
+    """``first`` with the summary numbers kept in its plan (the trace holds them where it has
+    derived tracks with phases)."""
+    if first.derived is None or first.model.empty:
+        return first
+    return replace(first, plan=replace(first.plan, phase_summary=stored(numbers)))
+
+
+def _report(
+    out_path: Path,
+    writer: Writer,
+    stages: list[Findings],
     first: FirstRead,
-    asked: Asked,
-    encoded: tuple[dict[Path, FileScan], dict[Path, Path]],
-    report: RunReport,
-    strict: bool,
-    work: Path,
-    may_write: Callable[[Path], None],
-) -> list[Path]:
-    """``--split-by``: each part assembled from the chunks in ``work``, and their index."""
-    scan_of, chunk_of = encoded
-    writer, out_path = asked.writer, report.output
-    assert writer is not None and out_path is not None
-    return write_parts(
-        split_by,
-        _parts(split_by, run, first, asked, scan_of, report, strict),
-        out_path,
-        writer.extensions,
-        work,
-        first.plan,
-        writer.name,
-        lambda sub, part_scans, staged: assemble(
-            sub, part_scans, writer, staged, work, chunk_of, keep=first.derived_path
-        ),
-        may_write,
-    )
-
-
-def _encode(
-    run: Runner, first: FirstRead, asked: Asked, numbers: dict, report: RunReport
-) -> tuple[dict[Path, FileScan], dict[Path, Path]]:
-    """Encodes, with the plan, what the first read could not: the derived tracks; for Chrome JSON
-    every file; for Perfetto the files whose threads overlap another file's of the same process in
-    time (they need their own copies) and the files a --window cuts. Files wholly outside the
-    window are left out. Returns each unit's summary and chunk, by path."""
-    writer, plan, derived = asked.writer, first.plan, first.derived
-    assert writer is not None  # a merge's, whose jobs all have a chunk
-    chunk_of = {path: job.chunk for path, job in first.jobs.items() if job.chunk is not None}
-    scan_of = {sc.path: sc for sc in first.scans}
-    if derived is not None:
-        chunk_of[derived.path] = derived.path
-        scan_of[derived.path] = encode_derived(first.model, plan, writer, derived, asked.memory_budget, first.wide)
-        if not first.model.empty:
-            plan.phase_summary = stored(numbers)
-    redo = []
-    for u in plan.units:
-        if u.path == first.derived_path:
-            continue
-        sc = scan_of[u.path]
-        place, window = _local_window(asked.selection, u, sc)
-        if place == "outside" and writer.one_pass:  # its chunk is written: drop it
-            _leave_out_file(sc, chunk_of[u.path])
-            continue
-        if place == "inside":
-            window = None
-        if writer.one_pass and u.salts == sc.salts and window is None:
-            continue
-        job = first.jobs[u.path]
-        redo.append(
-            replace(
-                job,
-                writer=writer.name,
-                unit=None if writer.one_pass else u,
-                salts=u.salts,
-                selection=asked.selection,
-                window=window,
-                saved=sc if job.keep_layout else None,
-            )
-        )
-    # A file read again describes itself anew: its summary replaces the first one.
-    for outcome in run.map(redo, "encode") if redo else ():
-        path = outcome.candidate.path
-        if outcome.scan is None:
-            report.skipped.append(_left_out(outcome))
-            _leave_out_file(scan_of[path], chunk_of[path], FILE_LOST if outcome.lost else FILE_CHANGED)
-            continue
-        scan_of[path] = outcome.scan
-    return scan_of, chunk_of
-
-
-def _report_outcome(report: RunReport, first: FirstRead, scans: list[FileScan], numbers: dict, writer: Writer) -> None:
-    """What was merged, left out and lost, once every file is encoded."""
-    fill_report(report, first.plan, scans)
-    report.losses.update(first.scalars_dropped)
+    files: dict[Path, EncodedFile],
+    numbers: dict,
+) -> RunReport:
+    """The run report, once every file is encoded: what the ``stages`` said, then what was
+    merged, left out and lost (each file's losses, the tracker scalars'), and the phase summary
+    (``numbers``)."""
+    in_order = [files[sc.path] for sc in first.scans]
+    notes = []
     for f in first.scalars:
         placed = sum(1 for step in f.values if step in first.model.scalars)
-        report.notes.append(
+        notes.append(
             f"{shown(f.path)}: tracker scalars of {len(f.values)} steps, {placed} of them on steps of the trace"
         )
-    note_json_precision(report, writer, scans, first.plan)
-    report.phases = numbers
-    report.filtered.update(first.model.left_out)
+    if (precision := json_precision_note(writer, [f.scan for f in in_order], first.plan)) is not None:
+        notes.append(precision)
+    said = Findings(notes=notes, losses=[*(f.encoded.dropped for f in in_order), first.scalars_dropped])
+    merged = Merged(first.plan, in_order, first.model.left_out, numbers)
+    return build_report(out_path, writer.name, [*stages, said], merged)
 
 
 def _parts(
@@ -275,114 +317,12 @@ def _parts(
     run: Runner,
     first: FirstRead,
     asked: Asked,
-    scan_of: dict[Path, FileScan],
-    report: RunReport,
+    files: dict[Path, EncodedFile],
     strict: bool,
-) -> Iterator[tuple[Part, dict[Path, FileScan]]]:
-    """The parts of ``--split-by``, each with the summaries of its files."""
+    left_out: list[str],
+) -> Iterable[tuple[Part, dict[Path, EncodedFile]]]:
+    """The parts of ``--split-by``, each with its files encoded."""
     if split_by == "step-window":
-        return _step_parts(first, asked, scan_of, run, report, strict)
-    return ((part, scan_of) for part in groups(split_by, first.plan, scan_of, first.derived_path))
-
-
-def _intersect(
-    a: tuple[int | None, int | None], b: tuple[int | None, int | None] | None
-) -> tuple[int | None, int | None] | None:
-    """The time two windows share (None: nothing); ``None`` for ``b`` is no window at all."""
-    if b is None:
-        return a
-    lo = max((x for x in (a[0], b[0]) if x is not None), default=None)
-    hi = min((x for x in (a[1], b[1]) if x is not None), default=None)
-    return None if lo is not None and hi is not None and lo > hi else (lo, hi)
-
-
-def _local_window(
-    selection: Selection, unit: UnitPlan, scan: FileScan
-) -> tuple[str, tuple[int | None, int | None] | None]:
-    """Where a file lies against the selection's window ("inside", "cut" or "outside"), and the
-    window in the file's own timestamps (None when there is no window)."""
-    if selection.window is None or scan.local_min is None:
-        return "inside", None
-    start, end = selection.window
-    lo = None if start is None else start - unit.shift_ns
-    hi = None if end is None else end - unit.shift_ns
-    first, last = scan.local_min, scan.local_min + (scan.ts_max - scan.ts_min if scan.ts_max is not None else 0)
-    if (lo is not None and last < lo) or (hi is not None and first > hi):
-        return "outside", (lo, hi)
-    if (lo is None or first >= lo) and (hi is None or last <= hi):
-        return "inside", (lo, hi)
-    return "cut", (lo, hi)
-
-
-FILE_CHANGED = "changed"
-FILE_LOST = "lost"
-
-
-def _left_out(outcome: FileOutcome, part: str = "") -> str:
-    """The line a file that failed its second read leaves in the report: lost with its node or
-    task (no other node holds it), or changed since the plan was made; ``part`` names the
-    ``--split-by`` part it is left out of."""
-    left = f"left out of {part}" if part else "left out"
-    if outcome.lost:
-        return f"{outcome.skipped}, {left}"
-    return f"{shown(outcome.candidate.path)}: changed while being merged, {left} ({outcome.skipped or 'no events'})"
-
-
-def _leave_out_file(scan: FileScan, chunk: Path, why: str = "") -> None:
-    """A file wholly outside the --window (or, ``why`` FILE_CHANGED, one that changed while being
-    merged): nothing of it is written."""
-    for counts in scan.written.values():
-        if why == FILE_CHANGED:
-            scan.dropped.add(Stat.FILE_CHANGED, counts.total, "events of a file that changed while being merged")
-            continue
-        if why == FILE_LOST:
-            scan.dropped.add(Stat.FILE_LOST_WITH_NODE, counts.total, "events of a file lost with its node or task")
-            continue
-        scan.filtered[Stat.FILTERED_OUTSIDE_WINDOW] += counts.slices + counts.instants + counts.counters
-        scan.filtered[Stat.FILTERED_FLOW_OUTSIDE_WINDOW] += counts.flows
-    scan.written = {}
-    scan.lanes = []
-    chunk.write_bytes(b"")
-
-
-def _step_parts(
-    first: FirstRead,
-    asked: Asked,
-    scan_of: dict[Path, FileScan],
-    run: Runner,
-    report: RunReport,
-    strict: bool,
-) -> Iterator[tuple[Part, dict[Path, FileScan]]]:
-    """``--split-by step-window``: per step, every file that shares time with it encoded again, cut
-    to it (and to the --window or --steps time asked) as ``--window`` cuts (Chrome JSON from the
-    events its first read kept)."""
-    plan, writer = first.plan, asked.writer
-    assert writer is not None  # a merge's
-    for group, step_window in step_windows(first.model.steps, plan.base_ns):
-        window = _intersect(step_window, asked.selection.window)
-        if window is None:
-            continue
-        units, jobs, part_scans = [], [], dict(scan_of)
-        for u in plan.units:
-            if u.path == first.derived_path:  # every part carries the whole run's Phases and Pipeline tracks
-                units.append(u)
-                continue
-            job, sc = first.jobs[u.path], scan_of[u.path]
-            place, local = _local_window(replace(job.selection, window=window), u, sc)
-            if place == "outside":
-                continue
-            units.append(u)
-            saved = sc if job.keep_layout else None
-            unit = None if writer.one_pass else u
-            jobs.append(replace(job, writer=writer.name, unit=unit, salts=u.salts, window=local, saved=saved))
-        lost = set()
-        for outcome in run.map(jobs, "split"):
-            path = outcome.candidate.path
-            if outcome.scan is None:  # as in the main pass; the part then holds nothing of the file
-                report.skipped.append(_left_out(outcome, group))
-                if strict:  # raised before any part is moved into place
-                    raise FatalError(f"--strict: {report.skipped[-1]}")
-                lost.add(path)
-                continue
-            part_scans[path] = outcome.scan
-        yield Part(group, [u for u in units if u.path not in lost], window), part_scans
+        return step_parts(first, asked, files, run, strict, left_out)
+    scan_of = {path: f.scan for path, f in files.items()}
+    return ((part, files) for part in groups(split_by, first.plan, scan_of, first.derived_path))

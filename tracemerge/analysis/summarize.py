@@ -22,6 +22,7 @@ from tracemerge.clock import AUTOMATIC, AlignOptions
 from tracemerge.clock.runs import ALL, LATEST, held
 from tracemerge.metrics_map import NO_MAP, MetricsMap
 from tracemerge.phases.rules import AUTO_PHASES, PhaseOptions, resolve
+from tracemerge.report.findings import Findings, joined, tell
 from tracemerge.report.run_report import RunReport
 from tracemerge.run.executors import Executor
 from tracemerge.run.reading import (
@@ -80,11 +81,13 @@ def summary_numbers(
 ) -> dict:
     """:func:`summarize`'s numbers as the JSON they are made as (what the command line prints;
     no records built of them)."""
-    report = report if report is not None else RunReport()
     phase_rules = phase_options(phase_rules)
     runner, asked = asked_of(None, EVERYTHING, clocks, phase_rules, metrics_map, memory_budget, jobs, executor, run)
-    numbers = _numbers(_read(inputs, runner, asked, report, read_all))
-    if (runs_held := held(report.runs)) is not None:  # which of the inputs' runs it is of
+    found, first = _read(inputs, runner, asked, read_all)
+    if report is not None:
+        tell(report, joined(found, first.findings))
+    numbers = _numbers(first)
+    if (runs_held := held(first.findings.runs)) is not None:  # which of the inputs' runs it is of
         numbers["run"] = runs_held
     return numbers
 
@@ -106,26 +109,26 @@ def summarize_each(
     """The summary numbers of each run among ``inputs`` (:mod:`tracemerge.clock.runs`), each placed
     and derived on its own, in time order: (the run's number, its numbers); one entry, numbered
     None, when the inputs hold one run."""
-    report = report if report is not None else RunReport()
     rules = phase_options(phase_rules)
     runner, asked = asked_of(None, EVERYTHING, clocks, rules, NO_MAP, DEFAULT_BUDGET, 0, None, ALL)
-    each = _read(inputs, runner, asked, report, read_each_run)
+    found, (each, read_said) = _read(inputs, runner, asked, read_each_run)
+    if report is not None:
+        tell(report, joined(found, read_said))
     return [(None if one is None else one.number, _numbers(first)) for one, first in each]
 
 
 def _read(
-    inputs: Sequence[str | os.PathLike[str]],
-    runner: Executor,
-    asked: Asked,
-    report: RunReport,
-    reader: Callable[..., T],
-) -> T:
+    inputs: Sequence[str | os.PathLike[str]], runner: Executor, asked: Asked, reader: Callable[..., T]
+) -> tuple[Findings, T]:
     """What ``reader`` (:func:`read_all` or :func:`read_each_run`) makes of the files found under
-    ``inputs`` (archives expanded), read in a temporary folder that is gone afterwards."""
+    ``inputs`` (archives expanded), read in a temporary folder that is gone afterwards; and what
+    finding them said."""
     with runner, tempfile.TemporaryDirectory(prefix="tracemerge-summary-") as work:
-        found = discover_inputs(runner, inputs, Path(work) / "summary", False, report, lambda: Path(work))
-        candidates, asked = found[0], with_archives(asked, found[2])
-        return reader(Runner(runner, lambda _msg: None), candidates, asked, Path(work), report)
+        found = discover_inputs(runner, inputs, Path(work) / "summary", False, lambda: Path(work))
+        asked = with_archives(asked, found.unpacked)
+        return found.findings, reader(
+            Runner(runner, lambda _msg: None), found.candidates, asked, Path(work), found.findings
+        )
 
 
 def _numbers(first: FirstRead) -> dict:

@@ -49,6 +49,8 @@ _HOME = {
     "read_numbers": "tracemerge.compare.diff",
     "regressions": "tracemerge.compare.diff",
     "merge": "tracemerge.pipeline",
+    "merge_with": "tracemerge.pipeline",
+    "MergeOptions": "tracemerge.pipeline",
     "check_kind": "tracemerge.run.split",
     "check_targets": "tracemerge.scrape",
     "scrape": "tracemerge.scrape",

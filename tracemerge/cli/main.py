@@ -12,14 +12,43 @@ from typer.core import TyperGroup
 
 from tracemerge import __version__
 from tracemerge.cli import diff as cli_diff
-from tracemerge.cli import engine
+from tracemerge.cli import engine, options
 from tracemerge.cli import tools as cli_tools
+from tracemerge.cli.options import (
+    ForceOption,
+    FormatOption,
+    InputsArgument,
+    JobsOption,
+    KeepWarmupOption,
+    KeepZeroCountersOption,
+    MetricsMapOption,
+    MinDurOption,
+    NoAlignOption,
+    OffsetOption,
+    OffsetsFileOption,
+    OutputOption,
+    PhasesOption,
+    QuietOption,
+    RanksOption,
+    RayOption,
+    ReportOption,
+    RolesOption,
+    RunOption,
+    SplitByOption,
+    StepsOption,
+    StrictOption,
+    SummaryOption,
+    SyncOption,
+    WhereOption,
+    WindowOption,
+)
 from tracemerge.core.errors import Stopped, TracemergeError, shown, terminal_text
 from tracemerge.core.exit_status import EXIT_FATAL, EXIT_INCOMPLETE, EXIT_OK, leave_after
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tracemerge.report.run_report import RunReport
-    from tracemerge.select import Selection
 
 # The usage errors of the click typer runs on (typer 0.28 carries a copy of its own): a class
 # found at run time, of either click.
@@ -56,40 +85,6 @@ class _DefaultToMerge(TyperGroup):
             sys.exit(exc.exit_code)
         sys.exit(code if isinstance(code, int) else EXIT_OK)
 
-
-# The placement and phase options a merge and ``summary`` share.
-SyncOption = Annotated[
-    Optional[list[str]],
-    typer.Option("--sync", help="A span that starts at one instant in every process having it (repeatable)."),
-]
-OffsetOption = Annotated[
-    Optional[list[str]],
-    typer.Option("--offset", help="Shift a role or rank by hand, e.g. actor/3=+1.5ms (repeatable)."),
-]
-OffsetsFileOption = Annotated[
-    Optional[Path], typer.Option("--offsets", help='TOML file: an offsets table of "actor/3" = "+1.5ms".')
-]
-NoAlignOption = Annotated[bool, typer.Option("--no-align", help="Keep every file's raw clock.")]
-RunOption = Annotated[
-    str,
-    typer.Option(
-        "--run",
-        help="Inputs far apart in time are separate runs: latest, all, a run's number (1 the earliest) "
-        "or its UTC start, e.g. 2026-10-02T09:57.",
-    ),
-]
-# (None is auto: the rules are loaded when a command runs, not at every start.)
-PhasesOption = Annotated[
-    Optional[str],
-    typer.Option(
-        "--phases",
-        show_default=False,
-        help="Phase rules: auto (the default), verl, areal, skyrl, or a TOML rules file.",
-    ),
-]
-KeepWarmupOption = Annotated[
-    bool, typer.Option("--keep-warmup", help="Count the first (warm-up) step in the means as the others.")
-]
 
 app = typer.Typer(
     cls=_DefaultToMerge,
@@ -132,55 +127,19 @@ def _say(message: str) -> None:
 
 @app.command(short_help="Merge traces into one clock-aligned trace (the default command).")
 def merge(
-    inputs: Annotated[list[Path], typer.Argument(help="Trace files or directories (searched recursively).")],
-    output: Annotated[
-        str,
-        typer.Option("--output", "-o", metavar="FILE", help="Output file: .pftrace, .pftrace.gz, .json or .json.gz."),
-    ],
-    format: Annotated[
-        Optional[str],
-        typer.Option("--format", "-f", help="perfetto, perfetto.gz, json or json.gz (default: from -o)."),
-    ] = None,
-    report_text: Annotated[
-        Optional[str],
-        typer.Option("--report", metavar="FILE", help="Also write the run report as JSON to this file."),
-    ] = None,
-    jobs: Annotated[
-        int, typer.Option("--jobs", "-j", help="Worker processes reading and encoding files (0: automatic).")
-    ] = 0,
-    ray: Annotated[
-        Optional[str],
-        typer.Option(
-            "--ray",
-            metavar="[ADDRESS]",
-            help="Find and process files on the nodes of a Ray cluster: auto, HOST:PORT, ray://HOST:10001; "
-            "alone, a Ray instance started here.",
-        ),
-    ] = None,
-    split_by: Annotated[
-        Optional[str],
-        typer.Option(
-            "--split-by",
-            help="One trace per role, host, step-window or coordinate (dp, tp, ...), and an index.",
-        ),
-    ] = None,
-    roles: Annotated[Optional[str], typer.Option("--roles", help="Keep only these roles, e.g. actor,rollout.")] = None,
-    ranks: Annotated[Optional[str], typer.Option("--ranks", help="Keep only these ranks, e.g. 0-7,12.")] = None,
-    where: Annotated[
-        Optional[list[str]],
-        typer.Option("--where", help="Keep processes whose file names give these coordinates, e.g. dp=0 (repeatable)."),
-    ] = None,
-    window: Annotated[
-        Optional[str],
-        typer.Option("--window", help="Keep START:END after the run start, e.g. 10s:25s, 500ms:, :2min."),
-    ] = None,
-    min_dur: Annotated[
-        Optional[str], typer.Option("--min-dur", help="Leave out slices shorter than this, e.g. 10us.")
-    ] = None,
-    keep_zero_counters: Annotated[
-        bool,
-        typer.Option("--keep-zero-counters", help="Keep Ascend counter tracks whose every value is 0 (left out)."),
-    ] = False,
+    inputs: InputsArgument,
+    output: OutputOption,
+    format: FormatOption = None,
+    report_text: ReportOption = None,
+    jobs: JobsOption = 0,
+    ray: RayOption = None,
+    split_by: SplitByOption = None,
+    roles: RolesOption = None,
+    ranks: RanksOption = None,
+    where: WhereOption = None,
+    window: WindowOption = None,
+    min_dur: MinDurOption = None,
+    keep_zero_counters: KeepZeroCountersOption = False,
     sync: SyncOption = None,
     offset: OffsetOption = None,
     offsets_file: OffsetsFileOption = None,
@@ -188,57 +147,30 @@ def merge(
     run: RunOption = "latest",
     phases: PhasesOption = None,
     keep_warmup: KeepWarmupOption = False,
-    steps: Annotated[
-        Optional[str], typer.Option("--steps", help="Keep only these RL steps (and their phases), e.g. 3-5.")
-    ] = None,
-    summary: Annotated[bool, typer.Option("--summary", help="Print where each step's time went, per role.")] = False,
-    metrics_map_file: Annotated[
-        Optional[Path],
-        typer.Option("--metrics-map", help="TOML file placing metric series by label under a role/rank."),
-    ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Let -o replace one of the inputs.")] = False,
-    strict: Annotated[
-        bool, typer.Option("--strict", help="Write nothing if any file is skipped or any input event lost.")
-    ] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print errors only.")] = False,
+    steps: StepsOption = None,
+    summary: SummaryOption = False,
+    metrics_map_file: MetricsMapOption = None,
+    force: ForceOption = False,
+    strict: StrictOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Merge traces into one clock-aligned trace with a process per role and rank."""
-    notes = []
     try:
-        if jobs < 0:
-            raise ValueError(f"--jobs: {jobs} is not a number of processes (0: one per CPU when it pays)")
-        cores = engine.usable_cores()
-        if jobs > cores and ray is None:
-            notes.append(f"--jobs {jobs}: this machine gives it {cores} CPUs; {cores} processes used")
-            jobs = cores
-        output_path = _output_file(output)
-        report = _output_file(report_text, "--report", "report.json") if report_text is not None else None
-        selection = _selection(roles, ranks, where, window, min_dur, keep_zero_counters)
-        if format is not None and format not in engine.WRITERS:
-            raise ValueError(f"--format: unknown output format {format!r} (choose from {', '.join(engine.WRITERS)})")
-        clocks = _placement(sync, offset, offsets_file, no_align)
+        jobs, notes = options.jobs_used(jobs, ray)
+        output_path = options.output_file(output)
+        report = options.output_file(report_text, "--report", "report.json") if report_text is not None else None
+        selection = options.selection(roles, ranks, where, window, min_dur, keep_zero_counters)
+        format = options.output_format(format)
+        clocks = options.placement(sync, offset, offsets_file, no_align)
         run = engine.check_choice(run)
-        steps_kept = engine.parse_ranks(steps, "--steps") if steps is not None else None
-        phase_rules = engine.PhaseOptions(engine.resolve(phases), steps_kept, keep_warmup)
-        if split_by is not None:
-            engine.check_kind(split_by)
-        metrics_map = engine.load_metrics_map(metrics_map_file) if metrics_map_file is not None else engine.NO_MAP
+        phase_rules = options.phase_options(phases, steps, keep_warmup)
+        split_by = options.split_kind(split_by)
+        metrics_map = options.metrics_map(metrics_map_file)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     with engine.progress_bar(enabled=not quiet) as on_progress:
-
-        def show(r: "RunReport") -> None:
-            if not quiet:
-                on_progress.pause()
-                _err(engine.format_found(r))
-                _err(engine.format_alignment(r))
-                if runs := engine.format_runs(r.runs):
-                    _err(runs)
-
         try:
-            result = engine.merge(
-                inputs,
-                output_path,
+            asked = engine.MergeOptions(
                 format=format,
                 jobs=jobs,
                 executor=engine.ray_executor(ray) if ray is not None else None,
@@ -251,53 +183,30 @@ def merge(
                 force=force,
                 strict=strict,
                 also_writes=(report,) if report is not None else (),
-                on_plan=show,
+                on_plan=_plan_shown(on_progress, quiet),
                 on_progress=on_progress,
             )
+            result = engine.merge_with(inputs, output_path, asked)
         except (TracemergeError, OSError) as exc:
             on_progress.pause()
             _say(f"error: {exc}")
             raise typer.Exit(EXIT_FATAL) from None
-    result.notes.extend(notes)
-    raise typer.Exit(_said(result, report, summary, quiet))
+    raise typer.Exit(_said(result.with_notes(notes), report, summary, quiet))
 
 
-def _output_file(output: str, option: str = "-o", example: str = "merged.pftrace") -> Path:
-    """``-o`` (or ``--report``) as a file: a name that ends in a slash or is a directory names a
-    folder, not a file to write."""
-    path = Path(output)
-    if output.endswith(("/", os.sep)) or path.is_dir():
-        named = "the trace file" if option == "-o" else "the file"
-        raise ValueError(f"{option}: {shown(output)} names a folder; name {named}, e.g. {shown(path / example)}")
-    return path
+def _plan_shown(on_progress: Any, quiet: bool) -> "Callable[[RunReport], None]":
+    """What a merge shows of the plan on stderr (unless ``quiet``): the processes found, how each
+    file was placed, and the runs among the inputs; the progress bar paused for it."""
 
+    def show(r: "RunReport") -> None:
+        if not quiet:
+            on_progress.pause()
+            _err(engine.format_found(r))
+            _err(engine.format_alignment(r))
+            if runs := engine.format_runs(r.runs):
+                _err(runs)
 
-def _selection(
-    roles: str | None,
-    ranks: str | None,
-    where: list[str] | None,
-    window: str | None,
-    min_dur: str | None,
-    keep_zero_counters: bool,
-) -> "Selection":
-    """What to keep, from --roles, --ranks, --where, --window, --min-dur, --keep-zero-counters."""
-    if min_dur is not None and engine.parse_duration(min_dur) < 0:
-        raise ValueError(f"--min-dur: {min_dur!r} is negative")
-    return engine.Selection(
-        roles=engine.parse_roles(roles) if roles is not None else None,
-        ranks=engine.parse_ranks(ranks) if ranks is not None else None,
-        where=engine.parse_where(where or []),
-        window=engine.parse_window(window) if window is not None else None,
-        min_dur=engine.parse_duration(min_dur) if min_dur is not None else 0,
-        keep_zero_counters=keep_zero_counters,
-    )
-
-
-def _placement(sync: list[str] | None, offset: list[str] | None, offsets_file: Path | None, no_align: bool) -> Any:
-    """How files are placed, from --sync, --offset, --offsets and --no-align (an AlignOptions)."""
-    rules = engine.load_offsets(offsets_file) if offsets_file is not None else ()
-    rules += tuple(engine.parse_offset(text) for text in offset or ())
-    return engine.AlignOptions(enabled=not no_align, offsets=rules, sync=tuple(sync or ()))
+    return show
 
 
 def _said(result: "RunReport", report: Path | None, summary: bool, quiet: bool) -> int:
@@ -396,7 +305,7 @@ def summary(
         raise typer.Exit(EXIT_FATAL)
     try:
         rules = engine.resolve(phases)
-        clocks = _placement(sync, offset, offsets_file, no_align)
+        clocks = options.placement(sync, offset, offsets_file, no_align)
         a_run = path.is_dir() or engine.is_archive(path)  # a run's folder, or the archive of one
         run = engine.check_choice(run)
         if not a_run and run != "latest":

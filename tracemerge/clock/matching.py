@@ -24,7 +24,8 @@ MAX_INDEX_SHIFT = 3
 
 
 class HasMarks(Protocol):
-    marks: dict[Identity, dict[str, list[tuple[int, int]]]]
+    @property
+    def marks(self) -> dict[Identity, dict[str, list[tuple[int, int]]]]: ...
 
 
 # A candidate offset of an unplaced group: (value, lo, hi), lo/hi the bounds the offset must

@@ -17,15 +17,24 @@ from tracemerge.evidence.anchors import PRESET_NAMES
 
 
 class HasClock(Protocol):
-    path: Path
-    clock: ClockDomain
-    origin_ns: int
-    ts_min: int
-    ts_max: int
-    host: str | None
-    mtime_ns: int | None
-    marks: dict[Identity, dict[str, list[tuple[int, int]]]]
-    identities: dict
+    @property
+    def path(self) -> Path: ...
+    @property
+    def clock(self) -> ClockDomain: ...
+    @property
+    def origin_ns(self) -> int: ...
+    @property
+    def ts_min(self) -> int: ...
+    @property
+    def ts_max(self) -> int: ...
+    @property
+    def host(self) -> str | None: ...
+    @property
+    def mtime_ns(self) -> int | None: ...
+    @property
+    def marks(self) -> dict[Identity, dict[str, list[tuple[int, int]]]]: ...
+    @property
+    def identities(self) -> dict: ...
 
 
 class AlignOptions(msgspec.Struct, frozen=True):

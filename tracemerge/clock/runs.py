@@ -54,12 +54,18 @@ _TIME_PREFIX = re.compile(r"\d{4}(-\d{2}(-\d{2}([ T]\d{2}(:\d{2}(:\d{2}(\.\d+)?)
 
 
 class HasSpan(Protocol):
-    path: Path
-    ts_min: int
-    ts_max: int
-    counts: dict
-    threads: dict
-    counter_series: dict
+    @property
+    def path(self) -> Path: ...
+    @property
+    def ts_min(self) -> int: ...
+    @property
+    def ts_max(self) -> int: ...
+    @property
+    def counts(self) -> dict: ...
+    @property
+    def threads(self) -> dict: ...
+    @property
+    def counter_series(self) -> dict: ...
 
 
 class HasClockAndSpan(HasSpan, HasClock, Protocol):

@@ -20,10 +20,14 @@ MARKER = " (unaligned)"
 
 
 class HasProcesses(Protocol):
-    path: Path
-    counts: dict
-    threads: dict
-    counter_series: dict
+    @property
+    def path(self) -> Path: ...
+    @property
+    def counts(self) -> dict: ...
+    @property
+    def threads(self) -> dict: ...
+    @property
+    def counter_series(self) -> dict: ...
 
 
 def unaligned(scans: Iterable[HasProcesses], alignment: Alignment) -> dict[Identity, list[str]]:

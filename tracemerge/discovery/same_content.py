@@ -18,7 +18,7 @@ from pathlib import Path
 from tracemerge.core.errors import shown
 from tracemerge.core.stats import Stat
 from tracemerge.discovery.discover import Candidate
-from tracemerge.report.run_report import RunReport
+from tracemerge.report.findings import Findings
 
 BLOCK = 1 << 20  # bytes hashed at a time
 
@@ -63,9 +63,9 @@ def _digest(path: Path) -> bytes | None:
     return h.digest()
 
 
-def read_once(candidates: list[Candidate], report: RunReport) -> list[Candidate]:
-    """``candidates`` without the copies of an earlier one; each copy is named in a note of
-    ``report`` and counted (info) in its statistics."""
+def read_once(candidates: list[Candidate]) -> tuple[list[Candidate], Findings]:
+    """``candidates`` without the copies of an earlier one; each copy named in a note and
+    counted (info) among the statistics."""
     # Every format alike, but a format that reads run folders (Ascend) names each export by its
     # place in the run: a copied run keeps its files' names, so only files of one name are
     # compared (the exports of one run under other names are the reader's to choose between).
@@ -76,8 +76,9 @@ def read_once(candidates: list[Candidate], report: RunReport) -> list[Candidate]
     for pool in pools.values():
         found = same_content([candidates[n].path for n in pool])
         copy_of.update({pool[n]: pool[first] for n, first in found.items()})
+    said = Findings()
     for n, first in sorted(copy_of.items()):
         copy, kept = shown(candidates[n].path), shown(candidates[first].path)
-        report.notes.append(f"{copy}: the same bytes as {kept}, read once")
-        report.losses.add(Stat.FILE_SAME_CONTENT, 1, f"{SAME_CONTENT}: {copy}")
-    return [c for n, c in enumerate(candidates) if n not in copy_of]
+        said.notes.append(f"{copy}: the same bytes as {kept}, read once")
+        said.lose(Stat.FILE_SAME_CONTENT, 1, f"{SAME_CONTENT}: {copy}")
+    return [c for n, c in enumerate(candidates) if n not in copy_of], said

@@ -19,7 +19,8 @@ from tracemerge.core.stats import Stat
 from tracemerge.layout.flows.numbering import Attachments
 from tracemerge.layout.nesting import lanes, parents, tied_out_of_order
 from tracemerge.layout.types import Encoder, Items, LayoutResult
-from tracemerge.plan.types import ThreadTrack, lane_track
+from tracemerge.plan.lanes import lane_track
+from tracemerge.plan.types import ThreadTrack
 from tracemerge.select import TimeFilter
 from tracemerge.store.entries import ThreadEntries, gathered, ranks, walk_order, with_prefixes
 from tracemerge.store.spill import RunStore

@@ -22,8 +22,10 @@ IDLE = "idle"
 
 
 class HasMarks(Protocol):
-    path: Path
-    marks: dict[Identity, dict[str, list[tuple[int, int]]]]
+    @property
+    def path(self) -> Path: ...
+    @property
+    def marks(self) -> dict[Identity, dict[str, list[tuple[int, int]]]]: ...
 
 
 class Occurrence(msgspec.Struct):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 
 from msgspec.structs import replace
@@ -17,6 +18,8 @@ from tracemerge.clock import Alignment
 from tracemerge.clock.unaligned import title, unaligned
 from tracemerge.core.model import Identity, ThreadInfo, ThreadKey
 from tracemerge.naming.paths import COORDINATE_ORDER
+from tracemerge.plan.encoded import Encoded
+from tracemerge.plan.lanes import planned_lanes
 from tracemerge.plan.machines import assign_machines, unit_machines
 from tracemerge.plan.thread_ids import listing_order, thread_ids
 from tracemerge.plan.types import (
@@ -31,23 +34,29 @@ from tracemerge.plan.types import (
     counter_uuid,
     flow_id_base,
     identity_sort_key,
-    lane_track,
     process_uuid,
     thread_uuid,
 )
-from tracemerge.plan.unique_ids import unique_ids
+from tracemerge.plan.unique_ids import chunk_thread_uuid, unique_ids
 
 
-def make_plan(scans: list[FileScan], wide: bool = False, *, alignment: Alignment) -> MergePlan:
+def make_plan(
+    scans: list[FileScan],
+    wide: bool = False,
+    *,
+    alignment: Alignment,
+    encoded: Mapping[Path, Encoded] | None = None,
+) -> MergePlan:
     """Fix pids, track ids, names and time shifts for the whole merged trace.
 
     ``alignment`` is the clock stage's placement of the files (scans it does not place keep their
-    clock: the derived phase tracks are on the aligned timeline already). Track uuids are made
+    clock: the derived phase tracks are on the aligned timeline already). ``encoded`` is what
+    laying each file out gave, by path (the overlap lanes its chunk opened). Track uuids are made
     unique here (:mod:`tracemerge.plan.unique_ids`); raises :class:`IdCollision` when an overlap
     lane's uuid is another track's (then encode with ``wide``).
     """
+    alignment = placing_every_file(alignment, scans)
     offsets, base_ns = alignment.offsets, alignment.base_ns
-    offsets.update({s.path: 0 for s in scans if s.path not in offsets})
     scans = sorted(scans, key=lambda s: (s.ts_min is None, (s.ts_min or 0) + offsets[s.path], str(s.path)))
     processes = _process_tracks(scans, alignment, wide)
     # Files of one process that overlap in time and share a thread get their own copy of it.
@@ -55,7 +64,7 @@ def make_plan(scans: list[FileScan], wide: bool = False, *, alignment: Alignment
     threads = _thread_tracks(scans, processes, salts, wide)
     counters = _counter_tracks(scans, processes, wide)
     processes, threads, counters = unique_ids(processes, threads, counters)
-    lanes = _planned_lanes(scans, threads, salts, wide)
+    lanes = _planned_lanes(scans, encoded or {}, threads, salts, wide)
     uuids = {p.uuid for p in processes.values()} | {t.uuid for t in threads.values()}
     uuids |= {c.uuid for c in counters.values()}
     if len(set(lanes.values())) < len(lanes) or uuids & set(lanes.values()):
@@ -77,6 +86,13 @@ def make_plan(scans: list[FileScan], wide: bool = False, *, alignment: Alignment
         machines=machines,
         wide=wide,
     )
+
+
+def placing_every_file(alignment: Alignment, scans: list[FileScan]) -> Alignment:
+    """``alignment`` with an offset for each of ``scans``: 0 for those it does not place (their
+    own clock is the trace's)."""
+    unplaced = {s.path: 0 for s in scans if s.path not in alignment.offsets}
+    return replace(alignment, offsets={**alignment.offsets, **unplaced}) if unplaced else alignment
 
 
 def _process_tracks(scans: list[FileScan], alignment: Alignment, wide: bool) -> dict[Identity, ProcessTrack]:
@@ -202,6 +218,7 @@ def _clock_notes(
 
 def _planned_lanes(
     scans: list[FileScan],
+    encoded: Mapping[Path, Encoded],
     threads: dict[tuple[Identity, ThreadKey, str], ThreadTrack],
     salts: dict[tuple[Path, Identity], str],
     wide: bool,
@@ -216,18 +233,16 @@ def _planned_lanes(
     """
     lanes: dict[tuple[int, int], int] = {}
     for s in scans:
-        if not s.lanes:
+        chunk = encoded.get(s.path)
+        if chunk is None or not chunk.lanes:
             continue
-        parent_of: dict[int, ThreadTrack] = {}
-        for ident, keys in s.threads.items():
-            encoded, plan_salt = s.salts.get(ident, ""), salts.get((s.path, ident), "")
-            for key in keys:
-                local = s.moved_ids.get(("thread", ident, key)) or thread_uuid(ident, key, encoded, wide)
-                parent_of[local] = threads[(ident, key, plan_salt)]
-        for lane in s.lanes:
-            parent = parent_of.get(lane.parent_uuid)
-            if parent is not None and (parent.uuid, lane.lane) not in lanes:
-                lanes[(parent.uuid, lane.lane)] = lane_track(parent, lane.lane).uuid
+        parent_of = {
+            chunk_thread_uuid(chunk, ident, key, wide): threads[(ident, key, salts.get((s.path, ident), ""))]
+            for ident, keys in s.threads.items()
+            for key in keys
+        }
+        for _, lane in planned_lanes(chunk.lanes, parent_of.get):
+            lanes.setdefault((lane.parent_uuid, lane.lane), lane.uuid)
     return lanes
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections import Counter
 from collections.abc import Container
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from msgspec import field
 
 from tracemerge.clock import Alignment
 from tracemerge.core.model import GROUP_HEADER, ClockDomain, Identity, OriginKey, SourceData, ThreadInfo, ThreadKey
-from tracemerge.core.stats import Losses, Stat
+from tracemerge.core.stats import Losses
 from tracemerge.evidence.kernel_tally import KernelTimes
 from tracemerge.naming.paths import PathFacts, role_sort_key, worker_from_name
 from tracemerge.report.run_report import EventCounts
@@ -32,8 +31,10 @@ def stable_id(*parts: object) -> int:
     return (int.from_bytes(digest, "little") & ((1 << 63) - 1)) or 1
 
 
-class FileScan(msgspec.Struct):
-    """What one file holds, in the terms the plan needs; gathered while the file is encoded."""
+class FileScan(msgspec.Struct, frozen=True):
+    """What one file's read found, in the terms the stages after it need (the clocks, the phases,
+    the plan): who is in it, its threads and series, its time range and clock, the evidence it
+    noted. What encoding it gave is apart (:class:`tracemerge.plan.encoded.Encoded`)."""
 
     path: Path
     format: str
@@ -41,6 +42,7 @@ class FileScan(msgspec.Struct):
     sequence_id: int
     origin_ns: int  # added to the file's own timestamps to give its clock's time (Kineto's base time)
     identities: dict[OriginKey, Identity]
+    # Events per process as the read laid them out (none when it laid nothing out: Chrome JSON's first read)
     counts: dict[Identity, EventCounts]
     threads: dict[Identity, dict[ThreadKey, ThreadInfo]]
     # (thread key, series name) -> the name of the source process it came from ("" for the main one)
@@ -48,15 +50,8 @@ class FileScan(msgspec.Struct):
     ts_min: int  # origin_ns included (a scan is made of a file that has events)
     ts_max: int
     local_min: int | None = None  # the file's own timestamps, before origin_ns
-    dropped: Losses = field(default_factory=Losses)
+    dropped: Losses = field(default_factory=Losses)  # what the read could not keep
     metadata_records: int = 0
-    # From encoding: what was written, the overlap lanes opened, and the salt the tracks used.
-    written: dict[Identity, EventCounts] = field(default_factory=dict)
-    lanes: list[ThreadTrack] = field(default_factory=list)
-    moved_to_lanes: int = 0
-    reversed_flows: int = 0
-    salts: dict[Identity, str] = field(default_factory=dict)
-    filtered: Counter[Stat] = field(default_factory=Counter)  # left out on request
     # Clock evidence (see tracemerge.evidence.anchors): per process and tag, (start, end) on the file's
     # clock (origin_ns included), in time order; the host that wrote the file; its mtime.
     marks: dict[Identity, dict[str, list[tuple[int, int]]]] = field(default_factory=dict)
@@ -65,8 +60,6 @@ class FileScan(msgspec.Struct):
     # Per process, per stream: each kernel's or op's start (the file's own, before origin_ns) and
     # length, for each step's busiest kernels.
     kernel_times: dict[Identity, list[KernelTimes]] = field(default_factory=dict)
-    # Tracks encoded with another uuid than their hash (LocalTracks.moved)
-    moved_ids: dict[tuple, int] = field(default_factory=dict)
     host: str | None = None
     mtime_ns: int | None = None
     facts: PathFacts = field(default_factory=PathFacts)  # what the file's path says (tracemerge.naming.paths)
@@ -270,23 +263,6 @@ def counter_uuid(ident: Identity, key: ThreadKey, name: str, wide: bool = False)
     return track_id(wide, "counter", process_uuid(ident, wide), key, name)
 
 
-def lane_track(track: ThreadTrack, n: int) -> ThreadTrack:
-    """Overlap lane ``n`` beside ``track``."""
-    # Chrome JSON has no child tracks, so a lane there is a thread of its own: its tid is drawn
-    # from the upper half of the uint32 range, away from the planned tids.
-    tid = (1 << 31) | (stable_id("lane-tid", track.uuid, n) & 0x7FFFFFFF)
-    return ThreadTrack(
-        uuid=track_id(track.uuid >= 1 << NARROW_ID_BITS, "lane", track.uuid, n),
-        pid=track.pid,
-        tid=tid,
-        name=f"{track.name} (overlap {n})",
-        order=track.order,
-        process_uuid=track.process_uuid,
-        lane=n,
-        parent_uuid=track.uuid,
-    )
-
-
 class LocalTracks:
     """Track identities a file can compute alone (Perfetto output): uuids derived from content.
 
@@ -301,7 +277,7 @@ class LocalTracks:
         self._counters: dict[tuple[Identity, ThreadKey, str], CounterTrack] = {}
         self._owners: dict[int, tuple] = {}  # each uuid handed out, and whose it is
         # The tracks given another uuid than their hash (it was another's): ("thread", ident,
-        # key) or ("counter", ident, key, name) -> uuid. The plan reads them from the file's scan.
+        # key) or ("counter", ident, key, name) -> uuid. The plan reads them in what encoding gave (Encoded).
         self.moved: dict[tuple, int] = {}
 
     def thread(self, ident: Identity, key: ThreadKey) -> ThreadTrack:

@@ -21,15 +21,15 @@ from typing import TypeVar
 from msgspec.structs import replace
 
 from tracemerge.core.model import Identity, ThreadKey
+from tracemerge.plan.encoded import Encoded
+from tracemerge.plan.lanes import planned_lanes
 from tracemerge.plan.types import (
     CounterTrack,
-    FileScan,
     ProcessTrack,
     ThreadTrack,
     UnitPlan,
     counter_uuid,
     free_id,
-    lane_track,
     thread_uuid,
 )
 
@@ -73,27 +73,26 @@ def unique_ids(
     return out_processes, out_threads, out_counters
 
 
-def unit_renames(unit: UnitPlan, scan: FileScan, wide: bool) -> dict[int, int]:
+def unit_renames(unit: UnitPlan, encoded: Encoded, wide: bool) -> dict[int, int]:
     """Per uuid the file's chunk names a track by, where the plan names it otherwise: the plan's
     (its threads, its counters, and the overlap lanes beside a thread given again)."""
     renames: dict[int, int] = {}
     for (ident, key), track in unit.threads.items():
-        local = scan.moved_ids.get(("thread", ident, key)) or thread_uuid(ident, key, scan.salts.get(ident, ""), wide)
+        local = chunk_thread_uuid(encoded, ident, key, wide)
         if local != track.uuid:
             renames[local] = track.uuid
     for (ident, key, name), counter in unit.counters.items():
-        local = scan.moved_ids.get(("counter", ident, key, name)) or counter_uuid(ident, key, name, wide)
+        local = encoded.moved_ids.get(("counter", ident, key, name)) or counter_uuid(ident, key, name, wide)
         if local != counter.uuid:
             renames[local] = counter.uuid
     if renames:
         planned = {t.uuid: t for t in unit.threads.values()}
-        for lane in scan.lanes:
-            parent = renames.get(lane.parent_uuid)
-            if parent is not None:
-                renames[lane.uuid] = lane_track(planned[parent], lane.lane).uuid
+        given_again = {local: planned[uuid] for local, uuid in renames.items() if uuid in planned}
+        for lane, beside in planned_lanes(encoded.lanes, given_again.get):
+            renames[lane.uuid] = beside.uuid
     return renames
 
 
-def lane_parent(renames: dict[int, int], lane: ThreadTrack) -> int:
-    """The planned uuid of the thread an encoded overlap lane was opened beside."""
-    return renames.get(lane.parent_uuid, lane.parent_uuid)
+def chunk_thread_uuid(encoded: Encoded, ident: Identity, key: ThreadKey, wide: bool) -> int:
+    """The uuid a chunk (what ``encoded`` says of it) names a thread by."""
+    return encoded.moved_ids.get(("thread", ident, key)) or thread_uuid(ident, key, encoded.salts.get(ident, ""), wide)

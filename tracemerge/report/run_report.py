@@ -96,6 +96,10 @@ class RunReport(msgspec.Struct):
     # files, processes, whether merged); none when no file's time is wall-clock time.
     runs: list[dict[str, Any]] = field(default_factory=list)
 
+    def with_notes(self, notes: list[str]) -> RunReport:
+        """This report with ``notes`` said after its own (what the command line adds)."""
+        return msgspec.structs.replace(self, notes=[*self.notes, *notes])
+
     @property
     def read(self) -> EventCounts:
         total = EventCounts()

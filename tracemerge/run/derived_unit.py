@@ -20,6 +20,7 @@ from tracemerge.phases.model import PhaseModel
 from tracemerge.phases.rules import PhaseOptions
 from tracemerge.phases.tracks import events as phase_events
 from tracemerge.phases.tracks import scalar_series, track_infos
+from tracemerge.plan.encoded import Encoded
 from tracemerge.plan.types import (
     FileScan,
     LocalTracks,
@@ -96,9 +97,10 @@ def note_run(
 
 def encode_derived(
     model: PhaseModel, plan: MergePlan, writer: Writer, scan: FileScan, budget: int, wide: bool
-) -> FileScan:
-    """Encode the derived tracks into their chunk, the way a file's events are: on a sequence per
-    machine where the run has machines (tracemerge.plan.machines), each process's Phases on its."""
+) -> Encoded:
+    """Encode the derived tracks into their chunk (``scan.path``), the way a file's events are: on
+    a sequence per machine where the run has machines (tracemerge.plan.machines), each process's
+    Phases on its; what the chunk holds (the overlap lanes opened, the tracks moved)."""
     unit = next(u for u in plan.units if u.path == scan.path)
     sequences = {unit.sequence_id: 0, **dict(unit.machines)} if writer.one_pass else {unit.sequence_id: 0}
     machine_of = plan.machines.of_process if plan.machines is not None and len(sequences) > 1 else {}
@@ -106,15 +108,13 @@ def encode_derived(
     shift = None if len(sequences) == 1 else -(scan.local_min or 0)
     # One set of tracks for every sequence: no two of the chunk's tracks get one uuid.
     tracks: Any = LocalTracks({}, wide) if writer.one_pass else PlannedTracks(unit)
-    scan.lanes = []
+    lanes = []
     with scan.path.open("wb") as out:
         for sequence, machine in sequences.items():
             events = [ev for ev in phase_events(model) if machine_of.get(ev.origin, 0) == machine]
             if events or sequence == unit.sequence_id:
-                scan.lanes += _encode_sequence(events, unit, sequence, writer, out, (budget, tracks, shift))
-    if isinstance(tracks, LocalTracks):
-        scan.moved_ids = tracks.moved
-    return scan
+                lanes += _encode_sequence(events, unit, sequence, writer, out, (budget, tracks, shift))
+    return Encoded(lanes=lanes, moved_ids=tracks.moved if isinstance(tracks, LocalTracks) else {})
 
 
 def _encode_sequence(

@@ -34,6 +34,7 @@ from tracemerge.layout import emit
 from tracemerge.layout.types import Encoder, LayoutResult
 from tracemerge.phases import StepScalars
 from tracemerge.phases.rules import PhaseRules, Preset
+from tracemerge.plan.encoded import Encoded
 from tracemerge.plan.types import (
     FileScan,
     LocalTracks,
@@ -42,6 +43,7 @@ from tracemerge.plan.types import (
     flow_id_base,
     resolve_identity,
 )
+from tracemerge.run.passes import SUMMARY_ONLY, EncodeChunk, EncodeKept, KeepLayout, Pass
 from tracemerge.select import EVERYTHING, Selection, TimeFilter
 from tracemerge.store.event_store import DEFAULT_BUDGET, threads_in_order
 from tracemerge.store.file_layout import FileLayout
@@ -61,9 +63,8 @@ class FileJob(msgspec.Struct, frozen=True):
 
     candidate: Candidate
     sequence_id: int
-    writer: str = ""  # "" for a summary without output (the first of Chrome JSON's two reads)
-    chunk: Path | None = None
-    unit: UnitPlan | None = None  # Chrome JSON's second read: the planned tracks and time shift
+    pass_: Pass = SUMMARY_ONLY  # what the job makes of the file's events (tracemerge.run.passes)
+    chunk: Path | None = None  # where the file's chunk is written or its layout kept, and spills go
     salts: dict[Identity, str] = field(default_factory=dict)
     budget: int = DEFAULT_BUDGET  # events held in memory before they spill to disk
     selection: Selection = EVERYTHING
@@ -75,18 +76,19 @@ class FileJob(msgspec.Struct, frozen=True):
     # running the job may read parts of a large file at once (the same bytes however many).
     # Its keep_zero_counters comes from ``selection``.
     read: ReadOptions = DEFAULT_READ
-    # Chrome JSON's first read: build the events' bodies with this writer and keep the laid-out
-    # events beside the chunk; its second pass (``saved``: that read's summary) encodes them
-    # instead of reading the file again.
-    keep_layout: str = ""
-    saved: FileScan | None = None
+
+    @property
+    def unit(self) -> UnitPlan | None:
+        """The plan's tracks and time shift the pass encodes with (None: the file's own)."""
+        return self.pass_.unit if isinstance(self.pass_, (EncodeChunk, EncodeKept)) else None
 
 
 class FileOutcome(msgspec.Struct):
     """What processing one file gave: a summary, or why the file is not used."""
 
     candidate: Candidate
-    scan: FileScan | None = None
+    scan: FileScan | None = None  # what the read found (a second pass: the summary it encoded from)
+    encoded: Encoded | None = None  # what the file's chunk holds (with ``scan``)
     skipped: str | None = None  # one-line reason, naming the file
     ignored: bool = False  # a non-trace met while walking a directory
     lost: bool = False  # not processed at all: the node or task that held it failed (see executors)
@@ -106,14 +108,8 @@ def _what_was_there(dropped: Losses) -> str:
 class _NoOutput:
     """An encoder that writes nothing: a file read only for its summary."""
 
-    def __init__(self) -> None:
-        self._prefixes = 0
-
     def prefix(self, name: str, cat: str) -> bytes:
-        # One object per (name, category), as a real encoder's: readers tell pairs apart by it
-        # (device activity, device threads). Empty bytes would be one shared object.
-        self._prefixes += 1
-        return self._prefixes.to_bytes(8, "little")
+        return b""
 
     args_heads: tuple[bytes, ...] = (b"",) * 4096
 
@@ -173,22 +169,12 @@ def _layout_files(chunk: Path) -> tuple[Path, Path]:
 
 
 def _process_file(job: FileJob) -> FileOutcome:
-    if job.saved is not None:
-        return _encode_saved(job, job.saved)
+    if isinstance(job.pass_, EncodeKept):
+        return _encode_saved(job, job.pass_)
     cand = job.candidate
-    keep_layout = bool(job.keep_layout) and job.chunk is not None
+    keep_layout = isinstance(job.pass_, KeepLayout) and job.chunk is not None
     with ExitStack() as stack:
-        enc: Encoder
-        if job.writer and job.chunk is not None:
-            out = stack.enter_context(job.chunk.open("wb"))
-            # A core left idle for the file (its parts would be read at once) packs ahead too.
-            ahead = job.read.parts is not None and input_bytes(job) >= PACK_AHEAD_MIN
-            enc = WRITERS[job.writer].unit_encoder(job.sequence_id, out, ahead=ahead)
-            stack.callback(enc.end)  # its packing process stopped if the file is given up
-        elif keep_layout:  # bodies as the writer encodes them; nothing is written yet
-            enc = WRITERS[job.keep_layout].unit_encoder(job.sequence_id, io.BytesIO())
-        else:
-            enc = _NoOutput()
+        enc = _encoder(job, stack)
         layout = _new_layout(job, enc, keep_layout)
         try:
             data = cand.format.read(cand.path, layout)
@@ -207,14 +193,30 @@ def _process_file(job: FileJob) -> FileOutcome:
         result, tracks = _lay_out_read(job, layout, identity_of, keep_layout)
         # Scanned while a packing process may still write the last batches.
         scan = None if result.ts_min is None else _scan(job, data, layout, result, identities, identity_of)
-        if scan is not None and isinstance(tracks, LocalTracks):
-            scan.moved_ids = tracks.moved
         enc.close()
     if scan is None:
         if data.step_values:
             return FileOutcome(cand, scalars=StepScalars(cand.path, data.step_values, data.dropped))
         return FileOutcome(cand, skipped=f"{shown(cand.path)}: no events{_what_was_there(data.dropped)}")
-    return FileOutcome(cand, scan=scan)
+    moved = tracks.moved if isinstance(tracks, LocalTracks) else {}
+    return FileOutcome(cand, scan=scan, encoded=_laid_out(job, scan, result, moved))
+
+
+def _encoder(job: FileJob, stack: ExitStack) -> Encoder:
+    """What the file's events are encoded with: the writer's encoder into the chunk
+    (:class:`EncodeChunk`), or into nothing kept (:class:`KeepLayout`: bodies as the writer
+    encodes them, nothing written yet); a summary's encodes nothing."""
+    step = job.pass_
+    if isinstance(step, EncodeChunk) and job.chunk is not None:
+        out = stack.enter_context(job.chunk.open("wb"))
+        # A core left idle for the file (its parts would be read at once) packs ahead too.
+        ahead = job.read.parts is not None and input_bytes(job) >= PACK_AHEAD_MIN
+        enc = WRITERS[step.writer].unit_encoder(job.sequence_id, out, ahead=ahead)
+        stack.callback(enc.end)  # its packing process stopped if the file is given up
+        return enc
+    if isinstance(step, KeepLayout) and job.chunk is not None:
+        return WRITERS[step.writer].unit_encoder(job.sequence_id, io.BytesIO())
+    return _NoOutput()
 
 
 def _new_layout(job: FileJob, enc: Encoder, keep_layout: bool) -> FileLayout:
@@ -236,6 +238,7 @@ def _lay_out_read(
 ) -> tuple[LayoutResult, LocalTracks | PlannedTracks]:
     """Lay out what was read on the planned tracks (Chrome JSON's second read) or on the file's
     own, kept for a second pass when ``keep_layout``; the result, and the tracks it named."""
+    encoding = isinstance(job.pass_, EncodeChunk)
     if job.unit is not None:
         tracks: Any = PlannedTracks(job.unit)
         shift = job.unit.shift_ns
@@ -251,7 +254,7 @@ def _lay_out_read(
         for key in [*keys, *layout.samples]:
             identity_of(key[0])
     result = emit.finish(
-        layout, identity_of, tracks, shift, flow_id_base(job.sequence_id), keep, times, summary_only=not job.writer
+        layout, identity_of, tracks, shift, flow_id_base(job.sequence_id), keep, times, summary_only=not encoding
     )
     if keep_layout and job.chunk is not None:
         layout.save(_layout_files(job.chunk)[0])
@@ -304,12 +307,6 @@ def _scan(
         local_min=result.ts_min,
         dropped=dropped,
         metadata_records=data.metadata_records,
-        written=dict(result.written),
-        lanes=result.lanes,
-        moved_to_lanes=result.moved_to_lanes,
-        reversed_flows=result.reversed_flows,
-        salts=dict(job.salts),
-        filtered=result.filtered,
         marks=with_named_marks(
             process_marks(notes.marks, identity_of, data.origin_ns), cand.facts, result, data.origin_ns
         ),
@@ -321,42 +318,56 @@ def _scan(
     )
 
 
-def _encode_saved(job: FileJob, prior: FileScan) -> FileOutcome:
+def _laid_out(job: FileJob, scan: FileScan, result: LayoutResult, moved: dict[tuple, int]) -> Encoded:
+    """What a read's lay-out gave (``moved``: the tracks it gave another uuid than their hash);
+    its counts and losses are the summary's: the file was read and laid out in one go."""
+    return Encoded(
+        counts=scan.counts,
+        written=dict(result.written),
+        dropped=scan.dropped,
+        filtered=result.filtered,
+        lanes=result.lanes,
+        moved_to_lanes=result.moved_to_lanes,
+        reversed_flows=result.reversed_flows,
+        salts=dict(job.salts),
+        moved_ids=moved,
+    )
+
+
+def _encode_saved(job: FileJob, step: EncodeKept) -> FileOutcome:
     """Chrome JSON's second pass: encode the events the first read laid out and kept, with the
     plan; nothing of the input is read again."""
-    assert job.chunk is not None and job.unit is not None
+    assert job.chunk is not None
+    prior, first = step.first, step.laid_out
     index, _ = _layout_files(job.chunk)
     with job.chunk.open("wb") as out:
-        enc = WRITERS[job.writer].unit_encoder(job.sequence_id, out)
+        enc = WRITERS[step.writer].unit_encoder(job.sequence_id, out)
         layout = FileLayout.load(index, enc, job.budget)
         result = emit.finish(
             layout,
             prior.identities.__getitem__,
-            PlannedTracks(job.unit),
-            job.unit.shift_ns,
+            PlannedTracks(step.unit),
+            step.unit.shift_ns,
             flow_id_base(job.sequence_id),
             None,
             _time_filter(job),
         )
         enc.close()
-    dropped = prior.dropped.copy()
+    dropped = first.dropped.copy()
     dropped.update(result.dropped)
-    filtered = Counter(prior.filtered)
+    filtered = Counter(first.filtered)
     filtered.update(result.filtered)
-    return FileOutcome(
-        job.candidate,
-        scan=replace(
-            prior,
-            counts=dict(result.read),
-            written=dict(result.written),
-            lanes=result.lanes,
-            moved_to_lanes=result.moved_to_lanes,
-            reversed_flows=result.reversed_flows,
-            dropped=dropped,
-            filtered=filtered,
-            salts=dict(job.salts),
-        ),
+    encoded = Encoded(
+        counts=dict(result.read),
+        written=dict(result.written),
+        dropped=dropped,
+        filtered=filtered,
+        lanes=result.lanes,
+        moved_to_lanes=result.moved_to_lanes,
+        reversed_flows=result.reversed_flows,
+        salts=dict(job.salts),
     )
+    return FileOutcome(job.candidate, scan=prior, encoded=encoded)
 
 
 def _keeps_nothing(ident: Identity) -> bool:

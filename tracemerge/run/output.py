@@ -12,14 +12,16 @@ import gzip
 import os
 import secrets
 import tempfile
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Mapping
 from contextlib import ExitStack, suppress
 from pathlib import Path
 from typing import BinaryIO, cast
 
 from tracemerge.core.errors import FatalError, shown
-from tracemerge.plan.types import FileScan, MergePlan, UnitPlan, lane_track
-from tracemerge.plan.unique_ids import lane_parent, unit_renames
+from tracemerge.plan.encoded import EncodedFile
+from tracemerge.plan.lanes import planned_lanes
+from tracemerge.plan.types import MergePlan, ThreadTrack, UnitPlan
+from tracemerge.plan.unique_ids import unit_renames
 from tracemerge.writers import Writer
 from tracemerge.writers.perfetto_renames import copy_renamed
 
@@ -89,25 +91,24 @@ def work_dir(out_path: Path) -> Path:
 
 def assemble(
     plan: MergePlan,
-    scans: list[FileScan],
+    files: Mapping[Path, EncodedFile],
     writer: Writer,
     out_path: Path,
     work: Path,
-    chunk_of: dict[Path, Path],
     keep: Path | None = None,
 ) -> None:
-    """Writes the output: header, then per unit its clock prologue and chunk. Chunks are deleted
-    once copied (they are as large as the output), but ``keep``, which later parts use again."""
-    scan_of = {s.path: s for s in scans}
+    """Writes the output: header, then per unit of the plan (``files``: each encoded, by path) its
+    clock prologue and chunk. Chunks are deleted once copied (they are as large as the output),
+    but ``keep``, which later parts use again."""
     # A chunk whose tracks the plan named otherwise (their hashes clashed) is copied with the
     # plan's uuids; Chrome JSON's chunks were encoded with the plan's tracks already.
-    renames = {u.path: unit_renames(u, scan_of[u.path], plan.wide) if writer.one_pass else {} for u in plan.units}
-    # Lanes opened while encoding carry no names yet: take them from their planned threads.
+    renames = {u.path: unit_renames(u, files[u.path].encoded, plan.wide) if writer.one_pass else {} for u in plan.units}
+    # Lanes opened while encoding carry no names yet: take them beside their planned threads.
     planned = {t.uuid: t for t in plan.threads}
     lanes = [
-        lane_track(planned[lane_parent(renames[u.path], lane)], lane.lane)
+        beside
         for u in plan.units
-        for lane in scan_of[u.path].lanes
+        for _, beside in planned_lanes(files[u.path].encoded.lanes, _planned_thread(planned, renames[u.path]))
     ]
     assembled = work / "assembled"
     with ExitStack() as stack:
@@ -118,13 +119,18 @@ def assemble(
             out = stack.enter_context(cast(BinaryIO, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=5, mtime=0)))
         writer.write_header(out, plan, lanes)
         for unit in plan.units:
-            out.write(writer.prologue(unit, scan_of[unit.path].local_min or 0))
-            chunk = chunk_of[unit.path]
+            out.write(writer.prologue(unit, files[unit.path].scan.local_min or 0))
+            chunk = files[unit.path].chunk
             _copy_unit(writer, unit, chunk, out, renames[unit.path])
             if unit.path != keep:
                 chunk.unlink()
         writer.write_footer(out, plan)
     os.replace(assembled, out_path)
+
+
+def _planned_thread(planned: dict[int, ThreadTrack], renames: dict[int, int]) -> Callable[[int], ThreadTrack]:
+    """The planned thread a chunk names by a uuid (one ``renames`` gives again, where it clashed)."""
+    return lambda uuid: planned[renames.get(uuid, uuid)]
 
 
 def _copy_unit(writer: Writer, unit: UnitPlan, chunk: Path, out: BinaryIO, renames: dict[int, int]) -> None:

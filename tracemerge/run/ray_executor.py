@@ -37,6 +37,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from tracemerge.core.errors import FatalError, InputError, shown
 from tracemerge.discovery.discover import Candidate, Discovery, discover
 from tracemerge.run.filework import FileJob, FileOutcome, process_file
+from tracemerge.run.passes import read_again
 
 # A file's place in a local walk of the inputs: (input index, per directory level below the
 # input (1, name), then (0, file name)); os.walk lists a folder's files before its subfolders.
@@ -313,7 +314,7 @@ class RayExecutor:
             return FileOutcome(job.candidate, skipped=message, lost=True)
         self.placed[path] = _Placed(placed.others[0], placed.others[1:])
         # The first read's kept layout stayed on the failed node: the file is read again instead.
-        return replace(job, saved=None)
+        return replace(job, pass_=read_again(job.pass_))
 
 
 def _why(exc: BaseException) -> str:

@@ -11,7 +11,7 @@ merge goes on to encode and write.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -19,7 +19,7 @@ import msgspec
 from msgspec.structs import replace
 
 from tracemerge.clock import Alignment, AlignOptions, align
-from tracemerge.clock.runs import LATEST, Run, Runs, choose, listed, one_timeline, owner, runs_of
+from tracemerge.clock.runs import LATEST, Run, choose, one_timeline, owner, runs_of
 from tracemerge.core.errors import FatalError, InputError, shown
 from tracemerge.core.model import Identity
 from tracemerge.core.stats import Losses, Stat
@@ -29,14 +29,16 @@ from tracemerge.discovery.same_content import read_once
 from tracemerge.metrics_map import MetricsMap
 from tracemerge.phases import PhaseModel, StepScalars, attach_scalars
 from tracemerge.phases.rules import PhaseOptions
-from tracemerge.plan.planner import make_plan
+from tracemerge.plan.encoded import Encoded
+from tracemerge.plan.planner import make_plan, placing_every_file
 from tracemerge.plan.types import FileScan, IdCollision, MergePlan, identity_sort_key
-from tracemerge.report.run_report import RunReport
+from tracemerge.report.findings import Findings, joined
 from tracemerge.run.derived_unit import derive_run, derived_scan
 from tracemerge.run.executors import Executor, SerialExecutor, local_executor, usable_cores
 from tracemerge.run.filework import FileJob, FileOutcome
-from tracemerge.run.outcomes import collect
+from tracemerge.run.kept_runs import files_of, note_runs, scalars_kept
 from tracemerge.run.output import check_output
+from tracemerge.run.passes import first_pass
 from tracemerge.select import Selection
 from tracemerge.store.read_options import ReadOptions
 from tracemerge.writers import Writer
@@ -81,21 +83,45 @@ def asked_of(
     return runner, Asked(writer, selection, clocks, phase_rules, metrics_map, memory_budget, cores, run)
 
 
-class FirstRead(msgspec.Struct):
+class Reads(msgspec.Struct, frozen=True):
+    """Every file read once: its job, and what the reads gave (the summaries, what laying each
+    out gave by path, the files of step-keyed tracker scalars)."""
+
+    jobs: dict[Path, FileJob]
+    scans: list[FileScan]
+    encoded: dict[Path, Encoded]
+    scalars: list[StepScalars]
+    findings: Findings  # the files skipped and ignored
+
+
+class FirstRead(msgspec.Struct, frozen=True):
     """Every file read once: its job, the summaries, and the plan and phases made of them."""
 
     jobs: dict[Path, FileJob]
     scans: list[FileScan]
+    encoded: dict[Path, Encoded]  # what the first read's lay-out gave, by path
     scalars: list[StepScalars]
     scalars_dropped: Losses
     plan: MergePlan
     model: PhaseModel
     derived: FileScan | None
     wide: bool
+    findings: Findings  # what the read said: files skipped and ignored, the runs, what was left out
 
     @property
     def derived_path(self) -> Path | None:
         return self.derived.path if self.derived is not None else None
+
+
+class Found(msgspec.Struct, frozen=True):
+    """The discover stage's result: the files to merge, every path named or found (resolved),
+    which no output may replace, the archives named that were expanded to be read, and what the
+    stage said (files skipped and ignored, metadata used, copies read once)."""
+
+    candidates: list[Candidate]
+    named: set[Path]
+    unpacked: list[Unpacked]
+    findings: Findings
 
 
 def discover_inputs(
@@ -103,38 +129,36 @@ def discover_inputs(
     inputs: Sequence[str | os.PathLike[str]],
     out_path: Path,
     force: bool,
-    report: RunReport,
     unpack_into: Callable[[], Path] | None = None,
-) -> tuple[list[Candidate], set[Path], list[Unpacked]]:
-    """The files to merge, every path named or found (resolved), which no output may replace,
-    and the archives named that were expanded (into a folder ``unpack_into`` makes) to be read."""
-    paths, unpacked = _unpacked([Path(p) for p in inputs], unpack_into, report)
+) -> Found:
+    """The files to merge under ``inputs`` (archives expanded into a folder ``unpack_into`` makes)."""
+    paths, unpacked, archives_said = _unpacked([Path(p) for p in inputs], unpack_into)
     found = runner.discover(paths)
-    report.ignored.extend(found.ignored)
-    report.used.extend(found.used)
-    report.notes.extend(found.notes)
-    report.skipped.extend(str(e) for e in found.skipped)
+    found_said = Findings(
+        skipped=[str(e) for e in found.skipped], ignored=list(found.ignored), used=list(found.used), notes=found.notes
+    )
     named = {Path(p).resolve() for p in inputs} | {c.path.resolve() for c in found.candidates}
     check_output(out_path, named, force)
     candidates = [c for c in found.candidates if c.path.resolve() != out_path.resolve()]
+    copies_said = Findings()
     if isinstance(runner, SerialExecutor):  # the files are here to compare (a Ray node's are not)
-        candidates = read_once(candidates, report)
+        candidates, copies_said = read_once(candidates)
     candidates = told_apart(candidates)  # over every node's files, copies left out
+    said = joined(archives_said, found_said, copies_said)
     if not candidates:
         where = ", ".join(str(p) for p in inputs)
-        if report.skipped:
-            raise FatalError(f"no usable trace files in {where}: " + "; ".join(report.skipped))
+        if said.skipped:
+            raise FatalError(f"no usable trace files in {where}: " + "; ".join(said.skipped))
         raise FatalError(f"no trace files found in {where}")
-    return candidates, named, unpacked
+    return Found(candidates, named, unpacked, said)
 
 
-def _unpacked(
-    paths: list[Path], unpack_into: Callable[[], Path] | None, report: RunReport
-) -> tuple[list[Path], list[Unpacked]]:
+def _unpacked(paths: list[Path], unpack_into: Callable[[], Path] | None) -> tuple[list[Path], list[Unpacked], Findings]:
     """The inputs, each archive among them (tracemerge.discovery.archives) as the folder it was
-    expanded into; what an archive held that is not read is in the report."""
+    expanded into; what an archive held that is not read is said."""
+    said = Findings()
     if unpack_into is None or not any(is_archive(p) for p in paths):
-        return paths, []
+        return paths, [], said
     into = unpack_into()
     expanded, unpacked, seen = [], [], set()
     for path in paths:
@@ -147,15 +171,15 @@ def _unpacked(
         try:
             archive = unpack(path, into)
         except InputError as exc:
-            report.skipped.append(str(exc))
+            said.skipped.append(str(exc))
             continue
         unpacked.append(archive)
         expanded.append(archive.folder)
-        report.skipped.extend(str(e) for e in archive.skipped)
+        said.skipped.extend(str(e) for e in archive.skipped)
         for unused in archive.unused:
-            report.losses.add(Stat.MANIFEST_ENTRY_UNUSED, 1, str(unused))
-        report.notes.extend(archive.notes)
-    return expanded, unpacked
+            said.lose(Stat.MANIFEST_ENTRY_UNUSED, 1, str(unused))
+        said.notes.extend(archive.notes)
+    return expanded, unpacked, said
 
 
 def with_archives(asked: Asked, unpacked: list[Unpacked]) -> Asked:
@@ -167,45 +191,47 @@ def with_archives(asked: Asked, unpacked: list[Unpacked]) -> Asked:
     return replace(asked, hosts=hosts, clocks=replace(asked.clocks, pinned=asked.clocks.pinned + pins))
 
 
-def read_all(run: Runner, candidates: list[Candidate], asked: Asked, work: Path, report: RunReport) -> FirstRead:
+def read_all(run: Runner, candidates: list[Candidate], asked: Asked, work: Path, earlier: Findings) -> FirstRead:
     """Reads (and, for Perfetto, encodes) every file once, then plans the merge from the summaries
-    of the files of the runs ``asked.run`` keeps (:mod:`tracemerge.clock.runs`)."""
-    return _with_wide_retry(report, lambda wide: _read_and_plan(run, candidates, asked, work, report, wide))
+    of the files of the runs ``asked.run`` keeps (:mod:`tracemerge.clock.runs`); ``earlier`` is
+    what the stages before said (the files they skipped are named when no file is usable)."""
+    return _with_wide_retry(lambda wide: _read_and_plan(run, candidates, asked, work, earlier, wide))
 
 
 def read_each_run(
-    run: Runner, candidates: list[Candidate], asked: Asked, work: Path, report: RunReport
-) -> list[tuple[Run | None, FirstRead]]:
+    run: Runner, candidates: list[Candidate], asked: Asked, work: Path, earlier: Findings
+) -> tuple[list[tuple[Run | None, FirstRead]], Findings]:
     """Every file read once, then each run among them placed and derived on its own, in time
-    order (one entry, its run None, when the inputs hold one run or none that time places)."""
+    order (one entry, its run None, when the inputs hold one run or none that time places); and
+    what the read said."""
 
-    def each(wide: bool) -> list[tuple[Run | None, FirstRead]]:
-        jobs, scans, scalars = _read(run, candidates, asked, work, report, wide)
-        runs = runs_of(scans, asked.clocks, identity_sort_key)
-        note_runs(report, runs, runs.runs, [], scans, one_timeline=False)
+    def each(wide: bool) -> tuple[list[tuple[Run | None, FirstRead]], Findings]:
+        reads = _read(run, candidates, asked, work, earlier, wide)
+        runs = runs_of(reads.scans, asked.clocks, identity_sort_key)
+        said = joined(reads.findings, note_runs(runs, runs.runs, [], reads.scans, one_timeline=False))
         if not runs.several:
-            return [(None, _plan(jobs, scans, scalars, asked, work, wide, len(candidates), runs.placed))]
+            return [(None, _plan(reads, asked, work, wide, len(candidates), said, runs.placed))], said
         out: list[tuple[Run | None, FirstRead]] = []
         for one in runs.runs:
-            mine = _files_of(scans, runs, (one,))
-            its_scalars = [f for f in scalars if owner(f.path, runs.runs) in (one, None)]
-            out.append((one, _plan(jobs, mine, its_scalars, asked, work, wide, len(candidates))))
-        return out
+            mine = replace(
+                reads,
+                scans=files_of(reads.scans, runs, (one,)),
+                scalars=[f for f in reads.scalars if owner(f.path, runs.runs) in (one, None)],
+            )
+            out.append((one, _plan(mine, asked, work, wide, len(candidates), said)))
+        return out, said
 
-    return _with_wide_retry(report, each)
+    return _with_wide_retry(each)
 
 
-def _with_wide_retry(report: RunReport, read: Callable[[bool], _T]) -> _T:
+def _with_wide_retry(read: Callable[[bool], _T]) -> _T:
     """``read(wide)`` with track ids of 35 bits, else (an overlap lane hashed to another track's id,
-    or the narrow ids ran out: tracemerge.plan.unique_ids) again with wide ones; the report then
-    says only what the second said."""
-    skipped, ignored, notes, losses = len(report.skipped), len(report.ignored), len(report.notes), report.losses.copy()
+    or the narrow ids ran out: tracemerge.plan.unique_ids) again with wide ones: what the first
+    try found and said is dropped with it."""
     try:
         return read(False)
     except IdCollision:  # an overlap lane whose 35-bit uuid is another track's: encode again, wide
         pass
-    del report.skipped[skipped:], report.ignored[ignored:], report.notes[notes:]
-    report.losses = losses
     try:
         return read(True)
     except IdCollision:
@@ -213,37 +239,33 @@ def _with_wide_retry(report: RunReport, read: Callable[[bool], _T]) -> _T:
 
 
 def _read_and_plan(
-    run: Runner, candidates: list[Candidate], asked: Asked, work: Path, report: RunReport, wide: bool
+    run: Runner, candidates: list[Candidate], asked: Asked, work: Path, earlier: Findings, wide: bool
 ) -> FirstRead:
     """:func:`read_all` with track ids of 35 bits, or ``wide`` ones."""
-    jobs, scans, scalars = _read(run, candidates, asked, work, report, wide)
-    runs = runs_of(scans, asked.clocks, identity_sort_key)
+    reads = _read(run, candidates, asked, work, earlier, wide)
+    runs = runs_of(reads.scans, asked.clocks, identity_sort_key)
     alignment = runs.placed
     try:
         kept = choose(runs, asked.run)
     except ValueError as exc:
         raise FatalError(str(exc)) from None
     left = [r for r in runs.runs if r not in kept]
-    note_runs(report, runs, kept, left, scans)
+    said = joined(reads.findings, note_runs(runs, kept, left, reads.scans))
     if left:  # the runs kept placed anew, as if alone: their start is the trace's zero
-        scans = _files_of(scans, runs, kept)
-        scalars = _scalars_kept(report, scalars, runs, kept)
+        scalars, scalars_said = scalars_kept(reads.scalars, runs, kept)
+        reads = replace(reads, scans=files_of(reads.scans, runs, kept), scalars=scalars)
+        said = joined(said, scalars_said)
         alignment = None
     elif runs.several:
-        alignment = one_timeline(runs, scans, asked.clocks, identity_sort_key)
-    return _plan(jobs, scans, scalars, asked, work, wide, len(candidates), alignment)
+        alignment = one_timeline(runs, reads.scans, asked.clocks, identity_sort_key)
+    return _plan(reads, asked, work, wide, len(candidates), said, alignment)
 
 
-def _read(
-    run: Runner, candidates: list[Candidate], asked: Asked, work: Path, report: RunReport, wide: bool
-) -> tuple[dict[Path, FileJob], list[FileScan], list[StepScalars]]:
-    """Every file read (and encoded when the output allows): the jobs by path, the summaries,
-    the step-keyed tracker scalars; the report lists what was skipped and ignored."""
-    writer, selection = asked.writer, asked.selection
-    # Chrome JSON keeps each file's laid-out events from its first read for the second pass
-    # (a selection of processes is applied while reading: then the file is read again).
-    encoding = writer.name if writer is not None and writer.one_pass else ""
-    keep_layout = "" if writer is None or writer.one_pass or selection.by_process else writer.name
+def _read(run: Runner, candidates: list[Candidate], asked: Asked, work: Path, earlier: Findings, wide: bool) -> Reads:
+    """Every file read (and encoded when the output allows); what the reads said names the files
+    skipped and ignored."""
+    selection = asked.selection
+    step = first_pass(asked.writer, selection)
     # Cores left over once each file has one read parts of the large ones.
     helpers = max(0, asked.cores // len(candidates) - 1)
     parts = run.executor.part_reads(helpers + 1)  # how the executor reads those parts
@@ -252,7 +274,7 @@ def _read(
         FileJob(
             c,
             n + 2,
-            encoding,
+            step,
             work / f"{n:06d}.chunk",
             budget=asked.memory_budget,
             selection=selection,
@@ -260,118 +282,63 @@ def _read(
             sync=asked.clocks.sync,
             phases=asked.phase_rules.presets,
             read=ReadOptions(asked.metrics_map, parts),
-            keep_layout=keep_layout,
         )
         for n, c in enumerate(candidates)
     ]
+    reads = collect({j.candidate.path: j for j in jobs}, run.map(jobs, "read"))
+    if not reads.scans:
+        raise FatalError(_nothing_usable([*earlier.skipped, *reads.findings.skipped], reads.scalars))
+    return reads
+
+
+def collect(jobs: dict[Path, FileJob], outcomes: Iterable[FileOutcome]) -> Reads:
+    """What the ``jobs`` gave: the summaries of the files read, what laying each out gave, the
+    step-keyed tracker scalars, and the files ignored and skipped."""
+    scans: list[FileScan] = []
+    encoded: dict[Path, Encoded] = {}
     scalars: list[StepScalars] = []
-    scans = collect(run.map(jobs, "read"), report, scalars)
-    if not scans:
-        raise FatalError(_nothing_usable(report, scalars))
-    return {j.candidate.path: j for j in jobs}, scans, scalars
+    said = Findings()
+    for outcome in outcomes:
+        if outcome.ignored:
+            said.ignored.append(outcome.candidate.path)
+        elif outcome.skipped:
+            said.skipped.append(outcome.skipped)
+        elif outcome.scan and outcome.encoded:
+            scans.append(outcome.scan)
+            encoded[outcome.scan.path] = outcome.encoded
+        elif outcome.scalars:
+            scalars.append(outcome.scalars)
+    return Reads(jobs, scans, encoded, scalars, said)
 
 
 def _plan(
-    jobs: dict[Path, FileJob],
-    scans: list[FileScan],
-    scalars: list[StepScalars],
+    reads: Reads,
     asked: Asked,
     work: Path,
     wide: bool,
     files: int,
+    said: Findings,
     alignment: Alignment | None = None,
 ) -> FirstRead:
     """The stages after reading, in their order: align the clocks (unless ``alignment`` is
     given), derive the phases, plan (the derived tracks are one more unit of the plan);
-    ``files`` is how many were read (the derived tracks take the sequence after theirs)."""
-    for s in scans:  # an archive's manifest names the machine a file is on
-        s.host = asked.hosts.get(s.path, s.host)
+    ``files`` is how many were read (the derived tracks take the sequence after theirs); ``said``
+    what the read said."""
+    # An archive's manifest names the machine a file is on.
+    scans = [replace(s, host=asked.hosts[s.path]) if s.path in asked.hosts else s for s in reads.scans]
     if alignment is None:
         alignment = align(scans, asked.clocks, identity_sort_key)
-    alignment.offsets.update({s.path: 0 for s in scans if s.path not in alignment.offsets})
+    alignment = placing_every_file(alignment, scans)
     keep = process_filter(asked.selection, scans)
     model = derive_run(scans, alignment, asked.phase_rules, keep)
     scalars_dropped = Losses()
-    for f in scalars:
+    for f in reads.scalars:
         scalars_dropped.update(f.dropped)
-    attach_scalars(model, scalars, scalars_dropped)
+    attach_scalars(model, reads.scalars, scalars_dropped)
     derived = derived_scan(model, files + 2, work / "phases.chunk", alignment.wall_clock)
-    plan = make_plan([*scans, derived] if derived is not None else scans, wide, alignment=alignment)
-    return FirstRead(jobs, scans, scalars, scalars_dropped, plan, model, derived, wide)
-
-
-def _files_of(scans: list[FileScan], runs: Runs, kept: tuple[Run, ...]) -> list[FileScan]:
-    """The summaries of the files of the runs ``kept``, and of the files no time places."""
-    paths = {p for r in kept for p in r.files} | set(runs.unplaced)
-    return [s for s in scans if s.path in paths]
-
-
-def _scalars_kept(
-    report: RunReport, scalars: list[StepScalars], runs: Runs, kept: tuple[Run, ...]
-) -> list[StepScalars]:
-    """The tracker scalars of the runs ``kept``: keyed by step, with no time, each file belongs to
-    the run in whose folder it sits (:func:`~tracemerge.clock.runs.owner`); one that no run's
-    folder holds alone goes with those kept. Those of a run left out are counted, value by value."""
-    out = []
-    for f in scalars:
-        belongs = owner(f.path, runs.runs)
-        if belongs is None or belongs in kept:
-            out.append(f)
-            continue
-        values = sum(len(named) for named in f.values.values())
-        report.losses.add(
-            Stat.OTHER_RUN_SCALARS, values, f"{shown(f.path)}: run {belongs.number}, started {belongs.started}"
-        )
-        report.losses.update(f.dropped)
-    return out
-
-
-def note_runs(
-    report: RunReport,
-    runs: Runs,
-    kept: tuple[Run, ...],
-    left: list[Run],
-    scans: list[FileScan],
-    one_timeline: bool = True,
-) -> None:
-    """The runs found, in the report (a row each); when there are several, a note naming them
-    (and, when they all go on ``one_timeline``, that it has gaps) and, per file of a run left out,
-    its events under ``other_run`` (and what its read could not keep, under its own statistics).
-    Nothing is said of a single run."""
-    report.runs = [r.as_dict(merged=r in kept) for r in runs.runs]
-    if not runs.several:
-        return
-    apart = f"gaps of more than {runs.gap_ns / 3.6e12:.3g} h with no event between them"
-    if left:
-        report.notes.append(
-            f"the inputs hold {len(runs.runs)} runs ({apart}): kept {listed(kept)}; left out {listed(left)} "
-            "(--run all keeps every run, --run N or --run START one of them)"
-        )
-    else:
-        report.notes.append(f"the inputs hold {len(runs.runs)} runs ({apart}): each kept, {listed(runs.runs)}")
-    if not left and one_timeline:
-        widest = max(b.start_ns - a.end_ns for a, b in zip(runs.runs, runs.runs[1:], strict=False))
-        report.notes.append(
-            f"--run all: the runs are merged onto one timeline with gaps of up to {widest / 3.6e12:.1f} h; "
-            "steps that share a number in several runs are one step of the summary"
-        )
-    for r in kept:
-        if r.ambiguous:
-            names = ", ".join(shown(p) for p in r.ambiguous)
-            report.notes.append(
-                "placed by records that several runs hold alike (the same session numbers or sync spans), "
-                f"kept with run {r.number} as in its folder: {names}"
-            )
-    if runs.unplaced and left:
-        names = ", ".join(shown(p) for p in runs.unplaced)
-        report.notes.append(f"files nothing places in time, kept with run {kept[0].number}: {names}")
-    by_path = {s.path: s for s in scans}
-    for r in left:
-        for path in r.files:
-            scan = by_path[path]
-            events = sum(c.total for c in scan.counts.values())
-            report.losses.add(Stat.OTHER_RUN, events, f"{shown(path)}: run {r.number}, started {r.started}")
-            report.losses.update(scan.dropped)
+    units = [*scans, derived] if derived is not None else scans
+    plan = make_plan(units, wide, alignment=alignment, encoded=reads.encoded)
+    return FirstRead(reads.jobs, scans, reads.encoded, reads.scalars, scalars_dropped, plan, model, derived, wide, said)
 
 
 class Runner:
@@ -395,10 +362,10 @@ def process_filter(selection: Selection, scans: list[FileScan]) -> Callable[[Ide
     return lambda ident: selection.keeps(ident) and ident in named
 
 
-def _nothing_usable(report: RunReport, scalars: list[StepScalars]) -> str:
+def _nothing_usable(skipped: list[str], scalars: list[StepScalars]) -> str:
     """Why no file gave a trace: the files skipped, else what the files read hold instead."""
-    if report.skipped:
-        return "no usable trace files: " + "; ".join(report.skipped)
+    if skipped:
+        return "no usable trace files: " + "; ".join(skipped)
     if scalars:
         names = ", ".join(shown(s.path) for s in scalars[:3]) + (
             f" and {len(scalars) - 3} more" if len(scalars) > 3 else ""

@@ -16,13 +16,14 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 
 import msgspec
 from msgspec.structs import replace
 
 from tracemerge.core.errors import FatalError
+from tracemerge.plan.encoded import EncodedFile
 from tracemerge.plan.types import FileScan, MergePlan, UnitPlan
 from tracemerge.report.run_report import json_bytes
 from tracemerge.run.derived_unit import DERIVED_FORMAT
@@ -47,7 +48,7 @@ def check_kind(by: str) -> str:
     return by
 
 
-def groups(by: str, plan: MergePlan, scan_of: dict[Path, FileScan], derived: Path | None) -> list[Part]:
+def groups(by: str, plan: MergePlan, scan_of: Mapping[Path, FileScan], derived: Path | None) -> list[Part]:
     """The parts of a role or host split, in the order of their first process in the trace."""
     found: dict[str, list[UnitPlan]] = {}
     for unit in plan.units:
@@ -135,7 +136,7 @@ def index_path(out_path: Path, extensions: tuple[str, ...]) -> Path:
     return out_path.with_name(f"{stem}.index.json")
 
 
-def index_entry(part: Part, path: Path, plan: MergePlan, sub: MergePlan, scan_of: dict[Path, FileScan]) -> dict:
+def index_entry(part: Part, path: Path, plan: MergePlan, sub: MergePlan, scan_of: Mapping[Path, FileScan]) -> dict:
     """One part in the index: its file, group, processes (``sub``: its plan), inputs and time range."""
     spans = [
         (s.ts_min + plan.offsets.get(s.path, 0) - plan.base_ns, s.ts_max + plan.offsets.get(s.path, 0) - plan.base_ns)
@@ -174,13 +175,13 @@ def write_index(path: Path, by: str, writer: str, plan: MergePlan, entries: list
 
 def write_parts(
     by: str,
-    parts: Iterator[tuple[Part, dict[Path, FileScan]]],
+    parts: Iterable[tuple[Part, dict[Path, EncodedFile]]],
     out_path: Path,
     extensions: tuple[str, ...],
     work: Path,
     plan: MergePlan,
     writer: str,
-    assemble: Callable[[MergePlan, list[FileScan], Path], None],
+    assemble: Callable[[MergePlan, dict[Path, EncodedFile], Path], None],
     check: Callable[[Path], None],
 ) -> list[Path]:
     """Assemble every part in ``work``, then move them and the index into place; the paths written.
@@ -192,14 +193,15 @@ def write_parts(
     index = index_path(out_path, extensions)
     check(index)
     taken = {index.name}
-    for n, (part, scan_of) in enumerate(parts):
+    for n, (part, files) in enumerate(parts):
         target = part_path(out_path, part.group, extensions, taken)
         taken.add(target.name)
         check(target)
         staged = work / f"part{n:05d}"
         sub = sub_plan(plan, part.units)
-        assemble(sub, [scan_of[u.path] for u in part.units], staged)
+        assemble(sub, files, staged)
         written.append((staged, target))
+        scan_of = {path: f.scan for path, f in files.items()}
         entries.append(index_entry(part, staged, plan, sub, scan_of) | {"file": target.name})
     staged_index = work / "index.json"
     write_index(staged_index, by, writer, plan, entries)

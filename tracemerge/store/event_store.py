@@ -58,8 +58,9 @@ class EventStore:
 
     Memory is bounded: when the buffers hold more than ``budget`` events, they are written to a
     temporary file (``store``, a :class:`~tracemerge.store.spill.RunStore`) and read back when laid
-    out. Sources call :meth:`check_memory` between batches. Names ``uncached`` tags are encoded
-    anew each time, so that a source's lookup in ``prefixes`` misses them and it notes them.
+    out. Sources call :meth:`check_memory` between batches. The encodings of names ``watched``
+    tags as evidence are kept apart (``watched_prefixes``): a source that looks a name up in
+    ``prefixes`` and misses it meets it for the first time or notes it as evidence.
     """
 
     def __init__(
@@ -68,7 +69,7 @@ class EventStore:
         budget: int = DEFAULT_BUDGET,
         spill_dir: Path | None = None,
         store_path: Path | None = None,
-        uncached: Callable[[str], tuple[str, ...]] = _no_tags,
+        watched: Callable[[str], tuple[str, ...]] = _no_tags,
     ) -> None:
         self.enc = enc
         # What a source builds an event's body with, without seeing the writer (the seam where
@@ -79,8 +80,10 @@ class EventStore:
         self.encode_args: Callable[[bytes], bytes] = enc.args
         self.budget = budget
         self.store = RunStore(spill_dir, store_path)
-        self.prefixes: dict[tuple[str, str], bytes] = {}  # encoded names, cached
-        self._uncached = uncached
+        # Encoded (name, category) pairs, cached: those whose name is not watched as evidence, and apart those it is.
+        self.prefixes: dict[tuple[str, str], bytes] = {}
+        self.watched_prefixes: dict[tuple[str, str], bytes] = {}
+        self._watched = watched
         self._ordinals = itertools.count()
         self.ordinal = self._ordinals.__next__
         # A file read in parts: how many parts were taken in, and the encodings by this store's
@@ -113,9 +116,11 @@ class EventStore:
         """The encoded name and category (cached: names repeat)."""
         found = self.prefixes.get((name, cat))
         if found is None:
+            found = self.watched_prefixes.get((name, cat))
+        if found is None:
             found = self.enc.prefix(name, cat)
-            if not self._uncached(name):
-                self.prefixes[(name, cat)] = found
+            cache = self.watched_prefixes if self._watched(name) else self.prefixes
+            cache[(name, cat)] = found
         return found
 
     def describe(self, name: str, cat: str, args: Any) -> bytes:

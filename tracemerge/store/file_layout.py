@@ -55,8 +55,9 @@ class PlaceholderEncoder:
 class FileLayout(EventStore):
     """One file's event store, its evidence notes (``notes``) and its read options (``options``).
 
-    Names ``watch`` tags as evidence are never cached, so that a source's lookup misses them and
-    it notes the slices (:meth:`note`).
+    The encodings of names ``watch`` tags as evidence are cached apart from the others
+    (``watched_prefixes``): a source's lookup in ``prefixes`` misses them, and it notes the slices
+    (:meth:`note`).
     """
 
     def __init__(
@@ -73,7 +74,6 @@ class FileLayout(EventStore):
         self.notes = notes
         self.options = options
         # The notes' members sources reach through the layout, bound once (they are called per event).
-        self.tags = notes.tags
         self.tag, self.note, self.mark, self.mark_device = notes.tag, notes.note, notes.mark, notes.mark_device
         # Each kernel's or op's device time, by name (the busiest kernels), beside the marks.
         self.kernels = KernelTally()
@@ -92,7 +92,7 @@ class FileLayout(EventStore):
         else:
             body = self.describe(ev.name, ev.cat, ev.args)
             self.buffer(ev.origin, ev.thread).append((ev.ts, -ev.dur, int(kind), self.ordinal(), body))
-            if note and kind == Kind.SLICE and self.tags.get(ev.name):
+            if note and kind == Kind.SLICE and self.tag(ev.name):
                 self.note(ev.name, ev.origin, ev.thread, ev.ts, ev.dur)
 
     def reset(self) -> None:

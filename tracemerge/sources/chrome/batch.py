@@ -55,10 +55,8 @@ class BatchReader(Protocol):
 
     def head_sizes(self, heads: tuple[bytes, ...]) -> np.ndarray: ...
 
-    def note_devices(self, threads: np.ndarray, prefixes: list[bytes]) -> None: ...
-
-    def activity_rows(
-        self, prefixes: list[bytes], watched: np.ndarray | None, xs: list
+    def device_rows(
+        self, threads: np.ndarray, pairs: list[tuple], watched: np.ndarray | None, xs: list
     ) -> tuple[np.ndarray | None, np.ndarray | None]: ...
 
     def note_device_rows(self, threads: np.ndarray, cats: list[str]) -> None: ...
@@ -169,7 +167,8 @@ class _Slices(_Rows):
             return
         starts = micros_to_ns([e.ts for e in xs], n)
         lengths = micros_to_ns([e.dur for e in xs], n)
-        prefixes, watched = _prefixes(reader, batch, phs, xs, at)
+        pairs = [(e.name, e.cat) for e in xs]
+        prefixes, watched = _prefixes(reader, batch, phs, pairs, at)
         if starts is None or lengths is None:
             return
         odd = _odd_rows(xs, starts, lengths, bind_ids)
@@ -179,13 +178,12 @@ class _Slices(_Rows):
                 return
             pick = _picker(keep)
             xs, at, starts, lengths = list(pick(xs)), at[keep], starts[keep], lengths[keep]
-            prefixes = list(pick(prefixes))
+            prefixes, pairs = list(pick(prefixes)), list(pick(pairs))
             if watched is not None:
                 watched = watched[keep]
         self.at, self.starts, self.negdurs = at, starts, -lengths
         self.threads = reader.thread_indexes([(e.pid, e.tid) for e in xs])
-        reader.note_devices(self.threads, prefixes)
-        self.compute, self.comm = reader.activity_rows(prefixes, watched, xs)
+        self.compute, self.comm = reader.device_rows(self.threads, pairs, watched, xs)
         self.names = _activity_names(xs, self.compute, self.comm)
         if watched is not None and watched.any():
             self.watched, self.xs = watched, xs
@@ -261,24 +259,26 @@ def _activity_names(xs: list, compute: np.ndarray | None, comm: np.ndarray | Non
     return names
 
 
-def _prefixes(reader: BatchReader, batch: list, phs: list, xs: list, at: np.ndarray) -> tuple[list, np.ndarray | None]:
-    """Each complete event's encoded name and category (``xs``, at batch positions ``at``), one
-    object per pair as the layout caches them, and per row whether its name is watched as clock or
-    phase evidence (None: no row is); names not seen before are interned in file order."""
-    n = len(xs)
-    pairs = [(e.name, e.cat) for e in xs]
+def _prefixes(
+    reader: BatchReader, batch: list, phs: list, pairs: list[tuple], at: np.ndarray
+) -> tuple[list, np.ndarray | None]:
+    """Each complete event's encoded name and category (``pairs``: theirs, at batch positions
+    ``at``), and per row whether its name is watched as clock or phase evidence (None: no row
+    is); names not seen before are interned in file order."""
+    n = len(pairs)
     layout = reader.layout
     prefixes = list(map(layout.prefixes.get, pairs))
     watched: np.ndarray | None = None  # rows named as clock or phase evidence: noted when emitted
-    if None in prefixes:
+    if None in prefixes:  # pairs met for the first time, or watched ones (cached apart)
         missing = _none_at(prefixes, n)
         _intern_in_order(reader, batch, phs, at[missing])
-        cached, prefix = layout.prefixes.get, layout.prefix
+        plain, evidence = layout.prefixes, layout.watched_prefixes
         watched = np.zeros(n, bool)
         for row in np.flatnonzero(missing).tolist():
-            found = cached(pairs[row])
-            if found is None:  # a watched name's encoding is not cached
-                found = prefix(*pairs[row])
+            found = evidence.get(pairs[row])
+            if found is None:
+                found = plain[pairs[row]]
+            else:
                 watched[row] = True
             prefixes[row] = found
     return prefixes, watched
@@ -298,13 +298,14 @@ def _odd_rows(xs: list, starts: np.ndarray, lengths: np.ndarray, bind_ids: bool)
 def _intern_in_order(reader: BatchReader, batch: list, phs: list, missing: np.ndarray) -> None:
     """Interns the names of the batch's slices not seen before (at ``missing``) and of its
     instants, in file order: the order the per-event path interns them in, whatever the batches."""
-    cache, prefix = reader.layout.prefixes, reader.layout.prefix
+    layout = reader.layout
+    plain, evidence, prefix = layout.prefixes, layout.watched_prefixes, layout.prefix
     instants = []
     if any(map(phs.__contains__, _INSTANTS)):
         instants = [n for n, ph in enumerate(phs) if ph in _INSTANTS]
     for n in sorted([*missing.tolist(), *instants]):
         e = batch[n]
-        if (e.name, e.cat) not in cache:
+        if (e.name, e.cat) not in plain and (e.name, e.cat) not in evidence:
             prefix(e.name, e.cat)
 
 

@@ -15,7 +15,6 @@ complete events; the other phases are :mod:`~tracemerge.sources.chrome.kinds`', 
 from __future__ import annotations
 
 import itertools
-import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +41,9 @@ DEVICE_CATEGORIES = frozenset(
 ACTIVITY_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"})
 _FLOW_PHASE_NUMBERS = {ph: int(phase) for ph, phase in FLOW_PHASES.items()}
 _LIMIT = FLOAT_EXACT_LIMIT_US
+# What an event's (name, category) pair says of where it ran: not on a device, on one but not its
+# work (an annotation, a sync), device compute (a kernel, a copy, a set), a collective's device work.
+NOT_ON_DEVICE, ON_DEVICE, DEVICE_COMPUTE_ROW, DEVICE_COMM_ROW = -1, 0, 1, 2
 
 
 # Batches this large are normalised column by column.
@@ -77,10 +79,10 @@ class ChromeEvents(EventKinds, BoundFlows, ThreadNames):
         # Threads as the columnar path numbers them: each (pid, tid) as decoded, and its key.
         self._thread_index: dict[tuple, int] = {}
         self.thread_keys: list[ThreadKey] = []
-        # The ids of the cached prefixes of device categories' pairs (as of that many cached).
-        self._device_prefixes: set[int] = set()
-        self._device_prefixes_of = 0
-        self._activity_prefixes: dict[int, bool] = {}  # of those, device activity's: whether communication
+        # The (name, category) pairs of device categories among the layout's cached ones (as of
+        # that many cached), each with what it says of its device (ON_DEVICE, DEVICE_COMPUTE_ROW, ...).
+        self._device_pairs: dict[tuple, int] = {}
+        self._device_pairs_of = 0
         self._head_sizes: np.ndarray | None = None
 
     def add_batch(
@@ -121,43 +123,47 @@ class ChromeEvents(EventKinds, BoundFlows, ThreadNames):
             self._head_sizes = np.fromiter(map(len, heads), np.int64, len(heads))
         return self._head_sizes
 
-    def note_devices(self, threads: np.ndarray, prefixes: list[bytes]) -> None:
-        """Pids that hold events of device categories are devices (``prefixes``: each event's
-        encoded name and category, one object per pair as the layout caches them)."""
-        cached = self.layout.prefixes
-        if len(cached) > self._device_prefixes_of:  # the cache only grows: the pairs added since
-            new_pairs = itertools.islice(cached.items(), self._device_prefixes_of, None)
-            added = [(name, cat, id(p)) for (name, cat), p in new_pairs if cat in DEVICE_CATEGORIES]
-            self._device_prefixes.update(p for _, _, p in added)
-            for name, cat, p in added:
-                if cat in ACTIVITY_CATEGORIES:
-                    self._activity_prefixes[p] = device_tag(name) == DEVICE_COMM
-            self._device_prefixes_of = len(cached)
-        if self._device_prefixes:
-            contained = self._device_prefixes.__contains__
-            self._note_device_threads(threads, np.fromiter(map(contained, map(id, prefixes)), bool, len(prefixes)))
-
-    def activity_rows(
-        self, prefixes: list[bytes], watched: np.ndarray | None, xs: list
+    def device_rows(
+        self, threads: np.ndarray, pairs: list[tuple], watched: np.ndarray | None, xs: list
     ) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """Which rows are device activity: compute, and a collective's device work (None: none).
-        Rows of watched names (never cached) are told by their name and category."""
+        """Notes the pids of rows of device categories as devices (``pairs``: each row's name and
+        category, ``threads`` its thread); returns which rows are device activity: compute, and a
+        collective's device work (None: none). Rows of names watched as evidence (``watched``:
+        their pairs are cached apart, see EventStore.watched_prefixes) are told by their name and
+        category, one by one."""
+        self._learn_device_pairs()
         compute = comm = None
-        if self._activity_prefixes:
-            kinds = list(map(self._activity_prefixes.get, map(id, prefixes)))  # None: not activity
-            compute = np.fromiter(map(operator.is_, kinds, itertools.repeat(False)), bool, len(kinds))
-            if True in kinds:  # communication not watched as evidence (a send or receive)
-                comm = np.fromiter(map(operator.is_, kinds, itertools.repeat(True)), bool, len(kinds))
+        n = len(pairs)
+        if self._device_pairs:
+            kinds = np.fromiter(map(self._device_pairs.get, pairs, itertools.repeat(NOT_ON_DEVICE)), np.int8, n)
+            self._note_device_threads(threads, kinds != NOT_ON_DEVICE)
+            compute = kinds == DEVICE_COMPUTE_ROW
+            comm = kinds == DEVICE_COMM_ROW
+            if not comm.any():  # communication not watched as evidence (a send or receive)
+                comm = None
         if watched is not None and watched.any():
             for row in np.flatnonzero(watched).tolist():
                 if xs[row].cat in ACTIVITY_CATEGORIES:
                     if device_tag(xs[row].name) == DEVICE_COMM:
-                        comm = np.zeros(len(prefixes), bool) if comm is None else comm
+                        comm = np.zeros(n, bool) if comm is None else comm
                         comm[row] = True
                     else:
-                        compute = np.zeros(len(prefixes), bool) if compute is None else compute
+                        compute = np.zeros(n, bool) if compute is None else compute
                         compute[row] = True
         return (compute if compute is not None and compute.any() else None), comm
+
+    def _learn_device_pairs(self) -> None:
+        """The pairs of device categories among those the layout cached since last asked (its
+        cache only grows), with what each says of its device."""
+        cached = self.layout.prefixes
+        if len(cached) > self._device_pairs_of:
+            for name, cat in itertools.islice(cached, self._device_pairs_of, None):
+                if cat in ACTIVITY_CATEGORIES:
+                    comm = device_tag(name) == DEVICE_COMM
+                    self._device_pairs[(name, cat)] = DEVICE_COMM_ROW if comm else DEVICE_COMPUTE_ROW
+                elif cat in DEVICE_CATEGORIES:
+                    self._device_pairs[(name, cat)] = ON_DEVICE
+            self._device_pairs_of = len(cached)
 
     def note_device_rows(self, threads: np.ndarray, cats: list[str]) -> None:
         """Pids of rows whose category (one each) is a device category are devices."""
@@ -227,7 +233,7 @@ class ChromeEvents(EventKinds, BoundFlows, ThreadNames):
                     layout.mark(device_tag(name), origin, (pid, tid), start, start + length)
                     layout.tally(origin, (pid, tid), name, start, length)
             body = prefixes.get((name, cat))
-            if body is None:
+            if body is None:  # a pair met for the first time, or one whose name is watched (noted)
                 name, cat = as_text(name), as_text(cat)
                 body = prefix(name, cat)
                 layout.note(name, origin, (pid, tid), start, length)

@@ -116,7 +116,7 @@ class NvtxRanges:
             prefix = layout.prefix(text, cat)
             body = self.body(prefix, args) if args is not None else prefix + heads[len(data)] + data if data else prefix
             track[2].append((start, negdur, kind, ordinal(), body))
-            if kind == 0 and layout.tags.get(text):
+            if kind == 0 and layout.tag(text):
                 layout.note(text, track[0], track[1], start, -negdur)
 
         return self.con.execute(self.schema.select(NVTX, (*cols, "jsonText"), extra=extra)), handle
