@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from tracemerge.writers.perfetto_packets import pack_events
-from tracemerge.writers.perfetto_wire import _PACKET_KEYS, varint
+from tracemerge.writers.perfetto_wire import varint
 
 HEAD = b"\x50\x02\x68\x02\x40"  # sequence id, flags, timestamp key
 
@@ -24,7 +24,8 @@ def per_packet(times: list[int], events: list[bytes]) -> bytes:
     parts: list[bytes] = []
     for ts, event in zip(times, events, strict=True):
         stamp, size = varint(ts), varint(len(event))
-        parts += (_PACKET_KEYS[fixed + len(stamp) + len(size) + len(event)], HEAD, stamp, b"\x5a", size, event)
+        key = b"\x0a" + varint(fixed + len(stamp) + len(size) + len(event))  # Trace.packet key + length
+        parts += (key, HEAD, stamp, b"\x5a", size, event)
     return b"".join(parts)
 
 
