@@ -69,13 +69,18 @@ def _role(ranks: list[list[dict]]) -> dict:
     for name in names:
         per_rank = sorted(sum(st["phases_ns"].get(name, 0) for st in steps) for steps in ranks)
         phases[name] = {**phase_numbers(per_rank, step_total), "critical": None, "late": None}
-    phases = dict(sorted(phases.items(), key=lambda kv: (-kv[1]["total_ns"], kv[0])))
+    return role_numbers(len(ranks), step_total, idle_total, not_profiled, phases)
+
+
+def role_numbers(ranks: int, step_total: int, idle_total: int, not_profiled: int, phases: dict) -> dict:
+    """A role's numbers as the summary keeps them: its phases longest first (then by name), its
+    step, idle and unrecorded time and their shares of the step time."""
     return {
-        "ranks": len(ranks),
+        "ranks": ranks,
         "step_ns": step_total,
         "idle_ns": idle_total,
         "idle_fraction": idle_total / step_total if step_total else 0.0,
         "not_profiled_ns": not_profiled,
         "not_profiled_fraction": not_profiled / step_total if step_total else 0.0,
-        "phases": phases,
+        "phases": dict(sorted(phases.items(), key=lambda kv: (-kv[1]["total_ns"], kv[0]))),
     }

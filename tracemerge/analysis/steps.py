@@ -13,7 +13,7 @@ from typing import Any
 
 from tracemerge.analysis.device_table import breakdown_table
 from tracemerge.analysis.kernels_table import kernels_table
-from tracemerge.analysis.role_totals import PERCENTILES_FROM, phase_numbers
+from tracemerge.analysis.role_totals import PERCENTILES_FROM, phase_numbers, role_numbers
 from tracemerge.analysis.step_checks import unrecorded, withhold
 from tracemerge.analysis.step_kernels import STORED_ROWS as STORED_KERNEL_ROWS
 from tracemerge.analysis.step_kernels import step_kernel_rows, step_kernels_table
@@ -186,16 +186,7 @@ def _role(procs: dict[Identity, ProcessPhases], slices: list[PipelineSlice], not
     for name in names:
         values = sorted(sum(st.phases.get(name, 0) for st in p.steps) for p in procs.values())
         phases[name] = {**phase_numbers(values, step_total), **_held_up(s for s in slices if s.phase == name)}
-    phases = dict(sorted(phases.items(), key=lambda kv: (-kv[1]["total_ns"], kv[0])))
-    return {
-        "ranks": len(procs),
-        "step_ns": step_total,
-        "idle_ns": idle_total,
-        "idle_fraction": idle_total / step_total if step_total else 0.0,
-        "not_profiled_ns": not_profiled,
-        "not_profiled_fraction": not_profiled / step_total if step_total else 0.0,
-        "phases": phases,
-    }
+    return role_numbers(len(procs), step_total, idle_total, not_profiled, phases)
 
 
 def _held_up(slices: Iterable[PipelineSlice]) -> dict:
