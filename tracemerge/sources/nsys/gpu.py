@@ -38,6 +38,10 @@ SYNC_TYPES = dict(enumerate(("Unknown", "Event sync", "Stream wait sync", "Strea
 _END = int(FlowPhase.END)
 
 
+# The columns of every CUPTI activity on a device stream (kernels, copies, sets, synchronisations).
+_ON_STREAM = ("start", "end", "globalPid", "deviceId", "contextId", "streamId", "correlationId")
+
+
 def read_device(r: NsysReader) -> None:
     r.merged([_kernels(r), _copies(r, MEMCPY), _copies(r, MEMSET), _cuda_events(r)])
     r.merged([_syncs(r)])
@@ -48,16 +52,7 @@ def _kernels(r: NsysReader) -> Source | None:
     if not r.has_columns(KERNEL, "start", "end"):
         return None
     name_col = "demangledName" if r.schema.has(KERNEL, "demangledName") else "shortName"
-    cols: tuple[str, ...] = (
-        "start",
-        "end",
-        "globalPid",
-        "deviceId",
-        "contextId",
-        "streamId",
-        "correlationId",
-        name_col,
-    )
+    cols: tuple[str, ...] = (*_ON_STREAM, name_col)
     cols += ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread")
     cols += ("staticSharedMemory", "dynamicSharedMemory")
     heads, note, ordinal, mark = r.layout.args_heads, r.layout.note, r.layout.ordinal, r.layout.mark
@@ -122,7 +117,7 @@ def _copies(r: NsysReader, table: str) -> Source | None:
     if not r.has_columns(table, "start", "end"):
         return None
     kinds = r.schema.labels("ENUM_CUDA_MEM_KIND", MEM_KINDS)
-    cols: tuple[str, ...] = ("start", "end", "globalPid", "deviceId", "contextId", "streamId", "correlationId", "bytes")
+    cols: tuple[str, ...] = (*_ON_STREAM, "bytes")
     # a memcpy's kind and its source and destination memory; a memset's memory and value
     cols += ("copyKind", "srcKind", "dstKind") if table == MEMCPY else ("memKind", "value", "memKind")
 
@@ -154,16 +149,7 @@ def _syncs(r: NsysReader) -> Source | None:
     if not r.has_columns(SYNC, "start", "end"):
         return None
     types = r.schema.labels("ENUM_CUPTI_SYNC_TYPE", SYNC_TYPES)
-    cols: tuple[str, ...] = (
-        "start",
-        "end",
-        "globalPid",
-        "deviceId",
-        "contextId",
-        "streamId",
-        "correlationId",
-        "syncType",
-    )
+    cols: tuple[str, ...] = (*_ON_STREAM, "syncType")
     cols += ("deprecatedSyncType", "eventId")
 
     def handle(row: tuple) -> None:
