@@ -34,6 +34,7 @@ import msgspec
 import numpy as np
 
 from tracemerge.core.model import Identity
+from tracemerge.evidence.span_runs import side_by_side
 from tracemerge.evidence.span_union import SpanUnion
 from tracemerge.store.entries import ranks
 
@@ -93,28 +94,34 @@ class Coverage:
     """:func:`covered` of many windows over one sorted, disjoint span list: each window in two
     binary searches over the spans' starts and ends and a running total of their lengths, however
     many spans it holds, the searches of all the windows at once on int64 columns (:func:`covered`
-    window by window when a time is beyond int64, which no trace's is)."""
+    window by window when a time is beyond int64, which no trace's is). A union on disk is read a
+    chunk at a time, each window's figures summed over the chunks."""
 
-    __slots__ = ("before", "ends", "spans", "starts")
+    __slots__ = ("fits", "parts", "spans")
 
     def __init__(self, spans: Spans) -> None:
         self.spans = spans
+        self.fits = True
+        # Per part of the spans: their starts, ends and running lengths (None: read from disk).
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
         if type(spans) is SpanUnion:
-            self.starts, self.ends = spans.columns()
-        else:
-            try:
-                self.starts, self.ends = _covering_columns(spans)
-            except OverflowError:
-                self.starts = self.ends = None
-                return
-        # the length of the spans before k, made in one column (a union may hold millions)
-        self.before = np.zeros(len(self.starts) + 1, np.int64)
-        np.subtract(self.ends, self.starts, out=self.before[1:])
-        np.cumsum(self.before[1:], out=self.before[1:])
+            if not spans.on_disk:
+                self.parts = [_with_lengths(*spans.columns())]
+            return
+        try:
+            self.parts = [_with_lengths(*_covering_columns(spans))]
+        except OverflowError:
+            self.fits = False
+
+    def _parts(self) -> Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        if self.parts is not None:
+            return self.parts
+        assert type(self.spans) is SpanUnion
+        return (_with_lengths(starts, ends) for starts, ends in self.spans.chunks())
 
     def within_all(self, lo: list[int], hi: list[int]) -> list[int]:
         """How much of each window [lo[k], hi[k]) the spans cover."""
-        fits = self.starts is not None
+        fits = self.fits
         if fits:
             try:
                 los, his = np.array(lo, np.int64), np.array(hi, np.int64)
@@ -122,38 +129,35 @@ class Coverage:
                 fits = False
         if not fits:
             return [covered(self.spans, a, b) for a, b in zip(lo, hi, strict=True)]
-        starts, ends, count = self.starts, self.ends, len(self.starts)
-        first = np.searchsorted(ends, los, "right")  # the first span ending after lo
-        stop = np.searchsorted(starts, his, "left")  # the first span starting at or after hi
-        total = self.before[stop] - self.before[first]
-        if count:
-            total -= np.maximum(los - starts[np.minimum(first, count - 1)], 0)  # only the first begins before lo
-            total -= np.maximum(ends[np.maximum(stop - 1, 0)] - his, 0)  # only the last ends after hi
-        return np.where((his > los) & (first < stop), total, 0).tolist()
+        total = np.zeros(len(los), np.int64)
+        for starts, ends, before in self._parts():
+            total += _within(starts, ends, before, los, his)
+        return total.tolist()
 
     def bounds_all(self, lo: list[int], hi: list[int]) -> tuple[list[int | None], list[int | None]]:
         """Per window [lo[k], hi[k]): where the spans' cover of it starts and where it ends (None
         for a window they do not reach); two binary searches per window, as :meth:`within_all`."""
-        empty: list[int | None] = [None] * len(lo)
-        if self.starts is not None and len(self.starts):
-            try:
-                los, his = np.array(lo, np.int64), np.array(hi, np.int64)
-            except OverflowError:
-                los = his = None
-            if los is not None:
-                count = len(self.starts)
-                first = np.searchsorted(self.ends, los, "right")  # the first span ending after lo
-                last = np.searchsorted(self.starts, his, "left") - 1  # the last starting before hi
-                met = (his > los) & (first < count) & (last >= first)
-                starts = np.maximum(self.starts[np.minimum(first, count - 1)], los)
-                ends = np.minimum(self.ends[np.maximum(last, 0)], his)
-                return (
-                    [int(a) if ok else None for a, ok in zip(starts.tolist(), met.tolist(), strict=True)],
-                    [int(b) if ok else None for b, ok in zip(ends.tolist(), met.tolist(), strict=True)],
-                )
-        elif self.starts is not None:
-            return empty, list(empty)
-        return self._bounds_one_by_one(lo, hi)
+        if not self.fits:
+            return self._bounds_one_by_one(lo, hi)
+        try:
+            los, his = np.array(lo, np.int64), np.array(hi, np.int64)
+        except OverflowError:
+            los = his = None
+        met_any = np.zeros(len(lo), bool)
+        firsts = lasts = np.zeros(len(lo), np.int64)
+        for starts, ends, _ in self._parts():
+            if not len(starts):
+                continue
+            if los is None or his is None:
+                return self._bounds_one_by_one(lo, hi)
+            met, a, b = _reach(starts, ends, los, his)
+            firsts = np.where(met & ~met_any, a, firsts)  # from the first part that meets the window
+            lasts = np.where(met, b, lasts)  # to the last
+            met_any = met_any | met
+        return (
+            [int(a) if ok else None for a, ok in zip(firsts.tolist(), met_any.tolist(), strict=True)],
+            [int(b) if ok else None for b, ok in zip(lasts.tolist(), met_any.tolist(), strict=True)],
+        )
 
     def _bounds_one_by_one(self, lo: list[int], hi: list[int]) -> tuple[list[int | None], list[int | None]]:
         """:meth:`bounds_all` window by window (times beyond int64)."""
@@ -169,6 +173,39 @@ class Coverage:
         return firsts, lasts
 
 
+def _with_lengths(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The columns, and the length of the spans before each (made in one column: a union may
+    hold millions)."""
+    before = np.zeros(len(starts) + 1, np.int64)
+    np.subtract(ends, starts, out=before[1:])
+    np.cumsum(before[1:], out=before[1:])
+    return starts, ends, before
+
+
+def _within(starts: np.ndarray, ends: np.ndarray, before: np.ndarray, los: np.ndarray, his: np.ndarray) -> np.ndarray:
+    """How much of each window the columns cover (``before``: :func:`_with_lengths`)."""
+    count = len(starts)
+    first = np.searchsorted(ends, los, "right")  # the first span ending after lo
+    stop = np.searchsorted(starts, his, "left")  # the first span starting at or after hi
+    total = before[stop] - before[first]
+    if count:
+        total -= np.maximum(los - starts[np.minimum(first, count - 1)], 0)  # only the first begins before lo
+        total -= np.maximum(ends[np.maximum(stop - 1, 0)] - his, 0)  # only the last ends after hi
+    return np.where((his > los) & (first < stop), total, 0)
+
+
+def _reach(
+    starts: np.ndarray, ends: np.ndarray, los: np.ndarray, his: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per window: whether the (non-empty) columns meet it, where their cover of it starts and
+    where it ends."""
+    count = len(starts)
+    first = np.searchsorted(ends, los, "right")  # the first span ending after lo
+    last = np.searchsorted(starts, his, "left") - 1  # the last starting before hi
+    met = (his > los) & (first < count) & (last >= first)
+    return met, np.maximum(starts[np.minimum(first, count - 1)], los), np.minimum(ends[np.maximum(last, 0)], his)
+
+
 def intersection(x: Spans, y: Spans) -> Spans:
     """The intersection of two sorted, disjoint span lists, in order (a :class:`SpanUnion` of two
     such unions).
@@ -178,6 +215,11 @@ def intersection(x: Spans, y: Spans) -> Spans:
     such pair that overlaps is a span of the intersection. Done on columns: a merge in Python
     took a second a run of 64 ranks × 1,000 steps."""
     if type(x) is SpanUnion and type(y) is SpanUnion:
+        if x.on_disk or y.on_disk:  # a chunk of each at a time, into a union that may spill too
+            out = SpanUnion(folder=x.folder or y.folder)
+            for starts, ends in side_by_side(x.chunks(), y.chunks(), _intersected_pair):
+                out.add_columns(starts, ends)
+            return out
         (xs, xe), (ys, ye) = sorted((x.columns(), y.columns()), key=lambda c: len(c[0]))
         return SpanUnion(*_intersected(xs, xe, ys, ye))  # the search's columns as long as the shorter
     if not x or not y:
@@ -202,6 +244,12 @@ def _intersected(xs: np.ndarray, xe: np.ndarray, ys: np.ndarray, ye: np.ndarray)
     a, b = np.maximum(xs[xi], ys[yi]), np.minimum(xe[xi], ye[yi])
     keep = a < b
     return a[keep], b[keep]
+
+
+def _intersected_pair(
+    x: tuple[np.ndarray, np.ndarray], y: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    return _intersected(*x, *y)
 
 
 def _covering_columns(spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -337,5 +385,4 @@ def _outer(spans: Spans) -> list[tuple[int, int]]:
     """The first and the last span of a sorted union (one, or none, when it holds fewer)."""
     if type(spans) is not SpanUnion:
         return [*spans[:1], *spans[-1:]]
-    starts, ends = spans.columns()
-    return [(int(starts[k]), int(ends[k])) for k in sorted({0, len(starts) - 1})] if len(starts) else []
+    return spans.outer()

@@ -56,9 +56,8 @@ def _busy(compute: Spans, comm: Spans) -> int:
 
 
 def _length(union: SpanUnion) -> int:
-    """How much time the union covers."""
-    starts, ends = union.columns()
-    return int((ends - starts).sum())
+    """How much time the union covers (a chunk at a time when it is on disk)."""
+    return sum(int((ends - starts).sum()) for starts, ends in union.chunks())
 
 
 STEP_TOP = 5  # names kept per process and step
@@ -100,22 +99,20 @@ def busiest_per_step(
 
 def add_window_totals(totals: WindowTotals, kernels: KernelTimes, windows: list[tuple[int, int]]) -> None:
     """Adds to ``totals`` the kernels' time in each window (windows in ``kernels``' own times), a
-    chunk of :data:`CHUNK` kernels at a time. Windows in start order that do not overlap are taken
-    in one vectorised pass (a kernel in two windows, rare, one by one); overlapping ones (a step
-    captured twice) window by window."""
+    chunk of :data:`CHUNK` kernels at a time (those on disk read a chunk at a time). Windows in
+    start order that do not overlap are taken in one vectorised pass (a kernel in two windows,
+    rare, one by one); overlapping ones (a step captured twice) window by window."""
     lo = np.array([a for a, _ in windows], np.int64)
     hi = np.array([b for _, b in windows], np.int64)
     disjoint = len(windows) < 2 or bool(np.all(lo[1:] >= hi[:-1]) and np.all(hi >= lo))
-    all_starts = np.asarray(kernels.starts, np.int64)
-    all_durs = np.asarray(kernels.durs, np.int64)
-    all_codes = np.asarray(kernels.codes, np.int32)
-    for at in range(0, len(all_starts), CHUNK):
-        starts, codes = all_starts[at : at + CHUNK], all_codes[at : at + CHUNK]
-        ends = starts + all_durs[at : at + CHUNK]
-        if disjoint:
-            _disjoint(totals, kernels.names, starts, ends, codes, lo, hi)
-        else:
-            _each_window(totals, kernels.names, starts, ends, codes, windows)
+    for all_starts, all_durs, all_codes in kernels.chunks():
+        for at in range(0, len(all_starts), CHUNK):
+            starts, codes = all_starts[at : at + CHUNK], all_codes[at : at + CHUNK]
+            ends = starts + all_durs[at : at + CHUNK]
+            if disjoint:
+                _disjoint(totals, kernels.names, starts, ends, codes, lo, hi)
+            else:
+                _each_window(totals, kernels.names, starts, ends, codes, windows)
 
 
 def _disjoint(

@@ -2,13 +2,15 @@
 
 Which event names are evidence, and under which tags, a :class:`~tracemerge.evidence.anchors.Watch` says
 (:mod:`tracemerge.evidence.anchors` describes the kinds); :class:`EvidenceNotes` keeps what sources note
-of them, in the file's own timestamps, capped per tag and thread.
+of them, in the file's own timestamps, capped per tag and thread; device activity past a bound
+spilled to ``folder`` (:mod:`tracemerge.evidence.column_file`), when there is one.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -23,8 +25,9 @@ Marks = dict[tuple[str, OriginKey, ThreadKey], list[tuple[int, int]] | SpanUnion
 class EvidenceNotes:
     """Clock anchors, phase marks and device activity noted while one file is read."""
 
-    def __init__(self, watch: Callable[[str], tuple[str, ...]] | None = None) -> None:
+    def __init__(self, watch: Callable[[str], tuple[str, ...]] | None = None, folder: Path | None = None) -> None:
         self.watch = watch
+        self.folder = folder  # where device activity past a bound is spilled (None: kept in memory)
         self.tags: dict[str, tuple[str, ...]] = {}  # per event name, what ``watch`` says of it
         self.marks: Marks = {}
         self.marks_over: Counter[str] = Counter()  # per kind of evidence, marks beyond the cap
@@ -47,7 +50,7 @@ class EvidenceNotes:
         found = self.marks.get((tag, origin, thread))
         if found is None:
             # device activity: a union of spans, merged as they come
-            found = self.marks[(tag, origin, thread)] = SpanUnion() if tag.startswith(DEVICE) else []
+            found = self.marks[(tag, origin, thread)] = SpanUnion(folder=self.folder) if tag.startswith(DEVICE) else []
         if type(found) is SpanUnion:
             found.add(start, end)
             return
@@ -65,7 +68,7 @@ class EvidenceNotes:
         key = (tag, origin, thread)
         found = self.marks.get(key)
         if found is None:
-            found = self.marks[key] = SpanUnion()
+            found = self.marks[key] = SpanUnion(folder=self.folder)
         found.add_columns(starts, ends)
 
     def absorb(self, marks: Marks, marks_over: Counter[str]) -> None:
@@ -77,7 +80,7 @@ class EvidenceNotes:
             if type(found) is SpanUnion:
                 mine = self.marks.get(key)
                 if mine is None:
-                    mine = self.marks[key] = SpanUnion()
+                    mine = self.marks[key] = SpanUnion(folder=self.folder)
                 mine.absorb(found)
                 continue
             for start, end in found:
@@ -98,7 +101,7 @@ class EvidenceNotes:
             if type(found) is SpanUnion:
                 union = marks.get(key)
                 if union is None:
-                    union = marks[key] = SpanUnion()
+                    union = marks[key] = SpanUnion(folder=self.folder)
                 union.absorb(found)
             else:
                 marks.setdefault(key, []).extend(found)
