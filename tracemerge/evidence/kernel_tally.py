@@ -13,6 +13,7 @@ its streams per process (:func:`process_kernels`, :func:`process_kernel_times`).
 
 from __future__ import annotations
 
+import sys
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -88,6 +89,8 @@ class KernelTally:
 
     def __init__(self, folder: Path | None = None) -> None:
         self.folder = folder
+        # A stream's kernels held in memory before they spill (checked per kernel: one compare).
+        self._spill_at = column_file.SPILL_AT if folder is not None else sys.maxsize
         self.by_stream: Tally = {}
         self.times: dict[tuple[OriginKey, ThreadKey], KernelTimes] = {}
         self._codes: dict[tuple[OriginKey, ThreadKey], dict[str, int]] = {}
@@ -109,11 +112,12 @@ class KernelTally:
         if code is None:
             code = codes[name] = len(times.names)
             times.names.append(name)
-        times.starts.append(start)
+        starts = times.starts
+        starts.append(start)
         times.durs.append(dur)
         times.codes.append(code)
-        if len(times.starts) >= column_file.SPILL_AT and self.folder is not None:
-            times.spill(self.folder)
+        if len(starts) >= self._spill_at:
+            times.spill(self.folder)  # type: ignore[arg-type]
 
     def add_rows(
         self, origin: OriginKey, thread: ThreadKey, names: list[str], starts: np.ndarray, durs: np.ndarray
@@ -147,8 +151,8 @@ class KernelTally:
         times.starts.frombytes(starts.astype(np.int64, copy=False).tobytes())
         times.durs.frombytes(durs.tobytes())
         times.codes.frombytes(stream_code[index].tobytes())
-        if len(times.starts) >= column_file.SPILL_AT and self.folder is not None:
-            times.spill(self.folder)
+        if len(times.starts) >= self._spill_at:
+            times.spill(self.folder)  # type: ignore[arg-type]
 
     def _columns(self, key: tuple[OriginKey, ThreadKey]) -> tuple[KernelTimes, dict[str, int]]:
         times = self.times.get(key)
@@ -183,8 +187,8 @@ class KernelTally:
                 mine_times.starts.frombytes(np.asarray(starts, np.int64).tobytes())
                 mine_times.durs.frombytes(np.asarray(durs, np.int64).tobytes())
                 mine_times.codes.frombytes(remap[np.asarray(found_codes, np.int32)].tobytes())
-            if len(mine_times.starts) >= column_file.SPILL_AT and self.folder is not None:
-                mine_times.spill(self.folder)
+            if len(mine_times.starts) >= self._spill_at:
+                mine_times.spill(self.folder)  # type: ignore[arg-type]
 
     def clear(self) -> None:
         """Forget everything (the source reads the file again)."""
