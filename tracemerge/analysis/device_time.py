@@ -249,7 +249,8 @@ def _intersected(xs: np.ndarray, xe: np.ndarray, ys: np.ndarray, ye: np.ndarray)
 def _intersected_pair(
     x: tuple[np.ndarray, np.ndarray], y: tuple[np.ndarray, np.ndarray]
 ) -> tuple[np.ndarray, np.ndarray]:
-    return _intersected(*x, *y)
+    """:func:`_intersected` of two chunks, searched from the shorter (the same spans, in order)."""
+    return _intersected(*x, *y) if len(x[0]) <= len(y[0]) else _intersected(*y, *x)
 
 
 def _covering_columns(spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
