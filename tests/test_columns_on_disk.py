@@ -1,7 +1,8 @@
 """Per-kernel columns past a bound live in the run's work folder (tracemerge.evidence.column_file):
 a span union or a stream's kernel columns of more than SPILL_AT spans or kernels is on disk, read
 back a chunk at a time, and every figure made of it is the one made in memory, to the
-nanosecond; merges and summaries give the same bytes and numbers, and leave nothing behind."""
+nanosecond; merges and summaries give the same bytes and numbers, and leave nothing behind. A
+thread's runs apart in time are found a block at a time, as they are of the whole thread."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ from tracemerge.core.model import Identity
 from tracemerge.evidence import column_file, span_union
 from tracemerge.evidence.kernel_tally import KernelTally
 from tracemerge.evidence.span_union import SpanUnion
+from tracemerge.store import entries
+from tracemerge.store.entries import ThreadEntries, entry_block
+from tracemerge.store.spill import RunStore
 
 runner = CliRunner()
 
@@ -190,3 +194,40 @@ def test_a_ray_node_keeps_the_columns_in_memory(monkeypatch, tmp_path: Path) -> 
     unions = [u for tags in outcome.scan.marks.values() for u in tags.values() if isinstance(u, SpanUnion)]
     assert unions and not any(u.on_disk for u in unions)
     assert all(not t.spilled for streams in outcome.scan.kernel_times.values() for t in streams)
+
+
+def _runs_of_the_whole(starts: list[int], ends: list[int], chunk: int) -> list[tuple[int, int, int]]:
+    """A thread's runs by their definition, over all its rows at once: a run is cut at the first
+    row ``chunk`` rows on whose earliest start from it on is after the latest end before it."""
+    total = len(starts)
+    if total <= chunk:
+        return [(0, total, min(starts))]
+    cuts = [r for r in range(1, total) if max(ends[:r]) < min(starts[r:])]
+    runs, lo = [], 0
+    for r in cuts:
+        if r >= lo + chunk:
+            runs.append((lo, r, min(starts[lo:])))
+            lo = r
+    return [*runs, (lo, total, min(starts[lo:]))]
+
+
+def test_a_thread_s_runs_are_found_a_block_at_a_time(monkeypatch, tmp_path: Path) -> None:
+    rng = random.Random(17)
+    store = RunStore(tmp_path)
+    for _ in range(300):
+        chunk = rng.choice([1, 2, 5, 20])
+        monkeypatch.setattr(entries, "CHUNK", chunk)
+        thread, starts, ends, t = ThreadEntries(), [], [], 0
+        for _ in range(rng.randrange(1, 6)):
+            rows = []
+            for _ in range(rng.randrange(1, 25)):
+                t = t + rng.randrange(0, 30) if rng.random() < 0.7 else rng.randrange(0, 400)
+                dur = rng.choice([0, 1, 4, 50, 900])
+                rows.append((t, -dur, 0, len(starts), b"."))
+                starts.append(t)
+                ends.append(t + dur)
+            thread.add_block(entry_block(rows))
+            if rng.random() < 0.4:
+                thread.spill(store)
+        assert thread.chunks(store) == _runs_of_the_whole(starts, ends, chunk)
+    store.close()
