@@ -5,20 +5,26 @@ The same device work the breakdown's compute and communication marks come from (
 compute and HCCL tasks) is totalled here by name, beside the span unions and apart from them: a
 total and a count per name and stream. Each kernel's start and length are kept too, as compact
 columns (:class:`KernelTimes`: 20 bytes a kernel), so that once the steps are known its time is
-counted in the step it ran in (:mod:`tracemerge.phases.kernels`). A file's scan groups its streams
-per process (:func:`process_kernels`, :func:`process_kernel_times`).
+counted in the step it ran in (:mod:`tracemerge.phases.kernels`). Given a folder (the run's work
+folder), a stream's columns go there :data:`SPILL_AT` kernels at a time
+(:mod:`tracemerge.evidence.column_file`) and are read back a chunk at a time. A file's scan groups
+its streams per process (:func:`process_kernels`, :func:`process_kernel_times`).
 """
 
 from __future__ import annotations
 
+import sys
 from array import array
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import msgspec
 import numpy as np
 
 from tracemerge.core.model import Identity, OriginKey, ThreadKey
+from tracemerge.evidence import column_file
+from tracemerge.evidence.column_file import Piece, read_column, write_column
 
 # Per (origin, stream): per name, [total device time (ns), count].
 Tally = dict[tuple[OriginKey, ThreadKey], dict[str, list[int]]]
@@ -26,26 +32,66 @@ Tally = dict[tuple[OriginKey, ThreadKey], dict[str, list[int]]]
 ProcessKernels = dict[Identity, dict[str, tuple[int, int]]]
 
 
+class KernelChunk(NamedTuple):
+    """Kernels written to disk: their starts, lengths and name codes, the codes read through
+    ``remap`` (the codes of the columns that took them in) when there is one."""
+
+    starts: Piece
+    durs: Piece
+    codes: Piece
+    remap: np.ndarray | None = None
+
+    def load(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        codes = read_column(self.codes)
+        return read_column(self.starts), read_column(self.durs), codes if self.remap is None else self.remap[codes]
+
+    def renamed(self, remap: np.ndarray) -> KernelChunk:
+        return self._replace(remap=remap if self.remap is None else remap[self.remap])
+
+
 class KernelTimes(msgspec.Struct):
-    """Kernels as columns: each one's start and length (ns) and the index of its name in ``names``."""
+    """Kernels as columns: each one's start and length (ns) and the index of its name in ``names``;
+    the first of them on disk (``spilled``, in order), the others in memory."""
 
     names: list[str]
     starts: Any  # array('q') while noted; an int64 numpy array once joined
     durs: Any
     codes: Any  # array('i') / int32
+    spilled: list[KernelChunk] = msgspec.field(default_factory=list)
 
     @classmethod
     def empty(cls) -> KernelTimes:
         return cls([], array("q"), array("q"), array("i"))
 
     def __len__(self) -> int:
-        return len(self.starts)
+        return sum(chunk.starts.size for chunk in self.spilled) + len(self.starts)
+
+    def spill(self, folder: Path) -> None:
+        """The kernels in memory written to ``folder``, after those there."""
+        if not len(self.starts):
+            return
+        columns = (np.asarray(self.starts, np.int64), np.asarray(self.durs, np.int64), np.asarray(self.codes, np.int32))
+        starts, durs, codes = (write_column(folder, c) for c in columns)
+        self.spilled.append(KernelChunk(starts, durs, codes))
+        self.starts, self.durs, self.codes = array("q"), array("q"), array("i")
+
+    def chunks(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The kernels' starts, lengths and name codes (int64, int64, int32), in order: a chunk
+        from disk at a time, then those in memory."""
+        for chunk in self.spilled:
+            yield chunk.load()
+        if len(self.starts):
+            yield np.asarray(self.starts, np.int64), np.asarray(self.durs, np.int64), np.asarray(self.codes, np.int32)
 
 
 class KernelTally:
-    """Per device stream, each kernel's or op's total device time and count, and its times."""
+    """Per device stream, each kernel's or op's total device time and count, and its times
+    (spilled to ``folder`` past :data:`SPILL_AT` kernels a stream, when there is one)."""
 
-    def __init__(self) -> None:
+    def __init__(self, folder: Path | None = None) -> None:
+        self.folder = folder
+        # A stream's kernels held in memory before they spill (checked per kernel: one compare).
+        self._spill_at = column_file.SPILL_AT if folder is not None else sys.maxsize
         self.by_stream: Tally = {}
         self.times: dict[tuple[OriginKey, ThreadKey], KernelTimes] = {}
         self._codes: dict[tuple[OriginKey, ThreadKey], dict[str, int]] = {}
@@ -67,9 +113,12 @@ class KernelTally:
         if code is None:
             code = codes[name] = len(times.names)
             times.names.append(name)
-        times.starts.append(start)
+        starts = times.starts
+        starts.append(start)
         times.durs.append(dur)
         times.codes.append(code)
+        if len(starts) >= self._spill_at:
+            self._spill(times)
 
     def add_rows(
         self, origin: OriginKey, thread: ThreadKey, names: list[str], starts: np.ndarray, durs: np.ndarray
@@ -103,6 +152,12 @@ class KernelTally:
         times.starts.frombytes(starts.astype(np.int64, copy=False).tobytes())
         times.durs.frombytes(durs.tobytes())
         times.codes.frombytes(stream_code[index].tobytes())
+        if len(times.starts) >= self._spill_at:
+            self._spill(times)
+
+    def _spill(self, times: KernelTimes) -> None:
+        if self.folder is not None:  # else nothing reaches the bound (sys.maxsize)
+            times.spill(self.folder)
 
     def _columns(self, key: tuple[OriginKey, ThreadKey]) -> tuple[KernelTimes, dict[str, int]]:
         times = self.times.get(key)
@@ -127,9 +182,18 @@ class KernelTally:
                 continue
             mine_times, codes = self._columns(key)
             remap = np.array([_code(codes, mine_times.names, n) for n in part.names], np.int32)
-            mine_times.starts.frombytes(np.asarray(part.starts, np.int64).tobytes())
-            mine_times.durs.frombytes(np.asarray(part.durs, np.int64).tobytes())
-            mine_times.codes.frombytes(remap[np.asarray(part.codes, np.int32)].tobytes())
+            if part.spilled and self.folder is not None:  # taken as they are, after the ones here
+                mine_times.spill(self.folder)
+                mine_times.spilled.extend(chunk.renamed(remap) for chunk in part.spilled)
+                parts = [(part.starts, part.durs, part.codes)]
+            else:
+                parts = [chunk.load() for chunk in part.spilled] + [(part.starts, part.durs, part.codes)]
+            for starts, durs, found_codes in parts:
+                mine_times.starts.frombytes(np.asarray(starts, np.int64).tobytes())
+                mine_times.durs.frombytes(np.asarray(durs, np.int64).tobytes())
+                mine_times.codes.frombytes(remap[np.asarray(found_codes, np.int32)].tobytes())
+            if len(mine_times.starts) >= self._spill_at:
+                self._spill(mine_times)
 
     def clear(self) -> None:
         """Forget everything (the source reads the file again)."""

@@ -2,13 +2,15 @@
 
 Which event names are evidence, and under which tags, a :class:`~tracemerge.evidence.anchors.Watch` says
 (:mod:`tracemerge.evidence.anchors` describes the kinds); :class:`EvidenceNotes` keeps what sources note
-of them, in the file's own timestamps, capped per tag and thread.
+of them, in the file's own timestamps, capped per tag and thread; device activity past a bound
+spilled to ``folder`` (:mod:`tracemerge.evidence.column_file`), when there is one.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -24,8 +26,9 @@ Marks = dict[MarkKey, list[tuple[int, int]] | SpanUnion]
 class EvidenceNotes:
     """Clock anchors, phase marks and device activity noted while one file is read."""
 
-    def __init__(self, watch: Callable[[str], tuple[str, ...]] | None = None) -> None:
+    def __init__(self, watch: Callable[[str], tuple[str, ...]] | None = None, folder: Path | None = None) -> None:
         self.watch = watch
+        self.folder = folder  # where device activity past a bound is spilled (None: kept in memory)
         self.tags: dict[str, tuple[str, ...]] = {}  # per event name, what ``watch`` says of it
         self.marks: Marks = {}
         self.marks_over: Counter[str] = Counter()  # per kind of evidence, marks beyond the cap
@@ -48,7 +51,7 @@ class EvidenceNotes:
         found = self.marks.get((tag, origin, thread))
         if found is None:
             # device activity: a union of spans, merged as they come
-            found = self.marks[(tag, origin, thread)] = SpanUnion() if tag.startswith(DEVICE) else []
+            found = self.marks[(tag, origin, thread)] = SpanUnion(folder=self.folder) if tag.startswith(DEVICE) else []
         if isinstance(found, SpanUnion):
             found.add(start, end)
             return
@@ -63,7 +66,7 @@ class EvidenceNotes:
         numpy into the thread's union."""
         if not len(starts):
             return
-        _union_at(self.marks, (tag, origin, thread)).add_columns(starts, ends)
+        _union_at(self.marks, (tag, origin, thread), self.folder).add_columns(starts, ends)
 
     def absorb(self, marks: Marks, marks_over: Counter[str]) -> None:
         """The notes of a part of the file read apart, after those before. A part's device
@@ -72,7 +75,7 @@ class EvidenceNotes:
         for key, found in marks.items():
             tag, origin, thread = key
             if isinstance(found, SpanUnion):
-                _union_at(self.marks, key).absorb(found)
+                _union_at(self.marks, key, self.folder).absorb(found)
                 continue
             for start, end in found:
                 self.mark(tag, origin, thread, start, end)
@@ -90,7 +93,7 @@ class EvidenceNotes:
         for (tag, origin, thread), found in self.marks.items():
             key = (tag, origin_of(origin, thread), thread)
             if isinstance(found, SpanUnion):
-                _union_at(marks, key).absorb(found)
+                _union_at(marks, key, self.folder).absorb(found)
             else:
                 listed = marks.setdefault(key, [])
                 assert isinstance(listed, list)  # a tag's marks are all of one kind
@@ -98,10 +101,10 @@ class EvidenceNotes:
         self.marks = marks
 
 
-def _union_at(marks: Marks, key: MarkKey) -> SpanUnion:
-    """The device activity at ``key``, a new union if there is none yet."""
+def _union_at(marks: Marks, key: MarkKey, folder: Path | None) -> SpanUnion:
+    """The device activity at ``key``, a new union (spilling to ``folder``) if there is none yet."""
     found = marks.get(key)
     if found is None:
-        found = marks[key] = SpanUnion()
+        found = marks[key] = SpanUnion(folder=folder)
     assert isinstance(found, SpanUnion)  # a tag's marks are all of one kind: a device tag's a union
     return found

@@ -46,10 +46,10 @@ def process_marks(
         if score > scores.get((ident, tag), (False, -1)):
             best[ident][tag] = found
             scores[(ident, tag)] = score
-    for tags in best.values():  # each union in one pair of columns, which later stages share
+    for tags in best.values():  # each union in one pair of columns (or one run on disk), which later stages share
         for found in tags.values():
             if type(found) is SpanUnion:
-                found.columns()
+                found.settle()
     return dict(best)
 
 

@@ -36,6 +36,7 @@ import msgspec
 import numpy as np
 
 from tracemerge.core.model import Identity
+from tracemerge.evidence.span_runs import side_by_side
 from tracemerge.evidence.span_union import SpanUnion
 from tracemerge.store.entries import ranks
 
@@ -95,17 +96,20 @@ class Coverage:
     """:func:`covered` of many windows over one union of spans: each window in two binary searches
     over the spans' starts and ends and a running total of their lengths, however many spans it
     holds, the searches of all the windows at once on int64 columns (:func:`covered` window by
-    window when a window's time is beyond int64, which no trace's is)."""
+    window when a window's time is beyond int64, which no trace's is). A union on disk is read a
+    chunk at a time, each window's figures summed over the chunks."""
 
-    __slots__ = ("before", "ends", "spans", "starts")
+    __slots__ = ("parts", "spans")
 
     def __init__(self, spans: Spans) -> None:
         self.spans = SpanUnion.of(spans)
-        self.starts, self.ends = self.spans.columns()
-        # the length of the spans before k, made in one column (a union may hold millions)
-        self.before = np.zeros(len(self.starts) + 1, np.int64)
-        np.subtract(self.ends, self.starts, out=self.before[1:])
-        np.cumsum(self.before[1:], out=self.before[1:])
+        # Per part of the union: its starts, ends and running lengths (None: read from disk).
+        self.parts = None if self.spans.on_disk else [_with_lengths(*self.spans.columns())]
+
+    def _parts(self) -> Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        if self.parts is not None:
+            return self.parts
+        return (_with_lengths(starts, ends) for starts, ends in self.spans.chunks())
 
     def within_all(self, lo: list[int], hi: list[int]) -> list[int]:
         """How much of each window [lo[k], hi[k]) the spans cover."""
@@ -114,33 +118,30 @@ class Coverage:
         except OverflowError:
             spans = list(self.spans)  # measured as Python ints
             return [covered(spans, a, b) for a, b in zip(lo, hi, strict=True)]
-        starts, ends, count = self.starts, self.ends, len(self.starts)
-        first = np.searchsorted(ends, los, "right")  # the first span ending after lo
-        stop = np.searchsorted(starts, his, "left")  # the first span starting at or after hi
-        total = self.before[stop] - self.before[first]
-        if count:
-            total -= np.maximum(los - starts[np.minimum(first, count - 1)], 0)  # only the first begins before lo
-            total -= np.maximum(ends[np.maximum(stop - 1, 0)] - his, 0)  # only the last ends after hi
-        return np.where((his > los) & (first < stop), total, 0).tolist()
+        total = np.zeros(len(los), np.int64)
+        for starts, ends, before in self._parts():
+            total += _within(starts, ends, before, los, his)
+        return total.tolist()
 
     def bounds_all(self, lo: list[int], hi: list[int]) -> tuple[list[int | None], list[int | None]]:
         """Per window [lo[k], hi[k]): where the spans' cover of it starts and where it ends (None
         for a window they do not reach); two binary searches per window, as :meth:`within_all`."""
-        count = len(self.starts)
-        if not count:
-            return [None] * len(lo), [None] * len(lo)
         try:
             los, his = np.array(lo, np.int64), np.array(hi, np.int64)
         except OverflowError:
             return self._bounds_one_by_one(lo, hi)
-        first = np.searchsorted(self.ends, los, "right")  # the first span ending after lo
-        last = np.searchsorted(self.starts, his, "left") - 1  # the last starting before hi
-        met = (his > los) & (first < count) & (last >= first)
-        starts = np.maximum(self.starts[np.minimum(first, count - 1)], los)
-        ends = np.minimum(self.ends[np.maximum(last, 0)], his)
+        met_any = np.zeros(len(lo), bool)
+        firsts = lasts = np.zeros(len(lo), np.int64)
+        for starts, ends, _ in self._parts():
+            if not len(starts):
+                continue
+            met, first, last = _reach(starts, ends, los, his)
+            firsts = np.where(met & ~met_any, first, firsts)  # from the first part that meets the window
+            lasts = np.where(met, last, lasts)  # to the last
+            met_any = met_any | met
         return (
-            [int(a) if ok else None for a, ok in zip(starts.tolist(), met.tolist(), strict=True)],
-            [int(b) if ok else None for b, ok in zip(ends.tolist(), met.tolist(), strict=True)],
+            [int(a) if ok else None for a, ok in zip(firsts.tolist(), met_any.tolist(), strict=True)],
+            [int(b) if ok else None for b, ok in zip(lasts.tolist(), met_any.tolist(), strict=True)],
         )
 
     def _bounds_one_by_one(self, lo: list[int], hi: list[int]) -> tuple[list[int | None], list[int | None]]:
@@ -157,15 +158,62 @@ class Coverage:
         return firsts, lasts
 
 
+def _with_lengths(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The columns, and the length of the spans before each (made in one column: a union may
+    hold millions)."""
+    before = np.zeros(len(starts) + 1, np.int64)
+    np.subtract(ends, starts, out=before[1:])
+    np.cumsum(before[1:], out=before[1:])
+    return starts, ends, before
+
+
+def _within(starts: np.ndarray, ends: np.ndarray, before: np.ndarray, los: np.ndarray, his: np.ndarray) -> np.ndarray:
+    """How much of each window the columns cover (``before``: :func:`_with_lengths`)."""
+    count = len(starts)
+    first = np.searchsorted(ends, los, "right")  # the first span ending after lo
+    stop = np.searchsorted(starts, his, "left")  # the first span starting at or after hi
+    total = before[stop] - before[first]
+    if count:
+        total -= np.maximum(los - starts[np.minimum(first, count - 1)], 0)  # only the first begins before lo
+        total -= np.maximum(ends[np.maximum(stop - 1, 0)] - his, 0)  # only the last ends after hi
+    return np.where((his > los) & (first < stop), total, 0)
+
+
+def _reach(
+    starts: np.ndarray, ends: np.ndarray, los: np.ndarray, his: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per window: whether the (non-empty) columns meet it, where their cover of it starts and
+    where it ends."""
+    count = len(starts)
+    first = np.searchsorted(ends, los, "right")  # the first span ending after lo
+    last = np.searchsorted(starts, his, "left") - 1  # the last starting before hi
+    met = (his > los) & (first < count) & (last >= first)
+    return met, np.maximum(starts[np.minimum(first, count - 1)], los), np.minimum(ends[np.maximum(last, 0)], his)
+
+
 def intersection(x: Spans, y: Spans) -> SpanUnion:
     """The intersection of two unions of spans, in order.
 
     Each span of ``x`` meets the spans of ``y`` from the first ending after it starts to the last
     starting before it ends (two binary searches, their ends and starts being sorted alike); every
     such pair that overlaps is a span of the intersection. Done on columns: a merge in Python
-    took a second a run of 64 ranks × 1,000 steps."""
-    (xs, xe), (ys, ye) = sorted((SpanUnion.of(x).columns(), SpanUnion.of(y).columns()), key=lambda c: len(c[0]))
+    took a second a run of 64 ranks × 1,000 steps. Unions on disk are taken a chunk of each at a
+    time, into a union that may spill too."""
+    x, y = SpanUnion.of(x), SpanUnion.of(y)
+    if x.on_disk or y.on_disk:
+        out = SpanUnion(folder=x.folder or y.folder)
+        for starts, ends in side_by_side(x.chunks(), y.chunks(), _intersected_pair):
+            out.add_columns(starts, ends)
+        return out
+    (xs, xe), (ys, ye) = sorted((x.columns(), y.columns()), key=lambda c: len(c[0]))
     return SpanUnion(*_intersected(xs, xe, ys, ye))  # the search's columns as long as the shorter
+
+
+def _intersected_pair(
+    x: tuple[np.ndarray, np.ndarray], y: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_intersected` of two chunks, searched from the shorter (the same spans, in order)."""
+    return _intersected(*x, *y) if len(x[0]) <= len(y[0]) else _intersected(*y, *x)
 
 
 def _intersected(xs: np.ndarray, xe: np.ndarray, ys: np.ndarray, ye: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -278,7 +326,7 @@ def whole_breakdowns(
     out = {}
     for ident, (compute_spans, comm_spans) in devices.items():
         compute, comm = SpanUnion.of(compute_spans), SpanUnion.of(comm_spans)
-        work = [span for span in (*_outer(compute), *_outer(comm)) if span[1] > span[0]]
+        work = [span for span in (*compute.outer(), *comm.outer()) if span[1] > span[0]]
         if not work:
             continue
         lo, hi = spans.get(ident, (min(a for a, _ in work), max(b for _, b in work)))
@@ -286,9 +334,3 @@ def whole_breakdowns(
         unions = Coverage(compute), Coverage(comm), Coverage(intersection(compute, comm))
         out[ident] = step_breakdowns([window], *unions, [0])[0]
     return out
-
-
-def _outer(spans: SpanUnion) -> list[tuple[int, int]]:
-    """The first and the last span of a union (one, or none, when it holds fewer)."""
-    starts, ends = spans.columns()
-    return [(int(starts[k]), int(ends[k])) for k in sorted({0, len(starts) - 1})] if len(starts) else []

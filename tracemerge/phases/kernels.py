@@ -56,9 +56,8 @@ def _busy(compute: Spans, comm: Spans) -> int:
 
 
 def _length(union: SpanUnion) -> int:
-    """How much time the union covers."""
-    starts, ends = union.columns()
-    return int((ends - starts).sum())
+    """How much time the union covers (a chunk at a time when it is on disk)."""
+    return sum(int((ends - starts).sum()) for starts, ends in union.chunks())
 
 
 STEP_TOP = 5  # names kept per process and step
@@ -113,22 +112,22 @@ def _numbered_names(parts: list[KernelTimes]) -> tuple[list[str], list[np.ndarra
 
 def window_sums(kernels: KernelTimes, windows: list[tuple[int, int]], remap: np.ndarray, n_names: int) -> Sums:
     """The kernels' time and count in each window (windows in ``kernels``' own times; each name
-    numbered by ``remap`` among ``n_names``), a chunk of :data:`CHUNK` kernels at a time. Windows in
-    start order that do not overlap are taken in one vectorised pass (a kernel in two windows,
-    rare, one by one); overlapping ones (a step captured twice) window by window."""
+    numbered by ``remap`` among ``n_names``), a chunk of :data:`CHUNK` kernels at a time (those on
+    disk read a chunk at a time). Windows in start order that do not overlap are taken in one
+    vectorised pass (a kernel in two windows, rare, one by one); overlapping ones (a step captured
+    twice) window by window."""
     lo = np.array([a for a, _ in windows], np.int64)
     hi = np.array([b for _, b in windows], np.int64)
     disjoint = len(windows) < 2 or bool(np.all(lo[1:] >= hi[:-1]) and np.all(hi >= lo))
-    all_starts = np.asarray(kernels.starts, np.int64)
-    all_durs = np.asarray(kernels.durs, np.int64)
-    all_codes = remap[np.asarray(kernels.codes, np.int64)] if len(remap) else np.zeros(0, np.int64)
     found: list[Sums] = []
-    for at in range(0, len(all_starts), CHUNK):
-        starts, codes = all_starts[at : at + CHUNK], all_codes[at : at + CHUNK]
-        ends = starts + all_durs[at : at + CHUNK]
-        pieces = _disjoint(starts, ends, lo, hi) if disjoint else _each_window(starts, ends, windows)
-        for win, inside, which in pieces:
-            found.append(_reduced(win * n_names + codes[which], inside, np.ones(len(which), np.int64)))
+    for all_starts, all_durs, raw_codes in kernels.chunks():
+        all_codes = remap[np.asarray(raw_codes, np.int64)] if len(remap) else np.zeros(0, np.int64)
+        for at in range(0, len(all_starts), CHUNK):
+            starts, codes = all_starts[at : at + CHUNK], all_codes[at : at + CHUNK]
+            ends = starts + all_durs[at : at + CHUNK]
+            pieces = _disjoint(starts, ends, lo, hi) if disjoint else _each_window(starts, ends, windows)
+            for win, inside, which in pieces:
+                found.append(_reduced(win * n_names + codes[which], inside, np.ones(len(which), np.int64)))
     if not found:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
     return _reduced(*(np.concatenate(c) for c in zip(*found, strict=True)))

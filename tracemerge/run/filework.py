@@ -76,6 +76,10 @@ class FileJob(msgspec.Struct, frozen=True):
     # running the job may read parts of a large file at once (the same bytes however many).
     # Its keep_zero_counters comes from ``selection``.
     read: ReadOptions = DEFAULT_READ
+    # The chunk's folder is the merge's work folder, which the process that plans sees too: the
+    # per-kernel columns (device activity, kernel times) spill there past a bound and travel as
+    # where they lie. False where it is not (a Ray node's folder): they stay in memory.
+    columns_on_disk: bool = True
 
     @property
     def unit(self) -> UnitPlan | None:
@@ -223,13 +227,15 @@ def _new_layout(job: FileJob, enc: Encoder, keep_layout: bool) -> FileLayout:
     """The layout a file is read into: spilled beside the chunk (to a named run file when the
     layout is kept for a second pass), watching the job's evidence, with its read options."""
     store = _layout_files(job.chunk)[1] if keep_layout and job.chunk is not None else None
+    folder = job.chunk.parent if job.chunk else None
     return FileLayout(
         enc,
         job.budget,
-        job.chunk.parent if job.chunk else None,
+        folder,
         Watch(job.sync, PhaseRules(job.phases)),
         store,
         replace(job.read, keep_zero_counters=job.selection.keep_zero_counters),
+        folder if job.columns_on_disk else None,
     )
 
 

@@ -106,7 +106,7 @@ def process_on_node(job: FileJob, folder: str) -> tuple[FileOutcome, bytes | Non
     local.mkdir(parents=True, exist_ok=True)
     assert job.chunk is not None
     chunk = local / job.chunk.name
-    outcome = process_file(replace(job, chunk=chunk))
+    outcome = process_file(replace(job, chunk=chunk, columns_on_disk=False))  # the driver cannot read this folder
     try:
         data = chunk.read_bytes()
     except FileNotFoundError:  # a read for its summary only writes no chunk

@@ -87,35 +87,40 @@ class ThreadEntries(Columnar):
         total = sum(block.n for block in blocks)
         if total <= CHUNK:
             return [(0, total, self.span()[0])] if total else []
-        # The earliest start from each row on (read backwards), then the latest end before it.
-        after = np.empty(total, np.int64)
-        end = total
-        floor = np.iinfo(np.int64).max
-        for block in reversed(blocks):
-            starts = block.columns(store)["starts"]
-            after[end - block.n : end] = np.minimum(np.minimum.accumulate(starts[::-1])[::-1], floor)
-            floor = int(after[end - block.n])
-            end -= block.n
-        cuttable = np.zeros(total, bool)
-        reach = np.iinfo(np.int64).min
+        # Worked out a block at a time (a thread may hold millions of rows): a row is a place to
+        # cut when the latest end before it is earlier than the earliest start from it on; the
+        # earliest start after each block is that of the blocks after it (their own earliest).
+        floors = [int(np.iinfo(np.int64).max)] * len(blocks)
+        for k in range(len(blocks) - 2, -1, -1):
+            floors[k] = min(floors[k + 1], blocks[k + 1].lo) if blocks[k + 1].n else floors[k + 1]
+        runs: list[tuple[int, int, int]] = []
+        lo, lo_after = 0, 0  # the current run's first row and the earliest start from it on
+        reach = int(np.iinfo(np.int64).min)  # the latest end before the block
         first = 0
-        for block in blocks:
+        for block, floor in zip(blocks, floors, strict=True):
+            if not block.n:
+                continue
             cols = block.columns(store)
-            ends = np.maximum(np.maximum.accumulate(cols["starts"] - cols["negdurs"]), reach)
-            cuttable[first + 1 : first + block.n + 1] = (
-                ends[: total - first - 1] < after[first + 1 : first + block.n + 1]
-            )
+            starts = cols["starts"]
+            after = np.minimum(np.minimum.accumulate(starts[::-1])[::-1], floor)
+            ends = np.maximum(np.maximum.accumulate(starts - cols["negdurs"]), reach)
+            if not first:
+                lo_after = int(after[0])
+            # cuttable[j]: the block's row j (the first row of all never is)
+            cuttable = np.empty(block.n, bool)
+            cuttable[0] = bool(first) and reach < after[0]
+            cuttable[1:] = ends[:-1] < after[1:]
+            at = np.flatnonzero(cuttable) + first
+            while True:
+                k = int(np.searchsorted(at, lo + CHUNK))
+                if k == len(at):
+                    break
+                runs.append((lo, int(at[k]), lo_after))
+                lo = int(at[k])
+                lo_after = int(after[lo - first])
             reach = int(ends[-1])
             first += block.n
-        at = np.flatnonzero(cuttable)
-        runs, lo = [], 0
-        while True:
-            k = int(np.searchsorted(at, lo + CHUNK))
-            if k == len(at):
-                break
-            runs.append((lo, int(at[k]), int(after[lo])))
-            lo = int(at[k])
-        runs.append((lo, total, int(after[lo])))
+        runs.append((lo, total, lo_after))
         return runs
 
     def span(self) -> tuple[int, int]:

@@ -53,7 +53,9 @@ class PlaceholderEncoder:
 
 
 class FileLayout(EventStore):
-    """One file's event store, its evidence notes (``notes``) and its read options (``options``).
+    """One file's event store, its evidence notes (``notes``) and its read options (``options``);
+    the per-kernel columns of its notes and kernel tally spill to ``columns_dir`` past a bound
+    (:mod:`tracemerge.evidence.column_file`; None: they stay in memory).
 
     The encodings of names ``watch`` tags as evidence are cached apart from the others
     (``watched_prefixes``): a source's lookup in ``prefixes`` misses them, and it notes the slices
@@ -68,15 +70,16 @@ class FileLayout(EventStore):
         watch: Callable[[str], tuple[str, ...]] | None = None,
         store_path: Path | None = None,
         options: ReadOptions = DEFAULT_READ,
+        columns_dir: Path | None = None,
     ) -> None:
-        notes = EvidenceNotes(watch)
+        notes = EvidenceNotes(watch, columns_dir)
         super().__init__(enc, budget, spill_dir, store_path, notes.tag)
         self.notes = notes
         self.options = options
         # The notes' members sources reach through the layout, bound once (they are called per event).
         self.tag, self.note, self.mark, self.mark_device = notes.tag, notes.note, notes.mark, notes.mark_device
         # Each kernel's or op's device time, by name (the busiest kernels), beside the marks.
-        self.kernels = KernelTally()
+        self.kernels = KernelTally(columns_dir)
         self.tally, self.tally_rows = self.kernels.add, self.kernels.add_rows
         # Read in parts: every part's name and category, numbered in order.
         self.part_names: dict[tuple[str, str], int] = {}
@@ -124,6 +127,7 @@ class FileLayout(EventStore):
             "name": f".tracemerge-part-{os.getpid()}-{id(self):x}",
             "watch": self.notes.watch,
             "options": self.options,
+            "columns": self.notes.folder,
         }
 
     @classmethod
@@ -133,7 +137,7 @@ class FileLayout(EventStore):
         store = recipe["directory"] / f"{recipe['name']}.{index}.runs"
         enc = PlaceholderEncoder(recipe["kind"])
         # A part's layout only encodes what it reads: it is handed to the file's, never laid out.
-        layout = cls(enc, recipe["budget"], None, recipe["watch"], store, recipe["options"])
+        layout = cls(enc, recipe["budget"], None, recipe["watch"], store, recipe["options"], recipe["columns"])
         layout.count_ordinals_from(index << 44)
         return layout
 
