@@ -110,3 +110,21 @@ def test_diff_is_a_library_call_with_a_typed_result(tmp_path: Path) -> None:
     same = diff(FIXTURES / "phases", str(FIXTURES / "phases"), fail_over=0.1, phase_rules="verl")
     assert same.passed and same.gate.compared == 8 and same.mode == "paired"
     assert diff(base, base).gate is None
+
+
+def test_a_json_trace_s_summary_is_found_without_reading_the_whole_trace(tmp_path: Path) -> None:
+    """The note is looked for a batch of events at a time: text that no JSON reader takes, a
+    megabyte after the note, is never reached (loading the whole file would fail on it)."""
+    from tracemerge.readback.stored_summary import read_summary
+
+    merge([FIXTURES / "kineto_gpu"], tmp_path / "run.json")
+    text = (tmp_path / "run.json").read_bytes()
+    note_end = text.index(b"\n", text.index(b'"name":"phase summary"')) + 1
+    filler = b"".join(b'{"ph":"i","name":"pad","ts":%d,"pid":9,"tid":9},\n' % k for k in range(20_000))
+    broken = text[:note_end] + filler + b"{not json},\n" + text[note_end:]
+    (tmp_path / "broken.json").write_bytes(broken)
+    expected = read_summary(tmp_path / "run.json")
+    assert isinstance(expected, dict) and [s["step"] for s in expected["steps"]] == [1, 2]
+    assert read_summary(tmp_path / "broken.json") == expected
+    # a JSON trace of another tool holds none, read through in batches; a summary of its own is no trace
+    assert read_summary(FIXTURES / "kineto_gpu" / "rank0.pt.trace.json") is None

@@ -29,10 +29,12 @@ when no gated quantity has a value on both sides: a gate never passes with nothi
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections.abc import Iterable
 from pathlib import Path
 
+from tracemerge.analysis.summary_model import Summary
 from tracemerge.compare.kernels import compare_kernels, format_kernels
 from tracemerge.compare.samples import (
     ACTIVE,
@@ -75,13 +77,21 @@ def read_numbers(path: Path) -> dict | None:
 
 
 def _summary_file(path: Path) -> bool:
+    """Whether ``path`` is a summary JSON file: an object whose first key is one a summary has (a
+    trace's is ``traceEvents`` or its own metadata: it is then not loaded whole to find out)."""
     try:
         with path.open("rb") as f:
-            if f.read(1) != b"{":
-                return False
+            head = f.read(4096).lstrip(b" \t\r\n")
+        first = _FIRST_KEY.match(head)
+        if first is None or first[1].decode() not in SUMMARY_KEYS:
+            return False
         return is_summary(json.loads(path.read_bytes()))
     except (OSError, ValueError, RecursionError):
         return False
+
+
+_FIRST_KEY = re.compile(rb'\{\s*"([A-Za-z_]{1,40})"\s*:')
+SUMMARY_KEYS = frozenset(Summary.__struct_fields__)
 
 
 def parse_threshold(text: str) -> float:

@@ -1,5 +1,12 @@
 """The phase summary a merged trace carries (the ``phase summary`` instant tracemerge writes: lines
-as a person reads them, and the numbers as one JSON text, :func:`tracemerge.phases.stored`)."""
+as a person reads them, and the numbers as one JSON text, :func:`tracemerge.phases.stored`).
+
+Neither form is loaded whole to find it: a ``.pftrace`` is read packet by packet up to the end of
+its descriptor sequence, a JSON trace a batch of events at a time
+(:class:`~tracemerge.sources.json.stream.EventStream`, each event's name and category decoded,
+its args kept as text), up to the note (in the header of what tracemerge writes); a JSON trace of
+another tool is read through in bounded batches and holds none.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +14,14 @@ import gzip
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
+import msgspec
+
+from tracemerge.core.errors import InputError, NotATrace
 from tracemerge.plan.types import SUMMARY_NOTE
 from tracemerge.sources.base import GZIP_MAGIC
+from tracemerge.sources.json.stream import EventStream
 from tracemerge.writers import perfetto_trace_pb2 as pb
 from tracemerge.writers.perfetto_tracks import DESCRIPTOR_SEQUENCE
 
@@ -23,19 +34,38 @@ def read_summary(path: Path) -> dict | None:
     opener = gzip.open if gz else open
     with opener(path, "rb") as f:
         head = f.read(64).lstrip(b" \t\r\n")[:1]  # JSON may open with blanks (Kineto's does)
-    with opener(path, "rb") as f:
-        found = _from_json(f) if head in (b"{", b"[") else _from_pftrace(f)  # type: ignore[arg-type]
+    if head in (b"{", b"["):
+        found = _from_json(path)
+    else:
+        with opener(path, "rb") as f:
+            found = _from_pftrace(f)  # type: ignore[arg-type]
     if isinstance(found, dict) and isinstance(found.get("numbers"), str):
         return json.loads(found["numbers"])
     return found  # as tracemerge wrote it before the readable form
 
 
-def _from_json(f: BinaryIO) -> dict | None:
-    top = json.load(f)
-    events = top.get("traceEvents", []) if isinstance(top, dict) else top
-    for e in events:
-        if isinstance(e, dict) and e.get("name") == SUMMARY_NOTE and e.get("cat") == "tracemerge":
-            return e.get("args", {}).get("summary")
+class _Note(msgspec.Struct):
+    """What the search needs of an event: its name and category (of any type), its args as text."""
+
+    name: Any = None
+    cat: Any = None
+    args: msgspec.Raw = msgspec.Raw(b"")
+
+
+def _from_json(path: Path) -> dict | None:
+    """The summary note's ``summary`` arg in a JSON trace; None when it holds no note (or is no
+    trace: a JSON object without ``traceEvents``). ValueError when it cannot be read."""
+    stream = EventStream(path, _Note, _Note)
+    try:
+        for batch in stream.batches():
+            for event in batch:
+                if type(event) is _Note and event.name == SUMMARY_NOTE and event.cat == "tracemerge":
+                    args = json.loads(bytes(event.args)) if event.args else {}
+                    return args.get("summary")  # AttributeError for args of no shape tracemerge writes
+    except NotATrace:
+        return None
+    except InputError as exc:
+        raise ValueError(exc.reason) from None
     return None
 
 
