@@ -15,6 +15,10 @@ time, CPU time and peak RSS (from ``wait4``); ``--against DIR`` runs another cop
   same times and names, and an NVTX ``ProfilerStep#k`` range every 1,000 kernels;
 * ``tids N``: N threads of one complete event each, in one process (``bench/hard_inputs.py``'s
   shape): N tracks, each with its own track id.
+
+``--summary-of-json``: each kernel input is also merged into Chrome JSON (by this copy), and
+``tracemerge summary`` of that merged file is measured with each copy (the stored summary read
+back from a trace of N kernels).
 """
 
 from __future__ import annotations
@@ -116,9 +120,12 @@ def write_nsys(path: Path, kernels: int) -> None:
     con.close()
 
 
-def _run(env: dict[str, str], trace: Path, out: Path, timeout: float) -> str:
-    """One merge of ``trace``: its wall, CPU and peak RSS, or why it has none."""
+def _run(env: dict[str, str], trace: Path, out: Path, timeout: float, summary: bool = False) -> str:
+    """One merge of ``trace`` (with ``summary``: ``tracemerge summary`` of it): its wall, CPU and
+    peak RSS, or why it has none."""
     command = [sys.executable, "-m", "tracemerge", str(trace), "-q", "-o", str(out)]
+    if summary:
+        command = [sys.executable, "-m", "tracemerge", "summary", str(trace)]
     done = waited(command, env, out.parent, timeout, stderr=subprocess.PIPE)
     if done is None:
         return f"> {timeout:g} s"
@@ -129,6 +136,16 @@ def _run(env: dict[str, str], trace: Path, out: Path, timeout: float) -> str:
     return f"{wall:8.2f} s {cpu:8.2f} s {usage.ru_maxrss // 1024:6d} MB"
 
 
+def _summaries_of_json(copies: dict[str, dict[str, str]], path: Path, merged: Path, label: str, timeout: float) -> None:
+    """``tracemerge summary`` of ``path`` merged into Chrome JSON (by this copy), with each copy."""
+    print(f"{label + ' → JSON':18s} {'this':8s} {'':7s} {_run(copies['this'], path, merged, timeout)}", flush=True)
+    size = merged.stat().st_size / 1e6
+    for copy, env in copies.items():
+        found = _run(env, merged, merged, timeout, summary=True)
+        print(f"{'  summary of it':18s} {copy:8s} {size:7.1f} {found}", flush=True)
+    merged.unlink()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", type=int, nargs="*", default=[1_000_000, 2_000_000, 4_000_000, 10_000_000])
@@ -137,6 +154,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--against", type=Path, help="a folder holding another tracemerge package")
     parser.add_argument("--keep", type=Path, help="write the inputs here and keep them (reused when there)")
+    parser.add_argument("--summary-of-json", action="store_true", help="also `summary` of each merged into JSON")
     args = parser.parse_args()
     copies = package_copies(args.against)
     work = args.keep or Path(tempfile.mkdtemp(prefix="tracemerge-bench-kernels-"))
@@ -161,6 +179,8 @@ def main() -> None:
             for copy, env in copies.items():
                 found = _run(env, path, out, args.timeout)
                 print(f"{label:18s} {copy:8s} {size:7.1f} {found}", flush=True)
+            if args.summary_of_json and write is not None:
+                _summaries_of_json(copies, path, out.with_name("merged.json"), label, args.timeout)
             if args.keep is None:
                 path.unlink()
     finally:
