@@ -25,6 +25,7 @@ from readback import read_pftrace
 from tracemerge.layout import nesting, thread_walk
 from tracemerge.pipeline import merge
 from tracemerge.store import column_blocks, entries
+from tracemerge.store.spill import RunStore
 
 T0 = 1_700_000_000_000_000  # µs, so that the output has a wall clock
 
@@ -262,3 +263,42 @@ def test_placeholders_give_way_to_the_names_they_stand_for() -> None:
         expected = [names[int(numbering[p])] + r for p, r in zip(picks, rests, strict=True)]
         assert joined == b"".join(expected)
         assert sizes.tolist() == [len(e) for e in expected]
+
+
+def test_byte_ranges_are_gathered_a_bounded_slice_at_a_time(monkeypatch) -> None:
+    """Ranges past GATHER_AT_ONCE bytes are gathered a slice of rows at a time (a row longer than
+    the slice alone): the same bytes as joining each range, whatever the slice."""
+    rng = random.Random(5)
+    data = bytes(rng.randrange(256) for _ in range(2_000))
+    for at_once in (1, 2, 7, 64, 1 << 20):
+        monkeypatch.setattr(entries, "GATHER_AT_ONCE", at_once)
+        for _ in range(60):
+            lengths = np.array([rng.choice([0, 1, 3, 40, 300]) for _ in range(rng.randrange(40))], np.int64)
+            begins = np.array([rng.randrange(len(data) - n + 1) for n in lengths.tolist()], np.int64)
+            expected = b"".join(data[b : b + n] for b, n in zip(begins.tolist(), lengths.tolist(), strict=True))
+            assert entries.gathered(data, begins, lengths) == expected
+            assert entries.gathered(np.frombuffer(data, np.uint8), begins, lengths) == expected
+
+
+def test_a_run_s_blocks_are_read_one_at_a_time(monkeypatch, tmp_path: Path) -> None:
+    """pieces() reads a block's columns and bodies when it is reached, not the run's all at once."""
+    store = RunStore(tmp_path)
+    thread = entries.ThreadEntries()
+    for k in range(3):
+        rows = [(10 * (3 * k + i), -5, 0, 3 * k + i, b"body%d" % (3 * k + i)) for i in range(3)]
+        thread.add_block(entries.entry_block(rows))
+        thread.spill(store)  # on disk: each block read back when asked for
+    loaded: list[int] = []
+    original = column_blocks.Block.columns
+
+    def counting(block: column_blocks.Block, found_store: RunStore) -> dict:
+        loaded.append(block.n)
+        return original(block, found_store)
+
+    monkeypatch.setattr(column_blocks.Block, "columns", counting)
+    pieces = thread.pieces(store, 1, 8, bodies=True)
+    assert loaded == []
+    (_, bodies, _), start, stop = next(pieces)
+    assert loaded == [3] and (start, stop) == (1, 3) and bodies == b"body0body1body2"
+    assert [(a, b) for _, a, b in pieces] == [(0, 3), (0, 2)] and loaded == [3, 3, 3]
+    store.close()

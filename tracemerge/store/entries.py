@@ -12,6 +12,7 @@ the order of reading, which the walk relies on (see :mod:`tracemerge.store.file_
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from operator import itemgetter
 from typing import Any
 
@@ -61,21 +62,20 @@ class ThreadEntries(Columnar):
         parts = [{name: cols[name][lo:hi] for name in names} for cols, lo, hi in self.pieces(store, *rows)]
         return {name: np.concatenate([part[name] for part in parts]) for name in names}
 
-    def pieces(self, store: RunStore, lo: int, hi: int, bodies: bool = False) -> list[tuple[Any, int, int]]:
+    def pieces(self, store: RunStore, lo: int, hi: int, bodies: bool = False) -> Iterator[tuple[Any, int, int]]:
         """The blocks holding rows lo..hi, each as (its columns, or (columns, bodies, block)
-        with ``bodies``, and the range of it within)."""
-        found = []
+        with ``bodies``, and the range of it within), read from the store one at a time as they
+        are asked for (a run of a thread spans blocks of megabytes each)."""
         first = 0
         for block in self.sealed():
             last = first + block.n
             if last > lo and first < hi:
                 cols = block.columns(store)
                 got = (cols, block.body_bytes(store), block) if bodies else cols
-                found.append((got, max(lo - first, 0), min(hi, last) - first))
+                yield got, max(lo - first, 0), min(hi, last) - first
             first = last
             if first >= hi:
                 break
-        return found
 
     def chunks(self, store: RunStore) -> list[tuple[int, int, int]]:
         """The entries as runs apart in time, each (first row, end row, earliest start): every
@@ -239,14 +239,38 @@ def distinct(values: np.ndarray) -> np.ndarray:
     return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
 
 
+# Bytes gathered by one index: the index costs 8 bytes (and its making 24 more) per byte
+# gathered, so ranges are taken this many bytes at a time (a block's names can run to 10 MB).
+GATHER_AT_ONCE = 1 << 20
+
+
 def gathered(data: bytes | np.ndarray, begins: np.ndarray, lengths: np.ndarray) -> bytes:
     """The byte ranges [begin, begin + length) of ``data``, joined."""
     total = int(lengths.sum())
     if not total:
         return b""
-    index = np.repeat(begins - (np.cumsum(lengths) - lengths), lengths) + np.arange(total)
     source = data if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)
-    return source[index].tobytes()
+    if total <= GATHER_AT_ONCE:
+        return source[_byte_index(begins, lengths, total)].tobytes()
+    ends = np.cumsum(lengths)
+    out = np.empty(total, np.uint8)
+    row = at = 0
+    while row < len(lengths):
+        # the rows ending within the next GATHER_AT_ONCE bytes (a longer row alone, as a slice)
+        stop = max(int(np.searchsorted(ends, at + GATHER_AT_ONCE, "right")), row + 1)
+        size = int(ends[stop - 1]) - at
+        if stop == row + 1:
+            begin = int(begins[row])
+            out[at : at + size] = source[begin : begin + size]
+        else:
+            out[at : at + size] = source[_byte_index(begins[row:stop], lengths[row:stop], size)]
+        row, at = stop, at + size
+    return out.tobytes()
+
+
+def _byte_index(begins: np.ndarray, lengths: np.ndarray, total: int) -> np.ndarray:
+    """The position in the source of each byte of the ranges, in order."""
+    return np.repeat(begins - (np.cumsum(lengths) - lengths), lengths) + np.arange(total)
 
 
 _first, _second, _third, _fourth, _fifth = (itemgetter(i) for i in range(5))
