@@ -1,6 +1,7 @@
 """Inputs whose cost is not in their size: wall time and peak memory of one merge of each.
 
     python bench/hard_inputs.py [--repeat 3] [--timeout 120] [--memory 4096] [--rank FILE] [--against DIR]
+                                [--only NAME ...]
 
 Writes each shape into a temporary folder and merges it in a child process (``-q``, default
 options), printing the median wall time and the peak RSS of its runs:
@@ -9,13 +10,15 @@ options), printing the median wall time and the peak RSS of its runs:
   JSON, N objects long (N times ``}, {``, which is how one event of the array ends and the next
   begins; about 14 bytes each);
 * ``threads N``: N threads of one complete event each, in one process;
-* ``processes N``: N processes of one complete event each.
+* ``processes N``: N processes of one complete event each;
+* ``long-args N``: N complete events on four threads, each with a 3,000-byte arg (a call stack or
+  shapes as text: memory held per event is in the bytes, not the count).
 
 ``--rank FILE`` adds a real rank's Kineto JSON as it is, and with such an arg (150,000 objects,
 4 MB) put halfway through. Each run may take ``--memory`` MB of address space (one that runs out
 exits 1: its file skipped as unreadable); a run past ``--timeout`` seconds is stopped. Both are
 shown as such. ``--against DIR`` runs another copy of the package (a folder holding
-``tracemerge/``) on each shape too, alternately.
+``tracemerge/``) on each shape too, alternately; ``--only`` runs the shapes whose names start so.
 """
 
 from __future__ import annotations
@@ -42,6 +45,16 @@ def _one_event_each(path: Path, count: int, by: str) -> None:
     key = "tid" if by == "threads" else "pid"
     events = [{"ph": "X", "name": "k", "pid": 1, "tid": 1, "ts": n, "dur": 1} | {key: n} for n in range(count)]
     path.write_text(json.dumps({"traceEvents": events}))
+
+
+def _long_args(path: Path, count: int) -> None:
+    pad = "x" * 3_000
+    with path.open("w") as out:
+        out.write('{"traceEvents":[\n')
+        for n in range(count):
+            event = {"ph": "X", "name": f"op{n % 50}", "cat": "cpu_op", "pid": 1, "tid": 1 + n % 4, "ts": n * 10}
+            out.write((",\n" if n else "") + json.dumps(event | {"dur": 5, "args": {"Input Dims": pad, "n": n}}))
+        out.write("\n]}\n")
 
 
 def _injected(rank: Path, out: Path) -> None:
@@ -71,6 +84,7 @@ def main() -> None:
     parser.add_argument("--memory", type=int, default=4096, help="MB of address space each run may take")
     parser.add_argument("--against", type=Path, help="a folder holding another tracemerge package, run alternately")
     parser.add_argument("--rank", type=Path, help="a real rank's Kineto JSON, to put a long serialized arg into")
+    parser.add_argument("--only", nargs="*", default=[], help="the shapes whose names start so")
     args = parser.parse_args()
     copies = package_copies(args.against)
     with tempfile.TemporaryDirectory() as tmp:
@@ -83,6 +97,12 @@ def main() -> None:
             for count in (5_000, 20_000):
                 shapes[f"{by} {count}"] = work / f"{by}{count}.json"
                 _one_event_each(shapes[f"{by} {count}"], count, by)
+        for count in (100_000, 200_000):
+            shapes[f"long-args {count}"] = work / f"long{count}.json"
+        shapes = {k: v for k, v in shapes.items() if not args.only or k.startswith(tuple(args.only))}
+        for name, trace in shapes.items():
+            if name.startswith("long-args") and not trace.exists():
+                _long_args(trace, int(name.split()[1]))
         if args.rank is not None:
             shapes["rank as it is"] = args.rank
             shapes["rank with the arg"] = work / "injected" / args.rank.name

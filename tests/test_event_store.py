@@ -16,6 +16,8 @@ from tracemerge.evidence.notes import EvidenceNotes
 from tracemerge.metrics_map import MetricsMap
 from tracemerge.phases.device_time import merged
 from tracemerge.run.executors import ForkedPartReads
+from tracemerge.store import column_blocks, event_store
+from tracemerge.store.entries import ThreadEntries, entry_block
 from tracemerge.store.event_store import EventStore, threads_in_order
 from tracemerge.store.file_layout import FileLayout
 from tracemerge.store.read_options import ReadOptions
@@ -63,6 +65,34 @@ def test_a_saved_store_loads_with_every_event(tmp_path: Path) -> None:
     assert list(loaded.samples[("p", 2, "mem")].ordered(loaded.store)) == [(n, 2 * n + 1, n * 1.5) for n in range(5)]
     assert [key for key, _ in threads_in_order(loaded.entries)] == [("p", 1)]
     loaded.store.close()
+
+
+def test_a_store_spills_by_its_bodies_bytes_as_well_as_its_events(tmp_path: Path) -> None:
+    """Events with long bodies (call stacks, shapes as text) spill before the budget's count of
+    events is held: past BODY_BYTES_PER_EVENT bytes of bodies per event of the budget."""
+    store = EventStore(_Names(), budget=100, spill_dir=tmp_path)  # type: ignore[arg-type]
+    per_event = event_store.BODY_BYTES_PER_EVENT
+    thread = store.buffer("p", 1)
+    for n in range(60):  # 60 events of the 100, 40 bytes of bodies past the budget's 100 * per_event
+        thread.add_block(entry_block([(n, -1, int(Kind.SLICE), store.ordinal(), b"x" * (100 * per_event // 60 + 1))]))
+    assert thread.held == 60 and thread.held_bytes > 100 * per_event
+    store.check_memory()
+    assert thread.held == 0 and thread.held_bytes == 0 and thread.total == 60  # all on disk
+    small = store.buffer("p", 2)
+    small.add_block(entry_block([(0, -1, int(Kind.SLICE), store.ordinal(), b"y" * per_event)]))
+    store.check_memory()
+    assert small.held == 1 and small.held_bytes == per_event  # within both: kept
+    store.store.close()
+
+
+def test_small_blocks_are_joined_up_to_a_bound_in_bytes() -> None:
+    """Blocks of long bodies are not joined past JOIN_BYTES: the lay-out works on a block whole."""
+    thread = ThreadEntries()
+    body = b"z" * (column_blocks.JOIN_BYTES // 3 + 1)
+    for n in range(7):
+        thread.add_block(entry_block([(n, -1, int(Kind.SLICE), n, body)]))
+    assert [block.n for block in thread.sealed()] == [2, 2, 2, 1]
+    assert thread.held_bytes == 7 * len(body) == sum(block.held_bytes for block in thread.blocks)
 
 
 def test_notes_cap_marks_and_merge_device_activity() -> None:

@@ -23,6 +23,9 @@ SEAL_AT = 4096
 # Blocks held in memory of fewer rows than JOIN_FROM are joined, up to JOIN_TO rows (so that
 # the walk hands them on in large batches).
 JOIN_FROM, JOIN_TO = 1 << 12, 1 << 16
+# ... and of at most this many bytes of bodies (events with long args: a block is worked on whole,
+# its bodies copied a few times over).
+JOIN_BYTES = 8 << 20
 
 Schema = tuple[tuple[str, type], ...]
 
@@ -69,6 +72,11 @@ class Block:
     def held(self) -> int:
         """Rows held in memory."""
         return self.n if self.cols is not None else 0
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of bodies held in memory."""
+        return len(self.bodies) if self.cols is not None and self.bodies is not None else 0
 
     def spill(self, store: RunStore) -> None:
         if self.cols is None:
@@ -123,13 +131,14 @@ def concatenated(blocks: list[Block], store: RunStore, names: Iterable[str]) -> 
 class Columnar(list):
     """Tuples appended by sources, and the blocks sealed from the ones before them."""
 
-    __slots__ = ("blocks", "held_in_blocks")
+    __slots__ = ("blocks", "held_bytes", "held_in_blocks")
     schema: Schema = ()
 
     def __init__(self) -> None:
         super().__init__()
         self.blocks: list[Block] = []
         self.held_in_blocks = 0
+        self.held_bytes = 0  # of the bodies of the blocks held in memory (tuples: once sealed)
 
     @property
     def total(self) -> int:
@@ -152,18 +161,19 @@ class Columnar(list):
         self._seal_tuples()
         self.blocks.append(block)
         self.held_in_blocks += block.held
+        self.held_bytes += block.held_bytes
 
     def spill(self, store: RunStore) -> None:
         self._seal_tuples()
         self._coalesce()
         for block in self.blocks:
             block.spill(store)
-        self.held_in_blocks = 0
+        self.held_in_blocks = self.held_bytes = 0
 
     def discard(self) -> None:
         self.clear()
         self.blocks.clear()
-        self.held_in_blocks = 0
+        self.held_in_blocks = self.held_bytes = 0
 
     def absorb(self, other: Columnar) -> None:
         """Takes ``other``'s rows, after its own (both must use the same store)."""
@@ -171,6 +181,7 @@ class Columnar(list):
         other._seal_tuples()
         self.blocks.extend(other.blocks)
         self.held_in_blocks += other.held_in_blocks
+        self.held_bytes += other.held_bytes
 
     def sealed(self) -> list[Block]:
         """Every block, the tuples appended last sealed into one (and blocks held in memory one
@@ -181,20 +192,23 @@ class Columnar(list):
 
     def _coalesce(self) -> None:
         """Joins each run of small blocks held in memory (fewer than JOIN_FROM rows each) into
-        blocks of up to JOIN_TO rows; larger ones are handed on as they are."""
+        blocks of up to JOIN_TO rows and JOIN_BYTES bytes of bodies; larger ones are handed on as
+        they are."""
         if sum(block.cols is not None and block.n < JOIN_FROM for block in self.blocks) < 2:
             return
         joined: list[Block] = []
         run: list[Block] = []
-        size = 0
+        size = size_bytes = 0
         for block in self.blocks:
             small = block.cols is not None and block.n < JOIN_FROM
-            if small and size + block.n <= JOIN_TO and (not run or block.prefixes is run[0].prefixes):
+            fits = size + block.n <= JOIN_TO and size_bytes + block.held_bytes <= JOIN_BYTES
+            if small and fits and (not run or block.prefixes is run[0].prefixes):
                 run.append(block)
                 size += block.n
+                size_bytes += block.held_bytes
                 continue
             joined.extend([_joined(run)] if len(run) > 1 else run)
-            run, size = ([block], block.n) if small else ([], 0)
+            run, size, size_bytes = ([block], block.n, block.held_bytes) if small else ([], 0, 0)
             if not small:
                 joined.append(block)
         joined.extend([_joined(run)] if len(run) > 1 else run)
@@ -211,6 +225,7 @@ class Columnar(list):
         self.clear()
         self.blocks.append(block)
         self.held_in_blocks += block.n
+        self.held_bytes += block.held_bytes
 
     def _block(self, items: list[tuple]) -> Block:
         raise NotImplementedError

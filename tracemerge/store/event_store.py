@@ -29,6 +29,9 @@ from tracemerge.store.spill import RunStore, SortedBuffer
 # Events a file's store may hold in memory before it spills to disk (about 100 bytes each once
 # sealed into columns).
 DEFAULT_BUDGET = 500_000
+# Bytes of the events' bodies it may hold per event of the budget (128 MB with the default): a
+# file whose events carry long args (call stacks, input shapes as text) spills by its bytes first.
+BODY_BYTES_PER_EVENT = 256
 Store = TypeVar("Store", bound="EventStore")
 
 
@@ -200,11 +203,12 @@ class EventStore:
         self.samples[(origin, thread, series)].append((ts, self.ordinal(), value))
 
     def check_memory(self, limit: int | None = None) -> None:
-        """Spill every buffer to disk when together they hold more than ``limit`` (the budget)."""
+        """Spill every buffer to disk when together they hold more than ``limit`` events (the
+        budget), or more than :data:`BODY_BYTES_PER_EVENT` bytes of bodies per event of it."""
         buffers = self._buffers()
-        if sum(buf.held if hasattr(buf, "held") else len(buf) for buf in buffers) > (
-            self.budget if limit is None else limit
-        ):
+        events = self.budget if limit is None else limit
+        held = sum(buf.held if hasattr(buf, "held") else len(buf) for buf in buffers)
+        if held > events or sum(getattr(buf, "held_bytes", 0) for buf in buffers) > events * BODY_BYTES_PER_EVENT:
             for buf in buffers:
                 buf.spill(self.store)
             return
