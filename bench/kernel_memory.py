@@ -11,6 +11,9 @@ time, CPU time and peak RSS (from ``wait4``); ``--against DIR`` runs another cop
 * ``kineto N``: one rank's Kineto trace of N kernels on two streams of one GPU (5 µs each, 1 µs
   apart, so no two overlap: each is a span of the device's union), one in ten an NCCL all-reduce,
   and a ProfilerStep on the host every 1,000 kernels;
+* ``kineto-flows N``: the same, each kernel launched by a ``cudaLaunchKernel`` on the host thread
+  2 µs long, 3 µs before it, and tied to it by an ``ac2g`` flow (a start on the launch, an end on
+  the kernel), as torch.profiler writes them;
 * ``nsys N``: an Nsight Systems SQLite export of N kernels of one process on two streams, the
   same times and names, and an NVTX ``ProfilerStep#k`` range every 1,000 kernels;
 * ``tids N``: N threads of one complete event each, in one process (``bench/hard_inputs.py``'s
@@ -53,7 +56,25 @@ def _kernel_times(n: int) -> tuple[int, int, str]:
     return start, start + 5_000, COMM if n % 10 == 9 else COMPUTE
 
 
-def write_kineto(path: Path, kernels: int) -> None:
+def write_kineto_flows(path: Path, kernels: int) -> None:
+    """:func:`write_kineto`, each kernel with its launch and the flow between them."""
+    write_kineto(path, kernels, flows=True)
+
+
+def _launch(pid: int, dev: int, n: int) -> list[str]:
+    """Kernel ``n``'s launch on the host thread, and its flow's start there and end on the kernel."""
+    start, _, _ = _kernel_times(n)
+    at, c = f"{(start - 3_000) / 1000:.3f}", n + 1
+    return [
+        f'{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": {pid}, "tid": {pid}, '
+        f'"ts": {at}, "dur": 2.000, "args": {{"cbid": 211, "correlation": {c}}}}}',
+        f'{{"ph": "s", "id": {c}, "pid": {pid}, "tid": {pid}, "ts": {at}, "cat": "ac2g", "name": "ac2g"}}',
+        f'{{"ph": "f", "id": {c}, "pid": {dev}, "tid": {7 + n % 2}, "ts": {start / 1000:.3f}, "cat": "ac2g", '
+        f'"name": "ac2g", "bp": "e"}}',
+    ]
+
+
+def write_kineto(path: Path, kernels: int, flows: bool = False) -> None:
     """One rank's torch.profiler trace of ``kernels`` kernels (see the module's doc)."""
     pid, dev = 4242, 0
     head = [
@@ -77,6 +98,8 @@ def write_kineto(path: Path, kernels: int) -> None:
                 f'"ts": {start / 1000:.3f}, "dur": {(end - start) / 1000:.3f}, '
                 f'"args": {{"device": {dev}, "stream": {7 + n % 2}, "correlation": {n + 1}}}}}'
             )
+            if flows:
+                lines += _launch(pid, dev, n)
             if len(lines) >= BATCH:
                 f.write(",\n" + ",\n".join(lines))
                 lines = []
@@ -149,7 +172,7 @@ def _summaries_of_json(copies: dict[str, dict[str, str]], path: Path, merged: Pa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", type=int, nargs="*", default=[1_000_000, 2_000_000, 4_000_000, 10_000_000])
-    parser.add_argument("--kinds", nargs="*", default=["kineto", "nsys"], choices=("kineto", "nsys"))
+    parser.add_argument("--kinds", nargs="*", default=["kineto", "nsys"], choices=("kineto", "kineto-flows", "nsys"))
     parser.add_argument("--tids", type=int, nargs="*", default=[150_000, 200_000, 250_000])
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--against", type=Path, help="a folder holding another tracemerge package")
@@ -159,7 +182,11 @@ def main() -> None:
     copies = package_copies(args.against)
     work = args.keep or Path(tempfile.mkdtemp(prefix="tracemerge-bench-kernels-"))
     work.mkdir(parents=True, exist_ok=True)
-    writers = {"kineto": (write_kineto, "json"), "nsys": (write_nsys, "sqlite")}
+    writers = {
+        "kineto": (write_kineto, "json"),
+        "kineto-flows": (write_kineto_flows, "json"),
+        "nsys": (write_nsys, "sqlite"),
+    }
     inputs: list[tuple[str, Path, object]] = []
     for kind in args.kinds:
         write, ext = writers[kind]
