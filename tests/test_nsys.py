@@ -785,3 +785,32 @@ def test_a_range_with_no_start_thread_costs_nothing_but_that_thread(tmp_path: Pa
     _, whole = merged(tmp_path / "whole", TORCHRUN)
     assert report.skipped == []
     assert report.written.slices == whole.written.slices
+
+
+TIMES_NO_TRACE_HOLDS = [
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "start", -(1 << 63)),
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "end", (1 << 63) - 1),
+    ("CUPTI_ACTIVITY_KIND_RUNTIME", "start", -(1 << 63)),
+    ("CUPTI_ACTIVITY_KIND_MEMCPY", "end", (1 << 63) - 1),
+    ("GPU_METRICS", "timestamp", -(1 << 63)),
+    ("GPU_METRICS", "timestamp", -(1 << 63) + 1),
+]
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "value"), TIMES_NO_TRACE_HOLDS, ids=[f"{t}.{c}={v}" for t, c, v in TIMES_NO_TRACE_HOLDS]
+)
+@pytest.mark.parametrize("out", ["out.pftrace", "out.json"])
+def test_a_time_no_trace_can_hold_costs_its_row(tmp_path: Path, table: str, column: str, value: int, out: str) -> None:
+    """A timestamp at the ends of int64 (beyond what a trace holds once placed on the wall clock)
+    drops its row, counted, never the file or the run (it was an internal OverflowError)."""
+    db = changed(
+        tmp_path, TORCHRUN, f"update {table} set {column} = {value} where rowid = (select min(rowid) from {table})"
+    )
+    report = merge([db], tmp_path / out, jobs=1)
+    _, whole = merged(tmp_path / "whole", TORCHRUN)
+    assert report.skipped == []
+    assert stats(report)["event_time_unreadable"] == 1 and "event_time_unreadable" not in stats(whole)
+    assert dict(report.dropped)[f"nsys {table} row with a time no trace can hold"] == 1
+    written, full = report.written, whole.written
+    assert written.slices + written.instants + written.counters == full.slices + full.instants + full.counters - 1

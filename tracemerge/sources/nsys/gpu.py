@@ -24,7 +24,17 @@ from typing import Any
 from tracemerge.core.model import FlowPhase, OriginKey, ThreadKey
 from tracemerge.core.stats import Stat
 from tracemerge.evidence.anchors import DEVICE_COMPUTE, device_tag
-from tracemerge.sources.nsys.schema import CUDA_EVENT, GPU_METRICS, KERNEL, MEMCPY, MEMSET, SYNC, Source, present
+from tracemerge.sources.nsys.schema import (
+    CUDA_EVENT,
+    GPU_METRICS,
+    KERNEL,
+    MEMCPY,
+    MEMSET,
+    SYNC,
+    Source,
+    present,
+    times_ok,
+)
 from tracemerge.sources.nsys.tables import NO_EVENT, NO_STREAM, NsysReader
 
 MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD"}
@@ -61,7 +71,7 @@ def _kernels(r: NsysReader) -> Source | None:
 
     def handle(row: tuple) -> None:
         start, end, gpid, device, ctx, stream, corr, name_id, *dims, regs, static, dynamic, launched = row
-        if type(start) is not int or type(end) is not int or end < start:
+        if not times_ok(start, end):
             r.bad_time(KERNEL, start, end)
             return
         track = tracks.get(("gpu", gpid, device, ctx, stream)) or r.gpu(gpid, device, ctx, stream)
@@ -123,7 +133,7 @@ def _copies(r: NsysReader, table: str) -> Source | None:
 
     def handle(row: tuple) -> None:
         start, end, gpid, device, ctx, stream, corr, size, a, b, c, launched = row
-        if type(start) is not int or type(end) is not int or end < start:
+        if not times_ok(start, end):
             r.bad_time(table, start, end)
             return
         if table == MEMCPY:
@@ -154,7 +164,7 @@ def _syncs(r: NsysReader) -> Source | None:
 
     def handle(row: tuple) -> None:
         start, end, gpid, device, ctx, stream, corr, kind, old_kind, event, launched = row
-        if type(start) is not int or type(end) is not int or end < start:
+        if not times_ok(start, end):
             r.bad_time(SYNC, start, end)
             return
         kind = kind if kind is not None else old_kind
@@ -182,7 +192,7 @@ def _cuda_events(r: NsysReader) -> Source | None:
                 "nsys CUPTI_ACTIVITY_KIND_CUDA_EVENT rows not drawn (no device timestamp collected)",
             )
             return
-        if type(ts) is not int:
+        if not times_ok(ts, ts):
             r.bad_time(CUDA_EVENT, ts, ts)
             return
         track = r.gpu(gpid, device, ctx, stream, "event")
@@ -205,7 +215,7 @@ def _gpu_metrics(r: NsysReader) -> Source | None:
 
     def handle(row: tuple) -> None:
         ts, type_id, metric, value = row
-        if type(ts) is not int:
+        if not times_ok(ts, ts):
             r.bad_time(GPU_METRICS, ts, ts)
             return
         if type(value) is not int and type(value) is not float:

@@ -23,7 +23,7 @@ import orjson
 from tracemerge.core.errors import shown
 from tracemerge.core.model import OriginKey, ThreadKey
 from tracemerge.core.stats import Losses, Stat
-from tracemerge.sources.nsys.schema import NVTX, Schema, Source, present, tid_of
+from tracemerge.sources.nsys.schema import NVTX, Schema, Source, present, tid_of, times_ok
 from tracemerge.store.file_layout import FileLayout
 
 # ENUM_NSYS_EVENT_TYPE: NVTX (and nvtxt) ranges and marks, and the rows that name domains and categories.
@@ -77,7 +77,7 @@ class NvtxRanges:
             if etype not in DRAWN:
                 not_drawn[etype] += 1
                 return
-            if type(start) is not int or (end is not None and (type(end) is not int or end < start)):
+            if not times_ok(start, start if end is None else end):
                 self.bad_time(NVTX, start, end)
                 return
             if type(text) is not str:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from tracemerge.core.units import NS_MAX, NS_MIN
 from tracemerge.sources.json.lines import first_json_object
 
 NVTX, RUNTIME = "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -101,6 +102,12 @@ def tid_of(global_tid: int) -> int:
 
 def pid_or_none(gid: Any) -> int | None:
     return pid_of(gid) if type(gid) is int else None
+
+
+def times_ok(start: Any, end: Any) -> bool:
+    """Whether a row's start and end are integer ns a trace can hold (:data:`tracemerge.core.units.NS_MIN`
+    to ``NS_MAX``), the end not before the start: else the row is dropped, counted (``bad_time``)."""
+    return type(start) is int and type(end) is int and NS_MIN < start <= end < NS_MAX
 
 
 def present(args: dict) -> dict:

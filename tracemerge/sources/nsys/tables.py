@@ -48,6 +48,7 @@ from tracemerge.sources.nsys.schema import (
     pid_or_none,
     present,
     tid_of,
+    times_ok,
 )
 from tracemerge.store.file_layout import FileLayout
 
@@ -135,8 +136,10 @@ class NsysReader(NvtxRanges):
         )
 
     def bad_time(self, table: str, start: Any, end: Any) -> None:
-        if type(start) is int and type(end) is int:
+        if type(start) is int and type(end) is int and end < start:
             self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, f"nsys {table} row ending before it starts")
+        elif type(start) is int and type(end) is int:
+            self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, f"nsys {table} row with a time no trace can hold")
         else:
             self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, f"nsys {table} row with unreadable times")
 
@@ -281,7 +284,7 @@ class NsysReader(NvtxRanges):
 
         def handle(row: tuple) -> None:
             start, end, gtid, name_id, corr, ret, launched = row
-            if type(start) is not int or type(end) is not int or end < start:
+            if not times_ok(start, end):
                 self.bad_time(table, start, end)
                 return
             track = cpu.get(gtid) or self.cpu(gtid)
@@ -307,7 +310,7 @@ class NsysReader(NvtxRanges):
 
         def handle(row: tuple) -> None:
             start, end, gtid, name_id = row
-            if type(start) is not int or type(end) is not int or end < start:
+            if not times_ok(start, end):
                 self.bad_time(table, start, end)
                 return
             pid, tid = (pid_of(gtid), tid_of(gtid)) if type(gtid) is int else (None, None)
