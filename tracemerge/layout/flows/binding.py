@@ -78,24 +78,29 @@ def bound_threads(
         if not pts.total:
             continue
         cols = pts.columns(store)
-        order = np.lexsort((cols["ordinals"], cols["phases"], cols["ts"]))
-        ts = cols["ts"][order]
+        order = np.lexsort((cols.pop("ordinals"), cols["phases"], cols["ts"]))
+        # Each column sorted as its original is let go: a thread's points may be millions.
+        ts, bind_next = cols.pop("ts")[order], cols.pop("bind_next")[order]
+        sorted_cols = {name: cols.pop(name)[order] for name in ("phases", "fids", "fid_kinds")}
+        ns = _namespaces(namespaces, found.origins, origin, cols.pop("pairs")[order], point_keys)
+        del cols, order
         bound = _Bound(len(ts), with_durations)
         entries = entries_of.get((origin, thread))
-        bind_next = cols["bind_next"][order]
         for rows, lo, hi in _point_ranges(entries, store, ts):
             starts, negdurs, ordinals = _slices(entries, store, rows)
             bound.bind(starts, negdurs, ordinals, ts, bind_next, lo, hi)
-        yield {
+        del bind_next
+        columns = {
             "ts": ts,
-            "phase": cols["phases"][order],
-            "fid": cols["fids"][order],
-            "fid_kind": cols["fid_kinds"][order],
-            "ns": _namespaces(namespaces, found.origins, origin, cols["pairs"][order], point_keys),
+            "phase": sorted_cols.pop("phases"),
+            "fid": sorted_cols.pop("fids"),
+            "fid_kind": sorted_cols.pop("fid_kinds"),
+            "ns": ns,
             "thread": np.full(len(ts), len(found.threads), np.int32),
             **bound.columns(),
         }
-        del cols, order, bound
+        del ts, ns, bound
+        yield columns
         found.threads.append((origin, thread))
 
 

@@ -60,20 +60,22 @@ class PointRuns:
         self.types.update(fid=fid.dtype, fid_kind=kind.dtype, ns=ns.dtype)
         key = one_key(fid, kind, ns)
         samples = None
+        order: np.ndarray | None = None
         if key is None:
             self.fits = False
             cols.update(fid=fid, fid_kind=kind, ns=ns)
         else:
             order = np.argsort(key, kind="stable")  # ties stay in time order
-            cols = {name: values[order] for name, values in cols.items()}
-            cols["key"] = key = key[order]
-            samples = key[:: self.step].copy()
+            cols["key"] = key
+            samples = key[order[:: self.step]]
         del fid, kind, ns, key
         n = len(cols["ts"])
         places = {}
-        for name in list(cols):
-            values = np.ascontiguousarray(cols.pop(name))
+        for name in list(cols):  # one column sorted at a time: a thread's points may be millions
+            values = cols.pop(name)
+            values = np.ascontiguousarray(values if order is None else values[order])
             places[name] = (self.store.put(values.tobytes())[0], values.dtype)
+            del values
         self.runs.append(_Run(places, n, samples))
 
     def ranges(self) -> list[tuple[int | None, int | None]]:
