@@ -16,7 +16,7 @@ import numpy as np
 
 from tracemerge.core.model import Identity, Kind
 from tracemerge.core.stats import Stat
-from tracemerge.layout.flows.numbering import Attachments
+from tracemerge.layout.flows.attachments import Attachments
 from tracemerge.layout.nesting import lanes, parents, tied_out_of_order
 from tracemerge.layout.types import Encoder, Items, LayoutResult
 from tracemerge.plan.lanes import lane_track

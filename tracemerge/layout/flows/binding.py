@@ -10,6 +10,7 @@ numbered in the order of first appearance.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -54,34 +55,53 @@ def bound_points(
     start, its ordinal or -1 for none, and with ``with_durations`` its negated duration) and its
     namespace, numbered in the order of first appearance."""
     found = Points()
+    for columns in bound_threads(threads, entries_of, point_keys, store, with_durations, found):
+        found.add(**columns)
+    if not found.threads:
+        return None
+    _rank_other_ids(found, point_keys)
+    return found
+
+
+def bound_threads(
+    threads: PointsInOrder,
+    entries_of: dict[tuple[OriginKey, ThreadKey], ThreadEntries],
+    point_keys: PointKeys,
+    store: RunStore,
+    with_durations: bool,
+    found: Points,
+) -> Iterator[dict[str, np.ndarray]]:
+    """One thread's bound points at a time, as :func:`bound_points` describes them (ids that are
+    not int64 still by their codes); ``found`` gets the threads and namespaces (not the columns)."""
     namespaces: dict[tuple, int] = {}
     for (origin, thread), pts in threads:
         if not pts.total:
             continue
         cols = pts.columns(store)
-        order = np.lexsort((cols["ordinals"], cols["phases"], cols["ts"]))
-        ts = cols["ts"][order]
+        order = np.lexsort((cols.pop("ordinals"), cols["phases"], cols["ts"]))
+        # Each column sorted as its original is let go: a thread's points may be millions.
+        ts, bind_next = cols.pop("ts")[order], cols.pop("bind_next")[order]
+        sorted_cols = {name: cols.pop(name)[order] for name in ("phases", "fids", "fid_kinds")}
+        ns = _namespaces(namespaces, found.origins, origin, cols.pop("pairs")[order], point_keys)
+        del cols, order
         bound = _Bound(len(ts), with_durations)
         entries = entries_of.get((origin, thread))
-        bind_next = cols["bind_next"][order]
         for rows, lo, hi in _point_ranges(entries, store, ts):
             starts, negdurs, ordinals = _slices(entries, store, rows)
             bound.bind(starts, negdurs, ordinals, ts, bind_next, lo, hi)
-        found.add(
-            ts=ts,
-            phase=cols["phases"][order],
-            fid=cols["fids"][order],
-            fid_kind=cols["fid_kinds"][order],
-            ns=_namespaces(namespaces, found.origins, origin, cols["pairs"][order], point_keys),
-            thread=np.full(len(ts), len(found.threads), np.int32),
+        del bind_next
+        columns = {
+            "ts": ts,
+            "phase": sorted_cols.pop("phases"),
+            "fid": sorted_cols.pop("fids"),
+            "fid_kind": sorted_cols.pop("fid_kinds"),
+            "ns": ns,
+            "thread": np.full(len(ts), len(found.threads), np.int32),
             **bound.columns(),
-        )
-        del cols, order, bound
+        }
+        del ts, ns, bound
+        yield columns
         found.threads.append((origin, thread))
-    if not found.threads:
-        return None
-    _rank_other_ids(found, point_keys)
-    return found
 
 
 def _point_ranges(
@@ -185,3 +205,19 @@ def _rank_other_ids(points: Points, keys: PointKeys) -> None:
         fids = fids.copy()
         fids[others] = rank[fids[others]]
     points.parts["fid"], points.parts["fid_kind"] = [fids], [kinds]
+
+
+def rank_by_text(fids: np.ndarray, kinds: np.ndarray, keys: PointKeys, ranks: list[np.ndarray]) -> np.ndarray:
+    """``fids`` with the ids that are not int64 replaced by their rank by text among every such id
+    of the file (``ranks`` caches it): the same order as :func:`_rank_other_ids` gives them."""
+    others = kinds == 1
+    if not others.any():
+        return fids
+    if not ranks:
+        by_text = sorted(range(len(keys.id_list)), key=lambda code: repr(keys.id_list[code]))
+        rank = np.empty(len(by_text), np.int64)
+        rank[by_text] = np.arange(len(by_text))
+        ranks.append(rank)
+    fids = fids.copy()
+    fids[others] = ranks[0][fids[others]]
+    return fids

@@ -11,13 +11,15 @@ point's phase.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from tracemerge.core.model import FlowPhase, Identity, OriginKey, ThreadKey
 from tracemerge.core.stats import Losses, Stat
-from tracemerge.layout.flows.binding import Points, PointsInOrder, bound_points
+from tracemerge.layout.flows.attachments import Attachments, AttachmentsOnDisk, Part, joined
+from tracemerge.layout.flows.binding import Points, PointsInOrder, bound_points, bound_threads
+from tracemerge.layout.flows.point_runs import PointRuns, one_key
 from tracemerge.layout.nesting import SLICE
 from tracemerge.layout.types import LayoutResult
 from tracemerge.report.run_report import EventCounts
@@ -28,21 +30,11 @@ from tracemerge.store.spill import RunStore
 START, STEP, END = int(FlowPhase.START), int(FlowPhase.STEP), int(FlowPhase.END)
 
 
-class Attachments:
-    """One thread's flow attachments: per attachment the ordinal of its slice, the flow's id and
-    the point's phase there."""
+Attached = Mapping[tuple[OriginKey, ThreadKey], Attachments]
 
-    __slots__ = ("ids", "ordinals", "phases")
-
-    def __init__(self, ordinals: np.ndarray, ids: np.ndarray, phases: np.ndarray) -> None:
-        self.ordinals, self.ids, self.phases = ordinals, ids, phases
-
-    @property
-    def total(self) -> int:
-        return len(self.ordinals)
-
-
-Attached = dict[tuple[OriginKey, ThreadKey], Attachments]
+# Flow points numbered at once: a file with more binds each thread's points to the run file and
+# numbers them a range of ids at a time, its attachments kept there until their thread is walked.
+FLOW_POINTS_IN_MEMORY = 1 << 20
 
 
 def bind_flows(
@@ -63,6 +55,8 @@ def bind_flows(
     stamped before the host call that launched it), and every end beyond the first fans out from
     that start (one launch, two kernels). Ids reused for several flows are paired in time order.
     """
+    if sum(pts.total for _, pts in threads) > FLOW_POINTS_IN_MEMORY:
+        return _bind_on_disk(threads, entries, point_keys, runs, ident, result, flow_id_base, times)
     points = bound_points(threads, entries, point_keys, runs, times is not None)
     if points is None:
         return {}
@@ -71,18 +65,48 @@ def bind_flows(
     return numbering.attachments()
 
 
+def _bind_on_disk(
+    threads: PointsInOrder,
+    entries: dict[tuple[OriginKey, ThreadKey], ThreadEntries],
+    point_keys: PointKeys,
+    runs: RunStore,
+    ident: Callable[[OriginKey], Identity],
+    result: LayoutResult,
+    flow_id_base: int,
+    times: TimeFilter | None,
+) -> Attached:
+    """:func:`bind_flows` with each thread's points bound to ``runs`` and numbered a range of ids
+    at a time, in the order of the ids (the flows numbered as all at once would)."""
+    for _, pts in threads:  # every id that is not an int64 numbered before any is ranked by its text
+        pts.sealed()
+    found = Points()
+    spilled = PointRuns(runs, point_keys, FLOW_POINTS_IN_MEMORY)
+    for columns in bound_threads(threads, entries, point_keys, runs, times is not None, found):
+        spilled.add(columns)
+    if not found.threads:
+        return {}
+    numbering = _Numbering(ident, result, flow_id_base, times, found.origins, found.threads)
+    if not spilled.fits:  # ids beyond one int64 key: numbered all at once, as they are rare
+        numbering.number(spilled.load_all())
+        return numbering.attachments()
+    for space in range(len(found.origins)):  # each namespace's counts made in order
+        numbering.counts_of(space)
+    on_disk = AttachmentsOnDisk(runs, found.threads)
+    for lo, hi in spilled.ranges():
+        points = spilled.load(lo, hi)
+        if points is not None:
+            numbering.number(points)
+            for thread, kind, part in numbering.parts():
+                on_disk.add(thread, kind, part)
+    return on_disk
+
+
 def _id_keys(points: Points) -> list[np.ndarray]:
     """Sort keys of the points' ids, least significant first: namespace, kind of id and id as
     one int64 where they fit in it, else apart."""
     fid, kind, ns = (points.take(name, keep=True) for name in ("fid", "fid_kind", "ns"))
-    if len(fid) and fid.min() >= 0 and fid.max() < 1 << 47 and ns.max() < 1 << 15:
-        key = ns.astype(np.int64)  # built in place: this is the largest moment of the numbering
-        key <<= 1
-        key |= kind
-        key <<= 47
-        key |= fid
-        return [key]
-    return [fid, kind, ns]
+    key = one_key(fid, kind, ns)
+    return [fid, kind, ns] if key is None else [key]
 
 
 class _Numbering:
@@ -141,7 +165,7 @@ class _Numbering:
             paired[:] = False  # flows with an end the selection leaves out go through the chains
         for space in distinct(ns).tolist():  # each namespace's counts made in order
             self.counts_of(space)
-        extra = self._number_others(firsts, sizes, paired, order, cols)
+        extra, others = self._number_others(firsts, sizes, paired, order, cols)
         src = np.where(a_starts, a, b)[paired]
         dst = np.where(a_starts, b, a)[paired]
         del a, b, a_starts, b_starts, order
@@ -158,13 +182,14 @@ class _Numbering:
         thread = cols["thread"]
         for ends, phase_there in ((src, START), (dst, END)):
             self.columns.append((thread[ends], target[ends], ids, np.full(len(ends), phase_there, np.int8)))
+        self.next_id += len(src) + others  # the next range of ids numbers on from here
 
     def _number_others(
         self, firsts: np.ndarray, sizes: np.ndarray, paired: np.ndarray, order: np.ndarray, cols: dict
-    ) -> np.ndarray:
+    ) -> tuple[np.ndarray, int]:
         """Runs every id that is not a simple pair through :meth:`group`, in order, each numbered
         after the pairs and others before it; returns, per id, how many flow ids the others
-        before it took."""
+        before it took, and how many they took in all."""
         base = self.next_id
         pairs_before = np.cumsum(paired) - paired
         took = np.zeros(len(firsts), np.int64)
@@ -194,7 +219,7 @@ class _Numbering:
             took[g] = self.next_id - base - int(pairs_before[g]) - taken
             taken += int(took[g])
         self.next_id = base
-        return np.cumsum(took) - took
+        return np.cumsum(took) - took, taken
 
     def group(self, ns: int, records: list[tuple]) -> None:
         """One id's records ``(ns, ts, phase, place, thread, target)``, in time order (``place``
@@ -227,27 +252,32 @@ class _Numbering:
                 self.singles[self.threads[thread]].append((entry[3], self.next_id, phase))
             written.flows += last
 
-    def attachments(self) -> Attached:
-        """Per thread, every attachment made, in (slice ordinal, flow id, phase) order."""
-        per_thread: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = defaultdict(list)
-        for thread, target, ids, phases in self.columns:
+    def parts(self) -> list[tuple[int, int, Part]]:
+        """Every attachment made since last asked, per thread index: the pairs' starts (kind 0),
+        their ends (1) and those made one at a time (2), each in the order numbered."""
+        found: list[tuple[int, int, Part]] = []
+        for kind, (thread, target, ids, phases) in enumerate(self.columns):
             order = np.argsort(thread, kind="stable")
             thread, target, ids, phases = thread[order], target[order], ids[order], phases[order]
             for lo, hi in equal_runs(thread):
-                per_thread[int(thread[lo])].append((target[lo:hi], ids[lo:hi], phases[lo:hi]))
+                found.append((int(thread[lo]), kind, (target[lo:hi], ids[lo:hi], phases[lo:hi])))
         index = {key: n for n, key in enumerate(self.threads)}
         for key, singles in self.singles.items():
             columns = np.array(singles, np.int64).reshape(-1, 3).T
-            per_thread[index[key]].append((columns[0], columns[1], columns[2].astype(np.int8)))
-        found: Attached = {}
+            found.append((index[key], 2, (columns[0], columns[1], columns[2].astype(np.int8))))
+        self.columns.clear()
+        self.singles.clear()
+        return found
+
+    def attachments(self) -> Attached:
+        """Per thread, every attachment made, in (slice ordinal, flow id, phase) order."""
+        per_thread: dict[int, list[Part]] = defaultdict(list)
+        for thread, _, part in self.parts():
+            per_thread[thread].append(part)
+        found: dict[tuple[OriginKey, ThreadKey], Attachments] = {}
         for n, parts in per_thread.items():
-            if len(parts) == 1:  # pairs, in id order, one phase: by slice, the order kept among ties
-                target, ids, phases = parts[0]
-                order = np.argsort(target, kind="stable")
-            else:
-                target, ids, phases = (np.concatenate([p[k] for p in parts]) for k in range(3))
-                order = np.lexsort((phases, ids, target))
-            found[self.threads[n]] = Attachments(target[order], ids[order], phases[order])
+            # One part: pairs in id order, one phase, or singles in the order made.
+            found[self.threads[n]] = joined(parts, len(parts) == 1)
             del parts[:]
         return found
 
