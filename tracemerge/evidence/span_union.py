@@ -136,9 +136,7 @@ class SpanUnion:
         if self._runs:
             self._spill()
             if len(self._runs) > 1:
-                assert self._folder is not None  # runs are only ever written to a folder
-                self._runs = [merge_runs(self._runs, self._folder)]
-                self._cache = self._index = None
+                self._merge_runs()
         elif len(self._blocks) > 1:
             self._merge_blocks()
 
@@ -270,8 +268,13 @@ class SpanUnion:
         else:
             self._runs.append(list(run))
         if len(self._runs) > MAX_RUNS:
-            assert self._folder is not None
-            self._runs = [merge_runs(self._runs, self._folder)]
+            self._merge_runs()
+
+    def _merge_runs(self) -> None:
+        """The runs on disk merged into one (a stream, a chunk of each at a time)."""
+        assert self._folder is not None  # runs are only ever written to a folder
+        self._runs = [merge_runs(self._runs, self._folder)]
+        self._cache = self._index = None
 
 
 def _on_disk(folder: Path, run: Run) -> SpanUnion:

@@ -67,13 +67,13 @@ class AttachmentsOnDisk(Mapping):
         if n is None or n not in self.parts:
             raise KeyError(key)
         stored = self.parts[n]
-        parts = [
-            tuple(
+        parts: list[Part] = []
+        for _, _, places in stored:
+            target, ids, phases = (
                 np.frombuffer(self.store.get(*place), dtype) for place, dtype in zip(places, COLUMN_TYPES, strict=True)
             )
-            for _, _, places in stored
-        ]
-        return joined(parts, len({kind for kind, _, _ in stored}) == 1)  # type: ignore[arg-type]
+            parts.append((target, ids, phases))
+        return joined(parts, len({kind for kind, _, _ in stored}) == 1)
 
     def __iter__(self) -> Iterator[tuple[OriginKey, ThreadKey]]:
         return (self.threads[n] for n in self.parts)
