@@ -15,6 +15,8 @@ from collections.abc import Iterator
 import numpy as np
 
 from tracemerge.core.model import OriginKey, ThreadKey
+from tracemerge.layout.flows import point_chunks
+from tracemerge.layout.flows.point_chunks import Run, grouped_points, run_groups
 from tracemerge.layout.flows.targets import targets
 from tracemerge.layout.nesting import SLICE, overlapping, parents
 from tracemerge.store.entries import PointKeys, ThreadEntries, ThreadPoints, distinct, walk_order
@@ -77,43 +79,79 @@ def bound_threads(
     for (origin, thread), pts in threads:
         if not pts.total:
             continue
-        cols = pts.columns(store)
-        order = np.lexsort((cols.pop("ordinals"), cols["phases"], cols["ts"]))
-        # Each column sorted as its original is let go: a thread's points may be millions.
-        ts, bind_next = cols.pop("ts")[order], cols.pop("bind_next")[order]
-        sorted_cols = {name: cols.pop(name)[order] for name in ("phases", "fids", "fid_kinds")}
-        ns = _namespaces(namespaces, found.origins, origin, cols.pop("pairs")[order], point_keys)
-        del cols, order
-        bound = _Bound(len(ts), with_durations)
         entries = entries_of.get((origin, thread))
-        for rows, lo, hi in _point_ranges(entries, store, ts):
-            starts, negdurs, ordinals = _slices(entries, store, rows)
-            bound.bind(starts, negdurs, ordinals, ts, bind_next, lo, hi)
-        del bind_next
-        columns = {
-            "ts": ts,
-            "phase": sorted_cols.pop("phases"),
-            "fid": sorted_cols.pop("fids"),
-            "fid_kind": sorted_cols.pop("fid_kinds"),
-            "ns": ns,
-            "thread": np.full(len(ts), len(found.threads), np.int32),
-            **bound.columns(),
-        }
-        del ts, ns, bound
-        yield columns
+        for cols, runs, later in _thread_parts(pts, entries, store):
+            if not len(cols["ts"]):
+                continue
+            order = np.lexsort((cols.pop("ordinals"), cols["phases"], cols["ts"]))
+            # Each column sorted as its original is let go: a thread's points may be millions.
+            ts, bind_next = cols.pop("ts")[order], cols.pop("bind_next")[order]
+            sorted_cols = {name: cols.pop(name)[order] for name in ("phases", "fids", "fid_kinds")}
+            ns = _namespaces(namespaces, found.origins, origin, cols.pop("pairs")[order], point_keys)
+            del cols, order
+            bound = _bound(entries, store, runs, later, ts, bind_next, with_durations)
+            del bind_next
+            columns = {
+                "ts": ts,
+                "phase": sorted_cols.pop("phases"),
+                "fid": sorted_cols.pop("fids"),
+                "fid_kind": sorted_cols.pop("fid_kinds"),
+                "ns": ns,
+                "thread": np.full(len(ts), len(found.threads), np.int32),
+                **bound.columns(),
+            }
+            del ts, ns, bound
+            yield columns
         found.threads.append((origin, thread))
 
 
-def _point_ranges(
-    entries: ThreadEntries | None, store: RunStore, ts: np.ndarray
-) -> list[tuple[tuple[int, int] | None, int, int]]:
+def _thread_parts(
+    pts: ThreadPoints, entries: ThreadEntries | None, store: RunStore
+) -> Iterator[tuple[dict[str, np.ndarray], list[Run], list[Run]]]:
+    """A thread's points whole, or with more than ``POINTS_AT_ONCE`` of them a group of its runs
+    of entries at a time (:mod:`tracemerge.layout.flows.point_chunks`): each part's columns in
+    storage order, its runs, and the runs after it."""
+    runs = entries.chunks(store) if entries is not None and entries.total else []
+    if pts.total > point_chunks.POINTS_AT_ONCE and len(runs) > 1:
+        groups = run_groups(pts, runs, store, point_chunks.POINTS_AT_ONCE)
+        if len(groups) > 1:
+            parts = grouped_points(pts, runs, groups, store)
+            for (first, end), cols in zip(groups, parts, strict=True):
+                yield cols, runs[first:end], runs[end:]
+            return
+    yield pts.columns(store), runs, []
+
+
+def _bound(
+    entries: ThreadEntries | None,
+    store: RunStore,
+    runs: list[Run],
+    later: list[Run],
+    ts: np.ndarray,
+    bind_next: np.ndarray,
+    with_durations: bool,
+) -> _Bound:
+    """Points (in time order) bound run by run; those bound to a next slice their runs lack take
+    the first slice of the ``later`` runs."""
+    bound = _Bound(len(ts), with_durations)
+    for rows, lo, hi in _point_ranges(runs, ts):
+        starts, negdurs, ordinals = _slices(entries, store, rows)
+        bound.bind(starts, negdurs, ordinals, ts, bind_next, lo, hi)
+    for lo, hi, _ in later:
+        if not len(bound.waiting):
+            break
+        starts, negdurs, ordinals = _slices(entries, store, (lo, hi))
+        bound.bind(starts, negdurs, ordinals, ts, bind_next, 0, 0)
+    return bound
+
+
+def _point_ranges(runs: list[Run], ts: np.ndarray) -> list[tuple[tuple[int, int] | None, int, int]]:
     """The thread's runs of entries apart in time (:meth:`ThreadEntries.chunks`), each with the
     range of points (in time order) that bind within it: from its earliest start to the next's."""
-    chunks = entries.chunks(store) if entries is not None and entries.total else []
-    if not chunks:
+    if not runs:
         return [(None, 0, len(ts))]
-    cuts = [0, *np.searchsorted(ts, [earliest for _, _, earliest in chunks[1:]], "left").tolist(), len(ts)]
-    return [((lo, hi), cuts[k], cuts[k + 1]) for k, (lo, hi, _) in enumerate(chunks)]
+    cuts = [0, *np.searchsorted(ts, [earliest for _, _, earliest in runs[1:]], "left").tolist(), len(ts)]
+    return [((lo, hi), cuts[k], cuts[k + 1]) for k, (lo, hi, _) in enumerate(runs)]
 
 
 class _Bound:
