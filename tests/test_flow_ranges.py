@@ -95,10 +95,12 @@ def test_flows_numbered_by_ranges_match_flows_numbered_at_once(tmp_path: Path, i
     at_once = _merged(paths, tmp_path / f"once{ext}", 1 << 20, selection)
     for bound in (1, 5):
         assert _merged(paths, tmp_path / f"ranges{bound}{ext}", bound, selection) == at_once
-    # Each thread's points bound in groups of its runs of entries (cut small), or whole.
+    # Each thread's points bound a part apart in time at a time (its entries cut into small runs), or whole.
     whole = _merged(paths, tmp_path / f"whole{ext}", 1 << 20, selection, 1 << 30)
     for bound, points in ((5, 1), (5, 4), (1 << 20, 2), (1, 1 << 30)):
         assert _merged(paths, tmp_path / f"groups{bound}-{points}{ext}", bound, selection, points) == whole
+    for bound, points in ((5, 1), (1 << 20, 3)):  # parts within one run of entries (runs cut as by default)
+        assert _merged(paths, tmp_path / f"parts{bound}-{points}{ext}", bound, selection, points, 1 << 18) == at_once
 
 
 @pytest.mark.parametrize("odd_ids", [False, True])
@@ -132,19 +134,17 @@ def test_the_generated_flows_go_through_the_run_file(
         assert calls["load"] > 10 and not calls["load_all"]
 
 
-def test_the_generated_threads_are_bound_a_group_of_runs_at_a_time(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With the bounds tiny, the generated file's threads are bound in many groups of points."""
+def test_the_generated_threads_are_bound_a_part_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the bounds tiny, the generated file's threads are bound in many parts apart in time."""
     groups: list[int] = []
-    made = point_chunks.run_groups
+    made = point_chunks.time_cuts
 
-    def counted(*args: object) -> list[tuple[int, int]]:
+    def counted(*args: object) -> list[int]:
         found = made(*args)  # type: ignore[arg-type]
-        groups.append(len(found))
+        groups.append(len(found) + 1)
         return found
 
-    monkeypatch.setattr(binding, "run_groups", counted)
+    monkeypatch.setattr(binding, "time_cuts", counted)
     monkeypatch.setattr(point_chunks, "POINTS_AT_ONCE", 2)
     monkeypatch.setattr(entries, "CHUNK", 3)
     monkeypatch.setattr(numbering, "FLOW_POINTS_IN_MEMORY", 5)

@@ -1,11 +1,12 @@
 """A thread's flow points cut into parts apart in time, for threads with more of them than are
 bound at once (a Kineto launch thread or GPU stream has one per kernel).
 
-The cuts follow the thread's runs of entries (:meth:`ThreadEntries.chunks`): consecutive runs are
-grouped so that each group's points number about :data:`POINTS_AT_ONCE`, and a point goes to the
-group whose earliest start is the latest at or before its time (the first takes any earlier).
-One pass over the thread's blocks writes each block's points of each group to the run file; a
-group's points are then read back together, in the order they were stored.
+The thread's points are cut at times into parts of about :data:`POINTS_AT_ONCE` each (a point
+goes to the part whose cut is the latest at or before its time; the first takes any earlier), the
+cuts chosen from a sample of the points' times. One pass over the thread's blocks writes each
+block's points of each part to the run file; a part's points are then read back together, in
+the order they were stored, and bound against the runs of entries (:meth:`ThreadEntries.chunks`)
+its time meets.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from tracemerge.store.entries import POINT_SCHEMA, ThreadPoints
+from tracemerge.store.entries import POINT_SCHEMA, ThreadPoints, distinct
 from tracemerge.store.spill import RunStore
 
 # Points of one thread bound at once: a thread with more is bound a group of its runs at a time.
@@ -24,31 +25,21 @@ POINTS_AT_ONCE = 1 << 18
 Run = tuple[int, int, int]
 
 
-def run_groups(pts: ThreadPoints, runs: list[Run], store: RunStore, at_once: int) -> list[tuple[int, int]]:
-    """Consecutive runs [first, end) grouped to about ``at_once`` points each (a run's points:
-    those from its earliest start to the next run's)."""
-    earliest = np.array([start for _, _, start in runs[1:]], np.int64)
-    counts = np.zeros(len(runs), np.int64)
-    for block in pts.sealed():
-        if block.n:
-            where = np.searchsorted(earliest, block.columns(store)["ts"], "right")
-            counts += np.bincount(where, minlength=len(runs))
-    groups: list[tuple[int, int]] = []
-    first, held = 0, 0
-    for k, count in enumerate(counts.tolist()):
-        if held and held + count > at_once:
-            groups.append((first, k))
-            first, held = k, 0
-        held += count
-    groups.append((first, len(runs)))
-    return groups
+def time_cuts(pts: ThreadPoints, store: RunStore, at_once: int) -> list[int]:
+    """Times that cut the thread's points into parts of about ``at_once`` each (a part: the points
+    from one cut to the next), from every so many of each block's times; points at one time are
+    never cut apart."""
+    step = max(1, at_once // 16)
+    samples = [block.columns(store)["ts"][::step] for block in pts.sealed() if block.n]
+    times = np.sort(np.concatenate(samples)) if samples else np.empty(0, np.int64)
+    return distinct(times[at_once // step :: max(1, at_once // step)]).tolist()
 
 
-def grouped_points(
-    pts: ThreadPoints, runs: list[Run], groups: list[tuple[int, int]], store: RunStore
-) -> Iterator[dict[str, np.ndarray]]:
-    """Each group's points, as the columns of :meth:`ThreadPoints.columns`, in storage order."""
-    earliest = np.array([runs[first][2] for first, _ in groups[1:]], np.int64)
+def grouped_points(pts: ThreadPoints, cuts: list[int], store: RunStore) -> Iterator[dict[str, np.ndarray]]:
+    """The points of each part :func:`time_cuts` makes, as the columns of
+    :meth:`ThreadPoints.columns`, in storage order."""
+    earliest = np.array(cuts, np.int64)
+    groups = range(len(cuts) + 1)
     pieces: list[list[tuple[int, int]]] = [[] for _ in groups]
     for block in pts.sealed():
         if not block.n:
