@@ -49,6 +49,9 @@ def many_flows(path: Path, rank: int, odd_ids: bool) -> Path:
             events += [_point("s", f"text-{n}", at + 7, *cpu, cat="fwdbwd")]
             events += [_point("t", f"text-{n}", at + 45, *gpu, cat="fwdbwd")]
             events += [_point("f", f"text-{n}", at + 50, *other, cat="fwdbwd")]
+            # an end after its thread's slice, bound to the next one (often in a later run)
+            events += [_point("s", f"late-{n}", at + 8, *cpu, cat="fwdbwd")]
+            events += [_point("f", f"late-{n}", at + 62, *other, cat="fwdbwd")]
         if n % 11 == 0:  # an end on no slice
             events += [_point("s", 2000 + n, at + 8, *cpu), _point("f", 2000 + n, at + 90, *gpu, bp="e")]
         if n % 13 == 0:  # an end with no start, a start with no end
