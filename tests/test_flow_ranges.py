@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
+import tracemerge.layout.flows.binding as binding
 import tracemerge.layout.flows.numbering as numbering
+import tracemerge.layout.flows.point_chunks as point_chunks
+import tracemerge.store.entries as entries
 from tracemerge.layout.flows.point_runs import PointRuns
 from tracemerge.pipeline import merge
 from tracemerge.select import Selection
@@ -46,6 +49,9 @@ def many_flows(path: Path, rank: int, odd_ids: bool) -> Path:
             events += [_point("s", f"text-{n}", at + 7, *cpu, cat="fwdbwd")]
             events += [_point("t", f"text-{n}", at + 45, *gpu, cat="fwdbwd")]
             events += [_point("f", f"text-{n}", at + 50, *other, cat="fwdbwd")]
+            # an end after its thread's slice, bound to the next one (often in a later run)
+            events += [_point("s", f"late-{n}", at + 8, *cpu, cat="fwdbwd")]
+            events += [_point("f", f"late-{n}", at + 62, *other, cat="fwdbwd")]
         if n % 11 == 0:  # an end on no slice
             events += [_point("s", 2000 + n, at + 8, *cpu), _point("f", 2000 + n, at + 90, *gpu, bp="e")]
         if n % 13 == 0:  # an end with no start, a start with no end
@@ -57,13 +63,20 @@ def many_flows(path: Path, rank: int, odd_ids: bool) -> Path:
     return path
 
 
-def _merged(inputs: list[Path], out: Path, bound: int, selection: Selection) -> bytes:
-    saved = numbering.FLOW_POINTS_IN_MEMORY
+def _merged(
+    inputs: list[Path], out: Path, bound: int, selection: Selection, at_once: int | None = None, chunk: int = 3
+) -> bytes:
+    """The merge with flows numbered at once below ``bound`` points; with ``at_once``, each
+    thread's points bound a group of about that many at a time, its entries cut into runs of
+    ``chunk`` rows at least (which changes the output: compare with a merge of the same chunk)."""
+    saved = numbering.FLOW_POINTS_IN_MEMORY, point_chunks.POINTS_AT_ONCE, entries.CHUNK
     numbering.FLOW_POINTS_IN_MEMORY = bound
+    if at_once is not None:
+        point_chunks.POINTS_AT_ONCE, entries.CHUNK = at_once, chunk
     try:
         merge(inputs, out, jobs=1, selection=selection)
     finally:
-        numbering.FLOW_POINTS_IN_MEMORY = saved
+        numbering.FLOW_POINTS_IN_MEMORY, point_chunks.POINTS_AT_ONCE, entries.CHUNK = saved
     return out.read_bytes()
 
 
@@ -85,6 +98,12 @@ def test_flows_numbered_by_ranges_match_flows_numbered_at_once(tmp_path: Path, i
     at_once = _merged(paths, tmp_path / f"once{ext}", 1 << 20, selection)
     for bound in (1, 5):
         assert _merged(paths, tmp_path / f"ranges{bound}{ext}", bound, selection) == at_once
+    # Each thread's points bound a part apart in time at a time (its entries cut into small runs), or whole.
+    whole = _merged(paths, tmp_path / f"whole{ext}", 1 << 20, selection, 1 << 30)
+    for bound, points in ((5, 1), (5, 4), (1 << 20, 2), (1, 1 << 30)):
+        assert _merged(paths, tmp_path / f"groups{bound}-{points}{ext}", bound, selection, points) == whole
+    for bound, points in ((5, 1), (1 << 20, 3)):  # parts within one run of entries (runs cut as by default)
+        assert _merged(paths, tmp_path / f"parts{bound}-{points}{ext}", bound, selection, points, 1 << 18) == at_once
 
 
 @pytest.mark.parametrize("odd_ids", [False, True])
@@ -116,3 +135,21 @@ def test_the_generated_flows_go_through_the_run_file(
         assert calls["load_all"] == 1 and not calls["load"]
     else:
         assert calls["load"] > 10 and not calls["load_all"]
+
+
+def test_the_generated_threads_are_bound_a_part_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the bounds tiny, the generated file's threads are bound in many parts apart in time."""
+    groups: list[int] = []
+    made = point_chunks.time_cuts
+
+    def counted(*args: object) -> list[int]:
+        found = made(*args)  # type: ignore[arg-type]
+        groups.append(len(found) + 1)
+        return found
+
+    monkeypatch.setattr(binding, "time_cuts", counted)
+    monkeypatch.setattr(point_chunks, "POINTS_AT_ONCE", 2)
+    monkeypatch.setattr(entries, "CHUNK", 3)
+    monkeypatch.setattr(numbering, "FLOW_POINTS_IN_MEMORY", 5)
+    merge([many_flows(tmp_path / "rank0.pt.trace.json", 0, False)], tmp_path / "out.json", jobs=1)
+    assert len(groups) == 3 and max(groups) > 10

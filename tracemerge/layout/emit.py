@@ -11,6 +11,7 @@ three parts Perfetto's sort needs (:mod:`tracemerge.layout.thread_walk`); counte
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import cast
 
 from tracemerge.core.model import Identity, OriginKey
@@ -133,7 +134,9 @@ def _threads(
         who = ident(origin)
         result.threads[who].add(thread)
         track = tracks.thread(who, thread)
-        attachments = attached.get((origin, thread))
+        # Read once the walk needs them: a thread's attachments (on the run file for a file of many
+        # flows) need not be held while its first run's lanes are worked out.
+        attachments = partial(attached.get, (origin, thread))
         walk = ThreadWalk(enc, events.store, events.part_prefixes, entries, track, attachments, shift, result, who)
         hi = max(hi, walk.run(times))
     return hi

@@ -12,6 +12,8 @@ come in the walk's order: the nesting the walk says.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from tracemerge.core.model import Identity, Kind
@@ -43,14 +45,16 @@ class ThreadWalk:
         part_prefixes: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
         entries: ThreadEntries,
         track: ThreadTrack,
-        attached: Attachments | None,
+        attached: Callable[[], Attachments | None],
         shift: int,
         result: LayoutResult,
         who: Identity,
     ) -> None:
         self.enc, self.runs, self.part_prefixes = enc, runs, part_prefixes
         self.entries, self.track = entries, track
-        self.attached, self.shift, self.result, self.who = attached, shift, result, who
+        self.shift, self.result, self.who = shift, result, who
+        self.attachments_of: Callable[[], Attachments | None] | None = attached  # called once, when first needed
+        self.attached: Attachments | None = None
         self.tracks = [track]
         self.flow_ids = self.flow_phases = np.empty(0, np.int64)
 
@@ -155,6 +159,8 @@ class ThreadWalk:
     def _flow_positions(self, ordinals: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
         """Where the flow attachments of these entries lie (entry positions, in order, each
         slice's by flow id and phase), and how many each entry has."""
+        if self.attachments_of is not None:
+            self.attached, self.attachments_of = self.attachments_of(), None
         attached = self.attached
         counts = np.zeros(len(ordinals), np.int64)
         if attached is None or not attached.total:

@@ -35,13 +35,18 @@ class Attachments:
 def joined(parts: list[Part], one_kind: bool) -> Attachments:
     """A thread's parts in (slice ordinal, flow id, phase) order. ``one_kind``: the parts are all
     pairs' starts, all pairs' ends or all made one at a time, in the order they were numbered;
-    sorted by slice, the order among ties is kept."""
+    sorted by slice, the order among ties is kept. ``parts`` is emptied: each column is sorted as
+    its original is let go (a thread may have millions)."""
     if len(parts) == 1:
-        target, ids, phases = parts[0]
+        target, ids, phases = parts.pop()
     else:
         target, ids, phases = (np.concatenate([p[k] for p in parts]) for k in range(3))
+        parts.clear()
     order = np.argsort(target, kind="stable") if one_kind else np.lexsort((phases, ids, target))
-    return Attachments(target[order], ids[order], phases[order])
+    target = target[order]
+    ids = ids[order]
+    phases = phases[order]
+    return Attachments(target, ids, phases)
 
 
 class AttachmentsOnDisk(Mapping):
@@ -67,12 +72,12 @@ class AttachmentsOnDisk(Mapping):
         if n is None or n not in self.parts:
             raise KeyError(key)
         stored = self.parts[n]
-        parts: list[Part] = []
-        for _, _, places in stored:
-            target, ids, phases = (
-                np.frombuffer(self.store.get(*place), dtype) for place, dtype in zip(places, COLUMN_TYPES, strict=True)
-            )
-            parts.append((target, ids, phases))
+        # Each column read and joined in turn, so a column's parts are let go before the next.
+        target, ids, phases = (
+            np.concatenate([np.frombuffer(self.store.get(*places[k]), dtype) for _, _, places in stored])
+            for k, dtype in enumerate(COLUMN_TYPES)
+        )
+        parts: list[Part] = [(target, ids, phases)]
         return joined(parts, len({kind for kind, _, _ in stored}) == 1)
 
     def __iter__(self) -> Iterator[tuple[OriginKey, ThreadKey]]:

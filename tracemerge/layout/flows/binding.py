@@ -9,12 +9,15 @@ numbered in the order of first appearance.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Iterator
 
 import numpy as np
 
 from tracemerge.core.model import OriginKey, ThreadKey
+from tracemerge.layout.flows import point_chunks
+from tracemerge.layout.flows.point_chunks import Run, grouped_points, time_cuts
 from tracemerge.layout.flows.targets import targets
 from tracemerge.layout.nesting import SLICE, overlapping, parents
 from tracemerge.store.entries import PointKeys, ThreadEntries, ThreadPoints, distinct, walk_order
@@ -77,43 +80,81 @@ def bound_threads(
     for (origin, thread), pts in threads:
         if not pts.total:
             continue
-        cols = pts.columns(store)
-        order = np.lexsort((cols.pop("ordinals"), cols["phases"], cols["ts"]))
-        # Each column sorted as its original is let go: a thread's points may be millions.
-        ts, bind_next = cols.pop("ts")[order], cols.pop("bind_next")[order]
-        sorted_cols = {name: cols.pop(name)[order] for name in ("phases", "fids", "fid_kinds")}
-        ns = _namespaces(namespaces, found.origins, origin, cols.pop("pairs")[order], point_keys)
-        del cols, order
-        bound = _Bound(len(ts), with_durations)
         entries = entries_of.get((origin, thread))
-        for rows, lo, hi in _point_ranges(entries, store, ts):
-            starts, negdurs, ordinals = _slices(entries, store, rows)
-            bound.bind(starts, negdurs, ordinals, ts, bind_next, lo, hi)
-        del bind_next
-        columns = {
-            "ts": ts,
-            "phase": sorted_cols.pop("phases"),
-            "fid": sorted_cols.pop("fids"),
-            "fid_kind": sorted_cols.pop("fid_kinds"),
-            "ns": ns,
-            "thread": np.full(len(ts), len(found.threads), np.int32),
-            **bound.columns(),
-        }
-        del ts, ns, bound
-        yield columns
+        slices = _ThreadSlices(entries, store)
+        for cols, runs, later in _thread_parts(pts, entries, store):
+            if not len(cols["ts"]):
+                continue
+            order = np.lexsort((cols.pop("ordinals"), cols["phases"], cols["ts"]))
+            # Each column sorted as its original is let go: a thread's points may be millions.
+            ts, bind_next = cols.pop("ts")[order], cols.pop("bind_next")[order]
+            sorted_cols = {name: cols.pop(name)[order] for name in ("phases", "fids", "fid_kinds")}
+            ns = _namespaces(namespaces, found.origins, origin, cols.pop("pairs")[order], point_keys)
+            del cols, order
+            bound = _bound(slices, runs, later, ts, bind_next, with_durations)
+            del bind_next
+            columns = {
+                "ts": ts,
+                "phase": sorted_cols.pop("phases"),
+                "fid": sorted_cols.pop("fids"),
+                "fid_kind": sorted_cols.pop("fid_kinds"),
+                "ns": ns,
+                "thread": np.full(len(ts), len(found.threads), np.int32),
+                **bound.columns(),
+            }
+            del ts, ns, bound
+            yield columns
+        del slices
         found.threads.append((origin, thread))
 
 
-def _point_ranges(
-    entries: ThreadEntries | None, store: RunStore, ts: np.ndarray
-) -> list[tuple[tuple[int, int] | None, int, int]]:
+def _thread_parts(
+    pts: ThreadPoints, entries: ThreadEntries | None, store: RunStore
+) -> Iterator[tuple[dict[str, np.ndarray], list[Run], list[Run]]]:
+    """A thread's points whole, or with more than ``POINTS_AT_ONCE`` of them a part apart in time
+    at a time (:mod:`tracemerge.layout.flows.point_chunks`): each part's columns in storage
+    order, the runs of entries its time meets, and the runs after those."""
+    runs = entries.chunks(store) if entries is not None and entries.total else []
+    if pts.total <= point_chunks.POINTS_AT_ONCE:
+        yield pts.columns(store), runs, []
+        return
+    cuts = time_cuts(pts, store, point_chunks.POINTS_AT_ONCE)
+    earliest = [start for _, _, start in runs[1:]]
+    bounds = [None, *cuts, None]
+    for lo, hi, cols in zip(bounds[:-1], bounds[1:], grouped_points(pts, cuts, store), strict=True):
+        # The runs whose points (from their earliest start to the next's) meet [lo, hi).
+        first = 0 if lo is None else bisect_right(earliest, lo)
+        end = len(runs) if hi is None else bisect_left(earliest, hi) + 1
+        yield cols, runs[first:end], runs[end:]
+
+
+def _bound(
+    slices: _ThreadSlices,
+    runs: list[Run],
+    later: list[Run],
+    ts: np.ndarray,
+    bind_next: np.ndarray,
+    with_durations: bool,
+) -> _Bound:
+    """Points (in time order) bound run by run; those bound to a next slice their runs lack take
+    the first slice of the ``later`` runs."""
+    bound = _Bound(len(ts), with_durations)
+    for rows, lo, hi in _point_ranges(runs, ts):
+        bound.bind(slices.of(rows), ts, bind_next, lo, hi)
+    for lo, hi, _ in later:
+        if not len(bound.waiting):
+            break
+        bound.bind(slices.of((lo, hi)), ts, bind_next, 0, 0)
+    return bound
+
+
+def _point_ranges(runs: list[Run], ts: np.ndarray) -> list[tuple[tuple[int, int] | None, int, int]]:
     """The thread's runs of entries apart in time (:meth:`ThreadEntries.chunks`), each with the
     range of points (in time order) that bind within it: from its earliest start to the next's."""
-    chunks = entries.chunks(store) if entries is not None and entries.total else []
-    if not chunks:
+    if not runs:
         return [(None, 0, len(ts))]
-    cuts = [0, *np.searchsorted(ts, [earliest for _, _, earliest in chunks[1:]], "left").tolist(), len(ts)]
-    return [((lo, hi), cuts[k], cuts[k + 1]) for k, (lo, hi, _) in enumerate(chunks)]
+    cuts = [0, *np.searchsorted(ts, [earliest for _, _, earliest in runs[1:]], "left").tolist(), len(ts)]
+    return [((lo, hi), cuts[k], cuts[k + 1]) for k, (lo, hi, _) in enumerate(runs)]
 
 
 class _Bound:
@@ -126,25 +167,15 @@ class _Bound:
         self.target_negdur = np.zeros(n, np.int64) if with_durations else None
         self.waiting = np.empty(0, np.int64)  # points bound to a next slice their run lacks
 
-    def bind(
-        self,
-        starts: np.ndarray,
-        negdurs: np.ndarray,
-        ordinals: np.ndarray,
-        ts: np.ndarray,
-        bind_next: np.ndarray,
-        lo: int,
-        hi: int,
-    ) -> None:
+    def bind(self, slices: _RunSlices, ts: np.ndarray, bind_next: np.ndarray, lo: int, hi: int) -> None:
+        starts, negdurs, ordinals = slices.starts, slices.negdurs, slices.ordinals
         if len(starts) and len(self.waiting):
             self._set(self.waiting, starts[:1], negdurs[:1], ordinals[:1], np.zeros(len(self.waiting), np.int64))
             self.waiting = self.waiting[:0]
         if lo == hi:
             return
-        ends = starts - negdurs
-        parent = parents(starts, ends)
-        nests = not overlapping(starts, ends, parent).any()
-        at = targets(starts, ends, parent if nests else None, ts[lo:hi], bind_next[lo:hi])
+        ends, parent = slices.shape()
+        at = targets(starts, ends, parent, ts[lo:hi], bind_next[lo:hi])
         points = np.arange(lo, hi)
         found = at < len(starts)
         self._set(points[found], starts, negdurs, ordinals, at[found])
@@ -165,16 +196,45 @@ class _Bound:
         return found
 
 
-def _slices(entries: ThreadEntries | None, store: RunStore, rows: tuple[int, int] | None) -> tuple[np.ndarray, ...]:
-    """A thread's slices of some rows in the walk's order: starts, negated durations, ordinals."""
-    if rows is None:
-        empty = np.empty(0, np.int64)
-        return empty, empty, empty
-    assert entries is not None
-    keys = entries.keys(store, rows)
-    order = walk_order(keys["starts"], keys["negdurs"], keys["kinds"], keys["ordinals"])
-    order = order[keys["kinds"][order] == SLICE]
-    return keys["starts"][order], keys["negdurs"][order], keys["ordinals"][order]
+class _RunSlices:
+    """A run's slices in the walk's order: starts, negated durations, ordinals; and, worked out
+    once asked for, their ends and their parents when they nest throughout (else None)."""
+
+    def __init__(self, starts: np.ndarray, negdurs: np.ndarray, ordinals: np.ndarray) -> None:
+        self.starts, self.negdurs, self.ordinals = starts, negdurs, ordinals
+        self.shaped: tuple[np.ndarray, np.ndarray | None] | None = None
+
+    def shape(self) -> tuple[np.ndarray, np.ndarray | None]:
+        if self.shaped is None:
+            ends = self.starts - self.negdurs
+            parent = parents(self.starts, ends)
+            nests = not overlapping(self.starts, ends, parent).any()
+            self.shaped = (ends, parent if nests else None)
+        return self.shaped
+
+
+class _ThreadSlices:
+    """A thread's slices one run at a time, the last run kept (a thread's points bound a part at
+    a time may bind to one run in several parts)."""
+
+    def __init__(self, entries: ThreadEntries | None, store: RunStore) -> None:
+        self.entries, self.store = entries, store
+        self.last: tuple[tuple[int, int] | None, _RunSlices] | None = None
+
+    def of(self, rows: tuple[int, int] | None) -> _RunSlices:
+        if self.last is None or self.last[0] != rows:
+            self.last = (rows, self._read(rows))
+        return self.last[1]
+
+    def _read(self, rows: tuple[int, int] | None) -> _RunSlices:
+        if rows is None:
+            empty = np.empty(0, np.int64)
+            return _RunSlices(empty, empty, empty)
+        assert self.entries is not None
+        keys = self.entries.keys(self.store, rows)
+        order = walk_order(keys["starts"], keys["negdurs"], keys["kinds"], keys["ordinals"])
+        order = order[keys["kinds"][order] == SLICE]
+        return _RunSlices(keys["starts"][order], keys["negdurs"][order], keys["ordinals"][order])
 
 
 def _namespaces(
