@@ -201,15 +201,25 @@ def test_a_ray_node_keeps_the_columns_in_memory(monkeypatch, tmp_path: Path) -> 
     assert all(not t.spilled for streams in outcome.scan.kernel_times.values() for t in streams)
 
 
-def _runs_of_the_whole(starts: list[int], ends: list[int], chunk: int) -> list[tuple[int, int, int]]:
+def _runs_of_the_whole(
+    starts: list[int], ends: list[int], slices: list[bool], chunk: int
+) -> list[tuple[int, int, int]]:
     """A thread's runs by their definition, over all its rows at once: a run is cut at the first
-    row ``chunk`` rows on whose earliest start from it on is after the latest end before it."""
+    row ``chunk`` rows on whose earliest start from it on (T) is after the latest end before it,
+    or equals it while every row before starts before T and a slice from it on starts at T."""
     total = len(starts)
     if total <= chunk:
         return [(0, total, min(starts))]
-    cuts = [r for r in range(1, total) if max(ends[:r]) < min(starts[r:])]
+
+    def cut(r: int) -> bool:
+        at, reach = min(starts[r:]), max(ends[:r])
+        touching = max(starts[:r]) < at and at in {
+            s for s, is_slice in zip(starts[r:], slices[r:], strict=True) if is_slice
+        }
+        return reach < at or (reach == at and touching)
+
     runs, lo = [], 0
-    for r in cuts:
+    for r in filter(cut, range(1, total)):
         if r >= lo + chunk:
             runs.append((lo, r, min(starts[lo:])))
             lo = r
@@ -222,17 +232,23 @@ def test_a_thread_s_runs_are_found_a_block_at_a_time(monkeypatch, tmp_path: Path
     for _ in range(300):
         chunk = rng.choice([1, 2, 5, 20])
         monkeypatch.setattr(entries, "CHUNK", chunk)
-        thread, starts, ends, t = ThreadEntries(), [], [], 0
+        thread, starts, ends, slices, t = ThreadEntries(), [], [], [], 0
         for _ in range(rng.randrange(1, 6)):
             rows = []
             for _ in range(rng.randrange(1, 25)):
-                t = t + rng.randrange(0, 30) if rng.random() < 0.7 else rng.randrange(0, 400)
-                dur = rng.choice([0, 1, 4, 50, 900])
-                rows.append((t, -dur, 0, len(starts), b"."))
+                # Often where the slice before ends: runs that touch.
+                if rng.random() < 0.3 and ends:
+                    t = ends[-1]
+                else:
+                    t = t + rng.randrange(0, 30) if rng.random() < 0.7 else rng.randrange(0, 400)
+                instant = rng.random() < 0.2
+                dur = 0 if instant else rng.choice([0, 1, 4, 50, 900])
+                rows.append((t, -dur, int(instant), len(starts), b"."))
                 starts.append(t)
                 ends.append(t + dur)
+                slices.append(not instant)
             thread.add_block(entry_block(rows))
             if rng.random() < 0.4:
                 thread.spill(store)
-        assert thread.chunks(store) == _runs_of_the_whole(starts, ends, chunk)
+        assert thread.chunks(store) == _runs_of_the_whole(starts, ends, slices, chunk)
     store.close()

@@ -302,3 +302,73 @@ def test_a_run_s_blocks_are_read_one_at_a_time(monkeypatch, tmp_path: Path) -> N
     assert loaded == [3] and (start, stop) == (1, 3) and bodies == b"body0body1body2"
     assert [(a, b) for _, a, b in pieces] == [(0, 3), (0, 2)] and loaded == [3, 3, 3]
     store.close()
+
+
+def _touching_steps(path: Path) -> None:
+    """Steps that follow one another with no gap (every sixth leaves one), each holding a launch
+    tied to a kernel; a zero-length slice or an instant where the next step starts, written
+    before it; and flow points at those times, bound to the slice open there or to the next."""
+    cpu, gpu = (1, 1), (1, 7)
+    events: list[dict] = []
+
+    def add(ph: str, name: str, at: int, thread: tuple[int, int], **extra: object) -> None:
+        events.append({"ph": ph, "name": name, "cat": "x", "ts": T0 + at, "pid": thread[0], "tid": thread[1], **extra})
+
+    for k in range(24):
+        at = 100 * k
+        add("X", f"step {k}", at, cpu, dur=100 if k % 6 != 5 else 90)  # every sixth leaves a gap
+        add("X", f"launch {k}", at + 10, cpu, dur=20)
+        add("X", f"kernel {k}", at + 40, gpu, dur=30)
+        add("s", "ac2g", at + 15, cpu, id=k, cat="ac2g")
+        add("f", "ac2g", at + 40, gpu, id=k, cat="ac2g", bp="e")
+        if k % 4 == 1:  # a zero-length slice where the next step starts, written before it
+            add("X", f"zero {k}", at + 100, cpu, dur=0)
+        if k % 4 == 2:  # an instant there
+            add("i", f"mark {k}", at + 100, cpu, s="t")
+        # Points where the next step starts: one bound to the slice open there, one to the next slice.
+        add("s", "fwd", at + 100, cpu, id=f"at-{k}", cat="fwd")
+        add("f", "fwd", at + 100, gpu, id=f"at-{k}", cat="fwd")
+        add("s", "late", at + 45, gpu, id=f"late-{k}", cat="late")
+        add("f", "late", at + 95, cpu, id=f"late-{k}", cat="late")
+    path.write_text(json.dumps({"traceEvents": events}))
+
+
+def test_steps_that_touch_are_worked_out_in_runs_as_they_are_whole(tmp_path: Path, monkeypatch) -> None:
+    """Runs cut where one step ends just as the next starts read back as the thread worked out
+    whole: the same slices at the same depths and lanes, the same instants, flows between the
+    same slices."""
+    _touching_steps(tmp_path / "rank0.pt.trace.json")
+    found: list[list[tuple[int, int, int]]] = []
+    chunks = entries.ThreadEntries.chunks
+
+    def counted(self: entries.ThreadEntries, store: RunStore) -> list[tuple[int, int, int]]:
+        found.append(chunks(self, store))
+        return found[-1]
+
+    monkeypatch.setattr(entries.ThreadEntries, "chunks", counted)
+    read = []
+    for chunk in (1 << 18, 2):
+        monkeypatch.setattr(entries, "CHUNK", chunk)
+        found.clear()
+        out = tmp_path / f"out-{chunk}.pftrace"
+        merge([tmp_path], out, jobs=1)
+        rb = read_pftrace(out)
+        names = {s.name: s for s in rb.slices}
+        links = Counter(
+            (a.name, b.name) for a in rb.slices for b in rb.slices if set(a.flow_ids) & set(b.terminating_flow_ids)
+        )
+        read.append(
+            (
+                sorted((rb.threads[s.track][1], s.name, s.ts, s.dur, s.depth) for s in rb.slices),
+                sorted((rb.threads[s.track][1], s.name, s.ts, s.depth) for s in rb.instants),
+                links,
+            )
+        )
+        assert names["zero 1"].depth == 1 and names["launch 0"].depth == 1
+    # The cpu thread cut at every step, those that touch the one before included (the reader
+    # puts a zero-length slice or an instant at the step's start after it, into its run).
+    assert max(len(runs) for runs in found) == 24
+    assert read[0] == read[1]
+    # Every flow but the two of the last step bound to a next slice, which has none.
+    assert sum(read[0][2].values()) == 24 * 3 - 2
+    assert read[0][2][("kernel 3", "step 4")] == 1 and read[0][2][("step 5", "kernel 5")] == 1  # at 500: step 5

@@ -18,9 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from tracemerge.core.model import Kind
 from tracemerge.store.column_blocks import Block, Columnar, Schema, concatenated
 from tracemerge.store.spill import RunStore
 
+SLICE = int(Kind.SLICE)
 # Rows a thread is worked out in at least, when it cuts apart in time (see ThreadEntries.chunks).
 CHUNK = 1 << 18
 
@@ -79,38 +81,37 @@ class ThreadEntries(Columnar):
 
     def chunks(self, store: RunStore) -> list[tuple[int, int, int]]:
         """The entries as runs apart in time, each (first row, end row, earliest start): every
-        entry of a run ends before any of a later one starts, so that each nests, ties and binds
-        flows on its own. A run is cut at the first row CHUNK rows on where that holds, so the
-        runs depend on the entries alone. A trace written in time order cuts into many; a slice
-        spanning the others makes them one."""
+        entry of a run ends before any of a later one starts, or ends just as a slice of the
+        later one starts and starts before it, so that each nests, ties and binds flows on its
+        own. A run is cut at the first row CHUNK rows on where that holds, so the runs depend on
+        the entries alone. A trace written in time order cuts into many, steps that follow one
+        another with no gap included; a slice spanning the others makes them one."""
         blocks = self.sealed()
         total = sum(block.n for block in blocks)
         if total <= CHUNK:
             return [(0, total, self.span()[0])] if total else []
-        # Worked out a block at a time (a thread may hold millions of rows): a row is a place to
-        # cut when the latest end before it is earlier than the earliest start from it on; the
-        # earliest start after each block is that of the blocks after it (their own earliest).
-        floors = [int(np.iinfo(np.int64).max)] * len(blocks)
+        # Worked out a block at a time (a thread may hold millions of rows); the earliest start
+        # after each block is that of the blocks after it (their own earliest), and the earliest
+        # slice start after it likewise (read from their columns first).
+        top = int(np.iinfo(np.int64).max)
+        floors, slice_floors = [top] * len(blocks), [top] * len(blocks)
         for k in range(len(blocks) - 2, -1, -1):
             floors[k] = min(floors[k + 1], blocks[k + 1].lo) if blocks[k + 1].n else floors[k + 1]
+            slice_floors[k] = min(slice_floors[k + 1], _earliest_slice(blocks[k + 1], store))
         runs: list[tuple[int, int, int]] = []
         lo, lo_after = 0, 0  # the current run's first row and the earliest start from it on
-        reach = int(np.iinfo(np.int64).min)  # the latest end before the block
+        before = _Reach()
         first = 0
-        for block, floor in zip(blocks, floors, strict=True):
+        for block, floor, slice_floor in zip(blocks, floors, slice_floors, strict=True):
             if not block.n:
                 continue
             cols = block.columns(store)
-            starts = cols["starts"]
-            after = np.minimum(np.minimum.accumulate(starts[::-1])[::-1], floor)
-            ends = np.maximum(np.maximum.accumulate(starts - cols["negdurs"]), reach)
+            after = np.minimum(_from_on(cols["starts"], np.minimum), floor)
             if not first:
                 lo_after = int(after[0])
-            # cuttable[j]: the block's row j (the first row of all never is)
-            cuttable = np.empty(block.n, bool)
-            cuttable[0] = bool(first) and reach < after[0]
-            cuttable[1:] = ends[:-1] < after[1:]
-            at = np.flatnonzero(cuttable) + first
+            at = np.flatnonzero(before.cuttable(cols, after, slice_floor)) + first
+            if not first:
+                at = at[at > 0]  # the first row of all is no place to cut
             while True:
                 k = int(np.searchsorted(at, lo + CHUNK))
                 if k == len(at):
@@ -118,7 +119,6 @@ class ThreadEntries(Columnar):
                 runs.append((lo, int(at[k]), lo_after))
                 lo = int(at[k])
                 lo_after = int(after[lo - first])
-            reach = int(ends[-1])
             first += block.n
         runs.append((lo, total, lo_after))
         return runs
@@ -337,3 +337,42 @@ def walk_order(starts: np.ndarray, negdurs: np.ndarray, kinds: np.ndarray, ordin
 def index_type(n: int) -> type[np.signedinteger]:
     """The integer type positions among ``n`` rows are kept in (int32 while they fit)."""
     return np.int32 if n < 1 << 31 else np.int64
+
+
+def _from_on(values: np.ndarray, op: np.ufunc) -> np.ndarray:
+    """``op`` accumulated from each row to the block's end (np.minimum: the least from it on)."""
+    return op.accumulate(values[::-1])[::-1]
+
+
+class _Reach:
+    """The latest end and the latest start of the rows before a block, as
+    :meth:`ThreadEntries.chunks` walks a thread's blocks in order."""
+
+    def __init__(self) -> None:
+        self.end = self.start = int(np.iinfo(np.int64).min)
+
+    def cuttable(self, cols: dict[str, np.ndarray], after: np.ndarray, slice_floor: int) -> np.ndarray:
+        """Which rows of the block a run may start at (``after``: the earliest start from each on):
+        every row before ends before it, or ends no later while starting earlier, and a slice
+        starting there follows. A flow point at that time then binds to that slice (to the one
+        started last at or before it), as it would with the rows before in the same run; and a
+        zero-length slice or an instant before, which the walk would put inside it, rules the
+        place out. ``slice_floor``: the earliest slice start of the blocks after this one."""
+        starts = cols["starts"]
+        ends = np.maximum(np.maximum.accumulate(starts - cols["negdurs"]), self.end)
+        begun = np.maximum(np.maximum.accumulate(starts), self.start)
+        ended_before = np.r_[self.end, ends[:-1]]
+        begun_before = np.r_[self.start, begun[:-1]]
+        top = np.iinfo(np.int64).max
+        slice_after = np.minimum(_from_on(np.where(cols["kinds"] == SLICE, starts, top), np.minimum), slice_floor)
+        self.end, self.start = int(ends[-1]), int(begun[-1])
+        just = (ended_before == after) & (begun_before < after) & (slice_after == after)
+        return (ended_before < after) | just
+
+
+def _earliest_slice(block: Block, store: RunStore) -> int:
+    """The earliest start of a slice in the block (the largest int64 for none)."""
+    if not block.n:
+        return int(np.iinfo(np.int64).max)
+    cols = block.columns(store)
+    return int(np.where(cols["kinds"] == SLICE, cols["starts"], np.iinfo(np.int64).max).min())
