@@ -6,9 +6,11 @@ thread's runs apart in time are found a block at a time, as they are of the whol
 
 from __future__ import annotations
 
+import bisect
 import json
 import pickle
 import random
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +25,7 @@ from tracemerge.evidence.kernel_tally import KernelTally, KernelTimes
 from tracemerge.evidence.span_union import SpanUnion
 from tracemerge.phases.device_time import Coverage, intersection, merged, whole_breakdowns
 from tracemerge.phases.kernels import busiest, window_sums
-from tracemerge.store import entries
+from tracemerge.store import entries, run_cuts
 from tracemerge.store.entries import ThreadEntries, entry_block
 from tracemerge.store.spill import RunStore
 
@@ -204,26 +206,31 @@ def test_a_ray_node_keeps_the_columns_in_memory(monkeypatch, tmp_path: Path) -> 
 def _runs_of_the_whole(
     starts: list[int], ends: list[int], slices: list[bool], chunk: int
 ) -> list[tuple[int, int, int]]:
-    """A thread's runs by their definition, over all its rows at once: a run is cut at the first
-    row ``chunk`` rows on whose earliest start from it on (T) is after the latest end before it,
-    or equals it while every row before starts before T and a slice from it on starts at T."""
-    total = len(starts)
-    if total <= chunk:
-        return [(0, total, min(starts))]
-
-    def cut(r: int) -> bool:
-        at, reach = min(starts[r:]), max(ends[:r])
-        touching = max(starts[:r]) < at and at in {
-            s for s, is_slice in zip(starts[r:], slices[r:], strict=True) if is_slice
-        }
-        return reach < at or (reach == at and touching)
-
-    runs, lo = [], 0
-    for r in filter(cut, range(1, total)):
-        if r >= lo + chunk:
-            runs.append((lo, r, min(starts[lo:])))
-            lo = r
-    return [*runs, (lo, total, min(starts[lo:]))]
+    """A thread's runs by their definition, over all its rows at once: windows bounded by every
+    so many of a sample of the starts (every ``stride``-th row), each cut at its first start T
+    after the earliest where every row starting before T ends before it, or at it while a slice
+    starts at T; not cut at all when the sample jumps between windows too often."""
+    earliest, inf = min(starts), float("inf")
+    whole = [(run_cuts.BOTTOM, run_cuts.TOP, earliest)]
+    if len(starts) <= chunk:
+        return whole
+    stride = max(1, chunk // run_cuts.SAMPLES_PER_WINDOW)
+    per_window = max(1, chunk // stride)
+    sample = starts[::stride]
+    bounds = sorted(set(sorted(sample)[per_window::per_window]))
+    windows = [bisect.bisect_right(bounds, t) for t in sample]
+    moves = sum(a != b for a, b in pairwise(windows))
+    if not bounds or moves > run_cuts.DISORDER * (len(bounds) + 1):
+        return whole
+    cuts = []
+    for lo, hi in zip(bounds, [*bounds[1:], inf], strict=True):
+        for t in sorted({s for s in starts if lo <= s < hi and s > earliest}):
+            reach = max((e for s, e in zip(starts, ends, strict=True) if s < t), default=-inf)
+            if reach < t or (reach == t and any(s == t for s, sl in zip(starts, slices, strict=True) if sl)):
+                cuts.append(t)
+                break
+    edges = [run_cuts.BOTTOM, *cuts, run_cuts.TOP]
+    return [(edges[k], edges[k + 1], first) for k, first in enumerate([earliest, *cuts])]
 
 
 def test_a_thread_s_runs_are_found_a_block_at_a_time(monkeypatch, tmp_path: Path) -> None:

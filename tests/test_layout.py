@@ -281,7 +281,8 @@ def test_byte_ranges_are_gathered_a_bounded_slice_at_a_time(monkeypatch) -> None
 
 
 def test_a_run_s_blocks_are_read_one_at_a_time(monkeypatch, tmp_path: Path) -> None:
-    """pieces() reads a block's columns and bodies when it is reached, not the run's all at once."""
+    """pieces() reads a block's columns and bodies when it is reached, not the run's all at once,
+    and only the blocks whose time meets the run's."""
     store = RunStore(tmp_path)
     thread = entries.ThreadEntries()
     for k in range(3):
@@ -296,11 +297,15 @@ def test_a_run_s_blocks_are_read_one_at_a_time(monkeypatch, tmp_path: Path) -> N
         return original(block, found_store)
 
     monkeypatch.setattr(column_blocks.Block, "columns", counting)
-    pieces = thread.pieces(store, 1, 8, bodies=True)
+    pieces = thread.pieces(store, (10, 80), bodies=True)  # the entries starting at 10 to 70
     assert loaded == []
-    (_, bodies, _), start, stop = next(pieces)
-    assert loaded == [3] and (start, stop) == (1, 3) and bodies == b"body0body1body2"
-    assert [(a, b) for _, a, b in pieces] == [(0, 3), (0, 2)] and loaded == [3, 3, 3]
+    (_, bodies, _), rows = next(pieces)
+    assert loaded == [3] and rows.tolist() == [1, 2] and bodies == b"body0body1body2"
+    assert [None if rows is None else rows.tolist() for _, rows in pieces] == [None, [0, 1]]
+    assert loaded == [3, 3, 3]
+    # Blocks whose time the range does not meet are not read.
+    loaded.clear()
+    assert [rows.tolist() for _, rows in thread.pieces(store, (35, 55))] == [[1, 2]] and loaded == [3]
     store.close()
 
 

@@ -63,14 +63,12 @@ class ThreadWalk:
         its own: every lane is empty between two); returns its latest time."""
         latest = -(1 << 63)
         for lo, hi, _ in self.entries.chunks(self.runs):
-            latest = max(latest, self._run(lo, hi, times))
+            latest = max(latest, self._run((lo, hi), times))
         return latest
 
-    def _run(self, lo: int, hi: int, times: TimeFilter | None) -> int:
+    def _run(self, run: tuple[int, int], times: TimeFilter | None) -> int:
         enc, result = self.enc, self.result
-        keys = self.entries.keys(self.runs, (lo, hi))
-        starts, negdurs, kinds, ordinals = keys["starts"], keys["negdurs"], keys["kinds"], keys["ordinals"]
-        del keys
+        starts, negdurs, kinds, ordinals, pieces = self._keys(run)
         n = len(starts)
         kept = self._kept(starts, negdurs, kinds, times) if times is not None else None
         order = walk_order(starts, negdurs, kinds, ordinals)
@@ -99,7 +97,7 @@ class ThreadWalk:
             return latest
         if instants is not None and instants.any():
             latest = max(latest, int(starts[order[instants]].max()))
-        self.flow_at, self.flow_counts = self._flow_positions(ordinals)
+        self.flow_at, self.flow_counts = self._flows(ordinals, pieces)
         del ordinals
         also = None
         if enc.flows_bind_by_order and self.flow_at is not None:
@@ -118,7 +116,7 @@ class ThreadWalk:
                 enc.ends(self.tracks, self._lanes(part), starts[part] - negdurs[part] + self.shift)
             del lasting
         chosen[deferred] = False
-        held = self._emit_as_read(lo, hi, chosen, np.sort(deferred))
+        held = self._emit_as_read(run, chosen, np.sort(deferred))
         if len(deferred):
             parts = [held[p] for p in deferred.tolist()]
             lengths = np.fromiter(map(len, parts), np.int64, len(parts))
@@ -156,17 +154,49 @@ class ThreadWalk:
         read.instants += outside_instants
         return keep
 
-    def _flow_positions(self, ordinals: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
-        """Where the flow attachments of these entries lie (entry positions, in order, each
-        slice's by flow id and phase), and how many each entry has."""
+    def _keys(self, run: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[int]]:
+        """The run's starts, negated durations, kinds and ordinals, in storage order, and how
+        many of them each block gave."""
+        names = ("starts", "negdurs", "kinds", "ordinals")
+        parts = [
+            [cols[name] if rows is None else cols[name][rows] for name in names]
+            for cols, rows in self.entries.pieces(self.runs, run)
+        ]
+        if not parts:
+            parts = [[np.empty(0, dtype) for dtype in (np.int64, np.int64, np.int8, np.int64)]]
+        starts, negdurs, kinds, ordinals = (np.concatenate([part[k] for part in parts]) for k in range(4))
+        return starts, negdurs, kinds, ordinals, [len(part[0]) for part in parts]
+
+    def _flows(self, ordinals: np.ndarray, pieces: list[int]) -> tuple[np.ndarray | None, np.ndarray]:
+        """Where the flow attachments of the run's entries lie (entry positions, in order, each
+        slice's by flow id and phase; None for none), and how many each entry has; found a
+        block's entries at a time (a run's entries may come from blocks far apart in the order
+        read), their flow ids and phases kept in ``flow_ids`` and ``flow_phases``."""
         if self.attachments_of is not None:
             self.attached, self.attachments_of = self.attachments_of(), None
-        attached = self.attached
+        found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        first = 0
+        for size in pieces:
+            got = self._flow_positions(ordinals[first : first + size])
+            if got is not None:
+                found.append((got[0] + first, got[1], got[2]))
+            first += size
         counts = np.zeros(len(ordinals), np.int64)
-        if attached is None or not attached.total:
+        if not found:
             return None, counts
+        at, self.flow_ids, self.flow_phases = (np.concatenate([f[k] for f in found]) for k in range(3))
+        return at, np.bincount(at, minlength=len(ordinals))
+
+    def _flow_positions(self, ordinals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The flow attachments of these entries (a block's of a run): their positions among
+        them, in order, each slice's by flow id and phase; their flow ids and phases."""
+        attached = self.attached
+        if attached is None or not attached.total or not len(ordinals):
+            return None
         # Attachments are sorted by ordinal: those of these entries lie in their ordinals' range.
         lo, hi = np.searchsorted(attached.ordinals, (int(ordinals.min()), int(ordinals.max()) + 1)).tolist()
+        if lo == hi:
+            return None
         wanted, ids, phases = attached.ordinals[lo:hi], attached.ids[lo:hi], attached.phases[lo:hi]
         last = len(ordinals) - 1
         increasing = not last or bool((ordinals[1:] > ordinals[:-1]).all())
@@ -176,43 +206,42 @@ class ThreadWalk:
             by_ordinal = np.argsort(ordinals)
             at = by_ordinal[np.minimum(np.searchsorted(ordinals, wanted, sorter=by_ordinal), last)]
         mine = ordinals[at] == wanted
-        if not mine.all():  # those of another run of blocks, within this one's range
+        if not mine.all():  # those of entries of another run, within these ones' range
             at, ids, phases = at[mine], ids[mine], phases[mine]
         if not len(at):
-            return None, counts
+            return None
         if not increasing:  # in position order, each slice's by flow id and phase
             order = np.lexsort((phases, ids, at))
             at, ids, phases = at[order], ids[order], phases[order]
-        self.flow_ids, self.flow_phases = ids, phases
-        return at, np.bincount(at, minlength=len(ordinals))
+        return at, ids, phases
 
-    def _emit_as_read(self, lo: int, hi: int, chosen: np.ndarray, deferred: np.ndarray) -> dict[int, bytes]:
-        """The chosen BEGINs and instants of rows lo..hi in the order they were read, a block at
-        a time (positions count from ``lo``); returns the bodies of the ``deferred`` positions
-        (sorted), by position."""
+    def _emit_as_read(self, run: tuple[int, int], chosen: np.ndarray, deferred: np.ndarray) -> dict[int, bytes]:
+        """The chosen BEGINs and instants of the run in the order they were read, a block at a
+        time; returns the bodies of the ``deferred`` positions (sorted), by position."""
         held: dict[int, bytes] = {}
-        first = 0  # the position of the piece's first row
-        for (cols, bodies, block), start, stop in self.entries.pieces(self.runs, lo, hi, bodies=True):
+        first = 0  # the position of the piece's first entry
+        for (cols, bodies, block), rows in self.entries.pieces(self.runs, run, bodies=True):
             lengths = cols["lengths"]
             if block.prefixes is not None:  # read in parts: the names in place of their placeholders
                 assert self.part_prefixes is not None
                 bodies, lengths = with_prefixes(bodies, lengths, block.prefixes, self.part_prefixes)
             ends_at = np.cumsum(lengths)
             begins_at = ends_at - lengths
-            for a in range(start, stop, BATCH):
-                b = min(a + BATCH, stop)
-                pick = np.flatnonzero(chosen[first + a - start : first + b - start]) + a
+            count = block.n if rows is None else len(rows)
+            for a in range(0, count, BATCH):
+                b = min(a + BATCH, count)
+                pick = np.flatnonzero(chosen[first + a : first + b]) + a
                 if not len(pick):
                     continue
-                if len(pick) == b - a:
-                    part = bodies[int(begins_at[a]) : int(ends_at[b - 1])]
+                at = pick if rows is None else rows[pick]  # the block's rows
+                if int(at[-1]) - int(at[0]) == len(at) - 1:  # rows one after another: one range
+                    part = bodies[int(begins_at[at[0]]) : int(ends_at[at[-1]])]
                 else:
-                    part = gathered(bodies, begins_at[pick], lengths[pick])
-                self._emit(pick - start + first, part, lengths[pick], in_walk_order=False)
-            count = stop - start
+                    part = gathered(bodies, begins_at[at], lengths[at])
+                self._emit(pick + first, part, lengths[at], in_walk_order=False)
             mine = deferred[np.searchsorted(deferred, first) : np.searchsorted(deferred, first + count)]
             for p in mine.tolist():
-                k = p - first + start
+                k = p - first if rows is None else int(rows[p - first])
                 held[p] = bodies[int(begins_at[k]) : int(ends_at[k])]
             first += count
         return held

@@ -18,11 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from tracemerge.core.model import Kind
 from tracemerge.store.column_blocks import Block, Columnar, Schema, concatenated
+from tracemerge.store.run_cuts import BOTTOM, TOP, Run, time_runs
 from tracemerge.store.spill import RunStore
 
-SLICE = int(Kind.SLICE)
 # Rows a thread is worked out in at least, when it cuts apart in time (see ThreadEntries.chunks).
 CHUNK = 1 << 18
 
@@ -55,73 +54,52 @@ class ThreadEntries(Columnar):
     def _block(self, items: list[tuple]) -> Block:
         return entry_block(items)
 
-    def keys(self, store: RunStore, rows: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
-        """The start, negated duration, kind and ordinal of every entry (of the rows
-        ``rows[0]``..``rows[1]`` when given), in storage order."""
+    def keys(self, store: RunStore, times: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
+        """The start, negated duration, kind and ordinal of every entry (of those starting in
+        [``times[0]``, ``times[1]``) when given), in storage order."""
         names = ("starts", "negdurs", "kinds", "ordinals")
-        if rows is None:
+        if times is None:
             return concatenated(self.sealed(), store, names)
-        parts = [{name: cols[name][lo:hi] for name in names} for cols, lo, hi in self.pieces(store, *rows)]
+        parts = [
+            {name: cols[name] if rows is None else cols[name][rows] for name in names}
+            for cols, rows in self.pieces(store, times)
+        ]
+        if not parts:
+            return {name: np.empty(0, dtype) for name, dtype in ENTRY_SCHEMA if name in names}
         return {name: np.concatenate([part[name] for part in parts]) for name in names}
 
-    def pieces(self, store: RunStore, lo: int, hi: int, bodies: bool = False) -> Iterator[tuple[Any, int, int]]:
-        """The blocks holding rows lo..hi, each as (its columns, or (columns, bodies, block)
-        with ``bodies``, and the range of it within), read from the store one at a time as they
-        are asked for (a run of a thread spans blocks of megabytes each)."""
-        first = 0
+    def pieces(
+        self, store: RunStore, times: tuple[int, int], bodies: bool = False
+    ) -> Iterator[tuple[Any, np.ndarray | None]]:
+        """The blocks holding entries that start in [``times[0]``, ``times[1]``), each as (its
+        columns, or (columns, bodies, block) with ``bodies``, and its rows that do, None for
+        all), read from the store one at a time as they are asked for (a run of a thread spans
+        blocks of megabytes each)."""
+        lo, hi = times
         for block in self.sealed():
-            last = first + block.n
-            if last > lo and first < hi:
-                cols = block.columns(store)
-                got = (cols, block.body_bytes(store), block) if bodies else cols
-                yield got, max(lo - first, 0), min(hi, last) - first
-            first = last
-            if first >= hi:
-                break
-
-    def chunks(self, store: RunStore) -> list[tuple[int, int, int]]:
-        """The entries as runs apart in time, each (first row, end row, earliest start): every
-        entry of a run ends before any of a later one starts, or ends just as a slice of the
-        later one starts and starts before it, so that each nests, ties and binds flows on its
-        own. A run is cut at the first row CHUNK rows on where that holds, so the runs depend on
-        the entries alone. A trace written in time order cuts into many, steps that follow one
-        another with no gap included; a slice spanning the others makes them one."""
-        blocks = self.sealed()
-        total = sum(block.n for block in blocks)
-        if total <= CHUNK:
-            return [(0, total, self.span()[0])] if total else []
-        # Worked out a block at a time (a thread may hold millions of rows); the earliest start
-        # after each block is that of the blocks after it (their own earliest), and the earliest
-        # slice start after it likewise (read from their columns first).
-        top = int(np.iinfo(np.int64).max)
-        floors, slice_floors = [top] * len(blocks), [top] * len(blocks)
-        for k in range(len(blocks) - 2, -1, -1):
-            floors[k] = min(floors[k + 1], blocks[k + 1].lo) if blocks[k + 1].n else floors[k + 1]
-            slice_floors[k] = min(slice_floors[k + 1], _earliest_slice(blocks[k + 1], store))
-        runs: list[tuple[int, int, int]] = []
-        lo, lo_after = 0, 0  # the current run's first row and the earliest start from it on
-        before = _Reach()
-        first = 0
-        for block, floor, slice_floor in zip(blocks, floors, slice_floors, strict=True):
-            if not block.n:
+            if not block.n or block.lo >= hi or block.hi < lo:
                 continue
             cols = block.columns(store)
-            after = np.minimum(_from_on(cols["starts"], np.minimum), floor)
-            if not first:
-                lo_after = int(after[0])
-            at = np.flatnonzero(before.cuttable(cols, after, slice_floor)) + first
-            if not first:
-                at = at[at > 0]  # the first row of all is no place to cut
-            while True:
-                k = int(np.searchsorted(at, lo + CHUNK))
-                if k == len(at):
-                    break
-                runs.append((lo, int(at[k]), lo_after))
-                lo = int(at[k])
-                lo_after = int(after[lo - first])
-            first += block.n
-        runs.append((lo, total, lo_after))
-        return runs
+            rows = None
+            if block.lo < lo or block.hi >= hi:  # some of its entries may start outside
+                starts = cols["starts"]
+                rows = np.flatnonzero((starts >= lo) & (starts < hi))
+                if not len(rows):
+                    continue
+                if len(rows) == block.n:
+                    rows = None
+            yield ((cols, block.body_bytes(store), block) if bodies else cols), rows
+
+    def chunks(self, store: RunStore) -> list[Run]:
+        """The entries as runs apart in time, each (first start, end of its starts, earliest
+        start), as :mod:`tracemerge.store.run_cuts` finds them: each nests, ties and binds flows
+        on its own. A thread of at most CHUNK entries is one run."""
+        total = self.total
+        if not total:
+            return []
+        if total <= CHUNK:
+            return [(BOTTOM, TOP, self.span()[0])]
+        return time_runs(self.sealed(), store, CHUNK)
 
     def span(self) -> tuple[int, int]:
         """The earliest start and the latest end of the entries (there must be some)."""
@@ -337,42 +315,3 @@ def walk_order(starts: np.ndarray, negdurs: np.ndarray, kinds: np.ndarray, ordin
 def index_type(n: int) -> type[np.signedinteger]:
     """The integer type positions among ``n`` rows are kept in (int32 while they fit)."""
     return np.int32 if n < 1 << 31 else np.int64
-
-
-def _from_on(values: np.ndarray, op: np.ufunc) -> np.ndarray:
-    """``op`` accumulated from each row to the block's end (np.minimum: the least from it on)."""
-    return op.accumulate(values[::-1])[::-1]
-
-
-class _Reach:
-    """The latest end and the latest start of the rows before a block, as
-    :meth:`ThreadEntries.chunks` walks a thread's blocks in order."""
-
-    def __init__(self) -> None:
-        self.end = self.start = int(np.iinfo(np.int64).min)
-
-    def cuttable(self, cols: dict[str, np.ndarray], after: np.ndarray, slice_floor: int) -> np.ndarray:
-        """Which rows of the block a run may start at (``after``: the earliest start from each on):
-        every row before ends before it, or ends no later while starting earlier, and a slice
-        starting there follows. A flow point at that time then binds to that slice (to the one
-        started last at or before it), as it would with the rows before in the same run; and a
-        zero-length slice or an instant before, which the walk would put inside it, rules the
-        place out. ``slice_floor``: the earliest slice start of the blocks after this one."""
-        starts = cols["starts"]
-        ends = np.maximum(np.maximum.accumulate(starts - cols["negdurs"]), self.end)
-        begun = np.maximum(np.maximum.accumulate(starts), self.start)
-        ended_before = np.r_[self.end, ends[:-1]]
-        begun_before = np.r_[self.start, begun[:-1]]
-        top = np.iinfo(np.int64).max
-        slice_after = np.minimum(_from_on(np.where(cols["kinds"] == SLICE, starts, top), np.minimum), slice_floor)
-        self.end, self.start = int(ends[-1]), int(begun[-1])
-        just = (ended_before == after) & (begun_before < after) & (slice_after == after)
-        return (ended_before < after) | just
-
-
-def _earliest_slice(block: Block, store: RunStore) -> int:
-    """The earliest start of a slice in the block (the largest int64 for none)."""
-    if not block.n:
-        return int(np.iinfo(np.int64).max)
-    cols = block.columns(store)
-    return int(np.where(cols["kinds"] == SLICE, cols["starts"], np.iinfo(np.int64).max).min())
