@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
+import tracemerge.layout.flows.attachments as attachments
 import tracemerge.layout.flows.binding as binding
 import tracemerge.layout.flows.numbering as numbering
 import tracemerge.layout.flows.point_chunks as point_chunks
@@ -98,6 +99,23 @@ def test_flows_numbered_by_ranges_match_flows_numbered_at_once(tmp_path: Path, i
     at_once = _merged(paths, tmp_path / f"once{ext}", 1 << 20, selection)
     for bound in (1, 5):
         assert _merged(paths, tmp_path / f"ranges{bound}{ext}", bound, selection) == at_once
+    # Each thread's attachments read back a bucket of a few slices at a time.
+    saved = attachments.BUCKET, attachments.SAMPLE_EVERY, attachments.AttachmentBuckets._bucket
+    read: list[int] = []
+
+    def bucket(self: attachments.AttachmentBuckets, b: int) -> attachments.Attachments:
+        read.append(b)
+        return saved[2](self, b)
+
+    attachments.BUCKET, attachments.SAMPLE_EVERY, attachments.AttachmentBuckets._bucket = 4, 2, bucket
+    try:
+        assert _merged(paths, tmp_path / f"buckets{ext}", 5, selection) == at_once
+    finally:
+        attachments.BUCKET, attachments.SAMPLE_EVERY, attachments.AttachmentBuckets._bucket = saved
+    if inputs == "generated-odd-ids":  # ids no int64 key holds: the whole-file path, in memory
+        assert not read
+    else:
+        assert len(set(read)) > (3 if inputs.startswith("generated") else 1)
     # Each thread's points bound a part apart in time at a time (its entries cut into small runs), or whole.
     whole = _merged(paths, tmp_path / f"whole{ext}", 1 << 20, selection, 1 << 30)
     for bound, points in ((5, 1), (5, 4), (1 << 20, 2), (1, 1 << 30)):

@@ -18,7 +18,7 @@ import numpy as np
 
 from tracemerge.core.model import Identity, Kind
 from tracemerge.core.stats import Stat
-from tracemerge.layout.flows.attachments import Attachments
+from tracemerge.layout.flows.attachments import ThreadAttachments
 from tracemerge.layout.nesting import lanes, parents, tied_out_of_order
 from tracemerge.layout.types import Encoder, Items, LayoutResult
 from tracemerge.plan.lanes import lane_track
@@ -45,7 +45,7 @@ class ThreadWalk:
         part_prefixes: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
         entries: ThreadEntries,
         track: ThreadTrack,
-        attached: Callable[[], Attachments | None],
+        attached: Callable[[], ThreadAttachments | None],
         shift: int,
         result: LayoutResult,
         who: Identity,
@@ -53,8 +53,8 @@ class ThreadWalk:
         self.enc, self.runs, self.part_prefixes = enc, runs, part_prefixes
         self.entries, self.track = entries, track
         self.shift, self.result, self.who = shift, result, who
-        self.attachments_of: Callable[[], Attachments | None] | None = attached  # called once, when first needed
-        self.attached: Attachments | None = None
+        self.attachments_of: Callable[[], ThreadAttachments | None] | None = attached  # called once, when first needed
+        self.attached: ThreadAttachments | None = None
         self.tracks = [track]
         self.flow_ids = self.flow_phases = np.empty(0, np.int64)
 
@@ -194,10 +194,9 @@ class ThreadWalk:
         if attached is None or not attached.total or not len(ordinals):
             return None
         # Attachments are sorted by ordinal: those of these entries lie in their ordinals' range.
-        lo, hi = np.searchsorted(attached.ordinals, (int(ordinals.min()), int(ordinals.max()) + 1)).tolist()
-        if lo == hi:
+        wanted, ids, phases = attached.within(int(ordinals.min()), int(ordinals.max()) + 1)
+        if not len(wanted):
             return None
-        wanted, ids, phases = attached.ordinals[lo:hi], attached.ids[lo:hi], attached.phases[lo:hi]
         last = len(ordinals) - 1
         increasing = not last or bool((ordinals[1:] > ordinals[:-1]).all())
         if increasing:

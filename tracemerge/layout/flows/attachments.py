@@ -16,6 +16,11 @@ from tracemerge.store.spill import RunStore
 # One part of a thread's attachments: slice ordinals, flow ids, phases.
 Part = tuple[np.ndarray, np.ndarray, np.ndarray]
 COLUMN_TYPES = (np.int64, np.int64, np.int8)
+_EMPTY = tuple(np.empty(0, dtype) for dtype in COLUMN_TYPES)
+# A thread's attachments past this many are read a bucket of ordinals at a time (AttachmentBuckets),
+# the buckets' bounds taken from one ordinal in SAMPLE_EVERY.
+BUCKET = 1 << 18
+SAMPLE_EVERY = 64
 
 
 class Attachments:
@@ -30,6 +35,11 @@ class Attachments:
     @property
     def total(self) -> int:
         return len(self.ordinals)
+
+    def within(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The attachments of the slices of ordinals lo..hi (excluded): ordinals, ids, phases."""
+        a, b = np.searchsorted(self.ordinals, (lo, hi)).tolist()
+        return self.ordinals[a:b], self.ids[a:b], self.phases[a:b]
 
 
 def joined(parts: list[Part], one_kind: bool) -> Attachments:
@@ -67,21 +77,78 @@ class AttachmentsOnDisk(Mapping):
         ]
         self.parts.setdefault(thread, []).append((kind, len(part[0]), places))
 
-    def __getitem__(self, key: tuple[OriginKey, ThreadKey]) -> Attachments:
+    def __getitem__(self, key: tuple[OriginKey, ThreadKey]) -> Attachments | AttachmentBuckets:
         n = self.index.get(key)
         if n is None or n not in self.parts:
             raise KeyError(key)
         stored = self.parts[n]
-        # Each column read and joined in turn, so a column's parts are let go before the next.
+        one_kind = len({kind for kind, _, _ in stored}) == 1
+        if sum(size for _, size, _ in stored) > BUCKET:
+            return AttachmentBuckets(self.store, [places for _, _, places in stored], one_kind)
+        return joined([self._read(places) for _, _, places in stored], one_kind)
+
+    def _read(self, places: list[tuple[int, int]]) -> Part:
         target, ids, phases = (
-            np.concatenate([np.frombuffer(self.store.get(*places[k]), dtype) for _, _, places in stored])
-            for k, dtype in enumerate(COLUMN_TYPES)
+            np.frombuffer(self.store.get(*place), dtype) for place, dtype in zip(places, COLUMN_TYPES, strict=True)
         )
-        parts: list[Part] = [(target, ids, phases)]
-        return joined(parts, len({kind for kind, _, _ in stored}) == 1)
+        return target, ids, phases
 
     def __iter__(self) -> Iterator[tuple[OriginKey, ThreadKey]]:
         return (self.threads[n] for n in self.parts)
 
     def __len__(self) -> int:
         return len(self.parts)
+
+
+class AttachmentBuckets:
+    """A thread's attachments of more than :data:`BUCKET`, as the walk asks for them a range of
+    slice ordinals at a time: put back on the run file in buckets of ordinals of about that many
+    each, every bucket read and sorted as it is first asked for (a few kept). Sorting a bucket
+    gives its share of the thread's order (:func:`joined`), since ordinals order it first."""
+
+    KEPT = 4
+
+    def __init__(self, store: RunStore, parts: list[list[tuple[int, int]]], one_kind: bool) -> None:
+        self.store, self.one_kind = store, one_kind
+        sample = np.sort(np.concatenate([self._column(places, 0)[::SAMPLE_EVERY] for places in parts]))
+        step = max(1, BUCKET // SAMPLE_EVERY)
+        self.bounds = np.unique(sample[step::step])  # bucket b: ordinals from bounds[b - 1] on
+        self.buckets: list[list[list[tuple[int, int]]]] = [[] for _ in range(len(self.bounds) + 1)]
+        self.total = 0
+        for places in parts:  # one part in memory at a time
+            target, ids, phases = (self._column(places, k) for k in range(3))
+            self.total += len(target)
+            which = np.searchsorted(self.bounds, target, "right")
+            order = np.argsort(which, kind="stable")  # a bucket's rows keep their order
+            edges = np.r_[0, np.cumsum(np.bincount(which, minlength=len(self.buckets)))]
+            for b in np.flatnonzero(np.diff(edges)).tolist():
+                rows = order[edges[b] : edges[b + 1]]
+                self.buckets[b].append(
+                    [store.put(np.ascontiguousarray(column[rows]).tobytes()) for column in (target, ids, phases)]
+                )
+        self.loaded: dict[int, Attachments] = {}
+
+    def _column(self, places: list[tuple[int, int]], k: int) -> np.ndarray:
+        return np.frombuffer(self.store.get(*places[k]), COLUMN_TYPES[k])
+
+    def within(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """As :meth:`Attachments.within`, from the buckets holding those ordinals."""
+        first, last = np.searchsorted(self.bounds, (lo, hi - 1), "right").tolist()
+        found = [self._bucket(b).within(lo, hi) for b in range(first, last + 1)]
+        if len(found) == 1:
+            return found[0]
+        ordinals, ids, phases = (np.concatenate([f[k] for f in found]) for k in range(3))
+        return ordinals, ids, phases
+
+    def _bucket(self, b: int) -> Attachments:
+        got = self.loaded.get(b)
+        if got is None:
+            if len(self.loaded) >= self.KEPT:
+                del self.loaded[next(iter(self.loaded))]
+            parts = [(self._column(p, 0), self._column(p, 1), self._column(p, 2)) for p in self.buckets[b]]
+            got = self.loaded[b] = joined(parts, self.one_kind) if parts else Attachments(*_EMPTY)
+        return got
+
+
+# What the walk gets of a thread: its attachments whole, or read a bucket at a time.
+ThreadAttachments = Attachments | AttachmentBuckets

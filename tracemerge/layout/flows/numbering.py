@@ -17,7 +17,7 @@ import numpy as np
 
 from tracemerge.core.model import FlowPhase, Identity, OriginKey, ThreadKey
 from tracemerge.core.stats import Losses, Stat
-from tracemerge.layout.flows.attachments import Attachments, AttachmentsOnDisk, Part, joined
+from tracemerge.layout.flows.attachments import Attachments, AttachmentsOnDisk, Part, ThreadAttachments, joined
 from tracemerge.layout.flows.binding import Points, PointsInOrder, bound_points, bound_threads
 from tracemerge.layout.flows.point_runs import PointRuns, one_key
 from tracemerge.layout.nesting import SLICE
@@ -30,7 +30,7 @@ from tracemerge.store.spill import RunStore
 START, STEP, END = int(FlowPhase.START), int(FlowPhase.STEP), int(FlowPhase.END)
 
 
-Attached = Mapping[tuple[OriginKey, ThreadKey], Attachments]
+Attached = Mapping[tuple[OriginKey, ThreadKey], ThreadAttachments]
 
 # Flow points numbered at once: a file with more binds each thread's points to the run file and
 # numbers them a range of ids at a time, its attachments kept there until their thread is walked.
