@@ -1,7 +1,8 @@
 """One thread of a file's layout worked out on its columns and handed to the writer's encoder.
 
 A thread's entries (:mod:`tracemerge.store.entries`) are taken one run apart in time after another
-(:meth:`~tracemerge.store.entries.ThreadEntries.chunks`); in each, :mod:`tracemerge.layout.nesting` gives the
+(:meth:`~tracemerge.store.entries.ThreadEntries.chunks`: the entries starting in a range of time,
+read in the order they were read, from the blocks that hold them); in each, :mod:`tracemerge.layout.nesting` gives the
 walk's order, the overlap lanes and the ties the order of reading gets wrong. The encoder then
 gets the run in three parts: the ENDs of its slices, its BEGINs and instants in the order they
 were read (a zero-length slice's END right after its BEGIN) as :class:`Items`, a block of bodies

@@ -5,9 +5,10 @@ Sources append entries ``(start, -dur, kind, ordinal, body)`` to a thread's
 ordinal, key, bind_next)`` to its :class:`ThreadPoints`. Once many have gathered, or memory is
 short, the tuples are sealed into a :class:`Block` of numpy columns (the bodies joined into one
 bytes object beside them), and blocks spill to the file's :class:`~tracemerge.store.spill.RunStore` as
-plain bytes, the columns apart from the bodies: the walk reads a thread's columns whole and its
-bodies one block at a time, in the order they were read. Nothing is sorted here; storage order is
-the order of reading, which the walk relies on (see :mod:`tracemerge.store.file_layout`).
+plain bytes, the columns apart from the bodies: the walk reads a run's columns (the entries that
+start in a range of time, :mod:`tracemerge.store.run_cuts`) and then its bodies one block at a
+time, in the order they were read. Nothing is sorted here; storage order is the order of reading,
+which the walk relies on (see :mod:`tracemerge.store.file_layout`).
 """
 
 from __future__ import annotations

@@ -60,7 +60,8 @@ def _window_bounds(blocks: list[Block], store: RunStore, chunk: int) -> tuple[np
     per_window = max(1, chunk // stride)
     sampled, first = [], 0
     for block in blocks:
-        sampled.append(block.columns(store)["starts"][(-first) % stride :: stride])
+        # Copied: a strided view would keep each block's columns read from the store alive.
+        sampled.append(block.columns(store)["starts"][(-first) % stride :: stride].copy())
         first += block.n
     in_order = np.concatenate(sampled)
     bounds = np.unique(np.sort(in_order)[per_window::per_window])

@@ -110,7 +110,7 @@ class AttachmentBuckets:
 
     def __init__(self, store: RunStore, parts: list[list[tuple[int, int]]], one_kind: bool) -> None:
         self.store, self.one_kind = store, one_kind
-        sample = np.sort(np.concatenate([self._column(places, 0)[::SAMPLE_EVERY] for places in parts]))
+        sample = np.sort(np.concatenate([self._column(places, 0)[::SAMPLE_EVERY].copy() for places in parts]))
         step = max(1, BUCKET // SAMPLE_EVERY)
         self.bounds = np.unique(sample[step::step])  # bucket b: ordinals from bounds[b - 1] on
         self.buckets: list[list[list[tuple[int, int]]]] = [[] for _ in range(len(self.bounds) + 1)]

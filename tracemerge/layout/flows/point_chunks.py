@@ -21,7 +21,7 @@ from tracemerge.store.spill import RunStore
 # Points of one thread bound at once: a thread with more is bound a group of its runs at a time.
 POINTS_AT_ONCE = 1 << 18
 
-# An entry run: (first row, end row, earliest start).
+# An entry run: (first start, end of its starts, earliest start).
 Run = tuple[int, int, int]
 
 
@@ -30,7 +30,8 @@ def time_cuts(pts: ThreadPoints, store: RunStore, at_once: int) -> list[int]:
     from one cut to the next), from every so many of each block's times; points at one time are
     never cut apart."""
     step = max(1, at_once // 16)
-    samples = [block.columns(store)["ts"][::step] for block in pts.sealed() if block.n]
+    # Copied: a strided view would keep each block's columns read from the store alive.
+    samples = [block.columns(store)["ts"][::step].copy() for block in pts.sealed() if block.n]
     times = np.sort(np.concatenate(samples)) if samples else np.empty(0, np.int64)
     return distinct(times[at_once // step :: max(1, at_once // step)]).tolist()
 
