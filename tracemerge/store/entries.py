@@ -49,7 +49,7 @@ POINT_SCHEMA: Schema = (
 class ThreadEntries(Columnar):
     """A thread's slices and instants; sources append ``(start, -dur, kind, ordinal, body)``."""
 
-    __slots__ = ()
+    __slots__ = ("found_runs",)
     schema = ENTRY_SCHEMA
 
     def _block(self, items: list[tuple]) -> Block:
@@ -100,7 +100,11 @@ class ThreadEntries(Columnar):
             return []
         if total <= CHUNK:
             return [(BOTTOM, TOP, self.span()[0])]
-        return time_runs(self.sealed(), store, CHUNK)
+        # Found once for the binding of flows and the walk (the entries are all read by then).
+        found = getattr(self, "found_runs", None)
+        if found is None or found[0] != (total, CHUNK):
+            found = self.found_runs = ((total, CHUNK), time_runs(self.sealed(), store, CHUNK))
+        return found[1]
 
     def span(self) -> tuple[int, int]:
         """The earliest start and the latest end of the entries (there must be some)."""
