@@ -377,3 +377,22 @@ def test_steps_that_touch_are_worked_out_in_runs_as_they_are_whole(tmp_path: Pat
     # Every flow but the two of the last step bound to a next slice, which has none.
     assert sum(read[0][2].values()) == 24 * 3 - 2
     assert read[0][2][("kernel 3", "step 4")] == 1 and read[0][2][("step 5", "kernel 5")] == 1  # at 500: step 5
+
+
+def test_touching_steps_in_runs_write_the_same_chrome_json_events(tmp_path: Path, monkeypatch) -> None:
+    """Into Chrome JSON, the touching steps worked out in runs give the events of the thread
+    worked out whole (in another order: each run's after the last's)."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    _touching_steps(folder / "rank0.pt.trace.json")
+    found = []
+    for chunk in (1 << 18, 2):
+        monkeypatch.setattr(entries, "CHUNK", chunk)
+        out = tmp_path / f"out-{chunk}.json"
+        merge([folder], out, jobs=1)
+        events = json.loads(out.read_text())["traceEvents"]
+        found.append(Counter(json.dumps(e, sort_keys=True) for e in events))
+    assert found[0] == found[1]
+    phases = Counter(json.loads(text)["ph"] for text in found[0].elements())
+    # Steps, launches and kernels; the zero-length slices as B and E; the flows but two.
+    assert (phases["X"], phases["B"], phases["E"], phases["s"], phases["f"]) == (72, 6, 6, 70, 70)
