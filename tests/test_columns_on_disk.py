@@ -6,11 +6,10 @@ thread's runs apart in time are found a block at a time, as they are of the whol
 
 from __future__ import annotations
 
-import bisect
+import itertools
 import json
 import pickle
 import random
-from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -203,39 +202,47 @@ def test_a_ray_node_keeps_the_columns_in_memory(monkeypatch, tmp_path: Path) -> 
     assert all(not t.spilled for streams in outcome.scan.kernel_times.values() for t in streams)
 
 
-def _runs_of_the_whole(
-    starts: list[int], ends: list[int], slices: list[bool], chunk: int
-) -> list[tuple[int, int, int]]:
-    """A thread's runs by their definition, over all its rows at once: windows bounded by every
-    so many of a sample of the starts (every ``stride``-th row), each cut at its first start T
-    after the earliest where every row starting before T ends before it, or at it while a slice
-    starts at T; not cut at all when the sample jumps between windows too often."""
-    earliest, inf = min(starts), float("inf")
-    whole = [(run_cuts.BOTTOM, run_cuts.TOP, earliest)]
-    if len(starts) <= chunk:
-        return whole
-    stride = max(1, chunk // run_cuts.SAMPLES_PER_WINDOW)
-    per_window = max(1, chunk // stride)
-    sample = starts[::stride]
-    bounds = sorted(set(sorted(sample)[per_window::per_window]))
-    windows = [bisect.bisect_right(bounds, t) for t in sample]
-    moves = sum(a != b for a, b in pairwise(windows))
-    if not bounds or moves > run_cuts.DISORDER * (len(bounds) + 1):
-        return whole
-    cuts = []
-    for lo, hi in zip(bounds, [*bounds[1:], inf], strict=True):
-        for t in sorted({s for s in starts if lo <= s < hi and s > earliest}):
-            reach = max((e for s, e in zip(starts, ends, strict=True) if s < t), default=-inf)
-            if reach < t or (reach == t and any(s == t for s, sl in zip(starts, slices, strict=True) if sl)):
-                cuts.append(t)
-                break
-    edges = [run_cuts.BOTTOM, *cuts, run_cuts.TOP]
-    return [(edges[k], edges[k + 1], first) for k, first in enumerate([earliest, *cuts])]
+def _assert_sound(
+    starts: list[int], ends: list[int], slices: list[bool], ordinals: list[int], thread: ThreadEntries, store: RunStore
+) -> tuple[int, int]:
+    """Each cut T of the thread's runs, checked over all its rows at once: after its earliest
+    start; the rows starting before T that do not stay open across it end by T, and if one ends
+    at T a slice starts at T; at most SPINE stay open, each outlasting every row that starts from
+    T while it is open, and they are the spine the thread gives for T, in the walk's order.
+    Returns the cuts and the cuts with a spine."""
+    runs = thread.chunks(store)
+    assert runs[0][0] == run_cuts.BOTTOM and runs[-1][1] == run_cuts.TOP
+    assert all(a[1] == b[0] == b[2] for a, b in itertools.pairwise(runs))
+    rows = list(zip(starts, ends, slices, ordinals, strict=True))
+    with_spine = 0
+    for _, _, t in runs[1:]:
+        assert t > min(starts)
+        before = [r for r in rows if r[0] < t]
+        spine = sorted((r for r in before if r[1] > t), key=lambda r: (r[0], r[0] - r[1], r[3]))
+        closed = [r for r in before if r[1] <= t]
+        if any(r[1] == t for r in closed):
+            assert any(r[0] == t and r[2] for r in rows)
+        assert len(spine) <= run_cuts.SPINE
+        for o in spine:
+            assert all(r[1] <= o[1] for r in rows if t <= r[0] < o[1])
+        found = thread.spine(store, t)
+        if spine:
+            with_spine += 1
+            assert found is not None
+            assert [x.tolist() for x in found] == [
+                [r[0] for r in spine],
+                [r[0] - r[1] for r in spine],
+                [r[3] for r in spine],
+            ]
+        else:
+            assert found is None
+    return len(runs) - 1, with_spine
 
 
 def test_a_thread_s_runs_are_found_a_block_at_a_time(monkeypatch, tmp_path: Path) -> None:
     rng = random.Random(17)
     store = RunStore(tmp_path)
+    cuts = with_spine = 0
     for _ in range(300):
         chunk = rng.choice([1, 2, 5, 20])
         monkeypatch.setattr(entries, "CHUNK", chunk)
@@ -257,5 +264,23 @@ def test_a_thread_s_runs_are_found_a_block_at_a_time(monkeypatch, tmp_path: Path
             thread.add_block(entry_block(rows))
             if rng.random() < 0.4:
                 thread.spill(store)
-        assert thread.chunks(store) == _runs_of_the_whole(starts, ends, slices, chunk)
+        cut, spined = _assert_sound(starts, ends, slices, list(range(len(starts))), thread, store)
+        cuts += cut
+        with_spine += spined
+        # The same rows in one block in memory: the same runs and spines.
+        whole = ThreadEntries()
+        whole.add_block(
+            entry_block(
+                [
+                    (t, t - e, int(not sl), n, b".")
+                    for n, (t, e, sl) in enumerate(zip(starts, ends, slices, strict=True))
+                ]
+            )
+        )
+        assert whole.chunks(store) == thread.chunks(store)
+        for _, _, t in thread.chunks(store)[1:]:
+            mine, theirs = thread.spine(store, t), whole.spine(store, t)
+            assert (mine is None) == (theirs is None)
+            assert mine is None or all(np.array_equal(x, y) for x, y in zip(mine, theirs, strict=True))
+    assert cuts > 300 and with_spine > 30
     store.close()

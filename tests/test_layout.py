@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import assert_spilling_changes_nothing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -48,6 +49,8 @@ def _trace(seed: int) -> tuple[dict, list[tuple[int, int, int]]]:
     """A random trace, and its flows as (id, index of the s event, index of the f event)."""
     rng = random.Random(seed)
     cpu: list[tuple[int, int]] = []
+    if rng.random() < 0.4:  # slices open across the whole thread (a Python stack's outermost frames)
+        cpu += [(0, 2050), (1, 2040)][: rng.choice((1, 2))]
     _nested(rng, 0, 2000, 4, cpu)
     if rng.random() < 0.5:  # slices that cross: overlap lanes
         cpu += [(s, s + rng.randrange(40)) for s in (rng.randrange(0, 2000) for _ in range(rng.choice((3, 12))))]
@@ -309,12 +312,23 @@ def test_a_run_s_blocks_are_read_one_at_a_time(monkeypatch, tmp_path: Path) -> N
     store.close()
 
 
-def _touching_steps(path: Path) -> None:
+def _touching_steps(path: Path, spine: bool = False) -> None:
     """Steps that follow one another with no gap (every sixth leaves one), each holding a launch
     tied to a kernel; a zero-length slice or an instant where the next step starts, written
-    before it; and flow points at those times, bound to the slice open there or to the next."""
+    before it; and flow points at those times, bound to the slice open there or to the next.
+    With ``spine``, two slices open across it all, as a Python stack's outermost frames, and
+    flows from where no step is open (bound to the inner one)."""
     cpu, gpu = (1, 1), (1, 7)
     events: list[dict] = []
+    if spine:
+        events += [
+            {"ph": "X", "name": n, "cat": "python_function", "ts": T0 + a, "dur": d, "pid": 1, "tid": 1}
+            for n, a, d in (("<module>", -5, 2500), ("main", -4, 2450))
+        ]
+        for k in range(5, 24, 6):  # in the gap after every sixth step, to the next kernel
+            py = {"name": "py", "cat": "py", "pid": 1, "id": f"py-{k}"}
+            events.append({**py, "ph": "s", "ts": T0 + 100 * k + 95, "tid": 1})
+            events.append({**py, "ph": "f", "ts": T0 + 100 * k + 140, "tid": 7, "bp": "e"})
 
     def add(ph: str, name: str, at: int, thread: tuple[int, int], **extra: object) -> None:
         events.append({"ph": ph, "name": name, "cat": "x", "ts": T0 + at, "pid": thread[0], "tid": thread[1], **extra})
@@ -338,11 +352,12 @@ def _touching_steps(path: Path) -> None:
     path.write_text(json.dumps({"traceEvents": events}))
 
 
-def test_steps_that_touch_are_worked_out_in_runs_as_they_are_whole(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("spine", [False, True])
+def test_steps_that_touch_are_worked_out_in_runs_as_they_are_whole(tmp_path: Path, monkeypatch, spine: bool) -> None:
     """Runs cut where one step ends just as the next starts read back as the thread worked out
     whole: the same slices at the same depths and lanes, the same instants, flows between the
-    same slices."""
-    _touching_steps(tmp_path / "rank0.pt.trace.json")
+    same slices; with slices open across the whole thread too."""
+    _touching_steps(tmp_path / "rank0.pt.trace.json", spine)
     found: list[list[tuple[int, int, int]]] = []
     chunks = entries.ThreadEntries.chunks
 
@@ -369,13 +384,18 @@ def test_steps_that_touch_are_worked_out_in_runs_as_they_are_whole(tmp_path: Pat
                 links,
             )
         )
-        assert names["zero 1"].depth == 1 and names["launch 0"].depth == 1
+        assert names["zero 1"].depth == 1 + 2 * spine and names["launch 0"].depth == 1 + 2 * spine
     # The cpu thread cut at every step, those that touch the one before included (the reader
-    # puts a zero-length slice or an instant at the step's start after it, into its run).
-    assert max(len(runs) for runs in found) == 24
+    # puts a zero-length slice or an instant at the step's start after it, into its run), and
+    # within steps too, the step left open across the cut (its launch nests in it).
+    cpu_runs = max(found, key=len)
+    starts = {first for _, _, first in cpu_runs}
+    assert {(T0 + 100 * k) * 1000 for k in range(1, 24)} <= starts and len(cpu_runs) > 24
     assert read[0] == read[1]
     # Every flow but the two of the last step bound to a next slice, which has none.
-    assert sum(read[0][2].values()) == 24 * 3 - 2
+    assert sum(read[0][2].values()) == 24 * 3 - 2 + 3 * spine  # (the last py flow's kernel: none)
+    if spine:
+        assert read[0][2][("main", "kernel 6")] == 1  # from the gap after step 5
     assert read[0][2][("kernel 3", "step 4")] == 1 and read[0][2][("step 5", "kernel 5")] == 1  # at 500: step 5
 
 

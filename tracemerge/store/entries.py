@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from tracemerge.store.column_blocks import Block, Columnar, Schema, concatenated
-from tracemerge.store.run_cuts import BOTTOM, TOP, Run, time_runs
+from tracemerge.store.run_cuts import BOTTOM, TOP, Run, Spine, time_runs
 from tracemerge.store.spill import RunStore
 
 # Rows a thread is worked out in at least, when it cuts apart in time (see ThreadEntries.chunks).
@@ -100,10 +100,19 @@ class ThreadEntries(Columnar):
             return []
         if total <= CHUNK:
             return [(BOTTOM, TOP, self.span()[0])]
+        return self._found(store)[0]
+
+    def spine(self, store: RunStore, start: int) -> Spine | None:
+        """The slices left open across the cut at ``start`` (a run's first start), if any."""
+        if self.total <= CHUNK:
+            return None
+        return self._found(store)[1].get(start)
+
+    def _found(self, store: RunStore) -> tuple[list[Run], dict[int, Spine]]:
         # Found once for the binding of flows and the walk (the entries are all read by then).
         found = getattr(self, "found_runs", None)
-        if found is None or found[0] != (total, CHUNK):
-            found = self.found_runs = ((total, CHUNK), time_runs(self.sealed(), store, CHUNK))
+        if found is None or found[0] != (self.total, CHUNK):
+            found = self.found_runs = ((self.total, CHUNK), time_runs(self.sealed(), store, CHUNK))
         return found[1]
 
     def span(self) -> tuple[int, int]:

@@ -9,6 +9,12 @@ then no entry of one run nests in, overlaps or ties with one of another, and a f
 binds in the later run to what it binds to in the whole thread (the slice started last at or
 before it).
 
+A few long slices may stay open across T (a Python stack's outermost frames, an NVTX range
+around the whole loop: the *spine*), when every entry starting from T while one of them is open
+ends no later than it: then the spine bears on the later run's nesting as a thread's own first
+slices do, not at all. It is handed to the later run's flow binding (a point may bind to it) and
+emitted with the run it starts in.
+
 The cuts are looked for in windows of about ``chunk`` entries: the windows' bounds are every so
 many of a sample of the starts (every ``stride``-th entry in the order read), and each window cuts
 at its first place to cut, if it has one. All of it depends on the entries alone, never on how
@@ -30,27 +36,43 @@ SLICE = 0  # an entry's kind, as :mod:`tracemerge.core.model`'s Kind.SLICE
 # A sample of one start in so many entries, about this many a window.
 SAMPLES_PER_WINDOW = 64
 DISORDER = 8
+# Slices a cut may leave open (the spine); entries crossing a window's bound kept at most, a window.
+SPINE = 8
+CROSSING_PER_WINDOW = 64
 
 # A run: the first and the end of its range of start times, and its earliest start.
 Run = tuple[int, int, int]
+# The slices open across a cut: their starts, negated durations and ordinals, in the walk's order.
+Spine = tuple[np.ndarray, np.ndarray, np.ndarray]
+_COLUMNS = ("starts", "ends", "slices", "ordinals")
 
 
-def time_runs(blocks: list[Block], store: RunStore, chunk: int) -> list[Run]:
-    """The thread's runs in time order (one run, all of time, when it does not cut)."""
+def time_runs(blocks: list[Block], store: RunStore, chunk: int) -> tuple[list[Run], dict[int, Spine]]:
+    """The thread's runs in time order (one run, all of time, when it does not cut), and the
+    spine left open across each cut that leaves one, by the cut's time."""
     blocks = [block for block in blocks if block.n]
     earliest = min(block.lo for block in blocks)
     bounds, disorder = _window_bounds(blocks, store, chunk)
     cuts: list[int] = []
+    spines: dict[int, Spine] = {}
     if len(bounds) and disorder <= DISORDER * (len(bounds) + 1):
-        reach = _reach_before(blocks, store, bounds)
+        seen = _WindowFacts(blocks, store, bounds)
         for i in range(1, len(bounds) + 1):
             lo, hi = int(bounds[i - 1]), int(bounds[i]) if i < len(bounds) else TOP
-            cut = first_cut(*_window(blocks, store, lo, hi), int(reach[i - 1]), earliest)
+            window = _window(blocks, store, lo, hi)
+            opened = seen.open_across(i - 1)
+            if opened is None:
+                cut = first_cut(window["starts"], window["ends"], window["slices"], int(seen.reach[i - 1]), earliest)
+                spine = None
+            else:
+                cut, spine = _first_cut_open(window, opened, seen, i, earliest)
             if cut is not None:
                 cuts.append(cut)
+                if spine is not None:
+                    spines[cut] = spine
     edges = [BOTTOM, *cuts, TOP]
     firsts = [earliest, *cuts]
-    return [(edges[k], edges[k + 1], firsts[k]) for k in range(len(firsts))]
+    return [(edges[k], edges[k + 1], firsts[k]) for k in range(len(firsts))], spines
 
 
 def _window_bounds(blocks: list[Block], store: RunStore, chunk: int) -> tuple[np.ndarray, int]:
@@ -69,18 +91,65 @@ def _window_bounds(blocks: list[Block], store: RunStore, chunk: int) -> tuple[np
     return bounds, int(moves)
 
 
-def _reach_before(blocks: list[Block], store: RunStore, bounds: np.ndarray) -> np.ndarray:
-    """Per window, the latest end of the entries starting in it or in an earlier one."""
-    latest = np.full(len(bounds) + 1, BOTTOM, np.int64)
-    for block in blocks:
-        cols = block.columns(store)
-        starts = cols["starts"]
-        np.maximum.at(latest, np.searchsorted(bounds, starts, "right"), starts - cols["negdurs"])
-    return np.maximum.accumulate(latest)
+class _WindowFacts:
+    """What one pass over the blocks learns of the windows (window w: the entries starting from
+    bound w - 1 to bound w): the latest end of each window's entries, whether an entry ends on each
+    bound, and the entries that cross a bound (start before it, end after it), unless there are
+    more than :data:`CROSSING_PER_WINDOW` a window."""
+
+    def __init__(self, blocks: list[Block], store: RunStore, bounds: np.ndarray) -> None:
+        self.bounds = bounds
+        self.latest = np.full(len(bounds) + 1, BOTTOM, np.int64)
+        self.ends_on = np.zeros(len(bounds), bool)
+        crossing: list[dict[str, np.ndarray]] | None = []
+        count, cap = 0, CROSSING_PER_WINDOW * (len(bounds) + 1)
+        for block in blocks:
+            cols = block.columns(store)
+            starts = cols["starts"]
+            ends = starts - cols["negdurs"]
+            window = np.searchsorted(bounds, starts, "right")
+            np.maximum.at(self.latest, window, ends)
+            on = np.searchsorted(bounds, ends, "left")  # the first bound not before each end
+            hit = (on < len(bounds)) & (starts < ends)
+            hit[hit] = bounds[on[hit]] == ends[hit]
+            self.ends_on[on[hit]] = True
+            rows = np.flatnonzero(on > window)  # past a bound: crossing it
+            count += len(rows)
+            if crossing is not None and count <= cap:
+                crossing.append(
+                    {
+                        "starts": starts[rows],
+                        "ends": ends[rows],
+                        "slices": cols["kinds"][rows] == SLICE,
+                        "ordinals": cols["ordinals"][rows],
+                    }
+                )
+            else:
+                crossing = None
+        self.reach = np.maximum.accumulate(self.latest)
+        self.crossing = None if crossing is None else {k: np.concatenate([c[k] for c in crossing]) for k in _COLUMNS}
+
+    def open_across(self, bound: int) -> dict[str, np.ndarray] | None:
+        """The entries crossing bound ``bound`` (None: too many crossings to keep)."""
+        if self.crossing is None:
+            return None
+        at = int(self.bounds[bound])
+        rows = np.flatnonzero((self.crossing["starts"] < at) & (self.crossing["ends"] > at))
+        return {k: v[rows] for k, v in self.crossing.items()}
+
+    def latest_from(self, window: int, until: np.ndarray) -> np.ndarray:
+        """For each time in ``until``, the latest end of the entries of the windows from
+        ``window`` to the one holding the instant before that time (the earliest end of none)."""
+        last = np.searchsorted(self.bounds, until - 1, "right")
+        tail = np.maximum.accumulate(self.latest[window:]) if window < len(self.latest) else self.latest[:0]
+        found = np.full(len(until), BOTTOM, np.int64)
+        some = last >= window
+        found[some] = tail[last[some] - window]
+        return found
 
 
-def _window(blocks: list[Block], store: RunStore, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The starts, ends and slice flags of the entries starting in [lo, hi)."""
+def _window(blocks: list[Block], store: RunStore, lo: int, hi: int) -> dict[str, np.ndarray]:
+    """The starts, ends and slice flags of the entries starting in [lo, hi), in time order."""
     parts = []
     for block in blocks:
         if block.lo >= hi or block.hi < lo:
@@ -90,18 +159,19 @@ def _window(blocks: list[Block], store: RunStore, lo: int, hi: int) -> tuple[np.
         rows = np.flatnonzero((starts >= lo) & (starts < hi))
         parts.append((starts[rows], starts[rows] - cols["negdurs"][rows], cols["kinds"][rows] == SLICE))
     if not parts:
-        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, bool)
-    return tuple(np.concatenate([part[k] for part in parts]) for k in range(3))  # type: ignore[return-value]
+        return {"starts": np.empty(0, np.int64), "ends": np.empty(0, np.int64), "slices": np.empty(0, bool)}
+    starts, ends, slices = (np.concatenate([part[k] for part in parts]) for k in range(3))
+    order = np.argsort(starts, kind="stable")
+    return {"starts": starts[order], "ends": ends[order], "slices": slices[order]}
 
 
 def first_cut(starts: np.ndarray, ends: np.ndarray, slices: np.ndarray, reach: int, earliest: int) -> int | None:
-    """The earliest start T of these entries, after the thread's ``earliest``, where a run may
-    begin (``reach``: the latest end of the entries starting before them): every entry starting
-    before T ends before it, or ends at it while a slice starts at T. None where there is none."""
+    """The earliest start T of these entries (in time order), after the thread's ``earliest``,
+    where a run may begin (``reach``: the latest end of the entries starting before them): every
+    entry starting before T ends before it, or ends at it while a slice starts at T. None where
+    there is none."""
     if not len(starts):
         return None
-    order = np.argsort(starts, kind="stable")
-    starts, ends, slices = starts[order], ends[order], slices[order]
     firsts = np.flatnonzero(np.r_[True, starts[1:] != starts[:-1]])  # each distinct start's first
     latest = np.maximum.accumulate(np.maximum(ends, reach))
     before = np.r_[reach, latest[:-1]][firsts]  # the latest end of the entries starting earlier
@@ -109,3 +179,43 @@ def first_cut(starts: np.ndarray, ends: np.ndarray, slices: np.ndarray, reach: i
     slice_at = np.maximum.reduceat(slices, firsts)
     good = np.flatnonzero(((before < at) | ((before == at) & slice_at)) & (at > earliest))
     return int(at[good[0]]) if len(good) else None
+
+
+def _first_cut_open(
+    window: dict[str, np.ndarray], opened: dict[str, np.ndarray], seen: _WindowFacts, i: int, earliest: int
+) -> tuple[int | None, Spine | None]:
+    """:func:`first_cut` for window ``i``, letting up to :data:`SPINE` of the slices ``opened``
+    (those crossing its first bound) stay open across the cut, each only where every entry
+    starting from the cut while it is open ends no later than it (checked, conservatively, on
+    the rest of this window and on whole later windows). Returns the cut and its spine."""
+    starts, ends, slices = window["starts"], window["ends"], window["slices"]
+    if not len(starts):
+        return None, None
+    firsts = np.flatnonzero(np.r_[True, starts[1:] != starts[:-1]])
+    at = starts[firsts]
+    # The window's entries before T must all have ended by T; one ending at T wants a slice at T.
+    latest = np.maximum.accumulate(ends)
+    before = np.r_[BOTTOM, latest[:-1]][firsts]
+    touching = (before == at) | ((at == seen.bounds[i - 1]) & seen.ends_on[i - 1])
+    by_end = np.sort(opened["ends"])
+    still = len(by_end) - np.searchsorted(by_end, at, "right")  # spine slices open across each T
+    touching |= np.isin(at, by_end)
+    # Each opened slice holds what starts from T on while it is open: later windows once for all.
+    holds = seen.latest_from(i, opened["ends"]) <= opened["ends"]
+    failing = np.sort(opened["ends"][~holds])
+    any_failing = len(failing) - np.searchsorted(failing, at, "right") > 0
+    after = np.maximum.accumulate(ends[::-1])[::-1][firsts]  # the window's latest end from T on
+    nearest = np.r_[by_end, TOP][np.searchsorted(by_end, at, "right")]  # the first of them to end
+    nests = (still == 0) | ((after <= nearest) & ~any_failing)
+    slice_at = np.maximum.reduceat(slices, firsts)
+    good = (before <= at) & (~touching | slice_at) & (still <= SPINE) & nests & (at > earliest)
+    found = np.flatnonzero(good)
+    if not len(found):
+        return None, None
+    cut = int(at[found[0]])
+    if not still[found[0]]:
+        return cut, None
+    open_rows = np.flatnonzero(opened["ends"] > cut)
+    spine_starts, spine_ends = opened["starts"][open_rows], opened["ends"][open_rows]
+    order = np.lexsort((opened["ordinals"][open_rows], spine_starts - spine_ends, spine_starts))
+    return cut, (spine_starts[order], (spine_starts - spine_ends)[order], opened["ordinals"][open_rows][order])

@@ -169,8 +169,10 @@ class _Bound:
 
     def bind(self, slices: _RunSlices, ts: np.ndarray, bind_next: np.ndarray, lo: int, hi: int) -> None:
         starts, negdurs, ordinals = slices.starts, slices.negdurs, slices.ordinals
-        if len(starts) and len(self.waiting):
-            self._set(self.waiting, starts[:1], negdurs[:1], ordinals[:1], np.zeros(len(self.waiting), np.int64))
+        first = slices.skip  # the run's own first slice, after the spine
+        if len(starts) > first and len(self.waiting):
+            take = slice(first, first + 1)
+            self._set(self.waiting, starts[take], negdurs[take], ordinals[take], np.zeros(len(self.waiting), np.int64))
             self.waiting = self.waiting[:0]
         if lo == hi:
             return
@@ -197,11 +199,13 @@ class _Bound:
 
 
 class _RunSlices:
-    """A run's slices in the walk's order: starts, negated durations, ordinals; and, worked out
-    once asked for, their ends and their parents when they nest throughout (else None)."""
+    """A run's slices in the walk's order: starts, negated durations, ordinals, after the ``skip``
+    slices of the spine left open across its start (:mod:`tracemerge.store.run_cuts`), to which
+    its points may bind too; and, worked out once asked for, their ends and their parents when
+    they nest throughout (else None)."""
 
-    def __init__(self, starts: np.ndarray, negdurs: np.ndarray, ordinals: np.ndarray) -> None:
-        self.starts, self.negdurs, self.ordinals = starts, negdurs, ordinals
+    def __init__(self, starts: np.ndarray, negdurs: np.ndarray, ordinals: np.ndarray, skip: int = 0) -> None:
+        self.starts, self.negdurs, self.ordinals, self.skip = starts, negdurs, ordinals, skip
         self.shaped: tuple[np.ndarray, np.ndarray | None] | None = None
 
     def shape(self) -> tuple[np.ndarray, np.ndarray | None]:
@@ -234,7 +238,13 @@ class _ThreadSlices:
         keys = self.entries.keys(self.store, rows)
         order = walk_order(keys["starts"], keys["negdurs"], keys["kinds"], keys["ordinals"])
         order = order[keys["kinds"][order] == SLICE]
-        return _RunSlices(keys["starts"][order], keys["negdurs"][order], keys["ordinals"][order])
+        found = [keys["starts"][order], keys["negdurs"][order], keys["ordinals"][order]]
+        spine = self.entries.spine(self.store, rows[0])
+        if spine is None:
+            return _RunSlices(*found)
+        # The spine started before the run: first in the walk's order.
+        starts, negdurs, ordinals = (np.concatenate([spine[k], found[k]]) for k in range(3))
+        return _RunSlices(starts, negdurs, ordinals, len(spine[0]))
 
 
 def _namespaces(
