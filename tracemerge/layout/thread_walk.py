@@ -2,13 +2,13 @@
 
 A thread's entries (:mod:`tracemerge.store.entries`) are taken one run apart in time after another
 (:meth:`~tracemerge.store.entries.ThreadEntries.chunks`: the entries starting in a range of time,
-read in the order they were read, from the blocks that hold them); in each, :mod:`tracemerge.layout.nesting` gives the
-walk's order, the overlap lanes and the ties the order of reading gets wrong. The encoder then
-gets the run in three parts: the ENDs of its slices, its BEGINs and instants in the order they
-were read (a zero-length slice's END right after its BEGIN) as :class:`Items`, a block of bodies
-at a time, and the wrong-order ties in the walk's order. Perfetto sorts events by (timestamp,
-position in the file), so at one timestamp a track's ENDs come before its BEGINs, and its BEGINs
-come in the walk's order: the nesting the walk says.
+in the order they were read, from the blocks that hold them); in each,
+:mod:`tracemerge.layout.nesting` gives the walk's order, the overlap lanes and the ties the order
+of reading gets wrong. The encoder then gets the run in three parts: the ENDs of its slices, its
+BEGINs and instants in the order they were read (a zero-length slice's END right after its BEGIN)
+as :class:`Items`, a block of bodies at a time, and the wrong-order ties in the walk's order.
+Perfetto sorts events by (timestamp, position in the file), so at one timestamp a track's ENDs
+come before its BEGINs, and its BEGINs come in the walk's order: the nesting the walk says.
 """
 
 from __future__ import annotations
@@ -60,8 +60,9 @@ class ThreadWalk:
         self.flow_ids = self.flow_phases = np.empty(0, np.int64)
 
     def run(self, times: TimeFilter | None) -> int:
-        """Emits the thread, one run of blocks apart in time after another (each works out on
-        its own: every lane is empty between two); returns its latest time."""
+        """Emits the thread, one run apart in time after another (each works out on its own:
+        a slice left open across a cut holds all of the next run, so it bears on its nesting not
+        at all); returns its latest time."""
         latest = -(1 << 63)
         for lo, hi, _ in self.entries.chunks(self.runs):
             latest = max(latest, self._run((lo, hi), times))
