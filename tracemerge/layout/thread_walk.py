@@ -70,7 +70,10 @@ class ThreadWalk:
 
     def _run(self, run: tuple[int, int], times: TimeFilter | None) -> int:
         enc, result = self.enc, self.result
-        starts, negdurs, kinds, ordinals, pieces = self._keys(run)
+        pieces: list[int] = []
+        keys = self.entries.keys(self.runs, run, pieces)
+        starts, negdurs, kinds, ordinals = keys["starts"], keys["negdurs"], keys["kinds"], keys["ordinals"]
+        del keys
         n = len(starts)
         kept = self._kept(starts, negdurs, kinds, times) if times is not None else None
         order = walk_order(starts, negdurs, kinds, ordinals)
@@ -155,19 +158,6 @@ class ThreadWalk:
         read.slices += shorts + outside_slices
         read.instants += outside_instants
         return keep
-
-    def _keys(self, run: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[int]]:
-        """The run's starts, negated durations, kinds and ordinals, in storage order, and how
-        many of them each block gave."""
-        names = ("starts", "negdurs", "kinds", "ordinals")
-        parts = [
-            [cols[name] if rows is None else cols[name][rows] for name in names]
-            for cols, rows in self.entries.pieces(self.runs, run)
-        ]
-        if not parts:
-            parts = [[np.empty(0, dtype) for dtype in (np.int64, np.int64, np.int8, np.int64)]]
-        starts, negdurs, kinds, ordinals = (np.concatenate([part[k] for part in parts]) for k in range(4))
-        return starts, negdurs, kinds, ordinals, [len(part[0]) for part in parts]
 
     def _flows(self, ordinals: np.ndarray, pieces: list[int]) -> tuple[np.ndarray | None, np.ndarray]:
         """Where the flow attachments of the run's entries lie (entry positions, in order, each

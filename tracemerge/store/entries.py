@@ -55,9 +55,12 @@ class ThreadEntries(Columnar):
     def _block(self, items: list[tuple]) -> Block:
         return entry_block(items)
 
-    def keys(self, store: RunStore, times: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
+    def keys(
+        self, store: RunStore, times: tuple[int, int] | None = None, sizes: list[int] | None = None
+    ) -> dict[str, np.ndarray]:
         """The start, negated duration, kind and ordinal of every entry (of those starting in
-        [``times[0]``, ``times[1]``) when given), in storage order."""
+        [``times[0]``, ``times[1]``) when given), in storage order; ``sizes`` gets how many of
+        them each block gave."""
         names = ("starts", "negdurs", "kinds", "ordinals")
         if times is None:
             return concatenated(self.sealed(), store, names)
@@ -65,6 +68,8 @@ class ThreadEntries(Columnar):
             {name: cols[name] if rows is None else cols[name][rows] for name in names}
             for cols, rows in self.pieces(store, times)
         ]
+        if sizes is not None:
+            sizes += [len(part["starts"]) for part in parts]
         if not parts:
             return {name: np.empty(0, dtype) for name, dtype in ENTRY_SCHEMA if name in names}
         return {name: np.concatenate([part[name] for part in parts]) for name in names}

@@ -59,15 +59,12 @@ def time_runs(blocks: list[Block], store: RunStore, chunk: int) -> tuple[list[Ru
         seen = _WindowFacts(blocks, store, bounds)
         for i in range(1, len(bounds) + 1):
             lo, hi = int(bounds[i - 1]), int(bounds[i]) if i < len(bounds) else TOP
-            window = _window(blocks, store, lo, hi)
-            opened = seen.open_across(i - 1)
-            if opened is None:
-                cut = first_cut(window["starts"], window["ends"], window["slices"], int(seen.reach[i - 1]), earliest)
-                spine = None
-            else:
-                cut, spine = _first_cut_open(window, opened, seen, i, earliest)
+            opened, reach = seen.open_across(i - 1)
+            holds = seen.latest_from(i, opened["ends"]) <= opened["ends"]
+            cut, left_open = first_cut(_window(blocks, store, lo, hi), reach, earliest, opened, holds)
             if cut is not None:
                 cuts.append(cut)
+                spine = _spine(opened, left_open)
                 if spine is not None:
                     spines[cut] = spine
     edges = [BOTTOM, *cuts, TOP]
@@ -129,13 +126,18 @@ class _WindowFacts:
         self.reach = np.maximum.accumulate(self.latest)
         self.crossing = None if crossing is None else {k: np.concatenate([c[k] for c in crossing]) for k in _COLUMNS}
 
-    def open_across(self, bound: int) -> dict[str, np.ndarray] | None:
-        """The entries crossing bound ``bound`` (None: too many crossings to keep)."""
+    def open_across(self, bound: int) -> tuple[dict[str, np.ndarray], int]:
+        """The entries crossing bound ``bound``, and the latest end of the other entries starting
+        before it. With too many crossings to keep, none: every entry before it is in the reach."""
         if self.crossing is None:
-            return None
+            empty = np.empty(0, np.int64)
+            return {"starts": empty, "ends": empty, "slices": np.empty(0, bool), "ordinals": empty}, int(
+                self.reach[bound]
+            )
         at = int(self.bounds[bound])
         rows = np.flatnonzero((self.crossing["starts"] < at) & (self.crossing["ends"] > at))
-        return {k: v[rows] for k, v in self.crossing.items()}
+        # The others end by the bound: at it exactly, or before (their latest end then matters not).
+        return {k: v[rows] for k, v in self.crossing.items()}, at if self.ends_on[bound] else BOTTOM
 
     def latest_from(self, window: int, until: np.ndarray) -> np.ndarray:
         """For each time in ``until``, the latest end of the entries of the windows from
@@ -165,57 +167,46 @@ def _window(blocks: list[Block], store: RunStore, lo: int, hi: int) -> dict[str,
     return {"starts": starts[order], "ends": ends[order], "slices": slices[order]}
 
 
-def first_cut(starts: np.ndarray, ends: np.ndarray, slices: np.ndarray, reach: int, earliest: int) -> int | None:
-    """The earliest start T of these entries (in time order), after the thread's ``earliest``,
-    where a run may begin (``reach``: the latest end of the entries starting before them): every
-    entry starting before T ends before it, or ends at it while a slice starts at T. None where
-    there is none."""
+def first_cut(
+    window: dict[str, np.ndarray], reach: int, earliest: int, opened: dict[str, np.ndarray], holds: np.ndarray
+) -> tuple[int | None, np.ndarray]:
+    """The earliest start T of the window's entries (in time order), after the thread's
+    ``earliest``, where a run may begin, and which of the slices ``opened`` stay open across it.
+
+    ``reach``: the latest end of the entries starting before the window, those ``opened`` left
+    out; ``opened``: the slices crossing the window's first bound that may stay open across T
+    (the spine: at most :data:`SPINE`), ``holds``: whether each holds every entry of the later
+    windows it spans. Every other entry starting before T ends before it, or ends at it while a
+    slice starts at T; every entry starting from T while a spine slice is open ends no later than
+    it (checked, conservatively, on the rest of the window)."""
+    starts, ends, slices = window["starts"], window["ends"], window["slices"]
+    none = np.zeros(len(opened["ends"]), bool)
     if not len(starts):
-        return None
+        return None, none
     firsts = np.flatnonzero(np.r_[True, starts[1:] != starts[:-1]])  # each distinct start's first
+    at = starts[firsts]
     latest = np.maximum.accumulate(np.maximum(ends, reach))
     before = np.r_[reach, latest[:-1]][firsts]  # the latest end of the entries starting earlier
-    at = starts[firsts]
-    slice_at = np.maximum.reduceat(slices, firsts)
-    good = np.flatnonzero(((before < at) | ((before == at) & slice_at)) & (at > earliest))
-    return int(at[good[0]]) if len(good) else None
-
-
-def _first_cut_open(
-    window: dict[str, np.ndarray], opened: dict[str, np.ndarray], seen: _WindowFacts, i: int, earliest: int
-) -> tuple[int | None, Spine | None]:
-    """:func:`first_cut` for window ``i``, letting up to :data:`SPINE` of the slices ``opened``
-    (those crossing its first bound) stay open across the cut, each only where every entry
-    starting from the cut while it is open ends no later than it (checked, conservatively, on
-    the rest of this window and on whole later windows). Returns the cut and its spine."""
-    starts, ends, slices = window["starts"], window["ends"], window["slices"]
-    if not len(starts):
-        return None, None
-    firsts = np.flatnonzero(np.r_[True, starts[1:] != starts[:-1]])
-    at = starts[firsts]
-    # The window's entries before T must all have ended by T; one ending at T wants a slice at T.
-    latest = np.maximum.accumulate(ends)
-    before = np.r_[BOTTOM, latest[:-1]][firsts]
-    touching = (before == at) | ((at == seen.bounds[i - 1]) & seen.ends_on[i - 1])
     by_end = np.sort(opened["ends"])
     still = len(by_end) - np.searchsorted(by_end, at, "right")  # spine slices open across each T
-    touching |= np.isin(at, by_end)
-    # Each opened slice holds what starts from T on while it is open: later windows once for all.
-    holds = seen.latest_from(i, opened["ends"]) <= opened["ends"]
+    touching = (before == at) | np.isin(at, by_end)
     failing = np.sort(opened["ends"][~holds])
     any_failing = len(failing) - np.searchsorted(failing, at, "right") > 0
     after = np.maximum.accumulate(ends[::-1])[::-1][firsts]  # the window's latest end from T on
     nearest = np.r_[by_end, TOP][np.searchsorted(by_end, at, "right")]  # the first of them to end
     nests = (still == 0) | ((after <= nearest) & ~any_failing)
     slice_at = np.maximum.reduceat(slices, firsts)
-    good = (before <= at) & (~touching | slice_at) & (still <= SPINE) & nests & (at > earliest)
-    found = np.flatnonzero(good)
-    if not len(found):
-        return None, None
-    cut = int(at[found[0]])
-    if not still[found[0]]:
-        return cut, None
-    open_rows = np.flatnonzero(opened["ends"] > cut)
-    spine_starts, spine_ends = opened["starts"][open_rows], opened["ends"][open_rows]
-    order = np.lexsort((opened["ordinals"][open_rows], spine_starts - spine_ends, spine_starts))
-    return cut, (spine_starts[order], (spine_starts - spine_ends)[order], opened["ordinals"][open_rows][order])
+    good = np.flatnonzero((before <= at) & (~touching | slice_at) & (still <= SPINE) & nests & (at > earliest))
+    if not len(good):
+        return None, none
+    cut = int(at[good[0]])
+    return cut, opened["ends"] > cut
+
+
+def _spine(opened: dict[str, np.ndarray], left_open: np.ndarray) -> Spine | None:
+    """The slices of ``opened`` left open across a cut, in the walk's order (None for none)."""
+    if not left_open.any():
+        return None
+    starts, ends, ordinals = (opened[k][left_open] for k in ("starts", "ends", "ordinals"))
+    order = np.lexsort((ordinals, starts - ends, starts))
+    return starts[order], (starts - ends)[order], ordinals[order]
