@@ -55,12 +55,17 @@ def bind_flows(
     stamped before the host call that launched it), and every end beyond the first fans out from
     that start (one launch, two kernels). Ids reused for several flows are paired in time order.
     """
+
+    def numbering_of(found: Points) -> _Numbering:
+        return _Numbering(ident, result, flow_id_base, times, found.origins, found.threads)
+
+    with_durations = times is not None
     if sum(pts.total for _, pts in threads) > FLOW_POINTS_IN_MEMORY:
-        return _bind_on_disk(threads, entries, point_keys, runs, ident, result, flow_id_base, times)
-    points = bound_points(threads, entries, point_keys, runs, times is not None)
+        return _bind_on_disk(threads, entries, point_keys, runs, with_durations, numbering_of)
+    points = bound_points(threads, entries, point_keys, runs, with_durations)
     if points is None:
         return {}
-    numbering = _Numbering(ident, result, flow_id_base, times, points.origins, points.threads)
+    numbering = numbering_of(points)
     numbering.number(points)
     return numbering.attachments()
 
@@ -70,10 +75,8 @@ def _bind_on_disk(
     entries: dict[tuple[OriginKey, ThreadKey], ThreadEntries],
     point_keys: PointKeys,
     runs: RunStore,
-    ident: Callable[[OriginKey], Identity],
-    result: LayoutResult,
-    flow_id_base: int,
-    times: TimeFilter | None,
+    with_durations: bool,
+    numbering_of: Callable[[Points], _Numbering],
 ) -> Attached:
     """:func:`bind_flows` with each thread's points bound to ``runs`` and numbered a range of ids
     at a time, in the order of the ids (the flows numbered as all at once would)."""
@@ -81,11 +84,11 @@ def _bind_on_disk(
         pts.sealed()
     found = Points()
     spilled = PointRuns(runs, point_keys, FLOW_POINTS_IN_MEMORY)
-    for columns in bound_threads(threads, entries, point_keys, runs, times is not None, found):
+    for columns in bound_threads(threads, entries, point_keys, runs, with_durations, found):
         spilled.add(columns)
     if not found.threads:
         return {}
-    numbering = _Numbering(ident, result, flow_id_base, times, found.origins, found.threads)
+    numbering = numbering_of(found)
     if not spilled.fits:  # ids beyond one int64 key: numbered all at once, as they are rare
         numbering.number(spilled.load_all())
         return numbering.attachments()
