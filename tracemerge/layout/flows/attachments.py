@@ -71,11 +71,7 @@ class AttachmentsOnDisk(Mapping):
         self.index = {key: n for n, key in enumerate(threads)}
 
     def add(self, thread: int, kind: int, part: Part) -> None:
-        places = [
-            self.store.put(np.ascontiguousarray(column, dtype).tobytes())
-            for column, dtype in zip(part, COLUMN_TYPES, strict=True)
-        ]
-        self.parts.setdefault(thread, []).append((kind, len(part[0]), places))
+        self.parts.setdefault(thread, []).append((kind, len(part[0]), _put(self.store, part)))
 
     def __getitem__(self, key: tuple[OriginKey, ThreadKey]) -> Attachments | AttachmentBuckets:
         n = self.index.get(key)
@@ -85,13 +81,7 @@ class AttachmentsOnDisk(Mapping):
         one_kind = len({kind for kind, _, _ in stored}) == 1
         if sum(size for _, size, _ in stored) > BUCKET:
             return AttachmentBuckets(self.store, [places for _, _, places in stored], one_kind)
-        return joined([self._read(places) for _, _, places in stored], one_kind)
-
-    def _read(self, places: list[tuple[int, int]]) -> Part:
-        target, ids, phases = (
-            np.frombuffer(self.store.get(*place), dtype) for place, dtype in zip(places, COLUMN_TYPES, strict=True)
-        )
-        return target, ids, phases
+        return joined([_read(self.store, places) for _, _, places in stored], one_kind)
 
     def __iter__(self) -> Iterator[tuple[OriginKey, ThreadKey]]:
         return (self.threads[n] for n in self.parts)
@@ -110,26 +100,21 @@ class AttachmentBuckets:
 
     def __init__(self, store: RunStore, parts: list[list[tuple[int, int]]], one_kind: bool) -> None:
         self.store, self.one_kind = store, one_kind
-        sample = np.sort(np.concatenate([self._column(places, 0)[::SAMPLE_EVERY].copy() for places in parts]))
+        sample = np.sort(np.concatenate([_column(store, places, 0)[::SAMPLE_EVERY].copy() for places in parts]))
         step = max(1, BUCKET // SAMPLE_EVERY)
         self.bounds = np.unique(sample[step::step])  # bucket b: ordinals from bounds[b - 1] on
         self.buckets: list[list[list[tuple[int, int]]]] = [[] for _ in range(len(self.bounds) + 1)]
         self.total = 0
         for places in parts:  # one part in memory at a time
-            target, ids, phases = (self._column(places, k) for k in range(3))
+            target, ids, phases = _read(store, places)
             self.total += len(target)
             which = np.searchsorted(self.bounds, target, "right")
             order = np.argsort(which, kind="stable")  # a bucket's rows keep their order
             edges = np.r_[0, np.cumsum(np.bincount(which, minlength=len(self.buckets)))]
             for b in np.flatnonzero(np.diff(edges)).tolist():
                 rows = order[edges[b] : edges[b + 1]]
-                self.buckets[b].append(
-                    [store.put(np.ascontiguousarray(column[rows]).tobytes()) for column in (target, ids, phases)]
-                )
+                self.buckets[b].append(_put(store, (target[rows], ids[rows], phases[rows])))
         self.loaded: dict[int, Attachments] = {}
-
-    def _column(self, places: list[tuple[int, int]], k: int) -> np.ndarray:
-        return np.frombuffer(self.store.get(*places[k]), COLUMN_TYPES[k])
 
     def within(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """As :meth:`Attachments.within`, from the buckets holding those ordinals."""
@@ -145,9 +130,24 @@ class AttachmentBuckets:
         if got is None:
             if len(self.loaded) >= self.KEPT:
                 del self.loaded[next(iter(self.loaded))]
-            parts = [(self._column(p, 0), self._column(p, 1), self._column(p, 2)) for p in self.buckets[b]]
+            parts = [_read(self.store, places) for places in self.buckets[b]]
             got = self.loaded[b] = joined(parts, self.one_kind) if parts else Attachments(*_EMPTY)
         return got
+
+
+def _put(store: RunStore, part: Part) -> list[tuple[int, int]]:
+    """Where a part's three columns were written in ``store``."""
+    columns = zip(part, COLUMN_TYPES, strict=True)
+    return [store.put(np.ascontiguousarray(column, dtype).tobytes()) for column, dtype in columns]
+
+
+def _column(store: RunStore, places: list[tuple[int, int]], k: int) -> np.ndarray:
+    return np.frombuffer(store.get(*places[k]), COLUMN_TYPES[k])
+
+
+def _read(store: RunStore, places: list[tuple[int, int]]) -> Part:
+    """A part written by :func:`_put`, read back."""
+    return _column(store, places, 0), _column(store, places, 1), _column(store, places, 2)
 
 
 # What the walk gets of a thread: its attachments whole, or read a bucket at a time.
