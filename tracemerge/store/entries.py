@@ -221,6 +221,16 @@ def byte_table(items: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.frombuffer(b"".join(items), np.uint8), np.cumsum(lengths) - lengths, lengths
 
 
+def grouped_rows(groups: np.ndarray, count: int) -> Iterator[tuple[int, np.ndarray]]:
+    """For each of ``count`` groups that has rows, the group and its rows (where ``groups`` names
+    it), in order."""
+    order = np.argsort(groups, kind="stable")
+    ends = np.cumsum(np.bincount(groups, minlength=count)).tolist()
+    for group, (lo, hi) in enumerate(zip([0, *ends[:-1]], ends, strict=True)):
+        if hi > lo:
+            yield group, order[lo:hi]
+
+
 def equal_runs(values: np.ndarray) -> list[tuple[int, int]]:
     """The (first, end) positions of each run of equal values (``values`` sorted or grouped)."""
     cuts = (np.flatnonzero(values[1:] != values[:-1]) + 1).tolist()

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 
 from tracemerge.core.model import OriginKey, ThreadKey
+from tracemerge.store.entries import grouped_rows
 from tracemerge.store.spill import RunStore
 
 # One part of a thread's attachments: slice ordinals, flow ids, phases.
@@ -108,11 +109,7 @@ class AttachmentBuckets:
         for places in parts:  # one part in memory at a time
             target, ids, phases = _read(store, places)
             self.total += len(target)
-            which = np.searchsorted(self.bounds, target, "right")
-            order = np.argsort(which, kind="stable")  # a bucket's rows keep their order
-            edges = np.r_[0, np.cumsum(np.bincount(which, minlength=len(self.buckets)))]
-            for b in np.flatnonzero(np.diff(edges)).tolist():
-                rows = order[edges[b] : edges[b + 1]]
+            for b, rows in grouped_rows(np.searchsorted(self.bounds, target, "right"), len(self.buckets)):
                 self.buckets[b].append(_put(store, (target[rows], ids[rows], phases[rows])))
         self.loaded: dict[int, Attachments] = {}
 

@@ -17,10 +17,11 @@ import numpy as np
 
 from tracemerge.core.model import OriginKey, ThreadKey
 from tracemerge.layout.flows import point_chunks
-from tracemerge.layout.flows.point_chunks import Run, grouped_points, time_cuts
+from tracemerge.layout.flows.point_chunks import grouped_points, time_cuts
 from tracemerge.layout.flows.targets import targets
 from tracemerge.layout.nesting import SLICE, overlapping, parents
 from tracemerge.store.entries import PointKeys, ThreadEntries, ThreadPoints, distinct, walk_order
+from tracemerge.store.run_cuts import Run
 from tracemerge.store.spill import RunStore
 
 # Each thread's flow points, in the order the threads were first met in the file.

@@ -15,14 +15,11 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from tracemerge.store.entries import POINT_SCHEMA, ThreadPoints, distinct
+from tracemerge.store.entries import POINT_SCHEMA, ThreadPoints, distinct, grouped_rows
 from tracemerge.store.spill import RunStore
 
 # Points of one thread bound at once: a thread with more is bound a group of its runs at a time.
 POINTS_AT_ONCE = 1 << 18
-
-# An entry run: (first start, end of its starts, earliest start).
-Run = tuple[int, int, int]
 
 
 def time_cuts(pts: ThreadPoints, store: RunStore, at_once: int) -> list[int]:
@@ -46,15 +43,10 @@ def grouped_points(pts: ThreadPoints, cuts: list[int], store: RunStore) -> Itera
         if not block.n:
             continue
         cols = block.columns(store)
-        where = np.searchsorted(earliest, cols["ts"], "right")
-        order = np.argsort(where, kind="stable")  # each group's rows in storage order
-        ends = np.cumsum(np.bincount(where, minlength=len(groups))).tolist()
-        for group, (lo, hi) in enumerate(zip([0, *ends[:-1]], ends, strict=True)):
-            if hi > lo:
-                rows = order[lo:hi]
-                data = b"".join(np.ascontiguousarray(cols[name][rows], dtype).tobytes() for name, dtype in POINT_SCHEMA)
-                pieces[group].append((store.put(data)[0], hi - lo))
-        del cols, where, order
+        for group, rows in grouped_rows(np.searchsorted(earliest, cols["ts"], "right"), len(groups)):
+            data = b"".join(np.ascontiguousarray(cols[name][rows], dtype).tobytes() for name, dtype in POINT_SCHEMA)
+            pieces[group].append((store.put(data)[0], len(rows)))
+        del cols
     for group_pieces in pieces:
         yield _read(group_pieces, store)
         group_pieces.clear()
