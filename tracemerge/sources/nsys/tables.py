@@ -136,12 +136,12 @@ class NsysReader(NvtxRanges):
         )
 
     def bad_time(self, table: str, start: Any, end: Any) -> None:
-        if type(start) is int and type(end) is int and end < start:
-            self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, f"nsys {table} row ending before it starts")
-        elif type(start) is int and type(end) is int:
-            self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, f"nsys {table} row with a time no trace can hold")
-        else:
+        if type(start) is not int or type(end) is not int:
             self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, f"nsys {table} row with unreadable times")
+        elif end < start:
+            self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, f"nsys {table} row ending before it starts")
+        else:
+            self.dropped.add(Stat.EVENT_TIME_UNREADABLE, 1, f"nsys {table} row with a time no trace can hold")
 
     def cpu(self, gtid: Any) -> tuple:
         """The :meth:`track` of a CPU thread."""
